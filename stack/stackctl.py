@@ -99,6 +99,7 @@ def environment() -> dict[str, str]:
         "TIDELINE_SPARK_JARS": ",".join(spark_jars()),
         "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)]),
         "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": HOST,  # Spark binds to loopback only
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         # Airflow connections (the only place credentials come from).
         "AIRFLOW_CONN_TIDELINE_SOURCE": pg_url(DATABASES["source"]),
@@ -572,7 +573,7 @@ def cmd_up(only: list[str]) -> int:
 
 
 def cmd_down() -> int:
-    for part in reversed(AIRFLOW_PARTS):
+    for part in ("workload", *reversed(AIRFLOW_PARTS)):
         if stop(part):
             print(f"[stack] stopped {part}")
     for part in ("connect", "kafka"):

@@ -1,0 +1,35 @@
+# Tideline's front door. `make demo` runs the demo; `make test` runs the whole suite.
+PY := .venv/bin/python
+STACK := $(PY) stack/stackctl.py
+
+.PHONY: setup up down status demo test test-unit bench clean env
+
+setup:            ## install PostgreSQL (apt), the venv (PyPI) and the JVM parts (Maven) if missing
+	@bash stack/setup.sh
+
+up: setup         ## start PostgreSQL, Kafka, Connect+Debezium and Airflow on loopback
+	@$(STACK) up
+
+down:             ## stop everything the stack started
+	@if [ -x $(PY) ]; then $(STACK) down; fi
+
+status:           ## health, memory and log file of each part
+	@$(STACK) status
+
+demo: setup       ## the stack, the demo shop in the source and a live workload
+	@$(PY) stack/demo.py
+
+test: setup       ## unit tests, then integration tests against the real stack
+	@$(PY) -m pytest tests
+
+test-unit: setup  ## the pure core only, no services
+	@$(PY) -m pytest tests/unit
+
+bench: up         ## benchmarks with their baselines side by side (not part of `make test`)
+	@for b in tests/bench/*.py; do [ -e "$$b" ] || continue; echo "== $$b"; $(PY) "$$b" || exit 1; done
+
+env:              ## print the stack's environment: eval "$$(make -s env)"
+	@$(STACK) env
+
+clean: down       ## remove the stack's data and logs (not the installed venv and jars)
+	rm -rf stack/var

@@ -1,0 +1,1 @@
+"""Airflow layer of Tideline: DAG factory, operators and sensors. Imports Airflow; the core does not."""

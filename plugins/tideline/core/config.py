@@ -1,0 +1,203 @@
+"""Pipeline config: `pipelines/<name>.yaml` validated into a typed model.
+
+Every validation error names the file, the field path and what is allowed, so a person can fix
+the YAML without reading code. Credentials never live here: only Airflow connection ids.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tideline.core.errors import ConfigError
+
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+PIPELINE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+
+
+def _identifier(value: str, what: str) -> str:
+    if not isinstance(value, str) or not IDENT.match(value):
+        raise ValueError(f"{what} {value!r} is not a plain SQL identifier (letters, digits, _ and $, "
+                         f"starting with a letter or _, at most 63 characters)")
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Endpoint(_Model):
+    conn_id: str = Field(description="Airflow connection id")
+    schema_: str = Field(default="public", alias="schema")
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema(cls, v: str) -> str:
+        return _identifier(v, "schema")
+
+
+class KafkaSettings(_Model):
+    conn_id: str = "tideline_kafka"
+    topic_prefix: str
+    partitions: int = Field(default=1, ge=1, le=1000)
+    replication_factor: int = Field(default=1, ge=1, le=10)
+    retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=60_000)
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if not TOPIC_PREFIX.match(v):
+            raise ValueError("letters, digits, '.', '_' and '-' only (it becomes part of Kafka topic names)")
+        return v
+
+
+class ConnectSettings(_Model):
+    conn_id: str = "tideline_connect"
+
+
+class SparkSettings(_Model):
+    conn_id: str = "spark_default"
+    parallelism: int = Field(default=4, ge=1, le=256, description="JDBC partitions per table in a full load")
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class TableConfig(_Model):
+    name: str
+    primary_key: list[str] | None = Field(
+        default=None, description="key columns; omitted = read from the source catalog")
+    mode: Literal["cdc", "batch"] = "cdc"
+    cursor_column: str | None = None
+    safety_lag_s: int = Field(default=300, ge=0)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _identifier(v, "table name")
+
+    @field_validator("primary_key")
+    @classmethod
+    def _pk(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("must list at least one column, or be omitted to use the source's primary key")
+        if len(set(v)) != len(v):
+            raise ValueError(f"lists a column twice: {v}")
+        return [_identifier(c, "primary key column") for c in v]
+
+    @model_validator(mode="after")
+    def _batch_needs_cursor(self) -> "TableConfig":
+        if self.mode == "batch" and not self.cursor_column:
+            raise ValueError(f"table {self.name!r} is in batch mode and needs cursor_column "
+                             f"(a monotonic id or update-time column)")
+        if self.cursor_column:
+            _identifier(self.cursor_column, "cursor_column")
+        return self
+
+
+class PipelineConfig(_Model):
+    name: str
+    source: Endpoint
+    target: Endpoint
+    kafka: KafkaSettings
+    connect: ConnectSettings = Field(default_factory=ConnectSettings)
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    tables: list[TableConfig] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not PIPELINE_NAME.match(v):
+            raise ValueError("lowercase letters, digits and _, starting with a letter, at most 41 characters "
+                             "(it names the DAGs, the replication slot and the publication)")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_tables(self) -> "PipelineConfig":
+        seen: set[str] = set()
+        for t in self.tables:
+            if t.name in seen:
+                raise ValueError(f"table {t.name!r} is listed twice")
+            seen.add(t.name)
+        return self
+
+    def table(self, name: str) -> TableConfig:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise ConfigError(f"pipeline {self.name}", [("tables", f"no table {name!r}; the pipeline has "
+                                                               f"{', '.join(t.name for t in self.tables)}")])
+
+    def topic(self, table: str) -> str:
+        """Debezium's topic for a source table: <prefix>.<schema>.<table>."""
+        return f"{self.kafka.topic_prefix}.{self.source.schema_}.{table}"
+
+    @property
+    def slot_name(self) -> str:
+        return f"tideline_{self.name}"
+
+    @property
+    def publication_name(self) -> str:
+        return f"tideline_{self.name}"
+
+
+def _field_path(loc: tuple, data: dict) -> str:
+    """Turns pydantic's location into `tables[2].primary_key`, naming the table when known."""
+    parts: list[str] = []
+    node = data
+    for item in loc:
+        if isinstance(item, int):
+            label = f"[{item}]"
+            if isinstance(node, list) and item < len(node) and isinstance(node[item], dict) and "name" in node[item]:
+                label = f"[{item}] ({node[item]['name']})"
+            parts.append(label)
+            node = node[item] if isinstance(node, list) and item < len(node) else None
+        else:
+            parts.append(("." if parts else "") + str(item))
+            node = node.get(item) if isinstance(node, dict) else None
+    return "".join(parts) or "(top level)"
+
+
+def parse_pipeline(data: object, source: str) -> PipelineConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(source, [("(top level)", "expected a mapping of pipeline settings")])
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown field (check the spelling; see pipelines/README.md for the fields)"
+            elif err["type"] == "literal_error":
+                msg = f"{msg} (got {err.get('input')!r})"
+            problems.append((_field_path(err["loc"], data), msg))
+        raise ConfigError(source, problems) from None
+
+
+def load_pipeline(path: str | Path) -> PipelineConfig:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), [("(yaml)", str(exc).replace("\n", " "))]) from None
+    config = parse_pipeline(data, str(path))
+    if config.name != path.stem:
+        raise ConfigError(str(path), [("name", f"{config.name!r} must equal the file name {path.stem!r}")])
+    return config
+
+
+def load_pipelines(folder: str | Path) -> tuple[dict[str, PipelineConfig], dict[str, ConfigError]]:
+    """All pipelines of a folder; a broken file is returned as an error and never hides the others."""
+    good: dict[str, PipelineConfig] = {}
+    bad: dict[str, ConfigError] = {}
+    for path in sorted(Path(folder).glob("*.yaml")):
+        try:
+            good[path.stem] = load_pipeline(path)
+        except ConfigError as exc:
+            bad[str(path)] = exc
+    return good, bad

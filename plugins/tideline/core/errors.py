@@ -1,0 +1,49 @@
+"""Errors a person can act on. Each names what is wrong (file, field, table, offset) and what to do.
+
+Split as in dlt: `TransientError` may succeed on retry (a service is restarting); `TerminalError`
+will fail the same way until a person changes something (config, schema, retention).
+"""
+from __future__ import annotations
+
+
+class TidelineError(Exception):
+    """Base of every error Tideline raises on purpose."""
+
+
+class TransientError(TidelineError):
+    """Retrying later may succeed (service unavailable, lock timeout)."""
+
+
+class TerminalError(TidelineError):
+    """Retrying will not help until a person acts; the message says how."""
+
+
+class ConfigError(TerminalError):
+    """A pipeline config file is invalid. `problems` lists (field path, message)."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]):
+        self.source = source
+        self.problems = problems
+        lines = [f"{source}: invalid pipeline config ({len(problems)} problem{'s' if len(problems) != 1 else ''})"]
+        lines += [f"  - {field}: {msg}" for field, msg in problems]
+        super().__init__("\n".join(lines))
+
+
+class SourceError(TerminalError):
+    """The source database cannot serve the pipeline as configured (privileges, wal_level, missing table)."""
+
+
+class TargetError(TerminalError):
+    """The target database cannot take the load (privileges, incompatible existing table)."""
+
+
+class FencedError(TerminalError):
+    """This run's fencing epoch is stale: a newer run owns the table; this one must stop."""
+
+
+class DataLossError(TerminalError):
+    """Kafka no longer holds an offset the stream must resume from; a re-snapshot is required."""
+
+
+class LoadVerificationError(TerminalError):
+    """Rows read inside the snapshot differ from rows landed; nothing was swapped in."""

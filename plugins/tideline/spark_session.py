@@ -1,0 +1,33 @@
+"""One way to get a SparkSession, for the Spark jobs and the tests alike.
+
+Under spark-submit the session already exists and carries --jars; run in-process (tests, the
+demo) it is built in local mode with the Kafka connector and JDBC jars from TIDELINE_SPARK_JARS.
+"""
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+
+def get_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+    builder = SparkSession.builder.appName(app_name)
+    if master or not os.environ.get("SPARK_SUBMIT_OPTS_SET_BY_TIDELINE"):
+        builder = builder.master(master or os.environ.get("TIDELINE_SPARK_MASTER", "local[2]"))
+    jars = os.environ.get("TIDELINE_SPARK_JARS", "")
+    if jars:
+        builder = builder.config("spark.jars", jars)
+    defaults = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.enabled": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.memory": "2g",
+        "spark.sql.ansi.enabled": "true",
+    }
+    for key, value in {**defaults, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(os.environ.get("TIDELINE_SPARK_LOG_LEVEL", "WARN"))
+    return session

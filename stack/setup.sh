@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs everything Tideline's local stack needs, from the package registries only:
+# PostgreSQL (apt, if missing), the Python venv (PyPI, pinned in requirements.txt) and the
+# JVM parts (Maven Central, via stack/jvm/pom.xml). Each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+
+say() { echo "[setup] $*"; }
+
+apt_install() {
+  say "apt-get install $*"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
+
+# --- system packages
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  apt_install postgresql postgresql-contrib
+fi
+command -v java >/dev/null || apt_install openjdk-17-jre-headless
+command -v mvn >/dev/null || apt_install maven
+command -v runuser >/dev/null || apt_install util-linux
+
+# --- Python venv
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $($PY --version)"
+  $PY -m venv .venv
+fi
+REQ_HASH=$(sha256sum requirements.txt | cut -c1-16)
+if [ "$(cat .venv/.requirements 2>/dev/null)" != "$REQ_HASH" ]; then
+  say "pip install -r requirements.txt (pinned)"
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -r requirements.txt
+  echo "$REQ_HASH" > .venv/.requirements
+fi
+
+# --- JVM parts from Maven Central
+POM_HASH=$(cat stack/jvm/pom.xml stack/jvm/*/pom.xml | sha256sum | cut -c1-16)
+if [ "$(cat stack/lib/.poms 2>/dev/null)" != "$POM_HASH" ]; then
+  say "fetching Kafka, Connect, Debezium and Spark connector jars with Maven"
+  rm -rf stack/lib
+  find "${HOME}/.m2/repository" -name '*.lastUpdated' -delete 2>/dev/null || true
+  mvn -q -B -f stack/jvm/pom.xml package
+  echo "$POM_HASH" > stack/lib/.poms
+fi
+say "ready: $(ls stack/lib/kafka | wc -l) Kafka/Connect jars, $(ls stack/lib/connect-plugins/debezium-connector-postgres | wc -l) Debezium jars, $(ls stack/lib/spark | wc -l) Spark jars"

@@ -1,0 +1,1 @@
+"""Shared test setup: the library and the stack controller are importable (see pytest.ini)."""

@@ -1,0 +1,109 @@
+"""The pipeline config model: valid files load; every error names file, field and what is allowed."""
+from pathlib import Path
+
+import pytest
+
+from tideline.core.config import load_pipeline, load_pipelines, parse_pipeline
+from tideline.core.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+VALID = {
+    "name": "shop",
+    "source": {"conn_id": "src", "schema": "public"},
+    "target": {"conn_id": "tgt", "schema": "dw"},
+    "kafka": {"topic_prefix": "tl.shop", "partitions": 3},
+    "tables": [{"name": "orders"}, {"name": "items", "primary_key": ["order_id", "line_no"]},
+               {"name": "events", "mode": "batch", "cursor_column": "updated_at"}],
+}
+
+
+def with_change(path: list, value):
+    import copy
+    data = copy.deepcopy(VALID)
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    if value is KeyError:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return data
+
+
+def problems(data) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as info:
+        parse_pipeline(data, "pipelines/shop.yaml")
+    assert "pipelines/shop.yaml" in str(info.value)
+    return info.value.problems
+
+
+def test_valid_config_loads_with_defaults():
+    cfg = parse_pipeline(VALID, "x")
+    assert cfg.kafka.replication_factor == 1
+    assert cfg.spark.parallelism == 4
+    assert cfg.table("items").primary_key == ["order_id", "line_no"]
+    assert cfg.topic("orders") == "tl.shop.public.orders"
+    assert cfg.slot_name == "tideline_shop"
+
+
+def test_repo_demo_pipeline_is_valid():
+    cfg = load_pipeline(ROOT / "pipelines" / "demo.yaml")
+    assert [t.name for t in cfg.tables] == ["customers", "orders", "order_items"]
+
+
+def test_unknown_field_is_named():
+    (field, msg), = problems(with_change(["kafka", "partitons"], 3))
+    assert field == "kafka.partitons" and "unknown field" in msg
+
+
+def test_bad_mode_names_table_and_allowed_values():
+    (field, msg), = problems(with_change(["tables", 0, "mode"], "stream"))
+    assert field == "tables[0] (orders).mode"
+    assert "'cdc'" in msg and "'batch'" in msg and "'stream'" in msg
+
+
+def test_batch_without_cursor_is_rejected():
+    (field, msg), = problems(with_change(["tables", 2, "cursor_column"], KeyError))
+    assert "events" in field and "cursor_column" in msg
+
+
+@pytest.mark.parametrize("name", ["orders; drop table x", "a b", "1abc", 'x"y'])
+def test_table_names_cannot_carry_sql(name):
+    (field, msg), = problems(with_change(["tables", 0, "name"], name))
+    assert field.startswith("tables[0]") and "identifier" in msg
+
+
+def test_duplicate_table_and_empty_key():
+    data = with_change(["tables"], [{"name": "a"}, {"name": "a"}])
+    assert "listed twice" in problems(data)[0][1]
+    data = with_change(["tables", 0, "primary_key"], [])
+    assert "at least one column" in problems(data)[0][1]
+
+
+def test_several_problems_reported_at_once():
+    data = with_change(["kafka", "partitions"], 0)
+    data["name"] = "Bad-Name"
+    fields = {f for f, _ in problems(data)}
+    assert fields == {"kafka.partitions", "name"}
+
+
+def test_broken_file_does_not_hide_others(tmp_path):
+    (tmp_path / "good.yaml").write_text((ROOT / "pipelines" / "demo.yaml").read_text().replace("name: demo", "name: good"))
+    (tmp_path / "bad.yaml").write_text("name: bad\nsource: [\n")
+    (tmp_path / "misnamed.yaml").write_text((ROOT / "pipelines" / "demo.yaml").read_text())
+    good, bad = load_pipelines(tmp_path)
+    assert list(good) == ["good"]
+    assert set(Path(p).name for p in bad) == {"bad.yaml", "misnamed.yaml"}
+    assert "(yaml)" in str(bad[str(tmp_path / "bad.yaml")])
+    assert "must equal the file name" in str(bad[str(tmp_path / "misnamed.yaml")])
+
+
+def test_core_imports_neither_airflow_nor_pyspark():
+    import subprocess
+    import sys
+    code = ("import sys, tideline.core.config, tideline.core.errors; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('airflow', 'pyspark')]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
+                   env={"PYTHONPATH": str(ROOT / "plugins"), "PATH": "/usr/bin:/bin"})
