@@ -1,0 +1,2 @@
+UPDATE tideline.runs SET ended_at = now(), rows = %(rows)s, outcome = %(outcome)s, detail = %(detail)s
+ WHERE run_id = %(run_id)s;
