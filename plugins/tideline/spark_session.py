@@ -12,10 +12,11 @@ from pyspark.sql import SparkSession
 
 def get_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
     builder = SparkSession.builder.appName(app_name)
-    if master or not os.environ.get("SPARK_SUBMIT_OPTS_SET_BY_TIDELINE"):
+    under_submit = bool(os.environ.get("SPARK_ENV_LOADED"))  # set by spark-submit's launcher
+    if master or not under_submit:
         builder = builder.master(master or os.environ.get("TIDELINE_SPARK_MASTER", "local[2]"))
     jars = os.environ.get("TIDELINE_SPARK_JARS", "")
-    if jars:
+    if jars and not under_submit:
         builder = builder.config("spark.jars", jars)
     defaults = {
         "spark.sql.session.timeZone": "UTC",
@@ -27,6 +28,8 @@ def get_session(app_name: str, master: str | None = None, conf: dict[str, str] |
         "spark.sql.ansi.enabled": "true",
     }
     for key, value in {**defaults, **(conf or {})}.items():
+        if under_submit and key.startswith("spark.driver.") and key != "spark.driver.host":
+            continue  # fixed by spark-submit before the JVM started
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("TIDELINE_SPARK_LOG_LEVEL", "WARN"))

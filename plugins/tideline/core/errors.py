@@ -47,3 +47,20 @@ class DataLossError(TerminalError):
 
 class LoadVerificationError(TerminalError):
     """Rows read inside the snapshot differ from rows landed; nothing was swapped in."""
+
+
+# Exit statuses of the Spark entrypoints (documented in README.md; the DAG reacts to them).
+EXIT_OK = 0
+EXIT_FAILED = 1          # unexpected failure; retrying may help
+EXIT_CONFIG = 2          # bad config, params, source or target setup: a person must fix it
+EXIT_FENCED = 3          # a newer run owns the table; this run committed nothing
+EXIT_DATA_LOSS = 4       # Kafka lost offsets the stream needs: re-snapshot (the DAG does it by itself)
+EXIT_VERIFICATION = 5    # loaded rows did not match the snapshot; nothing was swapped in
+
+
+def exit_code(exc: BaseException) -> int:
+    for cls, code in ((FencedError, EXIT_FENCED), (DataLossError, EXIT_DATA_LOSS),
+                      (LoadVerificationError, EXIT_VERIFICATION), (TerminalError, EXIT_CONFIG)):
+        if isinstance(exc, cls):
+            return code
+    return EXIT_FAILED

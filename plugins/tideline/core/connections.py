@@ -1,0 +1,89 @@
+"""Airflow connections without Airflow: Spark jobs read the same `AIRFLOW_CONN_<ID>` variables.
+
+Airflow passes its environment to spark-submit, so the job resolves a connection id exactly as
+Airflow would (URI or JSON form) and credentials never travel on the command line or in YAML.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Mapping
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from tideline.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Conn:
+    conn_id: str
+    conn_type: str
+    host: str | None = None
+    port: int | None = None
+    login: str | None = None
+    password: str | None = field(default=None, repr=False)
+    schema: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def postgres_dsn(self) -> str:
+        """libpq keyword DSN for psycopg2."""
+        parts = {"host": self.host or "localhost", "port": self.port or 5432, "dbname": self.schema,
+                 "user": self.login, "password": self.password}
+        return " ".join(f"{k}={_dsn_quote(str(v))}" for k, v in parts.items() if v not in (None, ""))
+
+    def jdbc_url(self) -> str:
+        return f"jdbc:postgresql://{self.host or 'localhost'}:{self.port or 5432}/{self.schema or ''}"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        servers = self.extra.get("bootstrap.servers") or (f"{self.host}:{self.port}" if self.host else None)
+        if not servers:
+            raise ConfigError(f"connection {self.conn_id}", [("extra.bootstrap.servers", "is missing")])
+        return servers
+
+    def http_base_url(self) -> str:
+        scheme = self.schema or "http"
+        return f"{scheme}://{self.host or 'localhost'}{f':{self.port}' if self.port else ''}"
+
+
+def _dsn_quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def env_var_name(conn_id: str) -> str:
+    return f"AIRFLOW_CONN_{conn_id.upper()}"
+
+
+def parse_connection(conn_id: str, value: str) -> Conn:
+    value = value.strip()
+    if value.startswith("{"):
+        try:
+            data = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(env_var_name(conn_id), [("(json)", str(exc))]) from None
+        extra = data.get("extra") or {}
+        if isinstance(extra, str):
+            extra = json.loads(extra) if extra else {}
+        return Conn(conn_id, data.get("conn_type", ""), data.get("host"),
+                    int(data["port"]) if data.get("port") else None, data.get("login"),
+                    data.get("password"), data.get("schema"), extra)
+    parts = urlsplit(value)
+    scheme = parts.scheme.replace("-", "_")
+    conn_type = {"postgresql": "postgres"}.get(scheme, scheme)
+    extra = dict(parse_qsl(parts.query))
+    if "__extra__" in extra:
+        extra = json.loads(extra["__extra__"])
+    return Conn(conn_id, conn_type, unquote(parts.hostname) if parts.hostname else None, parts.port,
+                unquote(parts.username) if parts.username else None,
+                unquote(parts.password) if parts.password else None,
+                unquote(parts.path.lstrip("/")) or None, extra)
+
+
+def get_connection(conn_id: str, environ: Mapping[str, str] | None = None) -> Conn:
+    env = os.environ if environ is None else environ
+    value = env.get(env_var_name(conn_id))
+    if value is None:
+        raise ConfigError(f"connection {conn_id!r}", [(
+            env_var_name(conn_id),
+            "is not set: define the Airflow connection (in the local stack `eval \"$(make -s env)\"` sets it)")])
+    return parse_connection(conn_id, value)

@@ -1,0 +1,127 @@
+"""What a table looks like and how a full load reads it: columns, key, read query, partitions.
+
+SQL is built with psycopg2.sql (identifiers and literals are quoted, never formatted in);
+rendering a Composed to text needs a connection, which the caller holds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg2 import sql
+
+from tideline.core.copy_text import needs_escaping
+
+KEY_ALIAS = "__tl_k{}"
+CTID_ALIAS = "__tl_ctid"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # exact type text, e.g. numeric(12,2), timestamp with time zone, text[]
+    not_null: bool
+
+
+@dataclass(frozen=True)
+class TableShape:
+    schema: str
+    name: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...]  # empty = keyless table, read by physical location (ctid)
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    @property
+    def escape_flags(self) -> list[bool]:
+        return [needs_escaping(c.type) for c in self.columns]
+
+    def qualified(self) -> sql.Composed:
+        return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(self.name))
+
+
+def read_query(shape: TableShape) -> sql.Composed:
+    """A derived table for Spark JDBC: every column as exact text, plus the typed key (or ctid)
+    under an alias so partition predicates compare real key values and use the index."""
+    keys = ([sql.SQL("t.{} AS {}").format(sql.Identifier(k), sql.Identifier(KEY_ALIAS.format(i)))
+             for i, k in enumerate(shape.primary_key)]
+            or [sql.SQL("t.ctid AS {}").format(sql.Identifier(CTID_ALIAS))])
+    cols = [sql.SQL("t.{}::text AS {}").format(sql.Identifier(c), sql.Identifier(c)) for c in shape.column_names]
+    return sql.SQL("(SELECT {} FROM {} t) AS tideline_read").format(sql.SQL(", ").join(keys + cols),
+                                                                  shape.qualified())
+
+
+def boundaries_query(shape: TableShape, parts: int, sample_percent: float | None) -> sql.Composed:
+    """First key (as text) of each of `parts` equal-sized buckets of the key order, from the
+    real distribution: the whole key index for small tables, a block sample for large ones."""
+    key_ids = [sql.Identifier(k) for k in shape.primary_key]
+    key_list = sql.SQL(", ").join(key_ids)
+    sample = (sql.SQL(" TABLESAMPLE SYSTEM ({})").format(sql.Literal(sample_percent))
+              if sample_percent is not None else sql.SQL(""))
+    # ORDER BY must name the typed input columns (b.key): a bare name would bind to the text
+    # output column of the same name and order the keys as strings.
+    return sql.SQL(
+        "SELECT DISTINCT ON (b.bucket) {texts} FROM ("
+        " SELECT {keys}, ntile({parts}) OVER (ORDER BY {keys}) AS bucket FROM {table}{sample}) b"
+        " WHERE b.bucket > 1 ORDER BY b.bucket, {bkeys}"
+    ).format(texts=sql.SQL(", ").join(sql.SQL("b.{}::text AS {}").format(k, sql.Identifier(f"k{i}"))
+                                      for i, k in enumerate(key_ids)),
+             keys=key_list, parts=sql.Literal(parts), table=shape.qualified(), sample=sample,
+             bkeys=sql.SQL(", ").join(sql.SQL("b.{}").format(k) for k in key_ids))
+
+
+def _key_tuple(shape: TableShape, values: tuple[str, ...]) -> sql.Composed:
+    return sql.SQL("({})").format(sql.SQL(", ").join(
+        sql.SQL("{}::{}").format(sql.Literal(v), sql.SQL(shape.column(k).type))
+        for k, v in zip(shape.primary_key, values)))
+
+
+def key_range_predicates(shape: TableShape, boundaries: list[tuple[str, ...]]) -> list[sql.Composed]:
+    """Half-open key ranges [b_i, b_i+1) covering the whole key space, one per Spark partition."""
+    if not boundaries:
+        return [sql.SQL("TRUE")]
+    keys = sql.SQL("({})").format(sql.SQL(", ").join(
+        sql.Identifier(KEY_ALIAS.format(i)) for i in range(len(shape.primary_key))))
+    tuples = [_key_tuple(shape, b) for b in boundaries]
+    preds = [sql.SQL("{} < {}").format(keys, tuples[0])]
+    preds += [sql.SQL("{k} >= {lo} AND {k} < {hi}").format(k=keys, lo=lo, hi=hi)
+              for lo, hi in zip(tuples, tuples[1:])]
+    preds.append(sql.SQL("{} >= {}").format(keys, tuples[-1]))
+    return preds
+
+
+def ctid_predicates(blocks: int, parts: int) -> list[sql.Composed]:
+    """Physical block ranges for a table without a key (TID range scans); the last is open-ended."""
+    parts = max(1, min(parts, blocks))
+    if parts == 1:
+        return [sql.SQL("TRUE")]
+    step = -(-blocks // parts)
+    edges = [sql.Literal(f"({i * step},0)") for i in range(1, parts)]
+    col = sql.Identifier(CTID_ALIAS)
+    preds = [sql.SQL("{} < {}::tid").format(col, edges[0])]
+    preds += [sql.SQL("{c} >= {lo}::tid AND {c} < {hi}::tid").format(c=col, lo=lo, hi=hi)
+              for lo, hi in zip(edges, edges[1:])]
+    preds.append(sql.SQL("{} >= {}::tid").format(col, edges[-1]))
+    return preds
+
+
+def create_table(shape: TableShape, schema: str, name: str) -> sql.Composed:
+    """CREATE TABLE for the target, faithful to the source's column types and NOT NULLs.
+    The primary key is added after the load (faster, and it rejects duplicates)."""
+    cols = [sql.SQL("{} {}{}").format(sql.Identifier(c.name), sql.SQL(c.type),
+                                      sql.SQL(" NOT NULL") if c.not_null else sql.SQL(""))
+            for c in shape.columns]
+    return sql.SQL("CREATE TABLE {}.{} ({})").format(sql.Identifier(schema), sql.Identifier(name),
+                                                    sql.SQL(", ").join(cols))
+
+
+def copy_into(schema: str, name: str, columns: list[str]) -> sql.Composed:
+    return sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
+        sql.Identifier(schema), sql.Identifier(name), sql.SQL(", ").join(map(sql.Identifier, columns)))

@@ -1,0 +1,316 @@
+"""Full load of one or more tables: one consistent snapshot, parallel key-range reads with Spark
+JDBC, COPY into a shadow table, one-transaction swap together with the state.
+
+Order matters for the handover (see DESIGN.md): claim the fencing epoch, record the topic's end
+offsets, *then* open the snapshot. Everything committed before the snapshot is in it; everything
+after is at or above the recorded offsets, so the stream replays the overlap and loses nothing.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg2
+from psycopg2 import sql
+
+from tideline import kafka_offsets, source_catalog, state
+from tideline.core.config import PipelineConfig
+from tideline.core.connections import Conn, get_connection
+from tideline.core.copy_text import CopyStream
+from tideline.core.errors import LoadVerificationError, TargetError, TidelineError
+from tideline.core.table_shape import (TableShape, boundaries_query, copy_into, create_table, ctid_predicates,
+                                       key_range_predicates, read_query)
+
+log = logging.getLogger("tideline.full_load")
+
+# Above this many rows the partition boundaries come from a block sample, not the whole index.
+SAMPLE_ABOVE_ROWS = 500_000
+SAMPLE_TARGET_ROWS = 100_000
+FETCH_SIZE = 10_000
+
+
+@dataclass
+class LoadResult:
+    table: str
+    rows: int
+    seconds: float
+    partitions: int
+    epoch: int
+    offsets: dict[int, int]
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+
+def shadow_name(table: str) -> str:
+    return f"{table[:46]}__tl_shadow"
+
+
+def run_owner(kind: str) -> str:
+    """Who claims an epoch, in words a person can trace back to a task."""
+    airflow = os.environ.get("AIRFLOW_CTX_DAG_RUN_ID")
+    where = f" (dag run {airflow}, try {os.environ.get('AIRFLOW_CTX_TRY_NUMBER', '?')})" if airflow else ""
+    return f"{kind} pid {os.getpid()} on {socket.gethostname()} at {datetime.now().isoformat(timespec='seconds')}{where}"
+
+
+def make_copy_writer(target_dsn: str, copy_sql: str, escape: list[bool], label: str):
+    """The per-partition function for mapInArrow: streams the partition's rows into the shadow
+    table with COPY and yields one row of figures (partition, rows, seconds)."""
+
+    def write(batches):
+        import sys
+
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        part = TaskContext.get().partitionId()
+        started = time.monotonic()
+        stream = CopyStream(batches, escape)
+        conn = psycopg2.connect(target_dsn)
+        try:
+            with conn, conn.cursor() as cur:
+                # Durable anyway: the swap commits synchronously after every partition's WAL.
+                cur.execute("SET synchronous_commit = off")
+                try:
+                    cur.copy_expert(copy_sql, stream, size=1 << 20)
+                except psycopg2.Error:
+                    if stream.error is not None:  # reading the source failed, not the COPY
+                        raise stream.error
+                    raise
+        finally:
+            conn.close()
+        secs = time.monotonic() - started
+        print(f"[tideline] {label} partition {part}: {stream.rows:,} rows, {stream.bytes / 1e6:.1f} MB "
+              f"in {secs:.1f}s ({stream.rows / secs if secs else 0:,.0f} rows/s)", file=sys.stderr, flush=True)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([part], pa.int32()), pa.array([stream.rows], pa.int64()), pa.array([secs], pa.float64())],
+            names=["partition", "rows", "seconds"])
+
+    return write
+
+
+class _Progress(threading.Thread):
+    """Logs every few seconds how many partitions of the running load are done."""
+
+    def __init__(self, spark, label: str, total: int, started: float, every: float = 10.0):
+        super().__init__(daemon=True)
+        self.spark, self.label, self.total, self.started, self.every = spark, label, total, started, every
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        tracker = self.spark.sparkContext.statusTracker()
+        while not self.stopped.wait(self.every):
+            done = running = 0
+            for stage_id in tracker.getActiveStageIds():
+                info = tracker.getStageInfo(stage_id)
+                if info:
+                    done += info.numCompletedTasks
+                    running += info.numActiveTasks
+            log.info("%s: %d/%d partitions done, %d running, %.0fs elapsed",
+                     self.label, done, self.total, running, time.monotonic() - self.started)
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+class FullLoad:
+    def __init__(self, cfg: PipelineConfig, spark, environ=None):
+        self.cfg = cfg
+        self.spark = spark
+        self.source: Conn = get_connection(cfg.source.conn_id, environ)
+        self.target: Conn = get_connection(cfg.target.conn_id, environ)
+        self.kafka: Conn = get_connection(cfg.kafka.conn_id, environ)
+
+    # ------------------------------------------------------------------ driver steps
+
+    def run(self, tables: list[str]) -> list[LoadResult]:
+        for name in tables:
+            self.cfg.table(name)  # unknown table -> ConfigError naming the pipeline's tables
+        with psycopg2.connect(self.source.postgres_dsn()) as conn:
+            source_catalog.check_logical_decoding(conn, f"source of pipeline {self.cfg.name}")
+        conn = psycopg2.connect(self.target.postgres_dsn())
+        try:
+            state.migrate(conn)
+        finally:
+            conn.close()
+        return [self.load_table(name) for name in tables]
+
+    def load_table(self, table: str) -> LoadResult:
+        cfg, tcfg = self.cfg, self.cfg.table(table)
+        label = f"{cfg.name}.{table}"
+        topic = cfg.topic(table)
+        started = time.monotonic()
+        src = psycopg2.connect(self.source.postgres_dsn())
+        tgt = psycopg2.connect(self.target.postgres_dsn())
+        shadow = shadow_name(table)
+        run_id = None
+        try:
+            shape = source_catalog.describe(src, cfg.source.schema_, table, tcfg.primary_key)
+            src.rollback()
+            self._prepare_target_schema(tgt, label)
+            epoch = state.claim_epoch(tgt, cfg.name, table, run_owner("full_load"), topic)
+            run_id = state.run_start(tgt, cfg.name, table, "full_load", epoch, f"topic {topic}")
+            # 1. the handover position, before the snapshot opens
+            offsets = kafka_offsets.end_offsets(self.kafka.kafka_bootstrap, topic)
+            log.info("%s: epoch %d; stream will resume from %s offsets %s", label, epoch, topic, offsets)
+            # 2. one consistent snapshot, held open for the whole read
+            src.set_session(isolation_level="REPEATABLE READ", readonly=True)
+            with src.cursor() as cur:
+                cur.execute("SELECT pg_export_snapshot(), now(), pg_current_snapshot()::text")
+                snapshot_id, snapshot_at, snapshot_xmin = cur.fetchone()
+                cur.execute(sql.SQL("SELECT count(*) FROM {}").format(shape.qualified()))
+                snapshot_rows = cur.fetchone()[0]
+                predicates = self._partition_predicates(cur, shape, snapshot_rows)
+            rendered = [p.as_string(src) for p in predicates]
+            log.info("%s: snapshot %s has %s rows; reading in %d partitions by %s", label, snapshot_id,
+                     f"{snapshot_rows:,}", len(rendered),
+                     f"key ({', '.join(shape.primary_key)})" if shape.primary_key else "block range (no key)")
+            # 3. shadow table, COPY from every partition
+            self._create_shadow(tgt, shape, shadow)
+            figures = self._copy_partitions(src, shape, shadow, snapshot_id, rendered, label, started)
+            src.rollback()  # the snapshot may close now: every partition has read
+            landed = sum(f["rows"] for f in figures)
+            # 4. verify and swap, with the state, in one target transaction
+            self._finish_shadow(tgt, shape, shadow, epoch)
+            with tgt.cursor() as cur:
+                cur.execute(sql.SQL("SELECT count(*) FROM {}.{}").format(
+                    sql.Identifier(cfg.target.schema_), sql.Identifier(shadow)))
+                in_shadow = cur.fetchone()[0]
+            tgt.commit()
+            if not (snapshot_rows == landed == in_shadow):
+                raise LoadVerificationError(
+                    f"{label}: the snapshot holds {snapshot_rows:,} rows but {landed:,} were written and "
+                    f"{in_shadow:,} are in the shadow table; nothing was swapped in. Rerun the full load.")
+            with tgt, tgt.cursor() as cur:
+                state.check_epoch(cur, cfg.name, table, epoch)
+                self._swap(cur, shape, shadow)
+                state.finish_full_load(cur, pipeline=cfg.name, table=table, epoch=epoch, topic=topic,
+                                       offsets=offsets, snapshot_id=snapshot_id, snapshot_at=snapshot_at,
+                                       snapshot_xmin=snapshot_xmin, rows=snapshot_rows)
+                secs = time.monotonic() - started
+                state.run_end(cur, run_id, "succeeded", snapshot_rows,
+                              f"{len(rendered)} partitions, {secs:.1f}s, resume offsets {offsets}")
+            result = LoadResult(table, snapshot_rows, secs, len(rendered), epoch, offsets)
+            log.info("%s: loaded %s rows in %.1fs (%s rows/s); live table swapped; stream resumes from %s",
+                     label, f"{result.rows:,}", secs, f"{result.rows_per_s:,.0f}", offsets)
+            return result
+        except BaseException as exc:
+            self._fail(tgt, table, shadow, run_id, exc)
+            raise
+        finally:
+            src.close()
+            tgt.close()
+
+    def _prepare_target_schema(self, tgt, label: str) -> None:
+        schema = self.cfg.target.schema_
+        try:
+            with tgt, tgt.cursor() as cur:
+                cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+                cur.execute("SELECT has_schema_privilege(%s, 'CREATE')", (schema,))
+                if not cur.fetchone()[0]:
+                    raise TargetError(f"{label}: the target role cannot create tables in schema {schema!r}. "
+                                      f"Run: GRANT CREATE ON SCHEMA {schema} TO <the target connection's role>;")
+        except psycopg2.errors.InsufficientPrivilege as exc:
+            raise TargetError(f"{label}: the target role cannot create schema {schema!r} ({exc.pgerror.strip()}). "
+                              f"Create it, or grant CREATE on the database.") from None
+
+    def _partition_predicates(self, cur, shape: TableShape, rows: int):
+        parts = self.cfg.spark.parallelism
+        if rows == 0 or parts == 1:
+            return key_range_predicates(shape, []) if shape.primary_key else ctid_predicates(0, 1)
+        if not shape.primary_key:
+            cur.execute("SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int",
+                        (f"{shape.schema}.{shape.name}",))
+            return ctid_predicates(cur.fetchone()[0], parts)
+        sample = None
+        if rows > SAMPLE_ABOVE_ROWS:
+            sample = min(100.0, round(100.0 * SAMPLE_TARGET_ROWS / rows, 3))
+        cur.execute(boundaries_query(shape, parts, sample))
+        boundaries = [tuple(r) for r in cur.fetchall()]
+        return key_range_predicates(shape, boundaries)
+
+    def _create_shadow(self, tgt, shape: TableShape, shadow: str) -> None:
+        schema = self.cfg.target.schema_
+        with tgt, tgt.cursor() as cur:
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(shadow)))
+            cur.execute(create_table(shape, schema, shadow))
+
+    def _copy_partitions(self, src, shape: TableShape, shadow: str, snapshot_id: str, predicates: list[str],
+                         label: str, started: float) -> list[dict]:
+        # Every partition's session joins the exported snapshot. Spark's PostgreSQL dialect turns
+        # autocommit off when fetchsize > 0, so these run as the first statements of the read's
+        # transaction; the DO block fails the read loudly if that ever stops being true.
+        init = ("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
+                f"SET TRANSACTION SNAPSHOT {sql.Literal(snapshot_id).as_string(src)}; "
+                "DO $$ BEGIN IF current_setting('transaction_isolation') <> 'repeatable read' THEN "
+                "RAISE EXCEPTION 'tideline: partition read is not inside the exported snapshot'; END IF; END $$")
+        reader = (self.spark.read.format("jdbc")
+                  .option("url", self.source.jdbc_url())
+                  .option("driver", "org.postgresql.Driver")
+                  .option("user", self.source.login or "")
+                  .option("password", self.source.password or "")
+                  .option("fetchsize", FETCH_SIZE)
+                  .option("sessionInitStatement", init))
+        props = {"user": self.source.login or "", "password": self.source.password or "",
+                 "driver": "org.postgresql.Driver", "fetchsize": str(FETCH_SIZE), "sessionInitStatement": init}
+        df = reader.jdbc(self.source.jdbc_url(), read_query(shape).as_string(src), predicates=predicates,
+                         properties=props)
+        df = df.select(*[f"`{c}`" for c in shape.column_names])
+        copy_sql = copy_into(self.cfg.target.schema_, shadow, shape.column_names).as_string(src)
+        writer = make_copy_writer(self.target.postgres_dsn(), copy_sql, shape.escape_flags, label)
+        progress = _Progress(self.spark, label, len(predicates), started)
+        progress.start()
+        try:
+            rows = df.mapInArrow(writer, "partition int, rows long, seconds double").collect()
+        finally:
+            progress.stop()
+        return [r.asDict() for r in rows]
+
+    def _finish_shadow(self, tgt, shape: TableShape, shadow: str, epoch: int) -> None:
+        """Key and statistics for the shadow before it goes live; the key also rejects duplicates."""
+        schema = self.cfg.target.schema_
+        with tgt.cursor() as cur:
+            if shape.primary_key:
+                cur.execute(sql.SQL("ALTER TABLE {}.{} ADD CONSTRAINT {} PRIMARY KEY ({})").format(
+                    sql.Identifier(schema), sql.Identifier(shadow),
+                    sql.Identifier(f"{shadow[:40]}_pk{epoch}"),
+                    sql.SQL(", ").join(map(sql.Identifier, shape.primary_key))))
+            cur.execute(sql.SQL("ANALYZE {}.{}").format(sql.Identifier(schema), sql.Identifier(shadow)))
+
+    def _swap(self, cur, shape: TableShape, shadow: str) -> None:
+        schema, live = self.cfg.target.schema_, shape.name
+        ident = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(live))
+        cur.execute("SELECT to_regclass(%s)", (f'"{schema}"."{live}"',))
+        if cur.fetchone()[0] is not None:
+            cur.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(ident))
+            cur.execute(sql.SQL("DROP TABLE {}").format(ident))
+        cur.execute(sql.SQL("ALTER TABLE {}.{} RENAME TO {}").format(
+            sql.Identifier(schema), sql.Identifier(shadow), sql.Identifier(live)))
+        if shape.primary_key:
+            cur.execute("SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+                        (f'"{schema}"."{live}"',))
+            cur.execute(sql.SQL("ALTER TABLE {} RENAME CONSTRAINT {} TO {}").format(
+                ident, sql.Identifier(cur.fetchone()[0]), sql.Identifier(f"{live[:55]}_pkey")))
+
+    def _fail(self, tgt, table: str, shadow: str, run_id: int | None, exc: BaseException) -> None:
+        """Leaves live table and state as they were: drop the shadow, record the error and the run."""
+        message = str(exc) if isinstance(exc, TidelineError) else f"{type(exc).__name__}: {exc}"
+        log.error("%s.%s: full load failed: %s", self.cfg.name, table, message)
+        try:
+            tgt.rollback()
+            with tgt, tgt.cursor() as cur:
+                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(
+                    sql.Identifier(self.cfg.target.schema_), sql.Identifier(shadow)))
+                if run_id is not None:
+                    state.run_end(cur, run_id, "fenced" if "FencedError" in type(exc).__name__ else "failed",
+                                  None, message[:2000])
+            if run_id is not None:
+                state.record_error(tgt, self.cfg.name, table, f"full load: {message[:2000]}")
+        except Exception as cleanup_exc:  # the original error matters more; report both
+            log.error("%s.%s: cleanup after the failure also failed: %s", self.cfg.name, table, cleanup_exc)

@@ -1,0 +1,53 @@
+"""Kafka positions Tideline reasons about: end offsets (the handover) and earliest offsets (retention)."""
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from tideline.core.errors import SourceError, TransientError
+
+_quiet = logging.getLogger("tideline.rdkafka")
+_quiet.addHandler(logging.NullHandler())
+_quiet.propagate = False
+
+
+def admin_client(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000}, logger=_quiet)
+
+
+def partitions(admin: AdminClient, bootstrap: str, topic: str, timeout: float = 15.0) -> list[int]:
+    try:
+        md = admin.list_topics(topic=topic, timeout=timeout)
+    except KafkaException as exc:
+        raise TransientError(f"Kafka at {bootstrap} is unreachable while looking up topic {topic!r}: {exc}. "
+                             f"Check that the brokers run and the Kafka connection's bootstrap.servers.") from None
+    info = md.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        reason = info.error.str() if info is not None and info.error is not None else "it does not exist"
+        raise SourceError(f"Kafka topic {topic!r} cannot be used ({reason}). The change topic must exist before "
+                          f"a full load records where the stream resumes: run the pipeline's ensure_connector "
+                          f"task (it creates the topics), or check kafka.topic_prefix in the pipeline config.")
+    return sorted(info.partitions)
+
+
+def _list(bootstrap: str, topic: str, spec: OffsetSpec, timeout: float) -> dict[int, int]:
+    admin = admin_client(bootstrap)
+    parts = partitions(admin, bootstrap, topic, timeout)
+    request = {TopicPartition(topic, p): spec for p in parts}
+    try:
+        futures = admin.list_offsets(request, request_timeout=timeout)
+        return {tp.partition: fut.result().offset for tp, fut in futures.items()}
+    except KafkaException as exc:
+        raise TransientError(f"listing offsets of topic {topic!r} at {bootstrap} failed: {exc}") from None
+
+
+def end_offsets(bootstrap: str, topic: str, timeout: float = 15.0) -> dict[int, int]:
+    """Next offset to be written, per partition."""
+    return _list(bootstrap, topic, OffsetSpec.latest(), timeout)
+
+
+def earliest_offsets(bootstrap: str, topic: str, timeout: float = 15.0) -> dict[int, int]:
+    """Oldest offset still retained, per partition."""
+    return _list(bootstrap, topic, OffsetSpec.earliest(), timeout)

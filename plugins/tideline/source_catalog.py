@@ -1,0 +1,47 @@
+"""Reads a source table's shape from the PostgreSQL catalog and checks it can be loaded."""
+from __future__ import annotations
+
+from tideline import sqlfiles
+from tideline.core.errors import SourceError
+from tideline.core.table_shape import Column, TableShape
+
+
+def check_logical_decoding(conn, what: str) -> None:
+    with conn.cursor() as cur:
+        cur.execute("SHOW wal_level")
+        level = cur.fetchone()[0]
+    if level != "logical":
+        raise SourceError(f"{what}: wal_level is {level!r}, change capture needs 'logical'. "
+                          f"Set wal_level = logical in postgresql.conf (or ALTER SYSTEM) and restart PostgreSQL.")
+
+
+def describe(conn, schema: str, table: str, configured_pk: list[str] | None) -> TableShape:
+    label = f"source table {schema}.{table}"
+    with conn.cursor() as cur:
+        cur.execute(sqlfiles.load("full_load/source_table"), {"schema": schema, "table": table})
+        row = cur.fetchone()
+        if row is None:
+            raise SourceError(f"{label} does not exist. Check the table name in the pipeline config and "
+                              f"source.schema ({schema!r}).")
+        relid, can_select, relkind = row
+        if relkind not in ("r", "p"):
+            raise SourceError(f"{label} is not a table (relkind {relkind!r}); only tables can be synced.")
+        if not can_select:
+            raise SourceError(f"{label}: the source connection's role has no SELECT privilege. "
+                              f"Run: GRANT SELECT ON {schema}.{table} TO <the role of the source connection>;")
+        cur.execute(sqlfiles.load("full_load/source_columns"), {"relid": relid})
+        columns = tuple(Column(name, typ, not_null) for name, typ, not_null, _schema, _cat in cur.fetchall())
+        cur.execute(sqlfiles.load("full_load/source_primary_key"), {"relid": relid})
+        source_pk = tuple(r[0] for r in cur.fetchall())
+    if not columns:
+        raise SourceError(f"{label} has no columns.")
+    if configured_pk is not None:
+        if not source_pk:
+            raise SourceError(
+                f"{label}: the pipeline config says primary_key {configured_pk} but the source table has no "
+                f"primary key. Add it at the source (ALTER TABLE {schema}.{table} ADD PRIMARY KEY (...)), or "
+                f"remove primary_key from the config to load the table as keyless.")
+        if list(source_pk) != list(configured_pk):
+            raise SourceError(f"{label}: the pipeline config says primary_key {configured_pk} but the source's "
+                              f"primary key is {list(source_pk)}. Make the config match the source.")
+    return TableShape(schema, table, columns, source_pk)

@@ -1,0 +1,112 @@
+"""Tideline's state in the target database (schema `tideline`): phases, epochs, offsets, runs.
+
+Every method takes an open psycopg2 connection so callers can put state writes in the same
+transaction as the data they describe.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg2.extras import RealDictCursor
+
+from tideline import sqlfiles
+from tideline.core.errors import FencedError
+
+MIGRATION_LOCK = 0x71DE11E  # advisory lock key: one migrator at a time
+
+
+def migrate(conn) -> int:
+    """Creates/updates the state schema idempotently; returns the schema version now in place."""
+    files = sorted(p for p in (sqlfiles.SQL_DIR / "state").glob("[0-9][0-9][0-9]_*.sql"))
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        cur.execute("CREATE SCHEMA IF NOT EXISTS tideline")
+        cur.execute("CREATE TABLE IF NOT EXISTS tideline.schema_version ("
+                    " version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+        cur.execute("SELECT coalesce(max(version), 0) FROM tideline.schema_version")
+        current = cur.fetchone()[0]
+        for path in files:
+            version = int(re.match(r"(\d+)_", path.name).group(1))
+            if version > current:
+                cur.execute(path.read_text())
+                cur.execute("INSERT INTO tideline.schema_version (version, name) VALUES (%s, %s)",
+                            (version, path.name))
+                current = version
+    return current
+
+
+@dataclass
+class TableState:
+    pipeline: str
+    table_name: str
+    phase: str
+    epoch: int
+    epoch_owner: str | None
+    topic: str | None
+    resume_offsets: dict[int, int] | None
+    snapshot_id: str | None
+    snapshot_rows: int | None
+    last_batch_id: int | None
+    last_error: str | None
+    raw: dict[str, Any]
+
+
+def get(conn, pipeline: str, table: str) -> TableState | None:
+    with conn.cursor(cursor_factory=RealDictCursor) as cur:
+        cur.execute("SELECT * FROM tideline.table_state WHERE pipeline = %s AND table_name = %s", (pipeline, table))
+        row = cur.fetchone()
+    if row is None:
+        return None
+    offsets = row["resume_offsets"]
+    return TableState(row["pipeline"], row["table_name"], row["phase"], row["epoch"], row["epoch_owner"],
+                      row["topic"], {int(k): int(v) for k, v in offsets.items()} if offsets else None,
+                      row["snapshot_id"], row["snapshot_rows"], row["last_batch_id"], row["last_error"], dict(row))
+
+
+def claim_epoch(conn, pipeline: str, table: str, owner: str, topic: str) -> int:
+    """A new epoch for this run (committed at once): older runs are fenced from here on."""
+    with conn, conn.cursor() as cur:
+        cur.execute(sqlfiles.load("state/claim_epoch"),
+                    {"pipeline": pipeline, "table": table, "owner": owner, "topic": topic})
+        return cur.fetchone()[0]
+
+
+def check_epoch(cur, pipeline: str, table: str, epoch: int) -> None:
+    """Inside the caller's transaction: lock the state row and refuse if another run took over."""
+    cur.execute(sqlfiles.load("state/check_epoch"), {"pipeline": pipeline, "table": table})
+    row = cur.fetchone()
+    if row is None or row[0] != epoch:
+        current, owner = (row or (None, None))
+        raise FencedError(
+            f"{pipeline}.{table}: this run holds fencing epoch {epoch} but the table's epoch is now {current} "
+            f"(claimed by {owner}). A newer run replaced this one; this run commits nothing and stops.")
+
+
+def run_start(conn, pipeline: str, table: str, kind: str, epoch: int | None, detail: str = "") -> int:
+    with conn, conn.cursor() as cur:
+        cur.execute(sqlfiles.load("state/run_start"),
+                    {"pipeline": pipeline, "table": table, "kind": kind, "epoch": epoch, "detail": detail})
+        return cur.fetchone()[0]
+
+
+def run_end(cur, run_id: int, outcome: str, rows: int | None, detail: str) -> None:
+    cur.execute(sqlfiles.load("state/run_end"),
+                {"run_id": run_id, "outcome": outcome, "rows": rows, "detail": detail})
+
+
+def record_error(conn, pipeline: str, table: str, error: str) -> None:
+    with conn, conn.cursor() as cur:
+        cur.execute(sqlfiles.load("state/record_error"), {"pipeline": pipeline, "table": table, "error": error})
+
+
+def finish_full_load(cur, *, pipeline: str, table: str, epoch: int, topic: str, offsets: dict[int, int],
+                     snapshot_id: str, snapshot_at, snapshot_xmin: str, rows: int) -> None:
+    cur.execute(sqlfiles.load("state/finish_full_load"), {
+        "pipeline": pipeline, "table": table, "epoch": epoch, "topic": topic,
+        "offsets": json.dumps({str(p): o for p, o in sorted(offsets.items())}),
+        "snapshot_id": snapshot_id, "snapshot_at": snapshot_at, "snapshot_xmin": snapshot_xmin, "rows": rows})
+    if cur.rowcount != 1:
+        raise FencedError(f"{pipeline}.{table}: state row changed epoch during the swap; nothing was committed")
