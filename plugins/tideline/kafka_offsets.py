@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from tideline.core.errors import SourceError, TransientError
@@ -25,7 +25,10 @@ def partitions(admin: AdminClient, bootstrap: str, topic: str, timeout: float = 
                              f"Check that the brokers run and the Kafka connection's bootstrap.servers.") from None
     info = md.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
-        reason = info.error.str() if info is not None and info.error is not None else "it does not exist"
+        if info is None or info.error is None or info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            reason = "it does not exist"
+        else:
+            reason = info.error.str()
         raise SourceError(f"Kafka topic {topic!r} cannot be used ({reason}). The change topic must exist before "
                           f"a full load records where the stream resumes: run the pipeline's ensure_connector "
                           f"task (it creates the topics), or check kafka.topic_prefix in the pipeline config.")

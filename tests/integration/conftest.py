@@ -51,3 +51,64 @@ def target_db(stack):
 def unique_name():
     """A fresh lowercase name per test, so tests never see each other's tables or topics."""
     return f"t_{uuid.uuid4().hex[:10]}"
+
+
+class Pipelines:
+    """Makes throwaway pipelines over test tables: config file, Kafka topics, target schema."""
+
+    def __init__(self, stack, tmp_path, name: str):
+        self.stack, self.dir, self.name = stack, tmp_path, name
+        self.topics: list[str] = []
+
+    def make(self, tables: list[dict], partitions: int = 2, parallelism: int = 4, create_topics: bool = True):
+        import yaml
+
+        from tideline.core.config import load_pipeline
+        data = {
+            "name": self.name,
+            "source": {"conn_id": "tideline_source", "schema": "public"},
+            "target": {"conn_id": "tideline_target", "schema": self.name},
+            "kafka": {"conn_id": "tideline_kafka", "topic_prefix": f"test.{self.name}", "partitions": partitions},
+            "spark": {"parallelism": parallelism},
+            "tables": tables,
+        }
+        path = self.dir / f"{self.name}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        cfg = load_pipeline(path)
+        if create_topics:
+            from confluent_kafka.admin import AdminClient, NewTopic
+            admin = AdminClient({"bootstrap.servers": self.stack.kafka_bootstrap()})
+            new = [cfg.topic(t.name) for t in cfg.tables]
+            for fut in admin.create_topics([NewTopic(t, partitions, 1) for t in new]).values():
+                fut.result(30)
+            self.topics += new
+        return cfg
+
+    def cleanup(self):
+        if self.topics:
+            from confluent_kafka.admin import AdminClient
+            admin = AdminClient({"bootstrap.servers": self.stack.kafka_bootstrap()})
+            for fut in admin.delete_topics(self.topics).values():
+                try:
+                    fut.result(30)
+                except Exception:
+                    pass
+
+
+@pytest.fixture
+def pipelines(stack, tmp_path, unique_name):
+    factory = Pipelines(stack, tmp_path, unique_name)
+    yield factory
+    factory.cleanup()
+    conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["target"]))
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'DROP SCHEMA IF EXISTS "{unique_name}" CASCADE')
+        cur.execute("DELETE FROM tideline.table_state WHERE pipeline = %s", (unique_name,)) \
+            if _has_state(cur) else None
+    conn.close()
+
+
+def _has_state(cur) -> bool:
+    cur.execute("SELECT to_regclass('tideline.table_state') IS NOT NULL")
+    return cur.fetchone()[0]

@@ -1,0 +1,306 @@
+"""Full load against the real PostgreSQL, Kafka and Spark: fidelity, consistency, atomicity, failure."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psycopg2
+import pytest
+from confluent_kafka import Producer
+
+import stackctl
+from dbcompare import rows_as_text, table_digest
+from tideline import state
+from tideline.core.errors import ConfigError, SourceError
+from tideline.full_load import FullLoad
+
+pytestmark = pytest.mark.integration
+
+ROOT = stackctl.ROOT
+
+
+def drop_source(source_db, *tables):
+    with source_db.cursor() as cur:
+        for t in tables:
+            cur.execute(f'DROP TABLE IF EXISTS public."{t}" CASCADE')
+
+
+def test_every_type_loads_equal_value_by_value(spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_types"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TYPE {t}_mood AS ENUM ('ok', 'sad')")
+        cur.execute(f"""CREATE TABLE public.{t} (
+            id bigint PRIMARY KEY, n_exact numeric(38,10), n_free numeric, money_eur numeric(12,2),
+            f4 real, f8 double precision, small smallint, flag boolean,
+            ts timestamp, tstz timestamptz, d date, tm time, tmtz time with time zone, iv interval,
+            j json, jb jsonb, u uuid, b bytea, tags text[], ints integer[], vc varchar(20), ch char(3),
+            big text, mood {t}_mood)""")
+        cur.execute(f"""INSERT INTO public.{t} VALUES
+            (1, 1234567890123456789012345678.0123456789, 1e-30 + 123456789012345678901234567890.5,
+             -0.01, 3.4028235e38, 'NaN', -32768, true,
+             '2024-02-29 23:59:59.999999', '1999-12-31 23:59:59.123456+14', '0001-01-01', '24:00:00',
+             '12:00+05:30', '1 year 2 mons -3 days 04:05:06.789', '{{"a": [1, 2.50, null]}}',
+             '{{"ß": "Zoë \\\\ \\"quoted\\" \\t tab", "n": 1.000}}', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
+             '\\x00015c0a0d09ff', ARRAY['a,b', 'c"d', NULL, 'back\\slash', 'line
+break'], ARRAY[1, NULL, -3], 'Grüße, 李', 'ab', repeat('x€', 1000000), 'sad'),
+            (2, NULL, NULL, NULL, '-Infinity', 'Infinity', NULL, false, NULL, NULL, NULL, NULL, NULL, NULL,
+             NULL, 'null', NULL, '\\x', '{{}}', '{{}}', '', NULL, '', NULL),
+            (3, 0, 0, 0, 0, -0.0, 0, NULL, '1970-01-01', '1970-01-01 00:00:00+00', '2262-04-11', '00:00',
+             '00:00-12', '0', '[]', '[]', '00000000-0000-0000-0000-000000000000', NULL, ARRAY[NULL]::text[],
+             NULL, 'tab	and
+newline\\N', '   ', '\\N', 'ok')""")
+    try:
+        cfg = pipelines.make([{"name": t}])
+        [result] = FullLoad(cfg, spark).run([t])
+        assert result.rows == 3
+        assert rows_as_text(target_db, unique_name, t) == rows_as_text(source_db, "public", t)
+        # every column has the source's exact type (enums become text: the type is not in the target)
+        q = ("SELECT attname, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute "
+             "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum")
+        with source_db.cursor() as s, target_db.cursor() as g:
+            s.execute(q, (f"public.{t}",))
+            g.execute(q, (f"{unique_name}.{t}",))
+            expected = [(n, "text" if n == "mood" else typ, nn) for n, typ, nn in s.fetchall()]
+            assert g.fetchall() == expected
+            g.execute("SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+                      (f"{unique_name}.{t}",))
+            assert g.fetchone()[0] == f"{t}_pkey"
+    finally:
+        drop_source(source_db, t)
+        with source_db.cursor() as cur:
+            cur.execute(f"DROP TYPE IF EXISTS {t}_mood")
+
+
+def test_composite_text_key_and_keyless_table(spark, source_db, target_db, pipelines, unique_name):
+    keyed, keyless = f"{unique_name}_ck", f"{unique_name}_nokey"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{keyed} (region text, day date, seq int, v text, PRIMARY KEY (region, day, seq))")
+        cur.execute(f"INSERT INTO public.{keyed} SELECT r, date '2024-01-01' + (g % 50), g, md5(g::text) "
+                    f"FROM generate_series(1, 20000) g, unnest(ARRAY['north', 'süd', 'O''Hare', 'zz']) r")
+        cur.execute(f"CREATE TABLE public.{keyless} (a int, b text)")
+        cur.execute(f"INSERT INTO public.{keyless} SELECT g % 100, 'dup' FROM generate_series(1, 30000) g")
+    try:
+        cfg = pipelines.make([{"name": keyed, "primary_key": ["region", "day", "seq"]}, {"name": keyless}])
+        results = FullLoad(cfg, spark).run([keyed, keyless])
+        assert [r.rows for r in results] == [80000, 30000]
+        assert [r.partitions for r in results] == [4, 4]
+        order = "region, day, seq"
+        assert table_digest(target_db, unique_name, keyed, order) == table_digest(source_db, "public", keyed, order)
+        assert table_digest(target_db, unique_name, keyless, "t::text") == \
+            table_digest(source_db, "public", keyless, "t::text")
+    finally:
+        drop_source(source_db, keyed, keyless)
+
+
+def transfer_worker(dsn: str, table: str, n_accounts: int, stop: threading.Event, done: list, errors: list):
+    """Moves money between random accounts, one transaction per transfer: the total never changes."""
+    import random
+    conn = psycopg2.connect(dsn)
+    rng = random.Random(7)
+    try:
+        while not stop.is_set():
+            a, b = rng.randrange(1, n_accounts + 1), rng.randrange(1, n_accounts + 1)
+            amount = rng.randint(1, 500)
+            with conn, conn.cursor() as cur:
+                cur.execute(f"UPDATE {table} SET balance = balance - %s WHERE id = %s", (amount, a))
+                cur.execute(f"UPDATE {table} SET balance = balance + %s WHERE id = %s", (amount, b))
+            done.append(1)
+    except Exception as exc:  # surfaced by the test
+        errors.append(exc)
+    finally:
+        conn.close()
+
+
+def test_snapshot_is_consistent_under_concurrent_transfers(spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_acct"
+    n = 400_000
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, owner text, balance numeric(14,2) NOT NULL)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, 'owner ' || g, 1000 FROM generate_series(1, {n}) g")
+        cur.execute(f"ANALYZE public.{t}")
+    invariant = n * 1000
+    stop, done, errors = threading.Event(), [], []
+    workers = [threading.Thread(target=transfer_worker,
+                                args=(stackctl.pg_url(stackctl.DATABASES["source"]), f"public.{t}", n, stop, done,
+                                      errors)) for _ in range(2)]
+    try:
+        cfg = pipelines.make([{"name": t}])
+        for w in workers:
+            w.start()
+        time.sleep(0.5)
+        before = len(done)
+        [result] = FullLoad(cfg, spark).run([t])
+        during = len(done) - before
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+    try:
+        assert not errors, errors
+        assert during > 50, f"only {during} transfers ran during the load; the test proves nothing"
+        assert result.rows == n
+        with target_db.cursor() as cur:
+            cur.execute(f'SELECT sum(balance), count(*) FROM "{unique_name}".{t}')
+            total, count = cur.fetchone()
+        assert count == n
+        assert total == invariant, f"loaded total {total} != invariant {invariant}: snapshot not consistent"
+    finally:
+        drop_source(source_db, t)
+
+
+def test_reload_swaps_atomically_for_readers(spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_swap"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, v text)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, repeat('v', 50) FROM generate_series(1, 50000) g")
+    try:
+        cfg = pipelines.make([{"name": t}])
+        FullLoad(cfg, spark).run([t])
+        with source_db.cursor() as cur:
+            cur.execute(f"INSERT INTO public.{t} SELECT g, 'new' FROM generate_series(50001, 120000) g")
+        seen, errors, stop = set(), [], threading.Event()
+
+        def reader():
+            conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["target"]))
+            conn.autocommit = True
+            try:
+                while not stop.is_set():
+                    try:
+                        with conn.cursor() as cur:
+                            cur.execute(f'SELECT count(*) FROM "{unique_name}".{t}')
+                            seen.add(cur.fetchone()[0])
+                    except psycopg2.Error as exc:
+                        errors.append(str(exc))
+            finally:
+                conn.close()
+
+        readers = [threading.Thread(target=reader) for _ in range(2)]
+        for r in readers:
+            r.start()
+        try:
+            FullLoad(cfg, spark).run([t])
+            time.sleep(0.3)
+        finally:
+            stop.set()
+            for r in readers:
+                r.join()
+        assert not errors, errors[:3]
+        assert seen == {50000, 120000}, f"readers saw row counts {sorted(seen)}"
+    finally:
+        drop_source(source_db, t)
+
+
+def test_recorded_offsets_are_the_topic_end_offsets(spark, source_db, target_db, pipelines, unique_name, stack):
+    t = f"{unique_name}_off"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY)")
+        cur.execute(f"INSERT INTO public.{t} SELECT generate_series(1, 10)")
+    try:
+        cfg = pipelines.make([{"name": t}], partitions=3)
+        producer = Producer({"bootstrap.servers": stack.kafka_bootstrap(), "acks": "all"})
+        counts = {0: 5, 1: 0, 2: 12}
+        for p, c in counts.items():
+            for i in range(c):
+                producer.produce(cfg.topic(t), key=str(i), value="x", partition=p)
+        producer.flush(30)
+        [result] = FullLoad(cfg, spark).run([t])
+        assert result.offsets == counts
+        st = state.get(target_db, cfg.name, t)
+        assert st.phase == "streaming" and st.resume_offsets == counts and st.snapshot_rows == 10
+        assert st.topic == cfg.topic(t)
+        with target_db.cursor() as cur:
+            cur.execute("SELECT kind, outcome, rows FROM tideline.runs WHERE pipeline = %s", (cfg.name,))
+            assert cur.fetchall() == [("full_load", "succeeded", 10)]
+    finally:
+        drop_source(source_db, t)
+
+
+def test_killed_load_leaves_target_and_state_unchanged_and_rerun_succeeds(
+        stack, spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_kill"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, v text, n numeric(10,2))")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, md5(g::text), g / 7.0 FROM generate_series(1, 1000) g")
+    try:
+        cfg = pipelines.make([{"name": t}], parallelism=8)
+        FullLoad(cfg, spark).run([t])
+        before_rows = table_digest(target_db, unique_name, t, "id")
+        before_state = state.get(target_db, cfg.name, t).raw
+        with source_db.cursor() as cur:
+            cur.execute(f"INSERT INTO public.{t} SELECT g, repeat(md5(g::text), 8), g / 7.0 "
+                        f"FROM generate_series(1001, 1500000) g")
+        env = dict(os.environ, TIDELINE_PIPELINES=str(pipelines.dir))
+        proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
+                                 "--jars", os.environ["TIDELINE_SPARK_JARS"],
+                                 str(ROOT / "spark_jobs" / "full_load.py"), "--pipeline", cfg.name],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        copied = 0
+        deadline = time.time() + 180
+        with target_db.cursor() as cur:
+            while time.time() < deadline and proc.poll() is None:
+                cur.execute("SELECT coalesce(sum(tuples_processed), 0) FROM pg_stat_progress_copy")
+                copied = cur.fetchone()[0]
+                if copied > 50_000:
+                    break
+                time.sleep(0.1)
+        assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        assert copied > 50_000
+        assert table_digest(target_db, unique_name, t, "id") == before_rows
+        after_state = state.get(target_db, cfg.name, t).raw
+        for key in ("phase", "resume_offsets", "snapshot_id", "snapshot_rows", "last_batch_id"):
+            assert after_state[key] == before_state[key], key
+        # the rerun cleans up after the killed one and lands everything
+        [result] = FullLoad(cfg, spark).run([t])
+        assert result.rows == 1_500_000
+        assert table_digest(target_db, unique_name, t, "id") == table_digest(source_db, "public", t, "id")
+        with target_db.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename LIKE '%%shadow'",
+                        (unique_name,))
+            assert cur.fetchone()[0] == 0
+    finally:
+        drop_source(source_db, t)
+
+
+def test_bad_input_gets_errors_that_name_it(spark, source_db, target_db, pipelines, unique_name, stack):
+    keyless, hidden, no_topic = f"{unique_name}_nk", f"{unique_name}_hidden", f"{unique_name}_nt"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{keyless} (a int)")
+    admin = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"], stackctl.PG_SUPERUSER,
+                                             stackctl.PG_SUPERPASS))
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{hidden} (id int PRIMARY KEY)")
+    try:
+        cfg = pipelines.make([{"name": keyless, "primary_key": ["a"]}, {"name": hidden}])
+        with pytest.raises(ConfigError, match="no table 'nope'"):
+            FullLoad(cfg, spark).run(["nope"])
+        with pytest.raises(SourceError, match=rf"{keyless}.*primary_key \['a'\].*no primary key"):
+            FullLoad(cfg, spark).run([keyless])
+        with pytest.raises(SourceError, match=rf"{hidden}.*no SELECT privilege.*GRANT SELECT"):
+            FullLoad(cfg, spark).run([hidden])
+        with source_db.cursor() as cur:
+            cur.execute(f"CREATE TABLE public.{no_topic} (id int PRIMARY KEY)")
+        missing_topic = pipelines.make([{"name": no_topic}], create_topics=False)
+        with pytest.raises(SourceError, match=rf"topic '{missing_topic.topic(no_topic)}'.*does not exist"):
+            FullLoad(missing_topic, spark).run([no_topic])
+        # the failed run is in the history and the state names the error; no shadow is left behind
+        st = state.get(target_db, missing_topic.name, no_topic)
+        assert "does not exist" in st.last_error and st.phase == "new"
+        with target_db.cursor() as cur:
+            cur.execute("SELECT outcome, detail FROM tideline.runs WHERE pipeline = %s AND table_name = %s",
+                        (missing_topic.name, no_topic))
+            outcome, detail = cur.fetchone()
+            assert outcome == "failed" and "does not exist" in detail
+            cur.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s", (unique_name,))
+            assert cur.fetchone()[0] == 0
+    finally:
+        drop_source(source_db, keyless, no_topic)
+        with admin.cursor() as cur:
+            cur.execute(f"DROP TABLE public.{hidden}")
+        admin.close()
