@@ -83,14 +83,16 @@ def make_copy_writer(target_dsn: str, copy_sql: str, escape: list[bool], label: 
                     if stream.error is not None:  # reading the source failed, not the COPY
                         raise stream.error
                     raise
+                copied = cur.rowcount  # PostgreSQL's own count of the rows COPY stored
         finally:
             conn.close()
         secs = time.monotonic() - started
-        print(f"[tideline] {label} partition {part}: {stream.rows:,} rows, {stream.bytes / 1e6:.1f} MB "
+        print(f"[tideline] {time.strftime('%H:%M:%S')} {label} partition {part}: {stream.rows:,} rows, {stream.bytes / 1e6:.1f} MB "
               f"in {secs:.1f}s ({stream.rows / secs if secs else 0:,.0f} rows/s)", file=sys.stderr, flush=True)
         yield pa.RecordBatch.from_arrays(
-            [pa.array([part], pa.int32()), pa.array([stream.rows], pa.int64()), pa.array([secs], pa.float64())],
-            names=["partition", "rows", "seconds"])
+            [pa.array([part], pa.int32()), pa.array([stream.rows], pa.int64()), pa.array([copied], pa.int64()),
+             pa.array([secs], pa.float64())],
+            names=["partition", "rows", "copied", "seconds"])
 
     return write
 
@@ -175,18 +177,16 @@ class FullLoad:
             self._create_shadow(tgt, shape, shadow)
             figures = self._copy_partitions(src, shape, shadow, snapshot_id, rendered, label, started)
             src.rollback()  # the snapshot may close now: every partition has read
-            landed = sum(f["rows"] for f in figures)
-            # 4. verify and swap, with the state, in one target transaction
-            self._finish_shadow(tgt, shape, shadow, epoch)
-            with tgt.cursor() as cur:
-                cur.execute(sql.SQL("SELECT count(*) FROM {}.{}").format(
-                    sql.Identifier(cfg.target.schema_), sql.Identifier(shadow)))
-                in_shadow = cur.fetchone()[0]
-            tgt.commit()
-            if not (snapshot_rows == landed == in_shadow):
+            copy_secs = time.monotonic() - started
+            read = sum(f["rows"] for f in figures)
+            landed = sum(f["copied"] for f in figures)
+            if not (snapshot_rows == read == landed):
                 raise LoadVerificationError(
-                    f"{label}: the snapshot holds {snapshot_rows:,} rows but {landed:,} were written and "
-                    f"{in_shadow:,} are in the shadow table; nothing was swapped in. Rerun the full load.")
+                    f"{label}: the snapshot holds {snapshot_rows:,} rows but {read:,} were read and "
+                    f"{landed:,} stored by COPY; nothing was swapped in. Rerun the full load.")
+            # 4. key (rejects duplicates), then swap with the state in one target transaction
+            self._finish_shadow(tgt, shape, shadow, epoch)
+            tgt.commit()
             with tgt, tgt.cursor() as cur:
                 state.check_epoch(cur, cfg.name, table, epoch)
                 self._swap(cur, shape, shadow)
@@ -195,10 +195,12 @@ class FullLoad:
                                        snapshot_xmin=snapshot_xmin, rows=snapshot_rows)
                 secs = time.monotonic() - started
                 state.run_end(cur, run_id, "succeeded", snapshot_rows,
-                              f"{len(rendered)} partitions, {secs:.1f}s, resume offsets {offsets}")
+                              f"{len(rendered)} partitions, {secs:.1f}s (read+copy {copy_secs:.1f}s), "
+                              f"resume offsets {offsets}")
             result = LoadResult(table, snapshot_rows, secs, len(rendered), epoch, offsets)
-            log.info("%s: loaded %s rows in %.1fs (%s rows/s); live table swapped; stream resumes from %s",
-                     label, f"{result.rows:,}", secs, f"{result.rows_per_s:,.0f}", offsets)
+            log.info("%s: loaded %s rows in %.1fs (%s rows/s; read+copy %.1fs); live table swapped; "
+                     "stream resumes from %s", label, f"{result.rows:,}", secs, f"{result.rows_per_s:,.0f}",
+                     copy_secs, offsets)
             return result
         except BaseException as exc:
             self._fail(tgt, table, shadow, run_id, exc)
@@ -266,8 +268,9 @@ class FullLoad:
         writer = make_copy_writer(self.target.postgres_dsn(), copy_sql, shape.escape_flags, label)
         progress = _Progress(self.spark, label, len(predicates), started)
         progress.start()
+        log.info("%s: copying %d partitions into %s.%s", label, len(predicates), self.cfg.target.schema_, shadow)
         try:
-            rows = df.mapInArrow(writer, "partition int, rows long, seconds double").collect()
+            rows = df.mapInArrow(writer, "partition int, rows long, copied long, seconds double").collect()
         finally:
             progress.stop()
         return [r.asDict() for r in rows]
@@ -276,6 +279,7 @@ class FullLoad:
         """Key and statistics for the shadow before it goes live; the key also rejects duplicates."""
         schema = self.cfg.target.schema_
         with tgt.cursor() as cur:
+            cur.execute("SET LOCAL maintenance_work_mem = '512MB'")
             if shape.primary_key:
                 cur.execute(sql.SQL("ALTER TABLE {}.{} ADD CONSTRAINT {} PRIMARY KEY ({})").format(
                     sql.Identifier(schema), sql.Identifier(shadow),

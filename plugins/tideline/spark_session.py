@@ -26,6 +26,7 @@ def get_session(app_name: str, master: str | None = None, conf: dict[str, str] |
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.memory": "2g",
         "spark.sql.ansi.enabled": "true",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
     }
     for key, value in {**defaults, **(conf or {})}.items():
         if under_submit and key.startswith("spark.driver.") and key != "spark.driver.host":

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 _PLAIN_TYPES = ("smallint", "integer", "bigint", "numeric", "real", "double precision", "boolean",
                 "date", "time", "timestamp", "uuid", "interval", "oid", "money", "pg_lsn", "inet", "cidr",
                 "macaddr")
+_METACHARS = r"[\\\n\r\t]"
 _ESCAPES = (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"))
 
 
@@ -37,7 +38,7 @@ def batch_to_copy_text(batch: pa.RecordBatch, escape: list[bool]) -> pa.Buffer:
     for array, esc in zip(batch.columns, escape):
         if not pa.types.is_string(array.type) and not pa.types.is_large_string(array.type):
             array = array.cast(pa.string())
-        if esc:
+        if esc and pc.any(pc.match_substring_regex(array, _METACHARS)).as_py():
             for old, new in _ESCAPES:
                 array = pc.replace_substring(array, old, new)
         columns.append(pc.fill_null(array, "\\N"))

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Benchmark: the full load job end to end vs a plain COPY pipe of the same table, same run.
+
+    .venv/bin/python tests/bench/full_load.py [--rows 2000000]
+
+Source: 2,000,000 rows x 10 realistic columns (created once, reused). Tideline: spark-submit of
+spark_jobs/full_load.py (Spark start-up included). Baseline: `psql COPY ... TO STDOUT | psql COPY
+... FROM STDIN` into an empty target table with the same primary key. Last line:
+RESULT full_load_rows_per_s=<n> copy_pipe_rows_per_s=<n> ratio=<full_load/copy_pipe> peak_rss_mb=<n>
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from contextlib import closing
+import time
+from pathlib import Path
+
+import psutil
+import psycopg2
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "stack"))
+import stackctl  # noqa: E402
+
+TABLE = "bench_orders"
+PIPELINE = "bench"
+SCHEMA_SQL = f"""
+CREATE TABLE {TABLE} (
+    id bigint PRIMARY KEY, customer_id bigint NOT NULL, status text NOT NULL, total numeric(12,2) NOT NULL,
+    currency char(3) NOT NULL, placed_at timestamptz NOT NULL, delivery_on date, note text,
+    attrs jsonb, external_id uuid NOT NULL)"""
+FILL_SQL = """
+INSERT INTO bench_orders
+SELECT g, (g * 7919) % 100000, (ARRAY['new','paid','shipped','cancelled'])[1 + g % 4],
+       round((g % 100000) / 7.0, 2), 'EUR', timestamptz '2024-01-01' + g * interval '13 seconds',
+       CASE WHEN g % 5 = 0 THEN NULL ELSE date '2024-01-01' + (g % 400)::int END,
+       CASE WHEN g % 3 = 0 THEN NULL ELSE 'Lieferung an Zoë Müller, Straße ' || g END,
+       jsonb_build_object('src', 'web', 'n', g % 10, 'tags', jsonb_build_array('a', g % 7)),
+       md5(g::text)::uuid
+  FROM generate_series(1::bigint, {rows}) g"""
+
+
+def pg(db: str):
+    conn = psycopg2.connect(stackctl.pg_url(db))
+    conn.autocommit = True
+    return conn
+
+
+def ensure_source(rows: int) -> None:
+    with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+        cur.execute("SELECT to_regclass(%s) IS NOT NULL", (TABLE,))
+        if cur.fetchone()[0]:
+            cur.execute(f"SELECT count(*) FROM {TABLE}")
+            if cur.fetchone()[0] == rows:
+                return
+            cur.execute(f"DROP TABLE {TABLE}")
+        print(f"[bench] creating source table {TABLE} with {rows:,} rows ...", flush=True)
+        cur.execute(SCHEMA_SQL)
+        cur.execute(FILL_SQL.format(rows=rows))
+        cur.execute(f"VACUUM ANALYZE {TABLE}")
+
+
+class PeakRss(threading.Thread):
+    """Peak resident memory of a process tree, sampled every 100 ms."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.root, self.peak, self.done = psutil.Process(pid), 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+                self.peak = max(self.peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+            except psutil.Error:
+                pass
+            time.sleep(0.1)
+
+
+def run_full_load(pipelines: Path, env: dict) -> tuple[float, float]:
+    started = time.monotonic()
+    proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
+                             "--driver-memory", "2g", "--jars", env["TIDELINE_SPARK_JARS"],
+                             "--driver-java-options", f"-Dlog4j2.configurationFile={ROOT / 'spark_jobs' / 'log4j2.properties'}",
+                             str(ROOT / "spark_jobs" / "full_load.py"), "--pipeline", PIPELINE,
+                             "--pipelines-dir", str(pipelines)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rss = PeakRss(proc.pid)
+    rss.start()
+    out, _ = proc.communicate()
+    rss.done.set()
+    secs = time.monotonic() - started
+    for line in out.splitlines():
+        if "[tideline]" in line or "tideline.full_load" in line:
+            print("   ", line.strip()[-160:])
+    if proc.returncode != 0:
+        print(out[-4000:])
+        raise SystemExit(f"full load failed with exit status {proc.returncode}")
+    return secs, rss.peak / 1e6
+
+
+def run_copy_pipe() -> float:
+    with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
+        cur.execute("CREATE SCHEMA IF NOT EXISTS bench_pipe")
+        cur.execute(f"DROP TABLE IF EXISTS bench_pipe.{TABLE}")
+        cur.execute(SCHEMA_SQL.replace(f"CREATE TABLE {TABLE}", f"CREATE TABLE bench_pipe.{TABLE}"))
+    src = stackctl.pg_url(stackctl.DATABASES["source"])
+    tgt = stackctl.pg_url(stackctl.DATABASES["target"])
+    started = time.monotonic()
+    subprocess.run(f'psql "{src}" -qc "COPY {TABLE} TO STDOUT" | psql "{tgt}" -qc "COPY bench_pipe.{TABLE} FROM STDIN"',
+                   shell=True, check=True)
+    secs = time.monotonic() - started
+    with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP SCHEMA bench_pipe CASCADE")
+    return secs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--parallelism", type=int, default=4)
+    args = ap.parse_args()
+    env = stackctl.full_env()
+    ensure_source(args.rows)
+    from confluent_kafka.admin import AdminClient, NewTopic
+    topic = f"bench.public.{TABLE}"
+    admin = AdminClient({"bootstrap.servers": stackctl.kafka_bootstrap()})
+    for fut in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        try:
+            fut.result(30)
+        except Exception as exc:  # already there from an earlier run
+            if "already exists" not in str(exc):
+                raise
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / f"{PIPELINE}.yaml").write_text(yaml.safe_dump({
+            "name": PIPELINE, "source": {"conn_id": "tideline_source"},
+            "target": {"conn_id": "tideline_target", "schema": "bench"},
+            "kafka": {"topic_prefix": "bench"}, "spark": {"parallelism": args.parallelism},
+            "tables": [{"name": TABLE}]}))
+        print(f"[bench] full load job of {args.rows:,} rows (spark-submit, local[2], {args.parallelism} partitions)",
+              flush=True)
+        fl_secs, peak_mb = run_full_load(Path(tmp), env)
+    print(f"[bench] full load: {fl_secs:.1f}s end to end, peak RSS {peak_mb:.0f} MB", flush=True)
+    print("[bench] baseline: psql COPY TO STDOUT | psql COPY FROM STDIN", flush=True)
+    pipe_secs = run_copy_pipe()
+    print(f"[bench] copy pipe: {pipe_secs:.1f}s", flush=True)
+    fl_rate, pipe_rate = args.rows / fl_secs, args.rows / pipe_secs
+    print(f"RESULT full_load_rows_per_s={fl_rate:.0f} copy_pipe_rows_per_s={pipe_rate:.0f} "
+          f"ratio={fl_rate / pipe_rate:.2f} peak_rss_mb={peak_mb:.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
