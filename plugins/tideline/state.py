@@ -110,3 +110,30 @@ def finish_full_load(cur, *, pipeline: str, table: str, epoch: int, topic: str, 
         "snapshot_id": snapshot_id, "snapshot_at": snapshot_at, "snapshot_xmin": snapshot_xmin, "rows": rows})
     if cur.rowcount != 1:
         raise FencedError(f"{pipeline}.{table}: state row changed epoch during the swap; nothing was committed")
+
+
+def set_phase(conn, pipeline: str, table: str, phase: str, error: str) -> None:
+    """In its own transaction: the table's new phase and why (needs_resnapshot, halted)."""
+    with conn, conn.cursor() as cur:
+        cur.execute(sqlfiles.load("state/set_phase"),
+                    {"pipeline": pipeline, "table": table, "phase": phase, "error": error[:4000]})
+
+
+def advance_stream(cur, *, pipeline: str, table: str, epoch: int, offsets: dict[int, int], batch_id: int) -> None:
+    cur.execute(sqlfiles.load("state/advance_stream"), {
+        "pipeline": pipeline, "table": table, "epoch": epoch, "batch_id": batch_id,
+        "offsets": json.dumps({str(p): o for p, o in sorted(offsets.items())})})
+    if cur.rowcount != 1:
+        raise FencedError(f"{pipeline}.{table}: the state row changed epoch during the batch; nothing committed")
+
+
+def next_batch_id(cur, pipeline: str) -> int:
+    cur.execute("SELECT coalesce(max(batch_id), 0) + 1 FROM tideline.batches WHERE pipeline = %s", (pipeline,))
+    return cur.fetchone()[0]
+
+
+def commit_batch(cur, **values) -> None:
+    values = dict(values)
+    values["start"] = json.dumps(values["start"])
+    values["end"] = json.dumps(values["end"])
+    cur.execute(sqlfiles.load("state/commit_batch"), values)

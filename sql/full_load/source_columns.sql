@@ -8,8 +8,11 @@ SELECT a.attname                                         AS name,
        a.attnotnull                                      AS not_null,
        CASE WHEN t.typtype IN ('d', 'e') OR et.typtype = 'e' THEN 'pg_catalog'
             ELSE tn.nspname END                          AS type_schema,
-       t.typcategory                                     AS category
+       t.typcategory                                     AS category,
+       pg_get_expr(d.adbin, d.adrelid)                   AS default_expr,
+       a.atthasmissing                                   AS has_missing
   FROM pg_attribute a
+  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
   JOIN pg_type t       ON t.oid = a.atttypid
   JOIN pg_namespace tn ON tn.oid = t.typnamespace
   LEFT JOIN pg_type et ON et.oid = t.typelem AND t.typcategory = 'A'

@@ -65,6 +65,13 @@ class SparkSettings(_Model):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+class StreamSettings(_Model):
+    max_offsets_per_trigger: int = Field(default=200_000, ge=100, description="events per batch at most")
+    trigger_interval_s: float = Field(default=1.0, ge=0.1, le=3600)
+    on_bad_message: Literal["stop", "dead_letter"] = Field(
+        default="stop", description="stop: halt with topic/partition/offset; dead_letter: record it and go on")
+
+
 class TableConfig(_Model):
     name: str
     primary_key: list[str] | None = Field(
@@ -106,6 +113,7 @@ class PipelineConfig(_Model):
     kafka: KafkaSettings
     connect: ConnectSettings = Field(default_factory=ConnectSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
+    stream: StreamSettings = Field(default_factory=StreamSettings)
     tables: list[TableConfig] = Field(min_length=1)
 
     @field_validator("name")

@@ -41,8 +41,16 @@ class FencedError(TerminalError):
     """This run's fencing epoch is stale: a newer run owns the table; this one must stop."""
 
 
-class DataLossError(TerminalError):
-    """Kafka no longer holds an offset the stream must resume from; a re-snapshot is required."""
+class ResnapshotRequired(TerminalError):
+    """The target can only be brought in line by a new full load of the table (the DAG does it)."""
+
+
+class DataLossError(ResnapshotRequired):
+    """Kafka no longer holds an offset the stream must resume from."""
+
+
+class BadMessageError(TerminalError):
+    """A change event cannot be parsed or applied; the message names topic, partition and offset."""
 
 
 class LoadVerificationError(TerminalError):
@@ -54,13 +62,17 @@ EXIT_OK = 0
 EXIT_FAILED = 1          # unexpected failure; retrying may help
 EXIT_CONFIG = 2          # bad config, params, source or target setup: a person must fix it
 EXIT_FENCED = 3          # a newer run owns the table; this run committed nothing
-EXIT_DATA_LOSS = 4       # Kafka lost offsets the stream needs: re-snapshot (the DAG does it by itself)
+EXIT_RESNAPSHOT = 4      # Kafka lost offsets the stream needs, or the source changed in a way only a
+                         # reload can follow: the table is 'needs_resnapshot' (the DAG reloads it by itself)
 EXIT_VERIFICATION = 5    # loaded rows did not match the snapshot; nothing was swapped in
+EXIT_HALTED = 6          # a schema change or bad message stopped the pipeline: a person must act
 
 
 def exit_code(exc: BaseException) -> int:
-    for cls, code in ((FencedError, EXIT_FENCED), (DataLossError, EXIT_DATA_LOSS),
-                      (LoadVerificationError, EXIT_VERIFICATION), (TerminalError, EXIT_CONFIG)):
+    from tideline.core.schema_drift import SchemaChangeError
+    for cls, code in ((FencedError, EXIT_FENCED), (ResnapshotRequired, EXIT_RESNAPSHOT),
+                      (LoadVerificationError, EXIT_VERIFICATION), (SchemaChangeError, EXIT_HALTED),
+                      (BadMessageError, EXIT_HALTED), (TerminalError, EXIT_CONFIG)):
         if isinstance(exc, cls):
             return code
     return EXIT_FAILED

@@ -20,6 +20,8 @@ class Column:
     name: str
     type: str  # exact type text, e.g. numeric(12,2), timestamp with time zone, text[]
     not_null: bool
+    default: str | None = None   # the source's default expression, if any
+    has_missing: bool = False    # PostgreSQL filled existing rows with a constant default (no rewrite)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,145 @@
+"""Capture setup: the pipeline's topics and its Debezium connector on Kafka Connect.
+
+`ensure_capture` is what the DAG's first task runs: topics exist with the pipeline's settings,
+the connector runs with the generated config, and its replication slot exists on the source —
+all before any snapshot starts, so no change can fall between snapshot and stream.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import psycopg2
+import requests
+from confluent_kafka.admin import NewTopic
+
+from tideline.core.config import PipelineConfig
+from tideline.core.connections import Conn
+from tideline.core.debezium import connector_config, connector_name
+from tideline.core.errors import SourceError, TerminalError, TransientError
+from tideline.kafka_offsets import admin_client
+
+log = logging.getLogger("tideline.connector")
+
+
+class ConnectError(TerminalError):
+    """Kafka Connect refused or failed the connector; the message carries Connect's own words."""
+
+
+def ensure_topics(cfg: PipelineConfig, bootstrap: str) -> list[str]:
+    """Creates missing change topics with the pipeline's partitions, replication and retention."""
+    admin = admin_client(bootstrap)
+    wanted = [cfg.topic(t.name) for t in cfg.tables if t.mode == "cdc"]
+    existing = admin.list_topics(timeout=15).topics
+    topic_config = {"retention.ms": str(cfg.kafka.retention_ms), "cleanup.policy": "delete",
+                    "min.insync.replicas": str(min(2, cfg.kafka.replication_factor)),
+                    "unclean.leader.election.enable": "false"}
+    new = [NewTopic(t, cfg.kafka.partitions, cfg.kafka.replication_factor, config=topic_config)
+           for t in wanted if t not in existing]
+    for topic, fut in (admin.create_topics(new).items() if new else []):
+        try:
+            fut.result(30)
+            log.info("created topic %s (%d partitions, replication %d, retention %d ms)", topic,
+                     cfg.kafka.partitions, cfg.kafka.replication_factor, cfg.kafka.retention_ms)
+        except Exception as exc:
+            if "already exists" not in str(exc):
+                raise SourceError(f"creating Kafka topic {topic!r} failed: {exc}") from None
+    for t in wanted:
+        if t in existing and len(existing[t].partitions) != cfg.kafka.partitions:
+            log.warning("topic %s has %d partitions, the config says %d; Tideline does not change partition "
+                        "counts (it would break per-key order)", t, len(existing[t].partitions),
+                        cfg.kafka.partitions)
+    return wanted
+
+
+class ConnectClient:
+    def __init__(self, base_url: str, timeout: float = 30.0):
+        self.base = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, **kw):
+        try:
+            resp = requests.request(method, f"{self.base}{path}", timeout=self.timeout, **kw)
+        except requests.RequestException as exc:
+            raise TransientError(f"Kafka Connect at {self.base} is unreachable ({exc}). Is the worker running?") \
+                from None
+        if resp.status_code >= 400:
+            try:
+                message = resp.json().get("message", resp.text)
+            except ValueError:
+                message = resp.text
+            if resp.status_code == 404:
+                return None
+            raise ConnectError(f"Kafka Connect {method} {path} answered {resp.status_code}: {message}")
+        return resp.json() if resp.content else None
+
+    def put_config(self, name: str, config: dict) -> dict:
+        return self._call("PUT", f"/connectors/{name}/config", json=config)
+
+    def status(self, name: str) -> dict | None:
+        return self._call("GET", f"/connectors/{name}/status")
+
+    def restart(self, name: str) -> None:
+        self._call("POST", f"/connectors/{name}/restart?includeTasks=true&onlyFailed=true")
+
+    def delete(self, name: str) -> None:
+        self._call("DELETE", f"/connectors/{name}")
+
+
+def _failure_trace(status: dict) -> str | None:
+    if status["connector"]["state"] == "FAILED":
+        return status["connector"].get("trace", "(no trace)")
+    for task in status.get("tasks", []):
+        if task["state"] == "FAILED":
+            return task.get("trace", "(no trace)")
+    return None
+
+
+def ensure_connector(cfg: PipelineConfig, connect: Conn, source: Conn, timeout: float = 120.0) -> dict:
+    """Creates or updates the connector and waits until it and its task run and the slot exists."""
+    client = ConnectClient(connect.http_base_url())
+    name = connector_name(cfg)
+    client.put_config(name, connector_config(cfg, source))
+    deadline = time.time() + timeout
+    status, restarted = None, False
+    while time.time() < deadline:
+        status = client.status(name)
+        if status:
+            trace = _failure_trace(status)
+            if trace and not restarted:
+                log.warning("connector %s failed, restarting it once: %s", name, trace.splitlines()[0])
+                client.restart(name)
+                restarted = True
+            elif trace:
+                raise ConnectError(f"connector {name} failed on Kafka Connect:\n{trace[:3000]}")
+            elif status["connector"]["state"] == "RUNNING" and status.get("tasks") and \
+                    all(t["state"] == "RUNNING" for t in status["tasks"]):
+                break
+        time.sleep(1)
+    else:
+        raise TransientError(f"connector {name} did not reach RUNNING within {timeout:.0f}s; last status: {status}")
+    _wait_for_slot(cfg, source, deadline)
+    log.info("connector %s running; slot %s exists", name, cfg.slot_name)
+    return status
+
+
+def _wait_for_slot(cfg: PipelineConfig, source: Conn, deadline: float) -> None:
+    with psycopg2.connect(source.postgres_dsn()) as conn, conn.cursor() as cur:
+        while True:
+            cur.execute("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
+            row = cur.fetchone()
+            conn.rollback()
+            if row is not None:
+                if row[0] == "lost":
+                    raise SourceError(f"replication slot {cfg.slot_name} exists but its WAL is lost; changes were "
+                                      f"missed: drop the slot and run a full reload")
+                return
+            if time.time() > deadline:
+                raise TransientError(f"replication slot {cfg.slot_name} did not appear on the source; "
+                                     f"see the Kafka Connect log for the connector's errors")
+            time.sleep(0.5)
+
+
+def ensure_capture(cfg: PipelineConfig, kafka: Conn, connect: Conn, source: Conn) -> None:
+    ensure_topics(cfg, kafka.kafka_bootstrap)
+    ensure_connector(cfg, connect, source)

@@ -1,0 +1,85 @@
+"""Set-based SQL that applies one batch of compacted change events from the staging table.
+
+The staging table holds the last event per key: (tbl, op, key jsonb, after jsonb, part, off).
+Deletes use the message key; upserts use the row image. A column whose value Debezium did not
+have (unchanged TOAST) keeps the target's value; it can never overwrite it.
+"""
+from __future__ import annotations
+
+from psycopg2 import sql
+
+from tideline.core.debezium import may_be_unavailable, unavailable_test, value_expr
+from tideline.core.table_shape import Column
+
+STAGE = "tl_stage"
+
+CREATE_STAGE = sql.SQL(
+    "CREATE TEMP TABLE {} (tbl text NOT NULL, op \"char\" NOT NULL, key jsonb, after jsonb, "
+    "part int NOT NULL, off bigint NOT NULL) ON COMMIT DROP").format(sql.Identifier(STAGE))
+COPY_STAGE = sql.SQL("COPY {} (tbl, op, key, after, part, off) FROM STDIN").format(sql.Identifier(STAGE))
+
+
+def _field(doc: str, col: str) -> sql.Composable:
+    return sql.SQL("s.{}->>{}").format(sql.Identifier(doc), sql.Literal(col))
+
+
+def _key_match(columns: dict[str, Column], pk: list[str], doc: str) -> sql.Composable:
+    return sql.SQL(" AND ").join(
+        sql.SQL("t.{} = {}").format(sql.Identifier(k), value_expr(_field(doc, k), columns[k].type)) for k in pk)
+
+
+def _target(schema: str, table: str) -> sql.Composable:
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
+
+
+def delete_sql(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composed:
+    by_name = {c.name: c for c in columns}
+    return sql.SQL("DELETE FROM {t} AS t USING {stage} AS s WHERE s.tbl = {tbl} AND s.op = 'd' AND {match}").format(
+        t=_target(schema, table), stage=sql.Identifier(STAGE), tbl=sql.Literal(table),
+        match=_key_match(by_name, pk, "key"))
+
+
+def update_sql(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composed:
+    by_name = {c.name: c for c in columns}
+    sets = []
+    for c in columns:
+        if c.name in pk:
+            continue
+        raw = _field("after", c.name)
+        new = value_expr(raw, c.type)
+        if may_be_unavailable(c.type):
+            new = sql.SQL("CASE WHEN {test} THEN t.{col} ELSE {new} END").format(
+                test=unavailable_test(raw, c.type), col=sql.Identifier(c.name), new=new)
+        sets.append(sql.SQL("{} = {}").format(sql.Identifier(c.name), new))
+    if not sets:  # a table that is all key: nothing to update
+        return sql.SQL("SELECT 0 WHERE false")
+    return sql.SQL("UPDATE {t} AS t SET {sets} FROM {stage} AS s WHERE s.tbl = {tbl} AND s.op <> 'd' AND {match}").format(
+        t=_target(schema, table), sets=sql.SQL(", ").join(sets), stage=sql.Identifier(STAGE),
+        tbl=sql.Literal(table), match=_key_match(by_name, pk, "after"))
+
+
+def _missing(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composable:
+    by_name = {c.name: c for c in columns}
+    return sql.SQL("NOT EXISTS (SELECT 1 FROM {t} AS t WHERE {match})").format(
+        t=_target(schema, table), match=_key_match(by_name, pk, "after"))
+
+
+def insert_sql(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composed:
+    values = [value_expr(_field("after", c.name), c.type) for c in columns]
+    return sql.SQL("INSERT INTO {t} ({cols}) SELECT {vals} FROM {stage} AS s "
+                   "WHERE s.tbl = {tbl} AND s.op <> 'd' AND {missing}").format(
+        t=_target(schema, table), cols=sql.SQL(", ").join(sql.Identifier(c.name) for c in columns),
+        vals=sql.SQL(", ").join(values), stage=sql.Identifier(STAGE), tbl=sql.Literal(table),
+        missing=_missing(schema, table, columns, pk))
+
+
+def unavailable_on_insert_sql(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composed:
+    """Rows about to be inserted that carry a TOAST placeholder: the target lacks a row the source
+    has, so the value cannot be known. Returns (part, off, key) of the first few."""
+    tests = [unavailable_test(_field("after", c.name), c.type) for c in columns if may_be_unavailable(c.type)]
+    if not tests:
+        return sql.SQL("SELECT NULL::int, NULL::bigint, NULL::text WHERE false")
+    return sql.SQL("SELECT s.part, s.off, s.key::text FROM {stage} AS s WHERE s.tbl = {tbl} AND s.op <> 'd' "
+                   "AND ({tests}) AND {missing} LIMIT 5").format(
+        stage=sql.Identifier(STAGE), tbl=sql.Literal(table), tests=sql.SQL(" OR ").join(tests),
+        missing=_missing(schema, table, columns, pk))

@@ -1,0 +1,112 @@
+"""Debezium, from Tideline's side: the connector config it runs, and how each change-event value
+(JSON, with the representation modes set below) becomes a PostgreSQL value of the target column.
+
+The modes are chosen so every value is exact and PostgreSQL can parse it back: decimals as
+strings, times as ISO strings, binary as hex, intervals as ISO 8601.
+"""
+from __future__ import annotations
+
+import re
+
+from psycopg2 import sql
+
+from tideline.core.config import PipelineConfig
+from tideline.core.connections import Conn
+
+CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
+# Debezium's stand-in for an unchanged TOASTed column it did not receive (REPLICA IDENTITY DEFAULT).
+UNAVAILABLE = "__debezium_unavailable_value"
+UNAVAILABLE_HEX = UNAVAILABLE.encode().hex()
+
+
+def connector_name(cfg: PipelineConfig) -> str:
+    return f"tideline-{cfg.name}"
+
+
+def heartbeat_topic(cfg: PipelineConfig) -> str:
+    return f"__debezium-heartbeat.{cfg.kafka.topic_prefix}"
+
+
+def _regex_literal(name: str) -> str:
+    return re.escape(name)
+
+
+def connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]:
+    """The connector's config, generated from the pipeline (never written by hand)."""
+    schema = cfg.source.schema_
+    cdc_tables = [t.name for t in cfg.tables if t.mode == "cdc"]
+    return {
+        "connector.class": CONNECTOR_CLASS,
+        "tasks.max": "1",
+        "plugin.name": "pgoutput",
+        "database.hostname": source.host or "localhost",
+        "database.port": str(source.port or 5432),
+        "database.user": source.login or "",
+        "database.password": source.password or "",
+        "database.dbname": source.schema or "",
+        "topic.prefix": cfg.kafka.topic_prefix,
+        "slot.name": cfg.slot_name,
+        "publication.name": cfg.publication_name,
+        "publication.autocreate.mode": "filtered",
+        "table.include.list": ",".join(f"{_regex_literal(schema)}\\.{_regex_literal(t)}" for t in cdc_tables),
+        # Spark does the snapshot; the connector only streams from its slot's position.
+        "snapshot.mode": "no_data",
+        # Truncates are captured so the apply can stop loudly instead of silently diverging.
+        "skipped.operations": "none",
+        "tombstones.on.delete": "true",
+        # Exact, PostgreSQL-parseable representations.
+        "decimal.handling.mode": "string",
+        "time.precision.mode": "isostring",
+        "binary.handling.mode": "hex",
+        "interval.handling.mode": "string",
+        "hstore.handling.mode": "json",
+        "include.unknown.datatypes": "false",
+        # Idle tables must not pin WAL on the source: heartbeats confirm the slot's position.
+        "heartbeat.interval.ms": "10000",
+        "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "key.converter.schemas.enable": "false",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter.schemas.enable": "false",
+        # No loss on the producer side.
+        "producer.override.acks": "all",
+        "producer.override.enable.idempotence": "true",
+        "producer.override.max.in.flight.requests.per.connection": "5",
+        "errors.tolerance": "none",
+        # Topics Tideline did not pre-create (heartbeats) get the pipeline's settings.
+        "topic.creation.default.partitions": "1",
+        "topic.creation.default.replication.factor": str(cfg.kafka.replication_factor),
+        "topic.creation.default.cleanup.policy": "delete",
+        "topic.creation.default.retention.ms": str(cfg.kafka.retention_ms),
+    }
+
+
+# ----------------------------------------------------------------------------- values
+
+def value_expr(raw: sql.Composable, pg_type: str) -> sql.Composable:
+    """SQL turning a change event's JSON-extracted text (`raw`, e.g. after->>'col') into the
+    target column's type. NULL stays NULL."""
+    if pg_type.endswith("[]"):
+        # Arrays arrive as JSON arrays: rebuild element by element (NULL elements preserved).
+        element = pg_type[:-2]
+        inner = value_expr(sql.SQL("e.v"), element)
+        return sql.SQL("(SELECT array_agg({inner} ORDER BY e.n)::{typ} "
+                       "FROM jsonb_array_elements_text(({raw})::jsonb) WITH ORDINALITY AS e(v, n))").format(
+            inner=inner, typ=sql.SQL(pg_type), raw=raw)
+    if pg_type == "bytea":
+        return sql.SQL("decode({}, 'hex')").format(raw)
+    return sql.SQL("({})::{}").format(raw, sql.SQL(pg_type))
+
+
+def may_be_unavailable(pg_type: str) -> bool:
+    """Types stored out of line (TOAST) whose unchanged value Debezium may not have."""
+    return (pg_type.endswith("[]") or pg_type.startswith(("text", "character varying", "json", "jsonb", "bytea",
+                                                          "xml", "numeric", "tsvector", "citext")))
+
+
+def unavailable_test(raw: sql.Composable, pg_type: str) -> sql.Composable:
+    """SQL that is true when the event carries Debezium's placeholder instead of the value."""
+    if pg_type == "bytea":
+        return sql.SQL("({} = {})").format(raw, sql.Literal(UNAVAILABLE_HEX))
+    if pg_type.endswith("[]"):
+        return sql.SQL("(strpos({}, {}) > 0)").format(raw, sql.Literal(UNAVAILABLE))
+    return sql.SQL("({} = {})").format(raw, sql.Literal(UNAVAILABLE))

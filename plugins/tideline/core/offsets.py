@@ -1,0 +1,50 @@
+"""Offset arithmetic for the tideline: is every offset the stream must resume from still in Kafka?"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Gap:
+    topic: str
+    partition: int
+    needed: int          # the next offset the stream must read
+    earliest: int | None  # oldest offset Kafka still has (None: the partition is gone)
+    latest: int | None    # log end offset
+    reason: str
+
+    def describe(self) -> str:
+        return (f"{self.topic} partition {self.partition}: needs offset {self.needed}, Kafka holds "
+                f"{self.earliest}..{self.latest} ({self.reason})")
+
+
+def coverage_gaps(topic: str, resume: dict[int, int], earliest: dict[int, int],
+                  latest: dict[int, int]) -> list[Gap]:
+    """Every partition whose resume position Kafka can no longer serve. Empty list = covered.
+
+    A partition that appeared after the snapshot must still hold its offset 0."""
+    gaps = []
+    for p in sorted(set(resume) | set(latest)):
+        needed = resume.get(p, 0)
+        if p not in latest:
+            gaps.append(Gap(topic, p, needed, None, None, "the partition no longer exists: topic recreated"))
+        elif earliest[p] > needed:
+            gaps.append(Gap(topic, p, needed, earliest[p], latest[p],
+                            f"retention deleted offsets {needed}..{earliest[p] - 1}"))
+        elif needed > latest[p]:
+            gaps.append(Gap(topic, p, needed, earliest[p], latest[p],
+                            "the log ends below the resume position: topic recreated or truncated"))
+    return gaps
+
+
+def starting_offsets(resume: dict[int, int], latest: dict[int, int]) -> dict[int, int]:
+    """Resume positions for every current partition (new partitions from 0)."""
+    return {p: resume.get(p, 0) for p in sorted(latest)}
+
+
+def merge_committed(current: dict[int, int], batch_max: dict[int, int]) -> dict[int, int]:
+    """The next offsets after a batch: one past the highest offset applied, never moving back."""
+    out = dict(current)
+    for p, last in batch_max.items():
+        out[p] = max(out.get(p, 0), last + 1)
+    return out

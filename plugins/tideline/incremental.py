@@ -1,0 +1,456 @@
+"""The change stream: Kafka (Debezium events) -> Spark Structured Streaming -> target, exactly once.
+
+Position: the target's state table is the truth. A run starts from the resume offsets recorded
+there (by the full load or by the last committed batch); Spark's checkpoint is per run and
+disposable, so a lost, stale or foreign checkpoint can never move the position. Each batch is
+committed in one target transaction that checks every table's fencing epoch, skips events at
+offsets already applied, applies schema changes, deletes and upserts, and advances the offsets.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psycopg2
+import pyarrow as pa
+import pyarrow.compute as pc
+from psycopg2 import sql
+
+from tideline import kafka_offsets, source_catalog, sqlfiles, state
+from tideline.core import apply_sql, schema_drift
+from tideline.core.config import PipelineConfig
+from tideline.core.connections import get_connection
+from tideline.core.copy_text import CopyStream
+from tideline.core.errors import (BadMessageError, DataLossError, FencedError, ResnapshotRequired, SourceError,
+                                  TidelineError)
+from tideline.core.offsets import coverage_gaps, merge_committed, starting_offsets
+from tideline.core.table_shape import Column
+from tideline.full_load import run_owner
+
+log = logging.getLogger("tideline.incremental")
+
+VALUE_SCHEMA = "struct<op:string, after:string, source:struct<ts_ms:bigint>>"
+OPS = ("c", "u", "d", "r", "t")
+
+
+@dataclass
+class StreamTable:
+    name: str
+    topic: str
+    epoch: int
+    primary_key: list[str]
+    columns: list[Column] = field(default_factory=list)
+
+
+@dataclass
+class BatchFigures:
+    events: int = 0
+    upserts: int = 0
+    deletes: int = 0
+    skipped: int = 0
+    dead_letters: int = 0
+    per_table: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def parse_events(df):
+    """Kafka rows -> one row per event: topic, partition, offset, key, op, after (raw JSON), ts_ms,
+    and whether it is a tombstone or a message that cannot be parsed (poison)."""
+    from pyspark.sql import functions as F
+    value = F.col("value").cast("string")
+    ev = F.from_json(value, VALUE_SCHEMA)
+    out = df.select("topic", "partition", "offset", F.col("key").cast("string").alias("key"),
+                    value.alias("value"), ev.alias("ev"))
+    tomb = F.col("value").isNull()
+    op = F.col("ev.op")
+    bad = (~tomb) & (op.isNull() | ~op.isin(*OPS)
+                     | ((op != "t") & F.col("key").isNull())
+                     | (op.isin("c", "u", "r") & F.col("ev.after").isNull()))
+    return out.select("topic", "partition", "offset", "key", "value", op.alias("op"),
+                      F.col("ev.after").alias("after"), F.col("ev.source.ts_ms").alias("ts_ms"),
+                      tomb.alias("tombstone"), F.coalesce(bad, F.lit(True)).alias("bad"))
+
+
+def compact(events):
+    """The last event per key and table, in Kafka order (a key always lives in one partition)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    w = Window.partitionBy("topic", "key").orderBy(F.col("offset").desc())
+    return (events.filter(~F.col("bad") & ~F.col("tombstone") & (F.col("op") != "t"))
+            .withColumn("rn", F.row_number().over(w)).filter("rn = 1")
+            .select("topic", "op", "key", "after", "partition", "offset"))
+
+
+class IncrementalRun:
+    def __init__(self, cfg: PipelineConfig, spark, mode: str = "continuous", tables: list[str] | None = None,
+                 environ=None):
+        if mode not in ("continuous", "available_now"):
+            raise ValueError(f"mode must be continuous or available_now, not {mode!r}")
+        self.cfg, self.spark, self.mode = cfg, spark, mode
+        self.requested = tables
+        self.source = get_connection(cfg.source.conn_id, environ)
+        self.target = get_connection(cfg.target.conn_id, environ)
+        self.bootstrap = get_connection(cfg.kafka.conn_id, environ).kafka_bootstrap
+        self.owner = run_owner("incremental")
+        self.tables: dict[str, StreamTable] = {}
+        self.by_topic: dict[str, StreamTable] = {}
+        self.failure: BaseException | None = None
+        self.batches = 0
+        self.query = None
+        self._tgt = None
+        self._src = None
+        self._consumer = None
+
+    # ------------------------------------------------------------------ start
+
+    def prepare(self) -> dict[str, dict[str, int]]:
+        """Claims the tables, checks Kafka still covers their positions; returns startingOffsets."""
+        cfg = self.cfg
+        self._tgt = psycopg2.connect(self.target.postgres_dsn())
+        self._src = psycopg2.connect(self.source.postgres_dsn())
+        self._src.autocommit = True
+        state.migrate(self._tgt)
+        names = self.requested or [t.name for t in cfg.tables if t.mode == "cdc"]
+        for name in names:
+            tcfg = cfg.table(name)
+            if tcfg.mode != "cdc":
+                raise SourceError(f"{cfg.name}.{name} is in batch mode; the change stream only applies cdc tables")
+            st = state.get(self._tgt, cfg.name, name)
+            if st is None or st.phase != "streaming" or st.resume_offsets is None:
+                phase = st.phase if st else "new"
+                why = f" ({st.last_error})" if st and st.last_error else ""
+                log.warning("%s.%s is %s%s: not streamed by this run (the sync DAG loads it first)",
+                            cfg.name, name, phase, why)
+                continue
+            shape = source_catalog.describe(self._src, cfg.source.schema_, name, tcfg.primary_key)
+            if not shape.primary_key:
+                raise SourceError(f"{cfg.name}.{name}: tables without a primary key can be loaded but not streamed "
+                                  f"yet. Add a primary key at the source, or put the table in batch mode.")
+            self.tables[name] = StreamTable(name, cfg.topic(name), 0, list(shape.primary_key),
+                                            self._target_columns(name))
+        if not self.tables:
+            raise SourceError(f"pipeline {cfg.name}: no table is ready to stream (none is in phase 'streaming'). "
+                              f"Run the full load first (the sync DAG does it by itself).")
+        self.by_topic = {t.topic: t for t in self.tables.values()}
+        for t in self.tables.values():
+            t.epoch = state.claim_epoch(self._tgt, cfg.name, t.name, self.owner, t.topic)
+        return self._check_coverage(self._tgt)
+
+    def _check_coverage(self, conn) -> dict[str, dict[str, int]]:
+        """Kafka must still hold every committed resume offset; otherwise the table needs a reload."""
+        start: dict[str, dict[str, int]] = {}
+        for t in self.tables.values():
+            st = state.get(conn, self.cfg.name, t.name)
+            conn.rollback()
+            earliest = kafka_offsets.earliest_offsets(self.bootstrap, t.topic)
+            latest = kafka_offsets.end_offsets(self.bootstrap, t.topic)
+            gaps = coverage_gaps(t.topic, st.resume_offsets, earliest, latest)
+            if gaps:
+                reason = "; ".join(g.describe() for g in gaps)
+                self._needs_resnapshot(t.name, f"Kafka no longer holds what the stream needs: {reason}")
+                raise DataLossError(f"{self.cfg.name}.{t.name}: {reason}. The table is marked needs_resnapshot; "
+                                    f"the sync DAG reloads it by itself (or run action=full_reload).")
+            start[t.topic] = {str(p): o for p, o in starting_offsets(st.resume_offsets, latest).items()}
+            lag = sum(latest[p] - o for p, o in starting_offsets(st.resume_offsets, latest).items())
+            log.info("%s.%s: epoch %d, resuming %s at %s (%s events behind)", self.cfg.name, t.name, t.epoch,
+                     t.topic, dict(sorted(st.resume_offsets.items())), f"{lag:,}")
+        return start
+
+    def _target_columns(self, table: str) -> list[Column]:
+        with self._tgt.cursor() as cur:
+            cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{self.cfg.target.schema_}"."{table}"'})
+            cols = [Column(n, t, nn) for n, t, nn in cur.fetchall()]
+        self._tgt.rollback()
+        return cols
+
+    def _needs_resnapshot(self, table: str, why: str) -> None:
+        conn = psycopg2.connect(self.target.postgres_dsn())
+        try:
+            state.set_phase(conn, self.cfg.name, table, "needs_resnapshot", why)
+        finally:
+            conn.close()
+
+    def _halt(self, table: str | None, why: str) -> None:
+        conn = psycopg2.connect(self.target.postgres_dsn())
+        try:
+            for name in ([table] if table else list(self.tables)):
+                state.set_phase(conn, self.cfg.name, name, "halted", why)
+        finally:
+            conn.close()
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> None:
+        """Streams until stopped (continuous) or until caught up (available_now). Raises the
+        TidelineError that ended it, after recording what it means in the state."""
+        start = self.prepare()
+        checkpoint = tempfile.mkdtemp(prefix=f"tideline-{self.cfg.name}-")
+        stream = self.cfg.stream
+        reader = (self.spark.readStream.format("kafka")
+                  .option("kafka.bootstrap.servers", self.bootstrap)
+                  .option("subscribe", ",".join(sorted(self.by_topic)))
+                  .option("startingOffsets", json.dumps(start))
+                  .option("failOnDataLoss", "true")
+                  .option("maxOffsetsPerTrigger", stream.max_offsets_per_trigger)
+                  .option("kafka.isolation.level", "read_committed")
+                  .load())
+        writer = reader.writeStream.foreachBatch(self._apply_batch).option("checkpointLocation", checkpoint)
+        writer = (writer.trigger(availableNow=True) if self.mode == "available_now"
+                  else writer.trigger(processingTime=f"{stream.trigger_interval_s} seconds"))
+        previous = self._install_sigterm()
+        try:
+            self.query = writer.queryName(f"tideline_{self.cfg.name}").start()
+            log.info("streaming %d table(s) of pipeline %s (%s mode)", len(self.tables), self.cfg.name, self.mode)
+            try:
+                self.query.awaitTermination()
+            except Exception as exc:  # the query died: find out why, record it, raise the meaning
+                self._explain_failure(exc)
+            if self.failure is not None:
+                self._explain_failure(self.failure)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            shutil.rmtree(checkpoint, ignore_errors=True)
+            for conn in (self._tgt, self._src):
+                if conn is not None:
+                    conn.close()
+            if self._consumer is not None:
+                self._consumer.close()
+        log.info("pipeline %s: stream stopped after %d committed batches", self.cfg.name, self.batches)
+
+    def _install_sigterm(self):
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def stop(_sig, _frame):
+            log.info("SIGTERM: stopping the stream after the current batch")
+            if self.query is not None:
+                threading.Thread(target=self.query.stop, daemon=True).start()
+        return signal.signal(signal.SIGTERM, stop)
+
+    def _explain_failure(self, exc: BaseException) -> None:
+        if isinstance(exc, TidelineError):
+            raise exc
+        cause = self.failure
+        if isinstance(cause, TidelineError):
+            raise cause
+        text = str(exc)
+        if "failOnDataLoss" in text or "data may have been missed" in text or "OffsetOutOfRange" in text:
+            # Retention overtook the running stream: confirm against the committed position
+            # (raises DataLossError and marks the table when it is so).
+            conn = psycopg2.connect(self.target.postgres_dsn())
+            try:
+                self._check_coverage(conn)
+            finally:
+                conn.close()
+        raise exc
+
+    # ------------------------------------------------------------------ one batch
+
+    def _apply_batch(self, df, spark_batch_id: int) -> None:
+        try:
+            self._apply_batch_inner(df, spark_batch_id)
+        except BaseException as exc:
+            self.failure = exc
+            if isinstance(exc, schema_drift.SchemaChangeError):
+                self._halt(getattr(exc, "table", None), str(exc))
+            elif isinstance(exc, BadMessageError):
+                self._halt(None, str(exc))
+            elif isinstance(exc, ResnapshotRequired) and getattr(exc, "table", None):
+                self._needs_resnapshot(exc.table, str(exc))
+            log.error("batch failed, nothing of it was committed: %s", exc)
+            raise
+
+    def _apply_batch_inner(self, df, spark_batch_id: int) -> None:
+        from pyspark.sql import functions as F
+        started = time.monotonic()
+        events = parse_events(df).persist()
+        try:
+            per_partition = (events.groupBy("topic", "partition")
+                             .agg(F.min("offset").alias("lo"), F.max("offset").alias("hi"),
+                                  F.count("*").alias("n"), F.sum(F.col("bad").cast("int")).alias("bad"),
+                                  F.max("ts_ms").alias("ts_ms"))
+                             .collect())
+            if not per_partition:
+                return
+            bad_rows = []
+            if any(r["bad"] for r in per_partition):
+                bad_rows = (events.filter("bad").select("topic", "partition", "offset", "key",
+                                                         F.substring("value", 1, 2000).alias("value"))
+                            .orderBy("topic", "partition", "offset").limit(1000).collect())
+            truncates = events.filter("op = 't'").select("topic", "partition", "offset").collect()
+            rows = compact(events).toArrow()
+        finally:
+            events.unpersist()
+        figures = self._commit(spark_batch_id, per_partition, bad_rows, truncates, rows)
+        if figures is None:
+            return
+        self.batches += 1
+        self._commit_consumer_group()
+        newest = max((r["ts_ms"] or 0) for r in per_partition)
+        age = time.time() - newest / 1000 if newest else 0.0
+        tables = ", ".join(f"{t} +{u:,}/-{d:,}" for t, (u, d) in sorted(figures.per_table.items()))
+        log.info("batch %d: %s events (%s already applied, %s dead letters) -> %s; source-to-target lag %.1fs; "
+                 "%.2fs", self._last_batch_id, f"{figures.events:,}", f"{figures.skipped:,}",
+                 figures.dead_letters, tables or "no row changes", age, time.monotonic() - started)
+
+    def _commit(self, spark_batch_id, per_partition, bad_rows, truncates, rows: pa.Table) -> BatchFigures | None:
+        cfg, conn = self.cfg, self._tgt
+        figures = BatchFigures(events=sum(r["n"] for r in per_partition))
+        with conn, conn.cursor() as cur:
+            # 1. fencing: lock every state row this run owns; any newer epoch refuses the batch
+            current: dict[str, dict[int, int]] = {}
+            for t in sorted(self.tables.values(), key=lambda t: t.name):
+                state.check_epoch(cur, cfg.name, t.name, t.epoch)
+                cur.execute("SELECT resume_offsets FROM tideline.table_state WHERE pipeline = %s AND table_name = %s",
+                            (cfg.name, t.name))
+                current[t.topic] = {int(p): int(o) for p, o in (cur.fetchone()[0] or {}).items()}
+            # 2. exactly once: events below the committed position were applied by an earlier batch
+            fresh = [r for r in per_partition if r["hi"] >= current[r["topic"]].get(r["partition"], 0)]
+            if not fresh:
+                log.info("spark batch %d holds only events already applied; skipped", spark_batch_id)
+                return None
+            rows = self._filter_applied(rows, current)
+            figures.skipped = figures.events - sum(
+                r["hi"] - max(r["lo"], current[r["topic"]].get(r["partition"], 0)) + 1 for r in fresh)
+            bad_rows = [b for b in bad_rows if b["offset"] >= current[b["topic"]].get(b["partition"], 0)]
+            truncates = [t for t in truncates if t["offset"] >= current[t["topic"]].get(t["partition"], 0)]
+            if truncates:
+                t = truncates[0]
+                table = self.by_topic[t["topic"]].name
+                exc = ResnapshotRequired(
+                    f"{cfg.name}.{table}: the source table was truncated (event at {t['topic']} partition "
+                    f"{t['partition']} offset {t['offset']}); a truncate cannot be ordered against changes on "
+                    f"other partitions, so the table is reloaded instead.")
+                exc.table = table
+                raise exc
+            if bad_rows:
+                figures.dead_letters = self._bad_messages(cur, bad_rows)
+            # 3. schema drift, then the rows, per table
+            touched = sorted({self.by_topic[tp].name for tp in pc.unique(rows.column("topic")).to_pylist()}) \
+                if rows.num_rows else []
+            for name in touched:
+                self._evolve(cur, self.tables[name])
+            if rows.num_rows:
+                self._stage(cur, rows)
+                for name in touched:
+                    figures.per_table[name] = self._apply_table(cur, self.tables[name])
+            figures.upserts = sum(u for u, _ in figures.per_table.values())
+            figures.deletes = sum(d for _, d in figures.per_table.values())
+            # 4. the new position, the batch record, all in this transaction
+            batch_id = state.next_batch_id(cur, cfg.name)
+            start_offsets, end_offsets = {}, {}
+            for t in self.tables.values():
+                batch_max = {r["partition"]: r["hi"] for r in per_partition if r["topic"] == t.topic}
+                if not batch_max:
+                    continue
+                new = merge_committed(current[t.topic], batch_max)
+                state.advance_stream(cur, pipeline=cfg.name, table=t.name, epoch=t.epoch, offsets=new,
+                                     batch_id=batch_id)
+                start_offsets[t.topic] = {str(p): current[t.topic].get(p, 0) for p in sorted(batch_max)}
+                end_offsets[t.topic] = {str(p): new[p] for p in sorted(batch_max)}
+            state.commit_batch(cur, pipeline=cfg.name, batch_id=batch_id, run=self.owner,
+                               spark_batch_id=spark_batch_id, tables=sorted({self.by_topic[r["topic"]].name
+                                                                             for r in per_partition}),
+                               start=start_offsets, end=end_offsets, events=figures.events,
+                               upserts=figures.upserts, deletes=figures.deletes, dead_letters=figures.dead_letters)
+        self._last_batch_id = batch_id
+        self._committed = end_offsets
+        return figures
+
+    @staticmethod
+    def _filter_applied(rows: pa.Table, current: dict[str, dict[int, int]]) -> pa.Table:
+        if rows.num_rows == 0:
+            return rows
+        floor = [current[t].get(p, 0) for t, p in zip(rows.column("topic").to_pylist(),
+                                                      rows.column("partition").to_pylist())]
+        return rows.filter(pc.greater_equal(rows.column("offset"), pa.array(floor, pa.int64())))
+
+    def _bad_messages(self, cur, bad_rows) -> int:
+        first = bad_rows[0]
+        where = f"topic {first['topic']} partition {first['partition']} offset {first['offset']}"
+        if self.cfg.stream.on_bad_message == "stop":
+            raise BadMessageError(
+                f"pipeline {self.cfg.name}: cannot parse the change event at {where} "
+                f"(value starts {str(first['value'])[:120]!r}). The stream stopped before it; nothing after it "
+                f"was applied. Fix or remove the producer of that message, or set stream.on_bad_message: "
+                f"dead_letter in the pipeline config to record such events in tideline.dead_letters and go on.")
+        for b in bad_rows:
+            cur.execute("INSERT INTO tideline.dead_letters (pipeline, topic, kafka_partition, kafka_offset, key, "
+                        "value, error) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                        (self.cfg.name, b["topic"], b["partition"], b["offset"], b["key"], b["value"],
+                         "not a Debezium change event (unparseable JSON, unknown op, or missing key/row image)"))
+        log.warning("pipeline %s: %d unparseable events recorded in tideline.dead_letters, first at %s",
+                    self.cfg.name, len(bad_rows), where)
+        return len(bad_rows)
+
+    def _evolve(self, cur, table: StreamTable) -> None:
+        """Source catalog vs target: add/widen in this transaction, or stop with the reason."""
+        shape = source_catalog.describe(self._src, self.cfg.source.schema_, table.name, None)
+        try:
+            drift = schema_drift.plan(f"{self.cfg.name}.{table.name}", list(shape.columns), table.columns)
+        except TidelineError as exc:
+            exc.table = table.name
+            raise
+        if drift.changes_target:
+            for stmt in schema_drift.ddl(self.cfg.target.schema_, table.name, drift):
+                cur.execute(stmt)
+            log.info("%s.%s: schema change applied: added %s, widened %s", self.cfg.name, table.name,
+                     [c.name for c in drift.add] or "-", [f"{c}: {o} -> {n}" for c, o, n in drift.widen] or "-")
+            table.columns = self._columns_in_txn(cur, table.name)
+
+    def _columns_in_txn(self, cur, table: str) -> list[Column]:
+        cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{self.cfg.target.schema_}"."{table}"'})
+        return [Column(n, t, nn) for n, t, nn in cur.fetchall()]
+
+    def _stage(self, cur, rows: pa.Table) -> None:
+        tables = pa.array([self.by_topic[t].name for t in rows.column("topic").to_pylist()], pa.string())
+        staged = pa.table({"tbl": tables, "op": rows.column("op"), "key": rows.column("key"),
+                           "after": rows.column("after"),
+                           "part": pc.cast(rows.column("partition"), pa.string()),
+                           "off": pc.cast(rows.column("offset"), pa.string())})
+        cur.execute(apply_sql.CREATE_STAGE)
+        stream = CopyStream(staged.to_batches(max_chunksize=50_000), [True, False, True, True, False, False])
+        cur.copy_expert(apply_sql.COPY_STAGE, stream, size=1 << 20)
+
+    def _apply_table(self, cur, table: StreamTable) -> tuple[int, int]:
+        schema, cols, pk = self.cfg.target.schema_, table.columns, table.primary_key
+        cur.execute(apply_sql.unavailable_on_insert_sql(schema, table.name, cols, pk))
+        broken = cur.fetchall()
+        if broken:
+            part, off, key = broken[0]
+            exc = ResnapshotRequired(
+                f"{self.cfg.name}.{table.name}: the change at partition {part} offset {off} (key {key}) updates a row "
+                f"the target does not have, and Debezium did not send its unchanged large values; the target has "
+                f"diverged from the source and the table is reloaded.")
+            exc.table = table.name
+            raise exc
+        cur.execute(apply_sql.delete_sql(schema, table.name, cols, pk))
+        deleted = cur.rowcount
+        cur.execute(apply_sql.update_sql(schema, table.name, cols, pk))
+        updated = max(cur.rowcount, 0)
+        cur.execute(apply_sql.insert_sql(schema, table.name, cols, pk))
+        inserted = cur.rowcount
+        return updated + inserted, deleted
+
+    def _commit_consumer_group(self) -> None:
+        """Mirrors the committed position into a consumer group so lag tools see it (the target
+        stays the truth; a failure here is logged, never fatal)."""
+        from confluent_kafka import Consumer, TopicPartition
+        try:
+            if self._consumer is None:
+                self._consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"tideline-{self.cfg.name}",
+                                           "enable.auto.commit": False})
+            offsets = [TopicPartition(topic, int(p), o) for topic, parts in self._committed.items()
+                       for p, o in parts.items()]
+            if offsets:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
+        except Exception as exc:
+            log.warning("could not commit offsets to consumer group tideline-%s (lag tools will lag): %s",
+                        self.cfg.name, exc)
