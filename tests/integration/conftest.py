@@ -60,7 +60,8 @@ class Pipelines:
         self.stack, self.dir, self.name = stack, tmp_path, name
         self.topics: list[str] = []
 
-    def make(self, tables: list[dict], partitions: int = 2, parallelism: int = 4, create_topics: bool = True):
+    def make(self, tables: list[dict], partitions: int = 2, parallelism: int = 4, create_topics: bool = True,
+             capture: bool = False, stream: dict | None = None):
         import yaml
 
         from tideline.core.config import load_pipeline
@@ -70,6 +71,7 @@ class Pipelines:
             "target": {"conn_id": "tideline_target", "schema": self.name},
             "kafka": {"conn_id": "tideline_kafka", "topic_prefix": f"test.{self.name}", "partitions": partitions},
             "spark": {"parallelism": parallelism},
+            "stream": stream or {},
             "tables": tables,
         }
         path = self.dir / f"{self.name}.yaml"
@@ -82,9 +84,19 @@ class Pipelines:
             for fut in admin.create_topics([NewTopic(t, partitions, 1) for t in new]).values():
                 fut.result(30)
             self.topics += new
+        if capture:
+            from tideline.connector import ensure_capture
+            from tideline.core.connections import get_connection
+            ensure_capture(cfg, get_connection("tideline_kafka"), get_connection("tideline_connect"),
+                           get_connection("tideline_source"))
+            self.captured = cfg
         return cfg
 
+    captured = None
+
     def cleanup(self):
+        if self.captured is not None:
+            self._drop_capture(self.captured)
         if self.topics:
             from confluent_kafka.admin import AdminClient
             admin = AdminClient({"bootstrap.servers": self.stack.kafka_bootstrap()})
@@ -93,6 +105,30 @@ class Pipelines:
                     fut.result(30)
                 except Exception:
                     pass
+
+
+    def _drop_capture(self, cfg):
+        import time
+
+        import requests
+
+        from tideline.core.debezium import connector_name
+        requests.delete(f"{self.stack.connect_url()}/connectors/{connector_name(cfg)}", timeout=30)
+        conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"]))
+        conn.autocommit = True
+        deadline = time.time() + 60
+        with conn.cursor() as cur:
+            while time.time() < deadline:
+                cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
+                row = cur.fetchone()
+                if row is None:
+                    break
+                if not row[0]:
+                    cur.execute("SELECT pg_drop_replication_slot(%s)", (cfg.slot_name,))
+                    break
+                time.sleep(0.5)
+            cur.execute(f'DROP PUBLICATION IF EXISTS "{cfg.publication_name}"')
+        conn.close()
 
 
 @pytest.fixture
@@ -104,8 +140,9 @@ def pipelines(stack, tmp_path, unique_name):
     conn.autocommit = True
     with conn.cursor() as cur:
         cur.execute(f'DROP SCHEMA IF EXISTS "{unique_name}" CASCADE')
-        cur.execute("DELETE FROM tideline.table_state WHERE pipeline = %s", (unique_name,)) \
-            if _has_state(cur) else None
+        if _has_state(cur):
+            for table in ("table_state", "runs", "batches", "dead_letters"):
+                cur.execute(f"DELETE FROM tideline.{table} WHERE pipeline = %s", (unique_name,))
     conn.close()
 
 

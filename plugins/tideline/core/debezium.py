@@ -105,8 +105,8 @@ def may_be_unavailable(pg_type: str) -> bool:
 
 def unavailable_test(raw: sql.Composable, pg_type: str) -> sql.Composable:
     """SQL that is true when the event carries Debezium's placeholder instead of the value."""
-    if pg_type == "bytea":
-        return sql.SQL("({} = {})").format(raw, sql.Literal(UNAVAILABLE_HEX))
+    if pg_type == "bytea":  # seen raw in hex mode; the hex form is accepted too
+        return sql.SQL("({} IN ({}, {}))").format(raw, sql.Literal(UNAVAILABLE), sql.Literal(UNAVAILABLE_HEX))
     if pg_type.endswith("[]"):
         return sql.SQL("(strpos({}, {}) > 0)").format(raw, sql.Literal(UNAVAILABLE))
     return sql.SQL("({} = {})").format(raw, sql.Literal(UNAVAILABLE))

@@ -1,0 +1,389 @@
+"""The change stream against real PostgreSQL, Debezium on Connect, Kafka and Spark: exactly once,
+through crashes, zombies, schema drift, lost offsets and bad messages."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+
+import psycopg2
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+import stackctl
+from dbcompare import table_digest
+from tideline import state
+from tideline.core.errors import (EXIT_FENCED, EXIT_HALTED, EXIT_RESNAPSHOT, BadMessageError, DataLossError,
+                                  FencedError)
+from tideline.core.schema_drift import SchemaChangeError
+from tideline.full_load import FullLoad
+from tideline.incremental import IncrementalRun
+
+pytestmark = pytest.mark.integration
+ROOT = stackctl.ROOT
+SOURCE_URL = stackctl.pg_url(stackctl.DATABASES["source"])
+
+
+def digests_equal(source_db, target_db, schema, tables: dict[str, str]) -> bool:
+    return all(table_digest(source_db, "public", t, order) == table_digest(target_db, schema, t, order)
+               for t, order in tables.items())
+
+
+def sync_until_equal(cfg, spark, source_db, target_db, tables: dict[str, str], timeout: float = 90):
+    """Applies what Kafka holds (availableNow) until the target equals the source: Debezium is
+    asynchronous, so equality is reached, not assumed."""
+    deadline = time.time() + timeout
+    while True:
+        IncrementalRun(cfg, spark, "available_now").run()
+        if digests_equal(source_db, target_db, cfg.name, tables):
+            return
+        if time.time() > deadline:
+            diffs = {t: (table_digest(source_db, "public", t, o), table_digest(target_db, cfg.name, t, o))
+                     for t, o in tables.items()}
+            raise AssertionError(f"target did not converge to the source within {timeout}s: {diffs}")
+        time.sleep(1)
+
+
+def spark_submit(job: str, *args: str, env_extra: dict | None = None) -> subprocess.Popen:
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
+                             "--jars", os.environ["TIDELINE_SPARK_JARS"], "--driver-java-options",
+                             f"-Dlog4j2.configurationFile={ROOT / 'spark_jobs' / 'log4j2.properties'}",
+                             str(ROOT / "spark_jobs" / job), *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def batches(target_db, pipeline: str) -> list[tuple]:
+    with target_db.cursor() as cur:
+        cur.execute("SELECT batch_id, start_offsets, end_offsets FROM tideline.batches WHERE pipeline = %s "
+                    "ORDER BY batch_id", (pipeline,))
+        return cur.fetchall()
+
+
+def assert_batches_contiguous(target_db, pipeline: str, resume_at_load: dict[str, dict[int, int]]):
+    """Batch ids 1..N without gaps or repeats, and each partition's applied offset ranges follow
+    each other exactly from the full load's position: nothing skipped, nothing applied twice."""
+    rows = batches(target_db, pipeline)
+    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+    position = {t: dict(p) for t, p in resume_at_load.items()}
+    for batch_id, start, end in rows:
+        for topic, parts in start.items():
+            for p, first in parts.items():
+                assert first == position[topic].get(int(p), 0), (batch_id, topic, p, first, position[topic])
+                position[topic][int(p)] = end[topic][p]
+
+
+class Writer(threading.Thread):
+    """Keeps changing the source (inserts, updates, deletes, key updates) until stopped."""
+
+    def __init__(self, table: str, first_id: int, seed: int = 1, pause: float = 0.002):
+        super().__init__(daemon=True)
+        self.table, self.next_id, self.rng, self.pause = table, first_id, random.Random(seed), pause
+        self.stop_event, self.errors, self.count = threading.Event(), [], 0
+
+    def run(self):
+        conn = psycopg2.connect(SOURCE_URL)
+        try:
+            while not self.stop_event.is_set():
+                r = self.rng.random()
+                with conn, conn.cursor() as cur:
+                    if r < 0.45:
+                        cur.execute(f"INSERT INTO {self.table} (id, qty, note) VALUES (%s, %s, %s)",
+                                    (self.next_id, self.rng.randint(0, 99), f"n{self.next_id} ü"))
+                        self.next_id += 1
+                    elif r < 0.8:
+                        cur.execute(f"UPDATE {self.table} SET qty = qty + 1, note = note || '!' WHERE id = %s",
+                                    (self.rng.randrange(1, self.next_id),))
+                    elif r < 0.95:
+                        cur.execute(f"DELETE FROM {self.table} WHERE id = %s", (self.rng.randrange(1, self.next_id),))
+                    else:
+                        cur.execute(f"UPDATE {self.table} SET id = %s WHERE id = %s",
+                                    (self.next_id, self.rng.randrange(1, self.next_id)))
+                        self.next_id += 1
+                self.count += 1
+                time.sleep(self.pause)
+        except Exception as exc:
+            self.errors.append(exc)
+        finally:
+            conn.close()
+
+    def stop(self):
+        self.stop_event.set()
+        self.join(30)
+        assert not self.errors, self.errors
+
+
+def make_items(source_db, table: str, rows: int) -> None:
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{table} (id bigint PRIMARY KEY, qty int NOT NULL, note text, "
+                    f"price numeric(12,2) DEFAULT 1.50)")
+        cur.execute(f"INSERT INTO public.{table} (id, qty, note) SELECT g, g % 100, 'row ' || g "
+                    f"FROM generate_series(1, {rows}) g")
+
+
+def drop_source(source_db, *tables):
+    with source_db.cursor() as cur:
+        for t in tables:
+            cur.execute(f'DROP TABLE IF EXISTS public."{t}" CASCADE')
+
+
+def test_all_kinds_of_change_apply_exactly(spark, source_db, target_db, pipelines, unique_name):
+    t, big = f"{unique_name}_chg", f"{unique_name}_toast"
+    make_items(source_db, t, 1000)
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{big} (id int PRIMARY KEY, counter int, doc text, meta jsonb, "
+                    f"blob bytea, tags text[])")
+        cur.execute(f"INSERT INTO public.{big} SELECT g, 0, repeat(md5(g::text), 40000), "
+                    f"jsonb_build_object('k', repeat('x', 300000)), decode(repeat(md5(g::text), 30000), 'hex'), "
+                    f"ARRAY[repeat('t', 200000)] FROM generate_series(1, 3) g")
+    try:
+        cfg = pipelines.make([{"name": t}, {"name": big}], capture=True)
+        FullLoad(cfg, spark).run([t, big])
+        with source_db.cursor() as cur:
+            cur.execute(f"INSERT INTO {t} (id, qty, note) VALUES (5000, 1, 'new'), (5001, 2, NULL)")
+            cur.execute(f"UPDATE {t} SET qty = qty * 2, price = 9.99 WHERE id <= 100")
+            cur.execute(f"DELETE FROM {t} WHERE id BETWEEN 101 AND 150")
+            cur.execute(f"UPDATE {t} SET id = id + 100000 WHERE id BETWEEN 200 AND 210")   # key updates
+            cur.execute(f"INSERT INTO {t} (id, qty) VALUES (200, 7)")                     # reuse a moved key
+            cur.execute(f"DELETE FROM {t} WHERE id = 5001")
+            cur.execute(f"INSERT INTO {t} (id, qty, note) VALUES (5001, 3, 'again')")      # delete + re-insert
+            # one 100k-row transaction
+            cur.execute(f"BEGIN; INSERT INTO {t} (id, qty, note) SELECT g, 1, 'bulk' FROM generate_series(200001, "
+                        f"300000) g; UPDATE {t} SET note = 'bulk2' WHERE id BETWEEN 200001 AND 200100; COMMIT")
+            # TOASTed columns unchanged while another column changes: Debezium sends a placeholder
+            cur.execute(f"UPDATE {big} SET counter = counter + 1")
+            cur.execute(f"UPDATE {big} SET counter = counter + 1, doc = 'short now' WHERE id = 2")
+        sync_until_equal(cfg, spark, source_db, target_db, {t: "id", big: "id"}, timeout=120)
+        with target_db.cursor() as cur:
+            cur.execute(f'SELECT count(*) FROM "{unique_name}".{big} WHERE doc LIKE %s OR meta::text LIKE %s',
+                        ("%debezium%", "%debezium%"))
+            assert cur.fetchone()[0] == 0
+    finally:
+        drop_source(source_db, t, big)
+
+
+def test_handover_under_load(spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_ho"
+    make_items(source_db, t, 200_000)
+    writer = Writer(f"public.{t}", 200_001, pause=0.001)
+    try:
+        cfg = pipelines.make([{"name": t}], partitions=3, capture=True)
+        writer.start()
+        time.sleep(1)
+        before = writer.count
+        [loaded] = FullLoad(cfg, spark).run([t])
+        assert writer.count - before > 50, "the writer must keep writing through the snapshot"
+        IncrementalRun(cfg, spark, "available_now").run()
+        IncrementalRun(cfg, spark, "available_now").run()
+        writer.stop()
+        sync_until_equal(cfg, spark, source_db, target_db, {t: "id"})
+        assert_batches_contiguous(target_db, cfg.name, {cfg.topic(t): loaded.offsets})
+    finally:
+        writer.stop_event.set()
+        drop_source(source_db, t)
+
+
+def test_kill_9_at_random_moments_loses_and_duplicates_nothing(spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_crash"
+    make_items(source_db, t, 20_000)
+    writer = Writer(f"public.{t}", 20_001, seed=5, pause=0.001)
+    rng = random.Random(42)
+    try:
+        cfg = pipelines.make([{"name": t}], partitions=2, capture=True, stream={"max_offsets_per_trigger": 500,
+                                                                                "trigger_interval_s": 0.5})
+        [loaded] = FullLoad(cfg, spark).run([t])
+        writer.start()
+        env = {"TIDELINE_PIPELINES": str(pipelines.dir)}
+        kills = 0
+        while kills < 5:
+            proc = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env)
+            # wait for the job to commit at least once, then kill it at a random moment
+            deadline = time.time() + 120
+            start_batches = len(batches(target_db, cfg.name))
+            while time.time() < deadline and len(batches(target_db, cfg.name)) == start_batches:
+                assert proc.poll() is None, proc.stdout.read()[-3000:]
+                time.sleep(0.2)
+            time.sleep(rng.uniform(0.0, 2.0))
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+            kills += 1
+        writer.stop()
+        sync_until_equal(cfg, spark, source_db, target_db, {t: "id"})
+        assert len(batches(target_db, cfg.name)) >= 5
+        assert_batches_contiguous(target_db, cfg.name, {cfg.topic(t): loaded.offsets})
+    finally:
+        writer.stop_event.set()
+        drop_source(source_db, t)
+
+
+def test_zombie_run_is_fenced(spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_zmb"
+    make_items(source_db, t, 1000)
+    writer = Writer(f"public.{t}", 1001, seed=9, pause=0.005)
+    first = second = None
+    try:
+        cfg = pipelines.make([{"name": t}], capture=True, stream={"trigger_interval_s": 0.5})
+        [loaded] = FullLoad(cfg, spark).run([t])
+        writer.start()
+        env = {"TIDELINE_PIPELINES": str(pipelines.dir)}
+        first = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env)
+        deadline = time.time() + 120
+        while time.time() < deadline and not batches(target_db, cfg.name):
+            assert first.poll() is None, first.stdout.read()[-3000:]
+            time.sleep(0.3)
+        second = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env)
+        out, _ = first.communicate(timeout=180)
+        assert first.returncode == EXIT_FENCED, out[-3000:]
+        assert "replaced" in out and "claimed by incremental" in out
+        # the second keeps committing
+        n = len(batches(target_db, cfg.name))
+        deadline = time.time() + 60
+        while time.time() < deadline and len(batches(target_db, cfg.name)) <= n:
+            time.sleep(0.3)
+        assert len(batches(target_db, cfg.name)) > n
+        assert second.poll() is None
+        writer.stop()
+        os.killpg(second.pid, signal.SIGTERM)
+        second.wait(60)
+        sync_until_equal(cfg, spark, source_db, target_db, {t: "id"})
+        assert_batches_contiguous(target_db, cfg.name, {cfg.topic(t): loaded.offsets})
+    finally:
+        writer.stop_event.set()
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        drop_source(source_db, t)
+
+
+def test_schema_drift_mid_stream(spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_drift"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, small int, code varchar(10), "
+                    f"amount numeric(10,2), legacy text)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, g, 'c' || g, g / 3.0, 'old' FROM generate_series(1, 100) g")
+    try:
+        cfg = pipelines.make([{"name": t}], capture=True)
+        FullLoad(cfg, spark).run([t])
+        with source_db.cursor() as cur:
+            cur.execute(f"ALTER TABLE {t} ADD COLUMN added text")
+            cur.execute(f"ALTER TABLE {t} ADD COLUMN flag boolean DEFAULT true")   # constant default
+            cur.execute(f"UPDATE {t} SET added = 'a' || id WHERE id <= 10")
+            cur.execute(f"ALTER TABLE {t} ALTER COLUMN small TYPE bigint")
+            cur.execute(f"ALTER TABLE {t} ALTER COLUMN code TYPE text")
+            cur.execute(f"ALTER TABLE {t} ALTER COLUMN amount TYPE numeric(14,4)")
+            cur.execute(f"UPDATE {t} SET small = 9000000000, code = repeat('long', 10), amount = 123.4567 "
+                        f"WHERE id = 1")
+            cur.execute(f"ALTER TABLE {t} DROP COLUMN legacy")
+            cur.execute(f"INSERT INTO {t} (id, small) VALUES (1000, 1)")
+        cols = "id, small, code, amount, added, flag"
+        deadline = time.time() + 90
+        while True:
+            IncrementalRun(cfg, spark, "available_now").run()
+            with source_db.cursor() as s, target_db.cursor() as g:
+                s.execute(f"SELECT {cols} FROM public.{t} ORDER BY id")
+                g.execute(f'SELECT {cols} FROM "{unique_name}".{t} ORDER BY id')
+                src, tgt = s.fetchall(), g.fetchall()
+            if src == tgt or time.time() > deadline:
+                break
+            time.sleep(1)
+        assert src == tgt
+        with target_db.cursor() as cur:
+            cur.execute(f'SELECT legacy FROM "{unique_name}".{t} WHERE id IN (1, 50, 1000) ORDER BY id')
+            assert cur.fetchall() == [(None,), ("old",), (None,)]   # dropped at source: kept, NULL from then on
+            cur.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass "
+                        "AND attname IN ('small', 'code', 'amount') ORDER BY attname", (f"{unique_name}.{t}",))
+            assert [r[0] for r in cur.fetchall()] == ["numeric(14,4)", "text", "bigint"]
+        # an unsafe change halts at the last committed batch, naming table, column and types
+        last = batches(target_db, cfg.name)[-1][0]
+        before = table_digest(target_db, unique_name, t, "id")
+        with source_db.cursor() as cur:
+            cur.execute(f"ALTER TABLE {t} ALTER COLUMN small TYPE text")
+            cur.execute(f"UPDATE {t} SET small = 'not a number' WHERE id = 2")
+        deadline = time.time() + 60
+        with pytest.raises(SchemaChangeError, match=rf"column small: type changed at the source from bigint to text"):
+            while time.time() < deadline:
+                IncrementalRun(cfg, spark, "available_now").run()
+                time.sleep(1)
+        assert batches(target_db, cfg.name)[-1][0] == last
+        assert table_digest(target_db, unique_name, t, "id") == before
+        st = state.get(target_db, cfg.name, t)
+        assert st.phase == "halted" and "bigint to text" in st.last_error
+    finally:
+        drop_source(source_db, t)
+
+
+def test_lost_offsets_exit_with_documented_status_and_change_nothing(
+        stack, spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_lost"
+    make_items(source_db, t, 100)
+    try:
+        cfg = pipelines.make([{"name": t}], partitions=1, capture=True)
+        FullLoad(cfg, spark).run([t])
+        sync_until_equal(cfg, spark, source_db, target_db, {t: "id"})
+        before = table_digest(target_db, unique_name, t, "id")
+        resume = state.get(target_db, cfg.name, t).resume_offsets
+        # the job is stopped; changes go on; retention is shortened until needed offsets are gone
+        admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap()})
+        topic = cfg.topic(t)
+        resource = ConfigResource("topic", topic, set_config={"retention.ms": "1000", "segment.ms": "500",
+                                                              "segment.bytes": "1048576"})
+        for fut in admin.alter_configs([resource]).values():
+            fut.result(30)
+        from tideline.kafka_offsets import earliest_offsets
+        deadline = time.time() + 90
+        while time.time() < deadline and earliest_offsets(stack.kafka_bootstrap(), topic)[0] <= resume[0]:
+            with source_db.cursor() as cur:
+                cur.execute(f"UPDATE {t} SET qty = qty + 1 WHERE id <= 20")
+            time.sleep(1)
+        assert earliest_offsets(stack.kafka_bootstrap(), topic)[0] > resume[0], "retention did not delete"
+        proc = spark_submit("incremental.py", "--pipeline", cfg.name, "--mode", "available_now",
+                            env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
+        out, _ = proc.communicate(timeout=180)
+        assert proc.returncode == EXIT_RESNAPSHOT, out[-3000:]
+        assert f"{topic} partition 0: needs offset {resume[0]}" in out
+        st = state.get(target_db, cfg.name, t)
+        assert st.phase == "needs_resnapshot" and "retention deleted offsets" in st.last_error
+        assert st.resume_offsets == resume
+        assert table_digest(target_db, unique_name, t, "id") == before
+        with pytest.raises(DataLossError):  # the same in-process, without touching anything
+            IncrementalRun(cfg, spark, "available_now").run()
+    finally:
+        drop_source(source_db, t)
+
+
+def test_poison_message_stops_or_goes_to_dead_letters(stack, spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_poison"
+    make_items(source_db, t, 10)
+    try:
+        cfg = pipelines.make([{"name": t}], partitions=1, capture=True)
+        FullLoad(cfg, spark).run([t])
+        sync_until_equal(cfg, spark, source_db, target_db, {t: "id"})
+        producer = Producer({"bootstrap.servers": stack.kafka_bootstrap(), "acks": "all"})
+        producer.produce(cfg.topic(t), key=b'{"id":1}', value=b"this is not json")
+        producer.flush(30)
+        poison_offset = state.get(target_db, cfg.name, t).resume_offsets[0]
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE {t} SET qty = 1000 WHERE id = 2")
+        time.sleep(3)
+        with pytest.raises(BadMessageError, match=rf"partition 0 offset {poison_offset}.*dead_letter"):
+            IncrementalRun(cfg, spark, "available_now").run()
+        assert state.get(target_db, cfg.name, t).resume_offsets[0] == poison_offset
+        st = state.get(target_db, cfg.name, t)
+        assert st.phase == "halted"
+        # opt in to dead letters: it is recorded, the stream goes on and converges
+        dl = pipelines.make([{"name": t}], partitions=1, create_topics=False,
+                            stream={"on_bad_message": "dead_letter"})
+        with target_db.cursor() as cur:
+            cur.execute("UPDATE tideline.table_state SET phase = 'streaming' WHERE pipeline = %s", (cfg.name,))
+        sync_until_equal(dl, spark, source_db, target_db, {t: "id"})
+        with target_db.cursor() as cur:
+            cur.execute("SELECT kafka_offset, value FROM tideline.dead_letters WHERE pipeline = %s", (cfg.name,))
+            assert cur.fetchall() == [(poison_offset, "this is not json")]
+    finally:
+        drop_source(source_db, t)
