@@ -117,6 +117,7 @@ class IncrementalRun:
         self._src.autocommit = True
         state.migrate(self._tgt)
         names = self.requested or [t.name for t in cfg.tables if t.mode == "cdc"]
+        waiting = []
         for name in names:
             tcfg = cfg.table(name)
             if tcfg.mode != "cdc":
@@ -124,9 +125,10 @@ class IncrementalRun:
             st = state.get(self._tgt, cfg.name, name)
             if st is None or st.phase != "streaming" or st.resume_offsets is None:
                 phase = st.phase if st else "new"
-                why = f" ({st.last_error})" if st and st.last_error else ""
+                why = f": {st.last_error}" if st and st.last_error else ""
                 log.warning("%s.%s is %s%s: not streamed by this run (the sync DAG loads it first)",
                             cfg.name, name, phase, why)
+                waiting.append(f"{name} ({phase}{why})")
                 continue
             shape = source_catalog.describe(self._src, cfg.source.schema_, name, tcfg.primary_key)
             if not shape.primary_key:
@@ -135,8 +137,9 @@ class IncrementalRun:
             self.tables[name] = StreamTable(name, cfg.topic(name), 0, list(shape.primary_key),
                                             self._target_columns(name))
         if not self.tables:
-            raise SourceError(f"pipeline {cfg.name}: no table is ready to stream (none is in phase 'streaming'). "
-                              f"Run the full load first (the sync DAG does it by itself).")
+            raise SourceError(f"pipeline {cfg.name}: no table is ready to stream: {'; '.join(waiting)}. "
+                              f"A table streams once a full load put it in phase 'streaming' (the sync DAG does "
+                              f"that by itself); a halted table needs the fix its error names first.")
         self.by_topic = {t.topic: t for t in self.tables.values()}
         for t in self.tables.values():
             t.epoch = state.claim_epoch(self._tgt, cfg.name, t.name, self.owner, t.topic)

@@ -30,8 +30,8 @@ def describe(conn, schema: str, table: str, configured_pk: list[str] | None) -> 
             raise SourceError(f"{label}: the source connection's role has no SELECT privilege. "
                               f"Run: GRANT SELECT ON {schema}.{table} TO <the role of the source connection>;")
         cur.execute(sqlfiles.load("full_load/source_columns"), {"relid": relid})
-        columns = tuple(Column(name, typ, not_null, default, has_missing)
-                        for name, typ, not_null, _schema, _cat, default, has_missing in cur.fetchall())
+        columns = tuple(Column(name, typ, not_null, default, has_missing, missing)
+                        for name, typ, not_null, _schema, _cat, default, has_missing, missing in cur.fetchall())
         cur.execute(sqlfiles.load("full_load/source_primary_key"), {"relid": relid})
         source_pk = tuple(r[0] for r in cur.fetchall())
     if not columns:

@@ -10,7 +10,8 @@ SELECT a.attname                                         AS name,
             ELSE tn.nspname END                          AS type_schema,
        t.typcategory                                     AS category,
        pg_get_expr(d.adbin, d.adrelid)                   AS default_expr,
-       a.atthasmissing                                   AS has_missing
+       a.atthasmissing                                   AS has_missing,
+       (a.attmissingval::text::text[])[1]                AS missing_value
   FROM pg_attribute a
   LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
   JOIN pg_type t       ON t.oid = a.atttypid

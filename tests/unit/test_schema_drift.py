@@ -55,3 +55,14 @@ def test_added_column_whose_default_rewrote_rows_needs_resnapshot():
     src = [Column("id", "bigint", True), Column("at", "timestamp with time zone", False, "now()", False)]
     with pytest.raises(ResnapshotRequired, match="column at.*re-snapshot"):
         plan("t", src, [Column("id", "bigint", True)])
+    # a constant default after a rewrite is still known exactly
+    src = [Column("id", "bigint", True), Column("c", "character varying(5)", False, "'x''y'::character varying")]
+    assert [c.name for c in plan("t", src, [Column("id", "bigint", True)]).add] == ["c"]
+
+
+@pytest.mark.parametrize("expr,constant", [
+    ("true", True), ("1.50", True), ("'a'::text", True), ("'{}'::jsonb", True), ("(-1)", True),
+    ("now()", False), ("nextval('s'::regclass)", False), ("gen_random_uuid()", False)])
+def test_constant_defaults(expr, constant):
+    from tideline.core.schema_drift import CONSTANT
+    assert bool(CONSTANT.match(expr)) is constant

@@ -18,6 +18,9 @@ from tideline.core.table_shape import Column
 _INT_RANK = {"smallint": 1, "integer": 2, "bigint": 3}
 _NUMERIC = re.compile(r"^numeric(?:\((\d+)(?:,(\d+))?\))?$")
 _VARCHAR = re.compile(r"^character varying(?:\((\d+)\))?$")
+# A default that is a literal, possibly cast: the same value in every row, whenever evaluated.
+CONSTANT = re.compile(r"^\(?('(?:[^']|'')*'|-?[0-9]+(?:\.[0-9]+)?|true|false)\)?"
+                      r"(::[a-z ]+(?:\(\d+(?:,\d+)?\))?(?:\[\])?)*$")
 
 
 class SchemaChangeError(TerminalError):
@@ -82,7 +85,7 @@ def plan(table: str, source: list[Column], target: list[Column]) -> DriftPlan:
     for col in source:
         have = target_by_name.get(col.name)
         if have is None:
-            if col.default is not None and not col.has_missing:
+            if col.default is not None and not col.has_missing and not CONSTANT.match(col.default):
                 raise ResnapshotRequired(
                     f"table {table}, column {col.name}: added at the source with the default {col.default}, "
                     f"which PostgreSQL wrote into the existing rows without change events. Only a full load can "
@@ -107,10 +110,13 @@ def ddl(schema: str, table: str, drift: DriftPlan) -> list[sql.Composed]:
     for c in drift.add:
         col = sql.Identifier(c.name)
         if c.default is not None:
-            # Existing source rows hold the (constant) default: give existing target rows the same,
-            # then drop it so streamed rows only ever get the values their events carry.
+            # Existing source rows hold a value without change events: the stored one PostgreSQL
+            # kept for them, or the constant default. Give existing target rows the same, then
+            # drop the default so streamed rows only ever get the values their events carry.
+            value = (sql.SQL("{}::{}").format(sql.Literal(c.missing_value), sql.SQL(c.type))
+                     if c.has_missing else sql.SQL(c.default))
             out.append(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {} DEFAULT {}").format(
-                ident, col, sql.SQL(c.type), sql.SQL(c.default)))
+                ident, col, sql.SQL(c.type), value))
             out.append(sql.SQL("ALTER TABLE {} ALTER COLUMN {} DROP DEFAULT").format(ident, col))
         else:
             out.append(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(ident, col, sql.SQL(c.type)))

@@ -21,7 +21,8 @@ class Column:
     type: str  # exact type text, e.g. numeric(12,2), timestamp with time zone, text[]
     not_null: bool
     default: str | None = None   # the source's default expression, if any
-    has_missing: bool = False    # PostgreSQL filled existing rows with a constant default (no rewrite)
+    has_missing: bool = False    # PostgreSQL gave existing rows a stored value (no rewrite)...
+    missing_value: str | None = None  # ...this one, as text
 
 
 @dataclass(frozen=True)
