@@ -1,12 +1,14 @@
-"""Every Tideline pipeline in pipelines/*.yaml becomes its DAGs here (thin: the factory does the work)."""
-import os
-from pathlib import Path
+"""Every Tideline pipeline in pipelines/*.yaml becomes its DAGs here (thin: the factory does the work).
 
-from tideline.airflow.dag_factory import build_sync_dag
+A pipeline file that fails validation shows up as this file's import error, naming the file and
+the field; the other pipelines keep their DAGs.
+"""
+from tideline.airflow.dag_factory import PipelineConfigErrorDag, build_sync_dag
+from tideline.airflow.pipelines import pipelines_dir
 from tideline.core.config import load_pipelines
 
-PIPELINES = Path(os.environ.get("TIDELINE_PIPELINES", Path(__file__).resolve().parent.parent / "pipelines"))
-
-pipelines, broken = load_pipelines(PIPELINES)
+pipelines, broken = load_pipelines(pipelines_dir())
 for _name, _cfg in pipelines.items():
     globals()[f"sync_{_name}"] = build_sync_dag(_cfg)
+if broken:
+    config_errors = PipelineConfigErrorDag(broken)

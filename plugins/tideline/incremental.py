@@ -36,7 +36,10 @@ from tideline.full_load import run_owner
 
 log = logging.getLogger("tideline.incremental")
 
-VALUE_SCHEMA = "struct<op:string, after:string, source:struct<ts_ms:bigint>>"
+# Debezium JSON with or without Kafka Connect schemas (then the event sits under "payload").
+_EVENT = "op:string, after:string, source:struct<ts_ms:bigint>"
+VALUE_SCHEMA = f"struct<payload:struct<{_EVENT}>, {_EVENT}>"
+KEY_SCHEMA = "struct<payload:string, schema:string>"
 OPS = ("c", "u", "d", "r", "t")
 
 
@@ -64,16 +67,19 @@ def parse_events(df):
     and whether it is a tombstone or a message that cannot be parsed (poison)."""
     from pyspark.sql import functions as F
     value = F.col("value").cast("string")
+    raw_key = F.col("key").cast("string")
     ev = F.from_json(value, VALUE_SCHEMA)
-    out = df.select("topic", "partition", "offset", F.col("key").cast("string").alias("key"),
-                    value.alias("value"), ev.alias("ev"))
+    wrapped_key = F.from_json(raw_key, KEY_SCHEMA)
+    key = F.when(wrapped_key.schema.isNotNull(), wrapped_key.payload).otherwise(raw_key)
+    out = df.select("topic", "partition", "offset", key.alias("key"), value.alias("value"),
+                    F.coalesce(ev.payload.op, ev.op).alias("op"), F.coalesce(ev.payload.after, ev.after).alias("after"),
+                    F.coalesce(ev.payload.source.ts_ms, ev.source.ts_ms).alias("ts_ms"))
     tomb = F.col("value").isNull()
-    op = F.col("ev.op")
+    op = F.col("op")
     bad = (~tomb) & (op.isNull() | ~op.isin(*OPS)
                      | ((op != "t") & F.col("key").isNull())
-                     | (op.isin("c", "u", "r") & F.col("ev.after").isNull()))
-    return out.select("topic", "partition", "offset", "key", "value", op.alias("op"),
-                      F.col("ev.after").alias("after"), F.col("ev.source.ts_ms").alias("ts_ms"),
+                     | (op.isin("c", "u", "r") & F.col("after").isNull()))
+    return out.select("topic", "partition", "offset", "key", "value", "op", "after", "ts_ms",
                       tomb.alias("tombstone"), F.coalesce(bad, F.lit(True)).alias("bad"))
 
 

@@ -1,46 +1,123 @@
-"""Builds each pipeline's DAGs from its validated config. No database or network at parse time."""
+"""Builds each pipeline's DAGs from its validated config. No database or network at parse time.
+
+sync_<pipeline>:  check_params → ensure_connector → decide ─┬→ full_load ─┐
+                                                             └────────────┴→ coverage → route ─┬→ incremental → after_stream → restart
+                                                                                               └→ resnapshot ──┘
+`coverage` records lost offsets and hands the tables to `resnapshot`; `incremental` ending with
+the re-snapshot status makes `after_stream` start a new run of this DAG without waiting for it
+(no self-trigger with wait_for_completion, which would deadlock under max_active_runs).
+"""
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pendulum
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.python import BranchPythonOperator, PythonOperator
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Param
+from airflow.sdk.exceptions import AirflowException
 
+from tideline.airflow import tasks
+from tideline.airflow.operators import CoverageSensor, TidelineSparkSubmitOperator
 from tideline.core.config import PipelineConfig
+from tideline.core.errors import ConfigError
+from tideline.core.params import ACTIONS, STREAM_MODES
 
-HOME = Path(os.environ.get("TIDELINE_HOME", Path(__file__).resolve().parents[3]))
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+NONE_FAILED = "none_failed_min_one_success"
 
 
-def spark_env() -> dict[str, str]:
-    """The Spark job imports the same library package the DAGs use."""
-    return {"PYTHONPATH": os.pathsep.join([str(HOME / "plugins"), str(HOME)])}
+def _conn_ids(cfg: PipelineConfig) -> list[str]:
+    return [cfg.source.conn_id, cfg.target.conn_id, cfg.kafka.conn_id]
 
 
 def build_sync_dag(cfg: PipelineConfig) -> DAG:
     table_names = [t.name for t in cfg.tables]
     with DAG(
         dag_id=f"sync_{cfg.name}",
-        description=f"Tideline sync of pipeline {cfg.name}: full load, then change stream",
+        description=f"Tideline: keep {cfg.target.schema_} in sync with {cfg.source.schema_} "
+                    f"({', '.join(table_names)}) — full load, then change stream",
+        doc_md=__doc__,
         schedule=None,
-        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        start_date=START,
         catchup=False,
-        max_active_runs=1,
+        # A second run may start (a full reload, or the restart after a re-snapshot): it claims
+        # newer fencing epochs, and the older stream stops itself at its next batch.
+        max_active_runs=2,
         tags=["tideline", cfg.name],
+        default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30), "retry_exponential_backoff": True},
         params={
+            "action": Param("auto", enum=list(ACTIONS), title="Action",
+                            description="auto: load what needs loading, then stream. full_reload: reload the "
+                                        "chosen tables from a new snapshot, then stream."),
             "tables": Param(table_names, type="array", items={"type": "string", "enum": table_names},
-                            description="Tables to load (default: all tables of the pipeline)"),
+                            title="Tables", description="Tables the action applies to (default: all)"),
+            "stream_mode": Param("continuous", enum=list(STREAM_MODES), title="Stream mode",
+                                 description="continuous: keep streaming. available_now: apply what Kafka "
+                                             "holds, then finish the run."),
         },
     ) as dag:
-        SparkSubmitOperator(
-            task_id="full_load",
-            application=str(HOME / "spark_jobs" / "full_load.py"),
-            conn_id=cfg.spark.conn_id,
-            jars=os.environ.get("TIDELINE_SPARK_JARS", ""),
-            conf=dict(cfg.spark.conf),
-            name=f"tideline-full-load-{cfg.name}",
-            application_args=["--pipeline", cfg.name, "--tables", "{{ params.tables | join(',') }}"],
-            env_vars=spark_env(),
-        )
+        checked = PythonOperator(task_id="check_params", python_callable=_check_params_from_context,
+                                 op_kwargs={"pipeline": cfg.name}, retries=0)
+        ensure = PythonOperator(task_id="ensure_connector", python_callable=tasks.ensure_capture,
+                                op_kwargs={"pipeline": cfg.name})
+        decide = PythonOperator(task_id="decide", python_callable=_decide_from_xcom,
+                                op_kwargs={"pipeline": cfg.name})
+        after_decide = BranchPythonOperator(task_id="route_load", python_callable=_branch_after_decide)
+        spark = dict(conn_id=cfg.spark.conn_id, pipeline_conn_ids=_conn_ids(cfg), conf=dict(cfg.spark.conf))
+        full_load = TidelineSparkSubmitOperator(
+            task_id="full_load", job="full_load.py", name=f"tideline-full-load-{cfg.name}",
+            application_args=["--pipeline", cfg.name, "--tables",
+                              "{{ ti.xcom_pull(task_ids='decide')['full_load'] | join(',') }}"], **spark)
+        coverage = CoverageSensor(task_id="coverage", pipeline=cfg.name, plan_task_id="decide",
+                                  trigger_rule=NONE_FAILED)
+        route = BranchPythonOperator(task_id="route_stream", python_callable=_branch_after_coverage)
+        resnapshot = TidelineSparkSubmitOperator(
+            task_id="resnapshot", job="full_load.py", name=f"tideline-resnapshot-{cfg.name}",
+            application_args=["--pipeline", cfg.name, "--tables",
+                              "{{ ti.xcom_pull(task_ids='coverage')['resnapshot'] | join(',') }}"], **spark)
+        incremental = TidelineSparkSubmitOperator(
+            task_id="incremental", job="incremental.py", name=f"tideline-incremental-{cfg.name}",
+            application_args=["--pipeline", cfg.name, "--mode", "{{ params.stream_mode }}"],
+            trigger_rule=NONE_FAILED, **spark)
+        after_stream = BranchPythonOperator(task_id="after_stream", python_callable=_branch_after_stream)
+        restart = TriggerDagRunOperator(task_id="restart", trigger_dag_id=f"sync_{cfg.name}",
+                                        conf={"action": "auto", "stream_mode": "{{ params.stream_mode }}"},
+                                        wait_for_completion=False)
+        checked >> ensure >> decide >> after_decide >> [full_load, coverage]
+        full_load >> coverage >> route >> [incremental, resnapshot]
+        resnapshot >> incremental >> after_stream >> restart
     return dag
+
+
+def _check_params_from_context(pipeline: str, **context) -> dict:
+    return tasks.check_params(pipeline, dict(context["params"]))
+
+
+def _decide_from_xcom(pipeline: str, **context) -> dict:
+    checked = context["ti"].xcom_pull(task_ids="check_params")
+    return tasks.decide(pipeline, checked)
+
+
+def _branch_after_decide(**context) -> str:
+    return tasks.branch_after_decide(context["ti"].xcom_pull(task_ids="decide"))
+
+
+def _branch_after_coverage(**context) -> str:
+    return tasks.branch_after_coverage(context["ti"].xcom_pull(task_ids="coverage"))
+
+
+def _branch_after_stream(**context) -> list[str]:
+    return tasks.branch_after_stream(context["ti"].xcom_pull(task_ids="incremental"))
+
+
+class PipelineConfigErrorDag(DAG):
+    """Stands for the pipeline files that failed validation: bagging it fails, so Airflow lists
+    the errors under the DAG file's import errors while every valid pipeline keeps its DAGs."""
+
+    def __init__(self, broken: dict[str, ConfigError]):
+        super().__init__(dag_id="tideline_pipeline_config_errors", schedule=None, start_date=START,
+                         tags=["tideline"])
+        self.broken = broken
+
+    def validate(self):
+        raise AirflowException("invalid Tideline pipeline config(s):\n" +
+                               "\n".join(str(e) for e in self.broken.values()))

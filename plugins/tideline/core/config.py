@@ -46,6 +46,8 @@ class KafkaSettings(_Model):
     partitions: int = Field(default=1, ge=1, le=1000)
     replication_factor: int = Field(default=1, ge=1, le=10)
     retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=60_000)
+    json_schemas: bool = Field(default=False, description="embed Kafka Connect schemas in the change events "
+                                                          "(bigger messages; some sinks, e.g. JDBC, need them)")
 
     @field_validator("topic_prefix")
     @classmethod

@@ -64,9 +64,9 @@ def connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]:
         # Idle tables must not pin WAL on the source: heartbeats confirm the slot's position.
         "heartbeat.interval.ms": "10000",
         "key.converter": "org.apache.kafka.connect.json.JsonConverter",
-        "key.converter.schemas.enable": "false",
+        "key.converter.schemas.enable": str(cfg.kafka.json_schemas).lower(),
         "value.converter": "org.apache.kafka.connect.json.JsonConverter",
-        "value.converter.schemas.enable": "false",
+        "value.converter.schemas.enable": str(cfg.kafka.json_schemas).lower(),
         # No loss on the producer side.
         "producer.override.acks": "all",
         "producer.override.enable.idempotence": "true",

@@ -1,0 +1,110 @@
+"""Tideline's Airflow operators and sensor. Clients are created in execute()/poke(), never at parse time."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from tideline.core import errors
+
+HOME = Path(os.environ.get("TIDELINE_HOME", Path(__file__).resolve().parents[3]))
+
+# What each exit status of a Spark entrypoint means to the DAG (see spark_jobs/*.py).
+_TERMINAL = {
+    errors.EXIT_CONFIG: "a config, source or target problem that a person must fix",
+    errors.EXIT_FENCED: "a newer run took over these tables (fenced); this run committed nothing",
+    errors.EXIT_VERIFICATION: "the loaded rows did not match the snapshot; nothing was swapped in",
+    errors.EXIT_HALTED: "the stream halted on a schema change or a bad message; a person must act",
+}
+
+
+class TidelineSparkSubmitOperator(SparkSubmitOperator):
+    """SparkSubmitOperator for Tideline's jobs: hands the pipeline's Airflow connections to the job,
+    and turns the job's documented exit statuses into Airflow outcomes. Returns {"exit": status}
+    (0, or EXIT_RESNAPSHOT, which the DAG answers by reloading)."""
+
+    def __init__(self, *, pipeline_conn_ids: list[str], job: str, **kwargs: Any):
+        kwargs.setdefault("application", str(HOME / "spark_jobs" / job))
+        kwargs.setdefault("jars", os.environ.get("TIDELINE_SPARK_JARS", ""))
+        conf = dict(kwargs.pop("conf", None) or {})
+        conf.setdefault("spark.driver.extraJavaOptions",
+                        f"-Dlog4j2.configurationFile={HOME / 'spark_jobs' / 'log4j2.properties'}")
+        env = {"PYTHONPATH": os.pathsep.join([str(HOME / "plugins"), str(HOME)]), **(kwargs.pop("env_vars", None) or {})}
+        super().__init__(conf=conf, env_vars=env, **kwargs)
+        self.pipeline_conn_ids = pipeline_conn_ids
+
+    def execute(self, context) -> dict:
+        from tideline.airflow.connections import spark_env
+        self.env_vars = {**(self.env_vars or {}), **spark_env(self.pipeline_conn_ids)}
+        if self._hook is not None:
+            self._hook._env_vars = self.env_vars
+        try:
+            super().execute(context)
+            return {"exit": 0}
+        except AirflowException as exc:
+            code = getattr(getattr(self._hook, "_submit_sp", None), "returncode", None)
+            if code == errors.EXIT_RESNAPSHOT:
+                self.log.warning("the job reports tables that need a re-snapshot (exit %d); the DAG reloads them",
+                                 code)
+                return {"exit": code}
+            if code in _TERMINAL:
+                raise AirflowFailException(f"{self.task_id}: exit status {code}: {_TERMINAL[code]}. "
+                                           f"The task log above has the details.") from exc
+            raise
+
+
+class CoverageSensor(BaseSensorOperator):
+    """Passes once it knows, for every streaming table, whether Kafka still holds every offset the
+    stream must resume from. Covered tables: logs pending events and retention headroom. Not
+    covered: records why in the state (phase needs_resnapshot) and returns the tables, which the
+    DAG reloads by itself. Keeps poking while Kafka cannot be asked."""
+
+    def __init__(self, *, pipeline: str, plan_task_id: str = "decide", **kwargs: Any):
+        kwargs.setdefault("poke_interval", 10)
+        kwargs.setdefault("timeout", 600)
+        kwargs.setdefault("mode", "poke")
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.plan_task_id = plan_task_id
+
+    def poke(self, context):
+        import psycopg2
+        from airflow.sdk import PokeReturnValue
+
+        from tideline import coverage, state
+        from tideline.airflow import connections
+        from tideline.airflow.pipelines import get_pipeline
+        cfg = get_pipeline(self.pipeline)
+        plan = context["ti"].xcom_pull(task_ids=self.plan_task_id) or {}
+        tables = (plan.get("stream", []) + plan.get("full_load", [])) or [t.name for t in cfg.tables
+                                                                           if t.mode == "cdc"]
+        try:
+            bootstrap = connections.get(cfg.kafka.conn_id).kafka_bootstrap
+            conn = psycopg2.connect(connections.get(cfg.target.conn_id).postgres_dsn())
+        except errors.TransientError as exc:
+            self.log.warning("cannot check coverage yet: %s", exc)
+            return False
+        try:
+            try:
+                results = coverage.check(cfg, conn, bootstrap, tables)
+            except errors.TransientError as exc:
+                self.log.warning("cannot check coverage yet: %s", exc)
+                return False
+            lost = []
+            for r in results:
+                if r.gaps:
+                    why = "Kafka no longer holds what the stream needs: " + "; ".join(g.describe() for g in r.gaps)
+                    state.set_phase(conn, cfg.name, r.table, "needs_resnapshot", why)
+                    self.log.error("%s.%s: NOT COVERED — %s. Reloading it by itself.", cfg.name, r.table, why)
+                    lost.append(r.table)
+                else:
+                    self.log.info("%s.%s: covered; %s events pending; %s", cfg.name, r.table, f"{r.pending:,}",
+                                  coverage.describe_headroom(r.headroom_s))
+        finally:
+            conn.close()
+        return PokeReturnValue(is_done=True, xcom_value={"resnapshot": lost})
+

@@ -1,0 +1,329 @@
+#!/usr/bin/env python3
+"""Benchmark: applying Debezium change events — Tideline's incremental job vs the Debezium JDBC
+sink connector on the same Connect worker, same topic, same run; then end-to-end latency.
+
+    .venv/bin/python tests/bench/incremental.py [--events 1000000] [--keys 100000] [--latency-seconds 120]
+
+1. A source table gets ~`events` changes over `keys` keys (inserts, updates, deletes), captured by
+   Debezium into one topic (with JSON schemas, which the JDBC sink needs; Tideline reads both).
+2. Tideline: spark-submit of spark_jobs/incremental.py --mode available_now, timed end to end
+   (Spark start-up included), into a target table the full load created.
+3. Peer: the Debezium JDBC sink (insert.mode=upsert, delete.enabled=true) applies the same topic
+   into another schema; timed until its consumer group has consumed the whole topic.
+4. Latency: the job in continuous mode while the source changes at a steady ~1,000 rows/s; probe
+   rows are committed every 0.5 s and the time until each is visible in the target is recorded.
+Both targets are checked equal to the source. Last line:
+RESULT apply_events_per_s=<n> jdbc_sink_events_per_s=<n> ratio=<apply/jdbc_sink> p50_latency_s=<x> p95_latency_s=<x> peak_rss_mb=<n>
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import closing
+from pathlib import Path
+
+import psutil
+import psycopg2
+import requests
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "stack"))
+sys.path.insert(0, str(ROOT / "plugins"))
+import stackctl  # noqa: E402
+
+os.environ.update(stackctl.environment())
+
+from tideline.connector import ensure_capture  # noqa: E402
+from tideline.core.config import load_pipeline  # noqa: E402
+from tideline.core.connections import get_connection  # noqa: E402
+from tideline.kafka_offsets import end_offsets  # noqa: E402
+
+PIPELINE, TABLE = "benchinc", "bench_changes"
+PEER_SCHEMA = "bench_jdbc_sink"
+PEER = "bench-jdbc-sink"
+
+
+def pg(db: str):
+    conn = psycopg2.connect(stackctl.pg_url(db))
+    conn.autocommit = True
+    return conn
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+class PeakRss(threading.Thread):
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.root, self.peak, self.done = psutil.Process(pid), 0, threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+                self.peak = max(self.peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+            except psutil.Error:
+                pass
+            time.sleep(0.2)
+
+
+def spark_submit(pipelines: Path, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, TIDELINE_PIPELINES=str(pipelines))
+    return subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
+                             "--driver-memory", "3g", "--jars", env["TIDELINE_SPARK_JARS"], "--driver-java-options",
+                             f"-Dlog4j2.configurationFile={ROOT / 'spark_jobs' / 'log4j2.properties'}",
+                             str(ROOT / "spark_jobs" / "incremental.py"), "--pipeline", PIPELINE, *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def reset(cfg) -> None:
+    requests.delete(f"{stackctl.connect_url()}/connectors/{PEER}", timeout=30)
+    requests.delete(f"{stackctl.connect_url()}/connectors/tideline-{PIPELINE}", timeout=30)
+    time.sleep(3)
+    with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+        cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                    "WHERE slot_name = %s AND NOT active", (cfg.slot_name,))
+        cur.execute(f"DROP PUBLICATION IF EXISTS {cfg.publication_name}")
+        cur.execute(f"DROP TABLE IF EXISTS {TABLE}")
+        cur.execute(f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, qty int NOT NULL, note text, "
+                    f"amount numeric(12,2), updated_at timestamptz NOT NULL DEFAULT now())")
+    with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
+        for schema in (PIPELINE, PEER_SCHEMA):
+            cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        cur.execute(f"CREATE SCHEMA {PEER_SCHEMA}")
+        cur.execute("SELECT to_regclass('tideline.table_state') IS NOT NULL")
+        if cur.fetchone()[0]:
+            for t in ("table_state", "runs", "batches", "dead_letters"):
+                cur.execute(f"DELETE FROM tideline.{t} WHERE pipeline = %s", (PIPELINE,))
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": stackctl.kafka_bootstrap()})
+    topic = cfg.topic(TABLE)
+    if topic in admin.list_topics(timeout=10).topics:
+        admin.delete_topics([topic])[topic].result(30)
+        time.sleep(2)
+
+
+def generate_changes(events: int, keys: int) -> int:
+    """~events changes over keys rows: all inserted, then update rounds, deletes and re-inserts."""
+    made = 0
+    with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {TABLE} (id, qty, note, amount) SELECT g, 0, 'note ' || g, g / 100.0 "
+                    f"FROM generate_series(1, {keys}) g")
+        made += keys
+        step = max(1, keys // 10)
+        round_no = 0
+        while made < events:
+            round_no += 1
+            if round_no % 4 == 0:
+                lo = (round_no * step) % keys
+                cur.execute(f"DELETE FROM {TABLE} WHERE id > {lo} AND id <= {lo + step}")
+                made += cur.rowcount
+                cur.execute(f"INSERT INTO {TABLE} (id, qty, note, amount) SELECT g, {round_no}, 'again', 1 "
+                            f"FROM generate_series({lo + 1}, {lo + step}) g ON CONFLICT DO NOTHING")
+                made += cur.rowcount
+            else:
+                n = min(keys, events - made)
+                cur.execute(f"UPDATE {TABLE} SET qty = qty + 1, amount = amount + 0.01, updated_at = now() "
+                            f"WHERE id <= {n}")
+                made += cur.rowcount
+    return made
+
+
+def wait_for_topic(topic: str, at_least: int, timeout: float = 900) -> int:
+    deadline = time.time() + timeout
+    last, stable_since = -1, time.time()
+    while time.time() < deadline:
+        total = sum(end_offsets(stackctl.kafka_bootstrap(), topic).values())
+        if total != last:
+            last, stable_since = total, time.time()
+        elif total >= at_least and time.time() - stable_since > 5:
+            return total
+        time.sleep(1)
+    raise SystemExit(f"Debezium produced only {last} events to {topic} in {timeout}s")
+
+
+def equal_to_source(schema: str) -> bool:
+    q = "SELECT count(*), md5(string_agg(id || ':' || qty || ':' || coalesce(note, '') || ':' || amount, ',' ORDER BY id)) FROM {}"
+    with closing(pg(stackctl.DATABASES["source"])) as s, closing(pg(stackctl.DATABASES["target"])) as t:
+        with s.cursor() as cs, t.cursor() as ct:
+            cs.execute(q.format(TABLE))
+            ct.execute(q.format(f"{schema}.{TABLE}"))
+            a, b = cs.fetchone(), ct.fetchone()
+    if a != b:
+        log(f"  {schema}: source {a} vs target {b}")
+    return a == b
+
+
+def run_jdbc_sink(topic: str, total: int) -> float:
+    target = get_connection("tideline_target")
+    config = {
+        "connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector", "tasks.max": "1", "topics": topic,
+        "connection.url": f"jdbc:postgresql://{target.host}:{target.port}/{target.schema}",
+        "connection.username": target.login, "connection.password": target.password,
+        "insert.mode": "upsert", "delete.enabled": "true", "primary.key.mode": "record_key",
+        "schema.evolution": "basic", "collection.name.format": f"{PEER_SCHEMA}.{TABLE}",
+        "key.converter": "org.apache.kafka.connect.json.JsonConverter", "key.converter.schemas.enable": "true",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter", "value.converter.schemas.enable": "true",
+        "consumer.override.max.poll.records": "2000", "batch.size": "2000",
+    }
+    started = time.monotonic()
+    resp = requests.put(f"{stackctl.connect_url()}/connectors/{PEER}/config", json=config, timeout=30)
+    resp.raise_for_status()
+    from confluent_kafka import Consumer, TopicPartition
+    group = Consumer({"bootstrap.servers": stackctl.kafka_bootstrap(), "group.id": f"connect-{PEER}"})
+    parts = end_offsets(stackctl.kafka_bootstrap(), topic)
+    deadline = time.time() + 1800
+    while time.time() < deadline:
+        committed = group.committed([TopicPartition(topic, p) for p in parts], timeout=10)
+        done = sum(max(tp.offset, 0) for tp in committed)
+        status = requests.get(f"{stackctl.connect_url()}/connectors/{PEER}/status", timeout=10).json()
+        if any(t["state"] == "FAILED" for t in status.get("tasks", [])):
+            raise SystemExit(f"JDBC sink failed: {status['tasks'][0].get('trace', '')[:2000]}")
+        if done >= sum(parts.values()):
+            break
+        time.sleep(0.5)
+    secs = time.monotonic() - started
+    group.close()
+    requests.delete(f"{stackctl.connect_url()}/connectors/{PEER}", timeout=30)
+    return secs
+
+
+class SteadyLoad(threading.Thread):
+    """~rate row changes per second on the source, in small transactions."""
+
+    def __init__(self, keys: int, rate: int):
+        super().__init__(daemon=True)
+        self.keys, self.rate, self.stop = keys, rate, threading.Event()
+
+    def run(self):
+        with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+            i = 0
+            per_tick = max(1, self.rate // 20)
+            while not self.stop.is_set():
+                lo = (i * per_tick) % (self.keys - per_tick)
+                cur.execute(f"UPDATE {TABLE} SET qty = qty + 1 WHERE id > %s AND id <= %s", (lo, lo + per_tick))
+                i += 1
+                time.sleep(0.05)
+
+
+def measure_latency(pipelines: Path, keys: int, seconds: float) -> tuple[list[float], float]:
+    probe_id = keys + 10_000_000
+    with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {TABLE} (id, qty) VALUES (%s, 0) ON CONFLICT (id) DO UPDATE SET qty = 0",
+                    (probe_id,))
+    proc = spark_submit(pipelines, "--mode", "continuous")
+    rss = PeakRss(proc.pid)
+    rss.start()
+    load = SteadyLoad(keys, 1000)
+    lat: list[float] = []
+    try:
+        with closing(pg(stackctl.DATABASES["target"])) as tgt, tgt.cursor() as tcur:
+            deadline = time.time() + 180
+            while time.time() < deadline:  # wait until the stream runs and has applied the probe row
+                try:
+                    tcur.execute(f"SELECT qty FROM {PIPELINE}.{TABLE} WHERE id = %s", (probe_id,))
+                    if tcur.fetchone() == (0,):
+                        break
+                except psycopg2.Error:
+                    pass
+                time.sleep(0.2)
+            load.start()
+            end = time.time() + seconds
+            n = 0
+            with closing(pg(stackctl.DATABASES["source"])) as src, src.cursor() as scur:
+                while time.time() < end:
+                    n += 1
+                    scur.execute(f"UPDATE {TABLE} SET qty = %s WHERE id = %s", (n, probe_id))
+                    committed = time.time()
+                    while time.time() - committed < 30:
+                        tcur.execute(f"SELECT qty FROM {PIPELINE}.{TABLE} WHERE id = %s", (probe_id,))
+                        if tcur.fetchone()[0] >= n:
+                            lat.append(time.time() - committed)
+                            break
+                        time.sleep(0.02)
+                    time.sleep(max(0.0, 0.5 - (time.time() - committed)))
+    finally:
+        load.stop.set()
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        rss.done.set()
+    return lat, rss.peak / 1e6
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--latency-seconds", type=float, default=120)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        pipelines = Path(tmp)
+        (pipelines / f"{PIPELINE}.yaml").write_text(yaml.safe_dump({
+            "name": PIPELINE, "source": {"conn_id": "tideline_source"},
+            "target": {"conn_id": "tideline_target", "schema": PIPELINE},
+            "kafka": {"topic_prefix": PIPELINE, "partitions": 3, "json_schemas": True},
+            "stream": {"max_offsets_per_trigger": 250_000, "trigger_interval_s": 0.2},
+            "tables": [{"name": TABLE}]}))
+        cfg = load_pipeline(pipelines / f"{PIPELINE}.yaml")
+        topic = cfg.topic(TABLE)
+        reset(cfg)
+        ensure_capture(cfg, get_connection("tideline_kafka"), get_connection("tideline_connect"),
+                       get_connection("tideline_source"))
+        from tideline.full_load import FullLoad
+        from tideline.spark_session import get_session
+        spark = get_session("bench-full-load")
+        FullLoad(cfg, spark).run([TABLE])   # empty table: the stream starts at offset 0
+        spark.stop()
+        log(f"generating ~{args.events:,} changes over {args.keys:,} keys at the source ...")
+        made = generate_changes(args.events, args.keys)
+        total = wait_for_topic(topic, made)
+        log(f"{total:,} change events in {topic}")
+
+        log("Tideline incremental job, availableNow ...")
+        started = time.monotonic()
+        proc = spark_submit(pipelines, "--mode", "available_now")
+        rss = PeakRss(proc.pid)
+        rss.start()
+        out, _ = proc.communicate()
+        apply_secs = time.monotonic() - started
+        rss.done.set()
+        for line in out.splitlines():
+            if "batch " in line and "events" in line:
+                print("   ", line.strip()[-170:])
+        if proc.returncode != 0:
+            print(out[-4000:])
+            raise SystemExit(f"incremental job failed with {proc.returncode}")
+        assert equal_to_source(PIPELINE), "Tideline's target differs from the source"
+        log(f"Tideline: {total:,} events in {apply_secs:.1f}s end to end")
+
+        log("Debezium JDBC sink (upsert, deletes) on the same topic ...")
+        sink_secs = run_jdbc_sink(topic, total)
+        sink_equal = equal_to_source(PEER_SCHEMA)
+        log(f"JDBC sink: {total:,} events in {sink_secs:.1f}s (target equal to source: {sink_equal})")
+
+        log(f"latency: continuous mode, ~1,000 changes/s for {args.latency_seconds:.0f}s ...")
+        lat, stream_peak = measure_latency(pipelines, args.keys, args.latency_seconds)
+    lat.sort()
+    p50 = statistics.median(lat) if lat else float("nan")
+    p95 = lat[int(0.95 * (len(lat) - 1))] if lat else float("nan")
+    log(f"{len(lat)} probes: p50 {p50:.2f}s p95 {p95:.2f}s max {max(lat) if lat else float('nan'):.2f}s")
+    apply_rate, sink_rate = total / apply_secs, total / sink_secs
+    peak = max(rss.peak / 1e6, stream_peak)
+    print(f"RESULT apply_events_per_s={apply_rate:.0f} jdbc_sink_events_per_s={sink_rate:.0f} "
+          f"ratio={apply_rate / sink_rate:.2f} p50_latency_s={p50:.2f} p95_latency_s={p95:.2f} peak_rss_mb={peak:.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
