@@ -94,6 +94,12 @@ class Pipelines:
 
     captured = None
 
+    def adopt(self, cfg):
+        """The DAG's ensure_connector creates topics and connector: clean them up after the test."""
+        self.captured = cfg
+        self.topics += [cfg.topic(t.name) for t in cfg.tables if cfg.topic(t.name) not in self.topics]
+        return cfg
+
     def cleanup(self):
         if self.captured is not None:
             self._drop_capture(self.captured)

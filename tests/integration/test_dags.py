@@ -1,0 +1,294 @@
+"""The sync DAG run by Airflow against the real stack: happy path, the retention boundary (the seed
+case), a running stream meeting lost offsets, params, a REST-API trigger, and DAG-folder import."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import psycopg2
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+import stackctl
+from dbcompare import table_digest
+from tideline import state
+from tideline.kafka_offsets import earliest_offsets
+
+pytestmark = pytest.mark.integration
+ROOT = stackctl.ROOT
+
+
+@pytest.fixture
+def airflow_env(stack, monkeypatch, pipelines):
+    """dag.test() in this process, with the test's pipelines; new DAGs start paused so the
+    running scheduler never picks up a run meant for the test (e.g. the DAG's own restart)."""
+    monkeypatch.setenv("TIDELINE_PIPELINES", str(pipelines.dir))
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION", "True")
+    yield
+
+
+def load_dag(dag_id: str):
+    from airflow.dag_processing.dagbag import DagBag
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    return bag.dags[dag_id]
+
+
+def run_dag(dag_id: str, **conf) -> dict[str, str]:
+    dag = load_dag(dag_id)
+    run = dag.test(run_conf=conf)
+    return {ti.task_id: ti.state for ti in run.get_task_instances()} | {"__run__": run.state}
+
+
+def make_table(source_db, table: str, rows: int):
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{table} (id bigint PRIMARY KEY, qty int NOT NULL, note text)")
+        cur.execute(f"INSERT INTO public.{table} SELECT g, g % 10, 'n' || g FROM generate_series(1, {rows}) g")
+
+
+def drop(source_db, table):
+    with source_db.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS public.{table}")
+
+
+def converge(dag_id, source_db, target_db, schema, table, timeout=120):
+    deadline = time.time() + timeout
+    while True:
+        states = run_dag(dag_id, stream_mode="available_now")
+        assert states["__run__"] == "success", states
+        if table_digest(source_db, "public", table, "id") == table_digest(target_db, schema, table, "id"):
+            return states
+        assert time.time() < deadline, "target did not converge"
+        time.sleep(2)
+
+
+def test_first_run_loads_then_streams_second_goes_straight_to_streaming(
+        airflow_env, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_dag"
+    make_table(source_db, t, 5000)
+    try:
+        cfg = pipelines.adopt(pipelines.make([{"name": t}], create_topics=False))
+        dag_id = f"sync_{cfg.name}"
+        states = run_dag(dag_id, stream_mode="available_now")
+        assert states["__run__"] == "success", states
+        assert states["full_load"] == "success" and states["incremental"] == "success"
+        assert states["resnapshot"] == "skipped" and states["restart"] == "skipped"
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE {t} SET qty = qty + 1 WHERE id <= 100")
+            cur.execute(f"DELETE FROM {t} WHERE id > 4900")
+        states = converge(dag_id, source_db, target_db, cfg.name, t)
+        assert states["full_load"] == "skipped" and states["incremental"] == "success"
+        with target_db.cursor() as cur:
+            cur.execute("SELECT kind, count(*) FROM tideline.runs WHERE pipeline = %s GROUP BY kind", (cfg.name,))
+            assert dict(cur.fetchall()) == {"full_load": 1}
+    finally:
+        drop(source_db, t)
+
+
+def test_retention_boundary_reloads_by_itself(airflow_env, stack, source_db, target_db, pipelines, unique_name):
+    """The seed case: the stream is stopped, changes go on (an added column too), retention deletes
+    offsets it still needs; the next run notices, reloads by itself, streams on, and nothing is lost."""
+    t = f"{unique_name}_tide"
+    make_table(source_db, t, 2000)
+    try:
+        cfg = pipelines.adopt(pipelines.make([{"name": t}], partitions=1, create_topics=False))
+        dag_id = f"sync_{cfg.name}"
+        assert run_dag(dag_id, stream_mode="available_now")["__run__"] == "success"
+        resume = state.get(target_db, cfg.name, t).resume_offsets
+        # the stream is stopped; the source keeps changing, its schema too
+        with source_db.cursor() as cur:
+            cur.execute(f"ALTER TABLE {t} ADD COLUMN added_later text")
+            cur.execute(f"UPDATE {t} SET added_later = 'x' || id, qty = qty + 1 WHERE id <= 500")
+            cur.execute(f"INSERT INTO {t} (id, qty, note, added_later) SELECT g, 1, 'new', 'y' "
+                        f"FROM generate_series(3001, 3500) g")
+        topic = cfg.topic(t)
+        admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap()})
+        for fut in admin.alter_configs([ConfigResource("topic", topic, set_config={
+                "retention.ms": "1000", "segment.ms": "500"})]).values():
+            fut.result(30)
+        deadline = time.time() + 90
+        while earliest_offsets(stack.kafka_bootstrap(), topic)[0] <= resume[0]:
+            assert time.time() < deadline, "retention did not delete the needed offsets"
+            with source_db.cursor() as cur:
+                cur.execute(f"UPDATE {t} SET qty = qty + 1 WHERE id = 1")
+            time.sleep(1)
+        for fut in admin.alter_configs([ConfigResource("topic", topic, set_config={
+                "retention.ms": str(cfg.kafka.retention_ms), "segment.ms": "604800000"})]).values():
+            fut.result(30)
+        states = run_dag(dag_id, stream_mode="available_now")
+        assert states["__run__"] == "success", states
+        assert states["full_load"] == "skipped"          # decide saw a streaming table...
+        assert states["resnapshot"] == "success"         # ...the sensor found the gap and reloaded it
+        st = state.get(target_db, cfg.name, t)
+        assert st.phase == "streaming" and st.last_error is None
+        with target_db.cursor() as cur:
+            cur.execute("SELECT count(*) FROM tideline.runs WHERE pipeline = %s AND kind = 'full_load'", (cfg.name,))
+            assert cur.fetchone()[0] == 2
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE {t} SET added_later = 'after' WHERE id = 2")
+        converge(dag_id, source_db, target_db, cfg.name, t)
+    finally:
+        drop(source_db, t)
+
+
+def test_running_stream_meeting_lost_offsets_restarts_through_a_reload(
+        airflow_env, stack, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_run"
+    make_table(source_db, t, 100)
+    try:
+        cfg = pipelines.adopt(pipelines.make([{"name": t}], partitions=1, create_topics=False,
+                                             stream={"max_offsets_per_trigger": 100, "trigger_interval_s": 2}))
+        dag_id = f"sync_{cfg.name}"
+        assert run_dag(dag_id, stream_mode="available_now")["__run__"] == "success"
+        with source_db.cursor() as cur:  # a backlog the stream reads 100 events at a time
+            for _ in range(20):
+                cur.execute(f"UPDATE {t} SET qty = qty + 1")
+        topic = cfg.topic(t)
+        deadline = time.time() + 60
+        from tideline.kafka_offsets import end_offsets
+        while end_offsets(stack.kafka_bootstrap(), topic)[0] < 2000 and time.time() < deadline:
+            time.sleep(0.5)
+        first_batch = None
+
+        def cut_the_log_under_the_running_stream():
+            """Once the running job has committed a batch, Kafka drops the log below offset 1500
+            (exactly what retention does), while the stream still needs offsets from ~200 on."""
+            nonlocal first_batch
+            conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["target"]))
+            conn.autocommit = True
+            try:
+                with conn.cursor() as cur:
+                    start = time.time()
+                    while time.time() - start < 180:
+                        cur.execute("SELECT count(*) FROM tideline.batches WHERE pipeline = %s", (cfg.name,))
+                        if cur.fetchone()[0] >= 1:
+                            first_batch = True
+                            break
+                        time.sleep(0.1)
+                admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap()})
+                for fut in admin.delete_records([TopicPartition(topic, 0, 1500)]).values():
+                    fut.result(30)
+            finally:
+                conn.close()
+
+        cutter = threading.Thread(target=cut_the_log_under_the_running_stream)
+        cutter.start()
+        states = run_dag(dag_id, stream_mode="available_now")
+        cutter.join()
+        assert first_batch, "the stream never committed a batch"
+        assert states["__run__"] == "success", states
+        assert states["incremental"] == "success" and states["restart"] == "success", states
+        st = state.get(target_db, cfg.name, t)
+        assert st.phase == "needs_resnapshot" and "retention deleted offsets" in st.last_error
+        # the run the DAG queued for itself: it reloads, then streams; the target equals the source
+        from airflow.models.dagrun import DagRun
+        queued = [r for r in DagRun.find(dag_id=dag_id) if r.state == "queued"]
+        assert len(queued) == 1 and queued[0].conf.get("action") == "auto"
+        states = run_dag(dag_id, **queued[0].conf)
+        assert states["full_load"] == "success" and states["__run__"] == "success", states
+        converge(dag_id, source_db, target_db, cfg.name, t)
+    finally:
+        drop(source_db, t)
+
+
+@pytest.mark.parametrize("conf,message", [
+    ({"tables": ["no_such_table"]}, "has no table 'no_such_table'"),
+    ({"tables": ["x; DROP TABLE y"]}, "is not a table name"),
+    ({"action": "explode"}, "action='explode' is not one of"),
+])
+def test_bad_params_are_rejected_before_any_work(airflow_env, source_db, pipelines, unique_name, conf, message):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tideline.airflow.tasks import check_params
+    cfg = pipelines.make([{"name": f"{unique_name}_p"}], create_topics=False)
+    with pytest.raises(AirflowFailException, match=message):
+        check_params(cfg.name, conf)
+    # The trigger itself: Airflow's param schema (the form) or check_params stops it; nothing else runs.
+    dag = load_dag(f"sync_{cfg.name}")
+    try:
+        run = dag.test(run_conf=conf)
+    except Exception as exc:
+        bad_value = conf.get("action") or conf["tables"][0]
+        assert bad_value in str(exc)
+        return
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states["check_params"] == "failed"
+    assert all(s in (None, "upstream_failed", "skipped") for k, s in states.items() if k != "check_params")
+
+
+def test_broken_pipeline_file_is_an_import_error_that_spares_the_others(airflow_env, pipelines, unique_name):
+    from airflow.dag_processing.dagbag import DagBag
+    pipelines.make([{"name": f"{unique_name}_ok"}], create_topics=False)
+    (pipelines.dir / "broken.yaml").write_text("name: broken\nkafka: {topic_prefix: 'bad prefix!'}\n")
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    assert f"sync_{unique_name}" in bag.dags
+    [error] = bag.import_errors.values()
+    assert "broken.yaml" in error and "kafka.topic_prefix" in error and "source: Field required" in error
+
+
+def test_dag_folder_with_50_pipelines_imports_cleanly(airflow_env, pipelines, unique_name, tmp_path):
+    import yaml
+    from airflow.dag_processing.dagbag import DagBag
+    for i in range(50):
+        (pipelines.dir / f"gen_{i:02d}.yaml").write_text(yaml.safe_dump({
+            "name": f"gen_{i:02d}", "source": {"conn_id": "tideline_source"},
+            "target": {"conn_id": "tideline_target", "schema": f"gen_{i:02d}"},
+            "kafka": {"topic_prefix": f"gen.{i}"}, "tables": [{"name": f"t{j}"} for j in range(5)]}))
+    started = time.perf_counter()
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    parse_s = time.perf_counter() - started
+    assert not bag.import_errors
+    assert len([d for d in bag.dags if d.startswith("sync_gen_")]) == 50
+    print(f"\n[measure] DAG folder with 50 pipelines parsed in {parse_s:.2f}s")
+
+
+def _api(stack, method: str, path: str, body: dict | None = None):
+    req = urllib.request.Request(f"{stack.airflow_url()}/auth/token", method="POST",
+                                 data=json.dumps({"username": stack.AIRFLOW_ADMIN,
+                                                  "password": stack.AIRFLOW_ADMIN_PASS}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        token = json.loads(resp.read())["access_token"]
+    req = urllib.request.Request(f"{stack.airflow_url()}/api/v2/{path}", method=method,
+                                 data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def test_rest_api_trigger_runs_the_demo_with_its_params(stack, source_db, target_db):
+    """Through the running api-server and scheduler (LocalExecutor): the demo pipeline, in
+    available_now mode, loads and streams the demo shop; the run carries the params it was given."""
+    import sys
+    sys.path.insert(0, str(ROOT / "stack"))
+    import workload
+    with source_db.cursor() as cur:
+        cur.execute("SELECT to_regclass('public.customers') IS NOT NULL")
+        if not cur.fetchone()[0]:
+            workload.main(["--seed-customers", "50", "--seed-orders", "200", "--seed", "3"])
+    with pytest.raises(urllib.error.HTTPError) as bad:  # Airflow validates params against the form
+        _api(stack, "POST", "dags/sync_demo/dagRuns", {"logical_date": None, "conf": {"action": "explode"}})
+    assert bad.value.code == 400
+    _api(stack, "PATCH", "dags/sync_demo", {"is_paused": False})
+    run = _api(stack, "POST", "dags/sync_demo/dagRuns",
+               {"logical_date": None, "conf": {"stream_mode": "available_now", "tables": ["customers", "orders",
+                                                                                          "order_items"]}})
+    run_id = run["dag_run_id"]
+    deadline = time.time() + 420
+    while time.time() < deadline:
+        info = _api(stack, "GET", f"dags/sync_demo/dagRuns/{run_id}")
+        if info["state"] in ("success", "failed"):
+            break
+        time.sleep(3)
+    tis = {ti["task_id"]: ti["state"] for ti in _api(stack, "GET", f"dags/sync_demo/dagRuns/{run_id}/taskInstances")
+           ["task_instances"]}
+    assert info["state"] == "success", tis
+    assert info["conf"]["stream_mode"] == "available_now"
+    assert tis["incremental"] == "success"
+    for table, order in (("customers", "id"), ("orders", "id"), ("order_items", "order_id, line_no")):
+        assert state.get(target_db, "demo", table).phase == "streaming"
