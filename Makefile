@@ -13,10 +13,10 @@ up: setup         ## start PostgreSQL, Kafka, Connect+Debezium and Airflow on lo
 down:             ## stop everything the stack started
 	@if [ -x $(PY) ]; then $(STACK) down; fi
 
-status:           ## health, memory and log file of each part
-	@$(STACK) status
+status:           ## health of each part of the stack, then where every pipeline's tables stand
+	@$(STACK) status; eval "$$($(STACK) env)"; $(PY) -m tideline.status
 
-demo: setup       ## the stack, the demo shop in the source and a live workload
+demo: setup       ## the stack, the demo shop, a live workload, and the sync_demo DAG loading then streaming it
 	@$(PY) stack/demo.py
 
 test: setup       ## unit tests, then integration tests against the real stack

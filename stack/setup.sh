@@ -40,10 +40,14 @@ fi
 # --- JVM parts from Maven Central
 POM_HASH=$(cat stack/jvm/pom.xml stack/jvm/*/pom.xml | sha256sum | cut -c1-16)
 if [ "$(cat stack/lib/.poms 2>/dev/null)" != "$POM_HASH" ]; then
+  if ls stack/var/run/*.pid >/dev/null 2>&1 && [ -d stack/lib ]; then
+    say "the JVM dependencies changed but the stack is running on the old jars: run 'make down', then this again"
+    exit 1
+  fi
   say "fetching Kafka, Connect, Debezium and Spark connector jars with Maven"
   rm -rf stack/lib
   find "${HOME}/.m2/repository" -name '*.lastUpdated' -delete 2>/dev/null || true
   mvn -q -B -f stack/jvm/pom.xml package
   echo "$POM_HASH" > stack/lib/.poms
 fi
-say "ready: $(ls stack/lib/kafka | wc -l) Kafka/Connect jars, $(ls stack/lib/connect-plugins/debezium-connector-postgres | wc -l) Debezium jars, $(ls stack/lib/spark | wc -l) Spark jars"
+say "ready: $(ls stack/lib/kafka | wc -l) Kafka/Connect jars, $(ls stack/lib/connect-plugins/debezium-connector-postgres | wc -l) Debezium jars, $(ls stack/lib/connect-plugins/debezium-connector-jdbc | wc -l) JDBC sink jars, $(ls stack/lib/spark | wc -l) Spark jars"

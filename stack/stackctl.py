@@ -628,7 +628,9 @@ def cmd_status() -> int:
         mb = sum(_rss_mb(p) for p in pids if p)
         total_mb += mb
         mem = f"{mb:7.0f} MB" if pids else "      - "
-        print(f"{part.name:9s} {state:9s} {mem}  {detail}   log: {log_file(part.name if part.name != 'airflow' else 'airflow-scheduler')}")
+        where = {"airflow": log_file("airflow-scheduler"), "spark": "the Airflow task logs"}.get(part.name,
+                                                                                                  log_file(part.name))
+        print(f"{part.name:9s} {state:9s} {mem}  {detail}   log: {where}")
     print(f"{'total':9s} {'':9s} {total_mb:7.0f} MB")
     return 1 if bad else 0
 
