@@ -85,6 +85,30 @@ class ConnectClient:
     def delete(self, name: str) -> None:
         self._call("DELETE", f"/connectors/{name}")
 
+    def stop(self, name: str) -> None:
+        self._call("PUT", f"/connectors/{name}/stop")
+
+    def delete_offsets(self, name: str) -> None:
+        self._call("DELETE", f"/connectors/{name}/offsets")
+
+
+def remove_connector(cfg: PipelineConfig, connect: Conn, timeout: float = 60.0) -> None:
+    """Stops the connector, forgets its source offsets (a new one with the same name would
+    otherwise resume from a position the slot may no longer have), and deletes it."""
+    client = ConnectClient(connect.http_base_url())
+    name = connector_name(cfg)
+    if client.status(name) is None:
+        return
+    client.stop(name)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = client.status(name)
+        if status is None or status["connector"]["state"] == "STOPPED":
+            break
+        time.sleep(0.5)
+    client.delete_offsets(name)
+    client.delete(name)
+
 
 def _failure_trace(status: dict) -> str | None:
     if status["connector"]["state"] == "FAILED":
@@ -110,6 +134,12 @@ def ensure_connector(cfg: PipelineConfig, connect: Conn, source: Conn, timeout: 
                 log.warning("connector %s failed, restarting it once: %s", name, trace.splitlines()[0])
                 client.restart(name)
                 restarted = True
+            elif trace and "no longer available on the server" in trace:
+                raise ConnectError(
+                    f"connector {name} cannot resume: the source no longer has the WAL position it stopped at "
+                    f"(replication slot {cfg.slot_name} was dropped or lost its WAL), so changes were missed. "
+                    f"Remove the connector with its offsets (tideline.connector.remove_connector) and run the "
+                    f"sync DAG with action=full_reload.\n{trace[:1500]}")
             elif trace:
                 raise ConnectError(f"connector {name} failed on Kafka Connect:\n{trace[:3000]}")
             elif status["connector"]["state"] == "RUNNING" and status.get("tasks") and \

@@ -427,6 +427,7 @@ class IncrementalRun:
         cur.execute(apply_sql.CREATE_STAGE)
         stream = CopyStream(staged.to_batches(max_chunksize=50_000), [True, False, True, True, False, False])
         cur.copy_expert(apply_sql.COPY_STAGE, stream, size=1 << 20)
+        cur.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(apply_sql.STAGE)))  # temp tables have no stats
 
     def _apply_table(self, cur, table: StreamTable) -> tuple[int, int]:
         schema, cols, pk = self.cfg.target.schema_, table.columns, table.primary_key

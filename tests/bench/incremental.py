@@ -85,8 +85,9 @@ def spark_submit(pipelines: Path, *args: str) -> subprocess.Popen:
 
 
 def reset(cfg) -> None:
+    from tideline.connector import remove_connector
     requests.delete(f"{stackctl.connect_url()}/connectors/{PEER}", timeout=30)
-    requests.delete(f"{stackctl.connect_url()}/connectors/tideline-{PIPELINE}", timeout=30)
+    remove_connector(cfg, get_connection("tideline_connect"))
     time.sleep(3)
     with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
         cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "

@@ -116,10 +116,9 @@ class Pipelines:
     def _drop_capture(self, cfg):
         import time
 
-        import requests
-
-        from tideline.core.debezium import connector_name
-        requests.delete(f"{self.stack.connect_url()}/connectors/{connector_name(cfg)}", timeout=30)
+        from tideline.connector import remove_connector
+        from tideline.core.connections import get_connection
+        remove_connector(cfg, get_connection("tideline_connect"))
         conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"]))
         conn.autocommit = True
         deadline = time.time() + 60

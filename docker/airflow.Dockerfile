@@ -1,0 +1,17 @@
+# Airflow 3 + the Tideline library + pyspark (local mode) with the Kafka connector and JDBC jars.
+FROM maven:3.9-eclipse-temurin-17 AS jars
+COPY stack/jvm /build
+RUN mvn -q -B -f /build/pom.xml -pl spark -am package
+
+FROM python:3.11-slim
+RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless && rm -rf /var/lib/apt/lists/*
+COPY requirements.txt /opt/tideline/requirements.txt
+RUN pip install --no-cache-dir -r /opt/tideline/requirements.txt
+COPY dags /opt/tideline/dags
+COPY plugins /opt/tideline/plugins
+COPY spark_jobs /opt/tideline/spark_jobs
+COPY sql /opt/tideline/sql
+COPY pipelines /opt/tideline/pipelines
+COPY --from=jars /lib/spark /opt/tideline/stack/lib/spark
+ENV PYTHONPATH=/opt/tideline/plugins:/opt/tideline AIRFLOW_HOME=/opt/airflow
+ENTRYPOINT ["airflow"]

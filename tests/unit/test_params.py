@@ -1,0 +1,33 @@
+"""Trigger params: validated before any work; the per-table plan follows the phases."""
+import pytest
+
+from tideline.core.config import parse_pipeline
+from tideline.core.params import ParamError, check_sync_params, plan_tables
+
+CFG = parse_pipeline({"name": "shop", "source": {"conn_id": "s"}, "target": {"conn_id": "t"},
+                      "kafka": {"topic_prefix": "p"}, "tables": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}, "x")
+
+
+def test_defaults():
+    assert check_sync_params(CFG, {}) == {"action": "auto", "tables": ["a", "b", "c"], "stream_mode": "continuous"}
+
+
+@pytest.mark.parametrize("params,message", [
+    ({"action": "drop"}, "action='drop' is not one of auto, full_reload"),
+    ({"tables": ["a", "zz"]}, "has no table 'zz'; it has a, b, c"),
+    ({"tables": ["a; DROP TABLE b"]}, "is not a table name"),
+    ({"stream_mode": "fast"}, "stream_mode='fast'"),
+    ({"tables": [1]}, "must be a list of table names"),
+])
+def test_bad_params(params, message):
+    with pytest.raises(ParamError, match=message):
+        check_sync_params(CFG, params)
+
+
+def test_plan_by_phase_and_action():
+    phases = {"a": ("streaming", None), "b": ("needs_resnapshot", "lost"), "c": ("halted", "schema")}
+    plan = plan_tables(CFG, "auto", ["a", "b", "c"], phases)
+    assert (plan["full_load"], plan["stream"], plan["halted"]) == (["b"], ["a"], ["c"])
+    plan = plan_tables(CFG, "full_reload", ["a", "c"], phases)
+    assert plan["full_load"] == ["a", "b", "c"] and plan["stream"] == []
+    assert plan_tables(CFG, "auto", [], {})["full_load"] == ["a", "b", "c"]
