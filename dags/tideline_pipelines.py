@@ -3,12 +3,15 @@
 A pipeline file that fails validation shows up as this file's import error, naming the file and
 the field; the other pipelines keep their DAGs.
 """
-from tideline.airflow.dag_factory import PipelineConfigErrorDag, build_sync_dag
+from tideline.airflow.dag_factory import PipelineConfigErrorDag, build_batch_dag, build_sync_dag
 from tideline.airflow.pipelines import pipelines_dir
 from tideline.core.config import load_pipelines
 
 pipelines, broken = load_pipelines(pipelines_dir())
 for _name, _cfg in pipelines.items():
-    globals()[f"sync_{_name}"] = build_sync_dag(_cfg)
+    if any(t.mode == "cdc" for t in _cfg.tables):
+        globals()[f"sync_{_name}"] = build_sync_dag(_cfg)
+    if any(t.mode == "batch" for t in _cfg.tables):
+        globals()[f"batch_{_name}"] = build_batch_dag(_cfg)
 if broken:
     config_errors = PipelineConfigErrorDag(broken)

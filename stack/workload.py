@@ -125,12 +125,23 @@ class Workload:
         if row:
             self._count("delete")
 
+    def audit(self, action: str) -> None:
+        """Every business step leaves an audit row (a batch-mode table); some get reviewed later."""
+        self._one("INSERT INTO audit_log (actor, action, payload) VALUES (%s, %s, %s)",
+                  (self.rng.choice(FIRST), action, json.dumps({"step": self.counts["transactions"]})))
+        self._count("insert")
+        if self.rng.random() < 0.2:
+            self._one("UPDATE audit_log SET reviewed = true, updated_at = now() WHERE id = "
+                      "(SELECT id FROM audit_log WHERE NOT reviewed ORDER BY id LIMIT 1)")
+            self._count("update")
+
     def step(self) -> None:
         action = self.rng.choices(
             [self.new_customer, self.new_order, self.advance_order, self.cancel_order, self.edit_customer,
              self.delete_customer], weights=[10, 35, 30, 8, 12, 5])[0]
         with self.conn:
             action()
+            self.audit(action.__name__)
         self.counts["transactions"] += 1
 
 
@@ -147,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     conn = connect(args.dsn)
     rng = random.Random(args.seed)
     work = Workload(conn, rng)
+    load_schema(conn)  # idempotent: also adds tables a newer demo schema has
     if args.seed_customers or args.seed_orders:
-        load_schema(conn)
         for _ in range(args.seed_customers):
             with conn:
                 work.new_customer()

@@ -121,6 +121,53 @@ class _Progress(threading.Thread):
         self.stopped.set()
 
 
+def prepare_target_schema(tgt, schema: str, label: str) -> None:
+    """The target schema exists and this role may create tables in it (or a clear error)."""
+    try:
+        with tgt, tgt.cursor() as cur:
+            cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            cur.execute("SELECT has_schema_privilege(%s, 'CREATE')", (schema,))
+            if not cur.fetchone()[0]:
+                raise TargetError(f"{label}: the target role cannot create tables in schema {schema!r}. "
+                                  f"Run: GRANT CREATE ON SCHEMA {schema} TO <the target connection's role>;")
+    except psycopg2.errors.InsufficientPrivilege as exc:
+        raise TargetError(f"{label}: the target role cannot create schema {schema!r} ({exc.pgerror.strip()}). "
+                          f"Create it, or grant CREATE on the database.") from None
+
+
+def copy_source_rows(spark, source: Conn, src_conn, target_dsn: str, shape: TableShape, query: sql.Composable,
+                     predicates: list[str], schema: str, table: str, label: str, snapshot_id: str | None = None,
+                     started: float | None = None) -> list[dict]:
+    """Reads `query` from the source with Spark JDBC, one partition per predicate, and COPYs the
+    rows into schema.table of the target; returns each partition's figures. With `snapshot_id`
+    every partition's session joins that exported snapshot."""
+    init = None
+    if snapshot_id is not None:
+        # Spark's PostgreSQL dialect turns autocommit off when fetchsize > 0, so these run as the
+        # first statements of the read's transaction; the DO block fails the read loudly if that
+        # ever stops being true.
+        init = ("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
+                f"SET TRANSACTION SNAPSHOT {sql.Literal(snapshot_id).as_string(src_conn)}; "
+                "DO $$ BEGIN IF current_setting('transaction_isolation') <> 'repeatable read' THEN "
+                "RAISE EXCEPTION 'tideline: partition read is not inside the exported snapshot'; END IF; END $$")
+    props = {"user": source.login or "", "password": source.password or "", "driver": "org.postgresql.Driver",
+             "fetchsize": str(FETCH_SIZE)}
+    if init:
+        props["sessionInitStatement"] = init
+    df = spark.read.jdbc(source.jdbc_url(), query.as_string(src_conn), predicates=predicates, properties=props)
+    df = df.select(*[f"`{c}`" for c in shape.column_names])
+    copy_sql = copy_into(schema, table, shape.column_names).as_string(src_conn)
+    writer = make_copy_writer(target_dsn, copy_sql, shape.escape_flags, label)
+    progress = _Progress(spark, label, len(predicates), started or time.monotonic())
+    progress.start()
+    log.info("%s: copying %d partitions into %s.%s", label, len(predicates), schema, table)
+    try:
+        rows = df.mapInArrow(writer, "partition int, rows long, copied long, seconds double").collect()
+    finally:
+        progress.stop()
+    return [r.asDict() for r in rows]
+
+
 class FullLoad:
     def __init__(self, cfg: PipelineConfig, spark, environ=None):
         self.cfg = cfg
@@ -175,7 +222,9 @@ class FullLoad:
                      f"key ({', '.join(shape.primary_key)})" if shape.primary_key else "block range (no key)")
             # 3. shadow table, COPY from every partition
             self._create_shadow(tgt, shape, shadow)
-            figures = self._copy_partitions(src, shape, shadow, snapshot_id, rendered, label, started)
+            figures = copy_source_rows(self.spark, self.source, src, self.target.postgres_dsn(), shape,
+                                       read_query(shape), rendered, cfg.target.schema_, shadow, label,
+                                       snapshot_id=snapshot_id, started=started)
             src.rollback()  # the snapshot may close now: every partition has read
             copy_secs = time.monotonic() - started
             read = sum(f["rows"] for f in figures)
@@ -210,17 +259,7 @@ class FullLoad:
             tgt.close()
 
     def _prepare_target_schema(self, tgt, label: str) -> None:
-        schema = self.cfg.target.schema_
-        try:
-            with tgt, tgt.cursor() as cur:
-                cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-                cur.execute("SELECT has_schema_privilege(%s, 'CREATE')", (schema,))
-                if not cur.fetchone()[0]:
-                    raise TargetError(f"{label}: the target role cannot create tables in schema {schema!r}. "
-                                      f"Run: GRANT CREATE ON SCHEMA {schema} TO <the target connection's role>;")
-        except psycopg2.errors.InsufficientPrivilege as exc:
-            raise TargetError(f"{label}: the target role cannot create schema {schema!r} ({exc.pgerror.strip()}). "
-                              f"Create it, or grant CREATE on the database.") from None
+        prepare_target_schema(tgt, self.cfg.target.schema_, label)
 
     def _partition_predicates(self, cur, shape: TableShape, rows: int):
         parts = self.cfg.spark.parallelism
@@ -243,37 +282,6 @@ class FullLoad:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(shadow)))
             cur.execute(create_table(shape, schema, shadow))
 
-    def _copy_partitions(self, src, shape: TableShape, shadow: str, snapshot_id: str, predicates: list[str],
-                         label: str, started: float) -> list[dict]:
-        # Every partition's session joins the exported snapshot. Spark's PostgreSQL dialect turns
-        # autocommit off when fetchsize > 0, so these run as the first statements of the read's
-        # transaction; the DO block fails the read loudly if that ever stops being true.
-        init = ("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
-                f"SET TRANSACTION SNAPSHOT {sql.Literal(snapshot_id).as_string(src)}; "
-                "DO $$ BEGIN IF current_setting('transaction_isolation') <> 'repeatable read' THEN "
-                "RAISE EXCEPTION 'tideline: partition read is not inside the exported snapshot'; END IF; END $$")
-        reader = (self.spark.read.format("jdbc")
-                  .option("url", self.source.jdbc_url())
-                  .option("driver", "org.postgresql.Driver")
-                  .option("user", self.source.login or "")
-                  .option("password", self.source.password or "")
-                  .option("fetchsize", FETCH_SIZE)
-                  .option("sessionInitStatement", init))
-        props = {"user": self.source.login or "", "password": self.source.password or "",
-                 "driver": "org.postgresql.Driver", "fetchsize": str(FETCH_SIZE), "sessionInitStatement": init}
-        df = reader.jdbc(self.source.jdbc_url(), read_query(shape).as_string(src), predicates=predicates,
-                         properties=props)
-        df = df.select(*[f"`{c}`" for c in shape.column_names])
-        copy_sql = copy_into(self.cfg.target.schema_, shadow, shape.column_names).as_string(src)
-        writer = make_copy_writer(self.target.postgres_dsn(), copy_sql, shape.escape_flags, label)
-        progress = _Progress(self.spark, label, len(predicates), started)
-        progress.start()
-        log.info("%s: copying %d partitions into %s.%s", label, len(predicates), self.cfg.target.schema_, shadow)
-        try:
-            rows = df.mapInArrow(writer, "partition int, rows long, copied long, seconds double").collect()
-        finally:
-            progress.stop()
-        return [r.asDict() for r in rows]
 
     def _finish_shadow(self, tgt, shape: TableShape, shadow: str, epoch: int) -> None:
         """Key and statistics for the shadow before it goes live; the key also rejects duplicates."""

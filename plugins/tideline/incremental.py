@@ -297,6 +297,7 @@ class IncrementalRun:
             rows = compact(events).toArrow()
         finally:
             events.unpersist()
+        spark_s = time.monotonic() - started
         figures = self._commit(spark_batch_id, per_partition, bad_rows, truncates, rows)
         if figures is None:
             return
@@ -305,9 +306,11 @@ class IncrementalRun:
         newest = max((r["ts_ms"] or 0) for r in per_partition)
         age = time.time() - newest / 1000 if newest else 0.0
         tables = ", ".join(f"{t} +{u:,}/-{d:,}" for t, (u, d) in sorted(figures.per_table.items()))
+        took = time.monotonic() - started
         log.info("batch %d: %s events (%s already applied, %s dead letters) -> %s; source-to-target lag %.1fs; "
-                 "%.2fs", self._last_batch_id, f"{figures.events:,}", f"{figures.skipped:,}",
-                 figures.dead_letters, tables or "no row changes", age, time.monotonic() - started)
+                 "%.2fs (read+compact %.2fs, commit %.2fs)", self._last_batch_id, f"{figures.events:,}",
+                 f"{figures.skipped:,}", figures.dead_letters, tables or "no row changes", age, took, spark_s,
+                 took - spark_s)
 
     def _commit(self, spark_batch_id, per_partition, bad_rows, truncates, rows: pa.Table) -> BatchFigures | None:
         cfg, conn = self.cfg, self._tgt

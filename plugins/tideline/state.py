@@ -137,3 +137,10 @@ def commit_batch(cur, **values) -> None:
     values["start"] = json.dumps(values["start"])
     values["end"] = json.dumps(values["end"])
     cur.execute(sqlfiles.load("state/commit_batch"), values)
+
+
+def finish_batch(cur, *, pipeline: str, table: str, epoch: int, cursor: str | None) -> None:
+    cur.execute(sqlfiles.load("state/finish_batch"), {"pipeline": pipeline, "table": table, "epoch": epoch,
+                                                      "cursor": cursor})
+    if cur.rowcount != 1:
+        raise FencedError(f"{pipeline}.{table}: the state row changed epoch during the batch; nothing committed")

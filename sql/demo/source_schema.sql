@@ -39,3 +39,15 @@ CREATE TABLE IF NOT EXISTS order_items (
 
 CREATE INDEX IF NOT EXISTS orders_customer_idx ON orders (customer_id);
 CREATE INDEX IF NOT EXISTS orders_updated_idx ON orders (updated_at);
+
+-- Batch mode (no change stream): synced nightly by its update-time cursor.
+CREATE TABLE IF NOT EXISTS audit_log (
+    id           bigserial   PRIMARY KEY,
+    happened_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    actor        text        NOT NULL,
+    action       text        NOT NULL,
+    payload      jsonb,
+    reviewed     boolean     NOT NULL DEFAULT false
+);
+CREATE INDEX IF NOT EXISTS audit_log_updated_idx ON audit_log (updated_at);

@@ -49,7 +49,8 @@ def test_valid_config_loads_with_defaults():
 
 def test_repo_demo_pipeline_is_valid():
     cfg = load_pipeline(ROOT / "pipelines" / "demo.yaml")
-    assert [t.name for t in cfg.tables] == ["customers", "orders", "order_items"]
+    assert [t.name for t in cfg.tables] == ["customers", "orders", "order_items", "audit_log"]
+    assert cfg.table("audit_log").mode == "batch"
 
 
 def test_unknown_field_is_named():

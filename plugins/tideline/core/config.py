@@ -116,6 +116,7 @@ class PipelineConfig(_Model):
     connect: ConnectSettings = Field(default_factory=ConnectSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
     stream: StreamSettings = Field(default_factory=StreamSettings)
+    batch_schedule: str = Field(default="@daily", description="schedule of the batch_<name> DAG (cron or preset)")
     tables: list[TableConfig] = Field(min_length=1)
 
     @field_validator("name")

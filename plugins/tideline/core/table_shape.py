@@ -50,15 +50,16 @@ class TableShape:
         return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(self.name))
 
 
-def read_query(shape: TableShape) -> sql.Composed:
+def read_query(shape: TableShape, where: sql.Composable | None = None) -> sql.Composed:
     """A derived table for Spark JDBC: every column as exact text, plus the typed key (or ctid)
     under an alias so partition predicates compare real key values and use the index."""
     keys = ([sql.SQL("t.{} AS {}").format(sql.Identifier(k), sql.Identifier(KEY_ALIAS.format(i)))
              for i, k in enumerate(shape.primary_key)]
             or [sql.SQL("t.ctid AS {}").format(sql.Identifier(CTID_ALIAS))])
     cols = [sql.SQL("t.{}::text AS {}").format(sql.Identifier(c), sql.Identifier(c)) for c in shape.column_names]
-    return sql.SQL("(SELECT {} FROM {} t) AS tideline_read").format(sql.SQL(", ").join(keys + cols),
-                                                                  shape.qualified())
+    return sql.SQL("(SELECT {} FROM {} t{}) AS tideline_read").format(
+        sql.SQL(", ").join(keys + cols), shape.qualified(),
+        sql.SQL(" WHERE {}").format(where) if where is not None else sql.SQL(""))
 
 
 def boundaries_query(shape: TableShape, parts: int, sample_percent: float | None) -> sql.Composed:
@@ -98,6 +99,16 @@ def key_range_predicates(shape: TableShape, boundaries: list[tuple[str, ...]]) -
               for lo, hi in zip(tuples, tuples[1:])]
     preds.append(sql.SQL("{} >= {}").format(keys, tuples[-1]))
     return preds
+
+
+def hash_predicates(shape: TableShape, parts: int) -> list[sql.Composed]:
+    """Hash buckets of the key: balanced partitions for a read that is not one big key range."""
+    if parts <= 1 or not shape.primary_key:
+        return [sql.SQL("TRUE")]
+    key = sql.SQL("ROW({})::text").format(sql.SQL(", ").join(
+        sql.Identifier(KEY_ALIAS.format(i)) for i in range(len(shape.primary_key))))
+    return [sql.SQL("abs(hashtext({}) % {}) = {}").format(key, sql.Literal(parts), sql.Literal(i))
+            for i in range(parts)]
 
 
 def ctid_predicates(blocks: int, parts: int) -> list[sql.Composed]:

@@ -1,0 +1,178 @@
+"""Batch mode, for tables without a change log: each scheduled run copies the rows whose cursor
+column (update time, or a monotonic id) falls in the run's data interval — never closer to now
+than the safety lag — into a staging table, then upserts them and advances the cursor in one
+target transaction. Re-running an interval changes nothing; a row not yet safe to read in one
+run is read by the next, because a run always starts at the cursor when it lags the interval.
+Deletes at the source are not seen in batch mode (use cdc for that)."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg2
+from psycopg2 import sql
+
+from tideline import source_catalog, sqlfiles, state
+from tideline.core import schema_drift
+from tideline.core.config import PipelineConfig
+from tideline.core.connections import get_connection
+from tideline.core.errors import LoadVerificationError, SourceError
+from tideline.core.table_shape import Column, TableShape, create_table, hash_predicates, read_query
+from tideline.full_load import copy_source_rows, prepare_target_schema, run_owner
+
+log = logging.getLogger("tideline.batch")
+
+_TIME_TYPES = ("timestamp", "date")
+_INT_TYPES = ("smallint", "integer", "bigint", "numeric")
+
+
+@dataclass
+class BatchResult:
+    table: str
+    lower: str | None
+    upper: str | None
+    rows: int
+    seconds: float
+
+
+class BatchSync:
+    def __init__(self, cfg: PipelineConfig, spark, environ=None):
+        self.cfg, self.spark = cfg, spark
+        self.source = get_connection(cfg.source.conn_id, environ)
+        self.target = get_connection(cfg.target.conn_id, environ)
+
+    def run(self, start: datetime, end: datetime, tables: list[str] | None = None) -> list[BatchResult]:
+        names = tables or [t.name for t in self.cfg.tables if t.mode == "batch"]
+        for name in names:
+            if self.cfg.table(name).mode != "batch":
+                raise SourceError(f"{self.cfg.name}.{name} is a cdc table; batch_sync only runs batch tables")
+        conn = psycopg2.connect(self.target.postgres_dsn())
+        try:
+            state.migrate(conn)
+        finally:
+            conn.close()
+        return [self.sync_table(name, start, end) for name in names]
+
+    def sync_table(self, table: str, start: datetime, end: datetime) -> BatchResult:
+        cfg, tcfg = self.cfg, self.cfg.table(table)
+        label, started = f"{cfg.name}.{table}", time.monotonic()
+        src = psycopg2.connect(self.source.postgres_dsn())
+        src.autocommit = True
+        tgt = psycopg2.connect(self.target.postgres_dsn())
+        stage = f"{table[:46]}__tl_batch"
+        schema = cfg.target.schema_
+        run_id = None
+        try:
+            shape = source_catalog.describe(src, cfg.source.schema_, table, tcfg.primary_key)
+            if not shape.primary_key:
+                raise SourceError(f"{label}: batch mode upserts by primary key; the source table has none. "
+                                  f"Add one at the source.")
+            cursor_col = next((c for c in shape.columns if c.name == tcfg.cursor_column), None)
+            if cursor_col is None:
+                raise SourceError(f"{label}: cursor_column {tcfg.cursor_column!r} is not a column of the source "
+                                  f"table (it has {', '.join(shape.column_names)}).")
+            prepare_target_schema(tgt, schema, label)
+            epoch = state.claim_epoch(tgt, cfg.name, table, run_owner("batch"), "")
+            run_id = state.run_start(tgt, cfg.name, table, "batch", epoch, f"interval {start} .. {end}")
+            current = (state.get(tgt, cfg.name, table).raw or {}).get("cursor_value")
+            tgt.rollback()
+            lower, upper, where, new_cursor = self._bounds(src, shape, cursor_col, current, start, end,
+                                                           tcfg.safety_lag_s)
+            with tgt, tgt.cursor() as cur:
+                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(stage)))
+                cur.execute(create_table(shape, schema, stage).as_string(cur).replace("CREATE TABLE",
+                                                                                     "CREATE UNLOGGED TABLE", 1))
+            rows = 0
+            if where is not None:
+                preds = [p.as_string(src) for p in hash_predicates(shape, cfg.spark.parallelism)]
+                figures = copy_source_rows(self.spark, self.source, src, self.target.postgres_dsn(), shape,
+                                           read_query(shape, where), preds, schema, stage, label, started=started)
+                rows = sum(f["copied"] for f in figures)
+                if rows != sum(f["rows"] for f in figures):
+                    raise LoadVerificationError(f"{label}: rows read and rows staged differ; nothing was applied")
+            with tgt, tgt.cursor() as cur:
+                state.check_epoch(cur, cfg.name, table, epoch)
+                self._ensure_target(cur, shape)
+                if rows:
+                    cur.execute(self._upsert(shape, stage))
+                cur.execute(sql.SQL("DROP TABLE {}.{}").format(sql.Identifier(schema), sql.Identifier(stage)))
+                state.finish_batch(cur, pipeline=cfg.name, table=table, epoch=epoch, cursor=new_cursor)
+                secs = time.monotonic() - started
+                state.run_end(cur, run_id, "succeeded", rows, f"cursor {tcfg.cursor_column} in [{lower}, {upper}), "
+                                                              f"{rows} rows, {secs:.1f}s")
+            log.info("%s: %s rows with %s in [%s, %s) landed in %.1fs; cursor now %s", label, f"{rows:,}",
+                     tcfg.cursor_column, lower, upper, secs, new_cursor)
+            return BatchResult(table, lower, upper, rows, secs)
+        except BaseException as exc:
+            log.error("%s: batch run failed: %s", label, exc)
+            try:
+                tgt.rollback()
+                with tgt, tgt.cursor() as cur:
+                    cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema),
+                                                                             sql.Identifier(stage)))
+                    if run_id is not None:
+                        state.run_end(cur, run_id, "failed", None, str(exc)[:2000])
+            except Exception as cleanup:
+                log.error("%s: cleanup after the failure also failed: %s", label, cleanup)
+            raise
+        finally:
+            src.close()
+            tgt.close()
+
+    def _bounds(self, src, shape: TableShape, col: Column, current: str | None, start: datetime, end: datetime,
+                lag_s: int):
+        """[lower, upper) of the cursor for this run and the cursor after it, as text (computed by
+        the source, in the column's own type), and the WHERE clause (None: nothing to read yet)."""
+        ident, typ = sql.Identifier(col.name), sql.SQL(col.type)
+        with src.cursor() as cur:
+            if col.type.startswith(_TIME_TYPES):
+                # The run's interval, never closer to now than the safety lag, and from the cursor
+                # when an earlier run could not read up to its interval's end.
+                cur.execute(sql.SQL(
+                    "WITH b AS (SELECT least(%(start)s::timestamptz, coalesce(%(cur)s::timestamptz, 'infinity')) AS lo,"
+                    " least(%(end)s::timestamptz, now() - make_interval(secs => %(lag)s)) AS hi) "
+                    "SELECT lo::{t}::text, hi::{t}::text, hi > lo, "
+                    "greatest(coalesce(%(cur)s::timestamptz, '-infinity'), hi)::{t}::text FROM b").format(t=typ),
+                    {"start": start, "end": end, "cur": current, "lag": lag_s})
+            elif col.type.startswith(_INT_TYPES):
+                # Monotonic ids: everything above the cursor up to the largest id now.
+                cur.execute(sql.SQL(
+                    "WITH b AS (SELECT %(cur)s::numeric AS lo, max({c})::numeric + 1 AS hi FROM {tbl}) "
+                    "SELECT lo::text, hi::text, coalesce(hi > coalesce(lo, hi - 1), false), "
+                    "greatest(lo, hi)::text FROM b").format(c=ident, tbl=shape.qualified()), {"cur": current})
+            else:
+                raise SourceError(f"{self.cfg.name}.{shape.name}: cursor_column {col.name} is {col.type}; "
+                                  f"use an update-time (timestamp, timestamptz, date) or integer column.")
+            lower, upper, any_range, new_cursor = cur.fetchone()
+        if not any_range:
+            return lower, upper, None, new_cursor or current
+        where = sql.SQL("t.{c} < {u}::{t}").format(c=ident, u=sql.Literal(upper), t=typ)
+        if lower is not None:
+            where = sql.SQL("t.{c} >= {l}::{t} AND ").format(c=ident, l=sql.Literal(lower), t=typ) + where
+        return lower, upper, where, new_cursor
+
+    def _ensure_target(self, cur, shape: TableShape) -> None:
+        schema, table = self.cfg.target.schema_, shape.name
+        cur.execute("SELECT to_regclass(%s)", (f'"{schema}"."{table}"',))
+        if cur.fetchone()[0] is None:
+            cur.execute(create_table(shape, schema, table))
+            cur.execute(sql.SQL("ALTER TABLE {}.{} ADD PRIMARY KEY ({})").format(
+                sql.Identifier(schema), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, shape.primary_key))))
+            return
+        cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{schema}"."{table}"'})
+        target_cols = [Column(n, t, nn) for n, t, nn in cur.fetchall()]
+        drift = schema_drift.plan(f"{self.cfg.name}.{table}", list(shape.columns), target_cols)
+        for stmt in schema_drift.ddl(schema, table, drift):
+            cur.execute(stmt)
+
+    def _upsert(self, shape: TableShape, stage: str) -> sql.Composed:
+        schema = self.cfg.target.schema_
+        cols = [sql.Identifier(c) for c in shape.column_names]
+        updates = [sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
+                   for c in shape.column_names if c not in shape.primary_key]
+        return sql.SQL("INSERT INTO {s}.{t} ({cols}) SELECT {cols} FROM {s}.{stage} ON CONFLICT ({pk}) DO {action}").format(
+            s=sql.Identifier(schema), t=sql.Identifier(shape.name), stage=sql.Identifier(stage),
+            cols=sql.SQL(", ").join(cols), pk=sql.SQL(", ").join(map(sql.Identifier, shape.primary_key)),
+            action=sql.SQL("UPDATE SET {}").format(sql.SQL(", ").join(updates)) if updates else sql.SQL("NOTHING"))
