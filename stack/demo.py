@@ -8,11 +8,9 @@ it returns: watch it in the Airflow UI, with `make status`, and stop it with `ma
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-import urllib.request
 
 import psycopg2
 
@@ -21,27 +19,13 @@ import stackctl
 ROOT = stackctl.ROOT
 
 
-def airflow_api(method: str, path: str, body: dict | None = None):
-    req = urllib.request.Request(f"{stackctl.airflow_url()}/auth/token", method="POST",
-                                 data=json.dumps({"username": stackctl.AIRFLOW_ADMIN,
-                                                  "password": stackctl.AIRFLOW_ADMIN_PASS}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        token = json.loads(resp.read())["access_token"]
-    req = urllib.request.Request(f"{stackctl.airflow_url()}/api/v2/{path}", method=method,
-                                 data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
-
-
 def wait_for_dag(dag_id: str, timeout: float = 120) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
-        errors = airflow_api("GET", "importErrors")
+        errors = stackctl.airflow_api("GET", "importErrors")
         if errors["total_entries"]:
             raise SystemExit(f"[demo] Airflow cannot import the DAGs:\n{errors['import_errors'][0]['stack_trace']}")
-        if dag_id in [d["dag_id"] for d in airflow_api("GET", "dags")["dags"]]:
+        if dag_id in [d["dag_id"] for d in stackctl.airflow_api("GET", "dags")["dags"]]:
             return
         time.sleep(2)
     raise SystemExit(f"[demo] Airflow did not list {dag_id} within {timeout}s; see {stackctl.log_file('airflow-dag-processor')}")
@@ -62,12 +46,12 @@ def main() -> int:
     if not stackctl.running_pid("workload"):
         stackctl.spawn("workload", [py, str(stackctl.STACK / "workload.py"), "--rate", "5"])
     wait_for_dag("sync_demo")
-    airflow_api("PATCH", "dags/sync_demo", {"is_paused": False})
-    active = airflow_api("GET", "dags/sync_demo/dagRuns?state=running&state=queued")["dag_runs"]
+    stackctl.airflow_api("PATCH", "dags/sync_demo", {"is_paused": False})
+    active = stackctl.airflow_api("GET", "dags/sync_demo/dagRuns?state=running&state=queued")["dag_runs"]
     if active:
         print(f"[demo] sync_demo is already running ({active[0]['dag_run_id']})", flush=True)
     else:
-        run = airflow_api("POST", "dags/sync_demo/dagRuns", {"logical_date": None,
+        run = stackctl.airflow_api("POST", "dags/sync_demo/dagRuns", {"logical_date": None,
                                                             "conf": {"action": "auto", "stream_mode": "continuous"}})
         print(f"[demo] triggered sync_demo: {run['dag_run_id']}", flush=True)
     print(f"""
@@ -84,8 +68,8 @@ def main() -> int:
         print(render(cfg, rows), flush=True)
         if all(r.phase == "streaming" and r.last_batch_age_s is not None and r.last_batch_age_s < 30
                and r.lag_total < 100 for r in rows):
-            print(f"\n[demo] caught up: every table streams live, less than 100 events behind. It keeps running:\n"
-                  f"       `make status` for this view, the Airflow UI for the DAG, `make down` to stop all.",
+            print("\n[demo] caught up: every table streams live, less than 100 events behind. It keeps running:\n"
+                  "       `make status` for this view, the Airflow UI for the DAG, `make down` to stop all.",
                   flush=True)
             return 0
         time.sleep(5)

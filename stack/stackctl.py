@@ -380,7 +380,7 @@ logger.reflections.level = error
 
 
 def _jvm(part: str, main: str, args: list[str], heap: str) -> list[str]:
-    return [_java(), f"-Xms256m", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+    return [_java(), "-Xms256m", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={_log4j_config(part)}",
             "-cp", _kafka_classpath(), main, *args]
 
@@ -492,6 +492,17 @@ producer.max.in.flight.requests.per.connection=5
 # --------------------------------------------------------------------------- Airflow
 
 AIRFLOW_PARTS = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+
+
+def airflow_api(method: str, path: str, body: dict | None = None, timeout: float = 30.0):
+    """The local Airflow's REST API (/api/v2/<path>) as the stack's admin user."""
+    token = http_json(f"{airflow_url()}/auth/token", "POST",
+                      {"username": AIRFLOW_ADMIN, "password": AIRFLOW_ADMIN_PASS})["access_token"]
+    req = urllib.request.Request(f"{airflow_url()}/api/v2/{path}", method=method,
+                                 data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read() or b"null")
 
 
 def airflow_health() -> dict:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import signal
 import tempfile
@@ -28,8 +27,7 @@ from tideline.core import apply_sql, schema_drift
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.copy_text import CopyStream
-from tideline.core.errors import (BadMessageError, DataLossError, FencedError, ResnapshotRequired, SourceError,
-                                  TidelineError)
+from tideline.core.errors import BadMessageError, DataLossError, ResnapshotRequired, SourceError, TidelineError
 from tideline.core.offsets import coverage_gaps, merge_committed, starting_offsets
 from tideline.core.table_shape import Column
 from tideline.full_load import run_owner
@@ -79,18 +77,21 @@ def parse_events(df):
     bad = (~tomb) & (op.isNull() | ~op.isin(*OPS)
                      | ((op != "t") & F.col("key").isNull())
                      | (op.isin("c", "u", "r") & F.col("after").isNull()))
-    return out.select("topic", "partition", "offset", "key", "value", "op", "after", "ts_ms",
-                      tomb.alias("tombstone"), F.coalesce(bad, F.lit(True)).alias("bad"))
+    bad = F.coalesce(bad, F.lit(True))
+    # The raw value is kept only where it is needed (to report a bad message): the batch stays small.
+    return out.select("topic", "partition", "offset", "key", F.when(bad, F.col("value")).alias("value"), "op",
+                      "after", "ts_ms", tomb.alias("tombstone"), bad.alias("bad"))
 
 
 def compact(events):
-    """The last event per key and table, in Kafka order (a key always lives in one partition)."""
-    from pyspark.sql import Window
+    """The last event per key and table, in Kafka order (a key always lives in one partition, so
+    the highest offset is the latest event). A hash aggregate: no sort of the batch."""
     from pyspark.sql import functions as F
-    w = Window.partitionBy("topic", "key").orderBy(F.col("offset").desc())
+    latest = F.max_by(F.struct("op", "after", "partition", "offset"), "offset").alias("e")
     return (events.filter(~F.col("bad") & ~F.col("tombstone") & (F.col("op") != "t"))
-            .withColumn("rn", F.row_number().over(w)).filter("rn = 1")
-            .select("topic", "op", "key", "after", "partition", "offset"))
+            .groupBy("topic", "key").agg(latest)
+            .select("topic", F.col("e.op").alias("op"), "key", F.col("e.after").alias("after"),
+                    F.col("e.partition").alias("partition"), F.col("e.offset").alias("offset")))
 
 
 class IncrementalRun:
@@ -207,6 +208,8 @@ class IncrementalRun:
                   .option("startingOffsets", json.dumps(start))
                   .option("failOnDataLoss", "true")
                   .option("maxOffsetsPerTrigger", stream.max_offsets_per_trigger)
+                  # split big partitions so every core has work in a large batch
+                  .option("minPartitions", max(2, 2 * self.spark.sparkContext.defaultParallelism))
                   .option("kafka.isolation.level", "read_committed")
                   .load())
         writer = reader.writeStream.foreachBatch(self._apply_batch).option("checkpointLocation", checkpoint)
@@ -284,6 +287,7 @@ class IncrementalRun:
             per_partition = (events.groupBy("topic", "partition")
                              .agg(F.min("offset").alias("lo"), F.max("offset").alias("hi"),
                                   F.count("*").alias("n"), F.sum(F.col("bad").cast("int")).alias("bad"),
+                                  F.sum((F.col("op") == "t").cast("int")).alias("truncates"),
                                   F.max("ts_ms").alias("ts_ms"))
                              .collect())
             if not per_partition:
@@ -293,7 +297,9 @@ class IncrementalRun:
                 bad_rows = (events.filter("bad").select("topic", "partition", "offset", "key",
                                                          F.substring("value", 1, 2000).alias("value"))
                             .orderBy("topic", "partition", "offset").limit(1000).collect())
-            truncates = events.filter("op = 't'").select("topic", "partition", "offset").collect()
+            truncates = []
+            if any(r["truncates"] for r in per_partition):
+                truncates = events.filter("op = 't'").select("topic", "partition", "offset").collect()
             rows = compact(events).toArrow()
         finally:
             events.unpersist()

@@ -11,7 +11,6 @@ RESULT full_load_rows_per_s=<n> copy_pipe_rows_per_s=<n> ratio=<full_load/copy_p
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -117,7 +116,7 @@ def run_copy_pipe() -> float:
                    shell=True, check=True)
     secs = time.monotonic() - started
     with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
-        cur.execute(f"DROP SCHEMA bench_pipe CASCADE")
+        cur.execute("DROP SCHEMA bench_pipe CASCADE")
     return secs
 
 

@@ -5,11 +5,12 @@ sink connector on the same Connect worker, same topic, same run; then end-to-end
     .venv/bin/python tests/bench/incremental.py [--events 1000000] [--keys 100000] [--latency-seconds 120]
 
 1. A source table gets ~`events` changes over `keys` keys (inserts, updates, deletes), captured by
-   Debezium into one topic (with JSON schemas, which the JDBC sink needs; Tideline reads both).
+   two Debezium connectors from the same transactions: Tideline's pipeline (schemaless JSON, its
+   default) and the peer's (JSON with schemas, which the JDBC sink requires).
 2. Tideline: spark-submit of spark_jobs/incremental.py --mode available_now, timed end to end
    (Spark start-up included), into a target table the full load created.
-3. Peer: the Debezium JDBC sink (insert.mode=upsert, delete.enabled=true) applies the same topic
-   into another schema; timed until its consumer group has consumed the whole topic.
+3. Peer: the Debezium JDBC sink (insert.mode=upsert, delete.enabled=true) applies its topic into
+   another schema; timed until its consumer group has consumed the whole topic.
 4. Latency: the job in continuous mode while the source changes at a steady ~1,000 rows/s; probe
    rows are committed every 0.5 s and the time until each is visible in the target is recorded.
 Both targets are checked equal to the source. Last line:
@@ -46,6 +47,7 @@ from tideline.core.connections import get_connection  # noqa: E402
 from tideline.kafka_offsets import end_offsets  # noqa: E402
 
 PIPELINE, TABLE = "benchinc", "bench_changes"
+PEER_PIPELINE = "benchpeer"   # same table, events with JSON schemas, for the JDBC sink
 PEER_SCHEMA = "bench_jdbc_sink"
 PEER = "bench-jdbc-sink"
 
@@ -84,20 +86,22 @@ def spark_submit(pipelines: Path, *args: str) -> subprocess.Popen:
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def reset(cfg) -> None:
+def reset(cfgs) -> None:
     from tideline.connector import remove_connector
     requests.delete(f"{stackctl.connect_url()}/connectors/{PEER}", timeout=30)
-    remove_connector(cfg, get_connection("tideline_connect"))
+    for cfg in cfgs:
+        remove_connector(cfg, get_connection("tideline_connect"))
     time.sleep(3)
     with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
-        cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                    "WHERE slot_name = %s AND NOT active", (cfg.slot_name,))
-        cur.execute(f"DROP PUBLICATION IF EXISTS {cfg.publication_name}")
+        for cfg in cfgs:
+            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                        "WHERE slot_name = %s AND NOT active", (cfg.slot_name,))
+            cur.execute(f"DROP PUBLICATION IF EXISTS {cfg.publication_name}")
         cur.execute(f"DROP TABLE IF EXISTS {TABLE}")
         cur.execute(f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, qty int NOT NULL, note text, "
                     f"amount numeric(12,2), updated_at timestamptz NOT NULL DEFAULT now())")
     with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
-        for schema in (PIPELINE, PEER_SCHEMA):
+        for schema in (PIPELINE, PEER_PIPELINE, PEER_SCHEMA):
             cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         cur.execute(f"CREATE SCHEMA {PEER_SCHEMA}")
         cur.execute("SELECT to_regclass('tideline.table_state') IS NOT NULL")
@@ -106,10 +110,11 @@ def reset(cfg) -> None:
                 cur.execute(f"DELETE FROM tideline.{t} WHERE pipeline = %s", (PIPELINE,))
     from confluent_kafka.admin import AdminClient
     admin = AdminClient({"bootstrap.servers": stackctl.kafka_bootstrap()})
-    topic = cfg.topic(TABLE)
-    if topic in admin.list_topics(timeout=10).topics:
-        admin.delete_topics([topic])[topic].result(30)
-        time.sleep(2)
+    for cfg in cfgs:
+        topic = cfg.topic(TABLE)
+        if topic in admin.list_topics(timeout=10).topics:
+            admin.delete_topics([topic])[topic].result(30)
+    time.sleep(2)
 
 
 def generate_changes(events: int, keys: int) -> int:
@@ -270,17 +275,20 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         pipelines = Path(tmp)
-        (pipelines / f"{PIPELINE}.yaml").write_text(yaml.safe_dump({
-            "name": PIPELINE, "source": {"conn_id": "tideline_source"},
-            "target": {"conn_id": "tideline_target", "schema": PIPELINE},
-            "kafka": {"topic_prefix": PIPELINE, "partitions": 3, "json_schemas": True},
-            "stream": {"max_offsets_per_trigger": 250_000, "trigger_interval_s": 0.2},
-            "tables": [{"name": TABLE}]}))
+        for name, schemas in ((PIPELINE, False), (PEER_PIPELINE, True)):
+            (pipelines / f"{name}.yaml").write_text(yaml.safe_dump({
+                "name": name, "source": {"conn_id": "tideline_source"},
+                "target": {"conn_id": "tideline_target", "schema": name},
+                "kafka": {"topic_prefix": name, "partitions": 3, "json_schemas": schemas},
+                "stream": {"max_offsets_per_trigger": 250_000, "trigger_interval_s": 0.2},
+                "tables": [{"name": TABLE}]}))
         cfg = load_pipeline(pipelines / f"{PIPELINE}.yaml")
-        topic = cfg.topic(TABLE)
-        reset(cfg)
-        ensure_capture(cfg, get_connection("tideline_kafka"), get_connection("tideline_connect"),
-                       get_connection("tideline_source"))
+        peer_cfg = load_pipeline(pipelines / f"{PEER_PIPELINE}.yaml")
+        topic, peer_topic = cfg.topic(TABLE), peer_cfg.topic(TABLE)
+        reset([cfg, peer_cfg])
+        for c in (cfg, peer_cfg):
+            ensure_capture(c, get_connection("tideline_kafka"), get_connection("tideline_connect"),
+                           get_connection("tideline_source"))
         from tideline.full_load import FullLoad
         from tideline.spark_session import get_session
         spark = get_session("bench-full-load")
@@ -289,7 +297,8 @@ def main() -> int:
         log(f"generating ~{args.events:,} changes over {args.keys:,} keys at the source ...")
         made = generate_changes(args.events, args.keys)
         total = wait_for_topic(topic, made)
-        log(f"{total:,} change events in {topic}")
+        peer_total = wait_for_topic(peer_topic, made)
+        log(f"{total:,} change events in {topic}, {peer_total:,} in {peer_topic}")
 
         log("Tideline incremental job, availableNow ...")
         started = time.monotonic()
@@ -309,7 +318,7 @@ def main() -> int:
         log(f"Tideline: {total:,} events in {apply_secs:.1f}s end to end")
 
         log("Debezium JDBC sink (upsert, deletes) on the same topic ...")
-        sink_secs = run_jdbc_sink(topic, total)
+        sink_secs = run_jdbc_sink(peer_topic, peer_total)
         sink_equal = equal_to_source(PEER_SCHEMA)
         log(f"JDBC sink: {total:,} events in {sink_secs:.1f}s (target equal to source: {sink_equal})")
 
@@ -319,7 +328,7 @@ def main() -> int:
     p50 = statistics.median(lat) if lat else float("nan")
     p95 = lat[int(0.95 * (len(lat) - 1))] if lat else float("nan")
     log(f"{len(lat)} probes: p50 {p50:.2f}s p95 {p95:.2f}s max {max(lat) if lat else float('nan'):.2f}s")
-    apply_rate, sink_rate = total / apply_secs, total / sink_secs
+    apply_rate, sink_rate = total / apply_secs, peer_total / sink_secs
     peak = max(rss.peak / 1e6, stream_peak)
     print(f"RESULT apply_events_per_s={apply_rate:.0f} jdbc_sink_events_per_s={sink_rate:.0f} "
           f"ratio={apply_rate / sink_rate:.2f} p50_latency_s={p50:.2f} p95_latency_s={p95:.2f} peak_rss_mb={peak:.0f}")

@@ -2,7 +2,6 @@
 backfill through the running scheduler."""
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -107,21 +106,6 @@ def test_scheduled_intervals_through_the_dag(stack, monkeypatch, spark, source_d
             cur.execute(f"DROP TABLE IF EXISTS public.{t}")
 
 
-def _api(stack, method: str, path: str, body: dict | None = None):
-    import urllib.request
-    req = urllib.request.Request(f"{stack.airflow_url()}/auth/token", method="POST",
-                                 data=json.dumps({"username": stack.AIRFLOW_ADMIN,
-                                                  "password": stack.AIRFLOW_ADMIN_PASS}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        token = json.loads(resp.read())["access_token"]
-    req = urllib.request.Request(f"{stack.airflow_url()}/api/v2/{path}", method=method,
-                                 data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
-
-
 def test_backfill_of_the_demo_batch_dag_through_the_scheduler(stack, source_db, target_db):
     """`airflow backfill create` (here its REST twin) over two days of batch_demo: each interval
     lands its audit rows; the running scheduler and LocalExecutor do the work."""
@@ -135,13 +119,13 @@ def test_backfill_of_the_demo_batch_dag_through_the_scheduler(stack, source_db, 
         cur.execute("INSERT INTO audit_log (happened_at, updated_at, actor, action, payload) "
                     "SELECT t, t, 'backfill-test', 'seed', jsonb_build_object('n', g) FROM generate_series(1, 48) g, "
                     "LATERAL (SELECT %s::timestamptz + (g - 1) * interval '1 hour' AS t) x", (day0,))
-    _api(stack, "PATCH", "dags/batch_demo", {"is_paused": False})
-    backfill = _api(stack, "POST", "backfills", {
+    stack.airflow_api("PATCH", "dags/batch_demo", {"is_paused": False})
+    backfill = stack.airflow_api("POST", "backfills", {
         "dag_id": "batch_demo", "from_date": day0.isoformat(), "to_date": (day0 + 2 * DAY).isoformat(),
         "reprocess_behavior": "completed", "max_active_runs": 1})
     deadline = time.time() + 600
     while time.time() < deadline:
-        runs = _api(stack, "GET", "dags/batch_demo/dagRuns?run_type=backfill&limit=100")["dag_runs"]
+        runs = stack.airflow_api("GET", "dags/batch_demo/dagRuns?run_type=backfill&limit=100")["dag_runs"]
         mine = [r for r in runs if r.get("backfill_id") == backfill["id"]] or runs
         if len(mine) >= 2 and all(r["state"] in ("success", "failed") for r in mine):
             break

@@ -2,12 +2,9 @@
 case), a running stream meeting lost offsets, params, a REST-API trigger, and DAG-folder import."""
 from __future__ import annotations
 
-import json
-import os
 import threading
 import time
 import urllib.error
-import urllib.request
 
 import psycopg2
 import pytest
@@ -51,6 +48,12 @@ def make_table(source_db, table: str, rows: int):
         cur.execute(f"INSERT INTO public.{table} SELECT g, g % 10, 'n' || g FROM generate_series(1, {rows}) g")
 
 
+def dag_pipeline(pipelines, table: str, **make) -> tuple:
+    """A pipeline over one test table whose DAG creates topics and connector (cleaned up after)."""
+    cfg = pipelines.adopt(pipelines.make([{"name": table}], create_topics=False, **make))
+    return cfg, f"sync_{cfg.name}"
+
+
 def drop(source_db, table):
     with source_db.cursor() as cur:
         cur.execute(f"DROP TABLE IF EXISTS public.{table}")
@@ -72,8 +75,7 @@ def test_first_run_loads_then_streams_second_goes_straight_to_streaming(
     t = f"{unique_name}_dag"
     make_table(source_db, t, 5000)
     try:
-        cfg = pipelines.adopt(pipelines.make([{"name": t}], create_topics=False))
-        dag_id = f"sync_{cfg.name}"
+        cfg, dag_id = dag_pipeline(pipelines, t)
         states = run_dag(dag_id, stream_mode="available_now")
         assert states["__run__"] == "success", states
         assert states["full_load"] == "success" and states["incremental"] == "success"
@@ -96,8 +98,7 @@ def test_retention_boundary_reloads_by_itself(airflow_env, stack, source_db, tar
     t = f"{unique_name}_tide"
     make_table(source_db, t, 2000)
     try:
-        cfg = pipelines.adopt(pipelines.make([{"name": t}], partitions=1, create_topics=False))
-        dag_id = f"sync_{cfg.name}"
+        cfg, dag_id = dag_pipeline(pipelines, t, partitions=1)
         assert run_dag(dag_id, stream_mode="available_now")["__run__"] == "success"
         resume = state.get(target_db, cfg.name, t).resume_offsets
         # the stream is stopped; the source keeps changing, its schema too
@@ -141,9 +142,8 @@ def test_running_stream_meeting_lost_offsets_restarts_through_a_reload(
     t = f"{unique_name}_run"
     make_table(source_db, t, 100)
     try:
-        cfg = pipelines.adopt(pipelines.make([{"name": t}], partitions=1, create_topics=False,
-                                             stream={"max_offsets_per_trigger": 100, "trigger_interval_s": 2}))
-        dag_id = f"sync_{cfg.name}"
+        cfg, dag_id = dag_pipeline(pipelines, t, partitions=1,
+                                   stream={"max_offsets_per_trigger": 100, "trigger_interval_s": 2})
         assert run_dag(dag_id, stream_mode="available_now")["__run__"] == "success"
         with source_db.cursor() as cur:  # a backlog the stream reads 100 events at a time
             for _ in range(20):
@@ -247,20 +247,6 @@ def test_dag_folder_with_50_pipelines_imports_cleanly(airflow_env, pipelines, un
     print(f"\n[measure] DAG folder with 50 pipelines parsed in {parse_s:.2f}s")
 
 
-def _api(stack, method: str, path: str, body: dict | None = None):
-    req = urllib.request.Request(f"{stack.airflow_url()}/auth/token", method="POST",
-                                 data=json.dumps({"username": stack.AIRFLOW_ADMIN,
-                                                  "password": stack.AIRFLOW_ADMIN_PASS}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        token = json.loads(resp.read())["access_token"]
-    req = urllib.request.Request(f"{stack.airflow_url()}/api/v2/{path}", method=method,
-                                 data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
-
-
 def test_rest_api_trigger_runs_the_demo_with_its_params(stack, source_db, target_db):
     """Through the running api-server and scheduler (LocalExecutor): the demo pipeline, in
     available_now mode, loads and streams the demo shop; the run carries the params it was given."""
@@ -272,23 +258,54 @@ def test_rest_api_trigger_runs_the_demo_with_its_params(stack, source_db, target
         if not cur.fetchone()[0]:
             workload.main(["--seed-customers", "50", "--seed-orders", "200", "--seed", "3"])
     with pytest.raises(urllib.error.HTTPError) as bad:  # Airflow validates params against the form
-        _api(stack, "POST", "dags/sync_demo/dagRuns", {"logical_date": None, "conf": {"action": "explode"}})
+        stack.airflow_api("POST", "dags/sync_demo/dagRuns", {"logical_date": None, "conf": {"action": "explode"}})
     assert bad.value.code == 400
-    _api(stack, "PATCH", "dags/sync_demo", {"is_paused": False})
-    run = _api(stack, "POST", "dags/sync_demo/dagRuns",
+    stack.airflow_api("PATCH", "dags/sync_demo", {"is_paused": False})
+    run = stack.airflow_api("POST", "dags/sync_demo/dagRuns",
                {"logical_date": None, "conf": {"stream_mode": "available_now", "tables": ["customers", "orders",
                                                                                           "order_items"]}})
     run_id = run["dag_run_id"]
     deadline = time.time() + 420
     while time.time() < deadline:
-        info = _api(stack, "GET", f"dags/sync_demo/dagRuns/{run_id}")
+        info = stack.airflow_api("GET", f"dags/sync_demo/dagRuns/{run_id}")
         if info["state"] in ("success", "failed"):
             break
         time.sleep(3)
-    tis = {ti["task_id"]: ti["state"] for ti in _api(stack, "GET", f"dags/sync_demo/dagRuns/{run_id}/taskInstances")
+    tis = {ti["task_id"]: ti["state"] for ti in stack.airflow_api("GET", f"dags/sync_demo/dagRuns/{run_id}/taskInstances")
            ["task_instances"]}
     assert info["state"] == "success", tis
     assert info["conf"]["stream_mode"] == "available_now"
     assert tis["incremental"] == "success"
     for table, order in (("customers", "id"), ("orders", "id"), ("order_items", "order_id, line_no")):
         assert state.get(target_db, "demo", table).phase == "streaming"
+
+
+def test_validate_finds_differences_and_repair_fixes_a_key_range(
+        airflow_env, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_fix"
+    make_table(source_db, t, 3000)
+    try:
+        cfg, dag_id = dag_pipeline(pipelines, t)
+        assert run_dag(dag_id, stream_mode="available_now")["__run__"] == "success"
+        assert run_dag(dag_id, action="validate")["validate"] == "success"
+        with target_db.cursor() as cur:  # behind the pipeline's back
+            cur.execute(f'UPDATE "{cfg.name}".{t} SET qty = -1 WHERE id BETWEEN 100 AND 110')
+            cur.execute(f'DELETE FROM "{cfg.name}".{t} WHERE id BETWEEN 200 AND 205')
+            cur.execute(f'INSERT INTO "{cfg.name}".{t} VALUES (250000, 1, \'extra\')')
+        states = run_dag(dag_id, action="validate")
+        assert states["validate"] == "failed" and states["ensure_connector"] == "skipped"
+        offsets = state.get(target_db, cfg.name, t).resume_offsets
+        states = run_dag(dag_id, action="repair", tables=[t], repair_key_from="100", repair_key_to="300000")
+        assert states["repair"] == "success" and states["incremental"] == "skipped", states
+        assert state.get(target_db, cfg.name, t).resume_offsets == offsets   # the stream kept its position
+        assert table_digest(source_db, "public", t, "id") == table_digest(target_db, cfg.name, t, "id")
+        assert run_dag(dag_id, action="validate")["validate"] == "success"
+        states = run_dag(dag_id, action="repair", tables=[t], repair_key_from="500", repair_key_to="20")
+        assert states["repair"] == "failed"   # an inverted range is refused before anything is read
+        with target_db.cursor() as cur:
+            cur.execute("SELECT kind, outcome, count(*) FROM tideline.runs WHERE pipeline = %s "
+                        "GROUP BY 1, 2 ORDER BY 1, 2", (cfg.name,))
+            assert cur.fetchall() == [("full_load", "succeeded", 1), ("repair", "succeeded", 1),
+                                      ("verify", "failed", 1), ("verify", "succeeded", 2)]
+    finally:
+        drop(source_db, t)

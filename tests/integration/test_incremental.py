@@ -2,7 +2,6 @@
 through crashes, zombies, schema drift, lost offsets and bad messages."""
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -310,7 +309,7 @@ def test_schema_drift_mid_stream(spark, source_db, target_db, pipelines, unique_
             cur.execute(f"ALTER TABLE {t} ALTER COLUMN small TYPE text")
             cur.execute(f"UPDATE {t} SET small = 'not a number' WHERE id = 2")
         deadline = time.time() + 60
-        with pytest.raises(SchemaChangeError, match=rf"column small: type changed at the source from bigint to text"):
+        with pytest.raises(SchemaChangeError, match=r"column small: type changed at the source from bigint to text"):
             while time.time() < deadline:
                 IncrementalRun(cfg, spark, "available_now").run()
                 time.sleep(1)

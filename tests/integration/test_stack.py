@@ -109,30 +109,14 @@ def test_spark_reads_kafka_and_jdbc(stack, spark, source_db, unique_name):
             cur.execute(f"DROP TABLE {unique_name}")
 
 
-def _airflow_token(stack) -> str:
-    req = urllib.request.Request(f"{stack.airflow_url()}/auth/token", method="POST",
-                                 data=json.dumps({"username": stack.AIRFLOW_ADMIN,
-                                                  "password": stack.AIRFLOW_ADMIN_PASS}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read())["access_token"]
-
-
-def airflow_get(stack, path: str):
-    req = urllib.request.Request(f"{stack.airflow_url()}/api/v2/{path}",
-                                 headers={"Authorization": f"Bearer {_airflow_token(stack)}"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read())
-
-
 def test_airflow_imports_the_dag_folder_without_errors(stack):
     """The running Airflow (dag-processor + API) parsed dags/ and built every pipeline's DAG."""
     deadline = time.time() + 120
     dags: list[str] = []
     while time.time() < deadline:
-        errors = airflow_get(stack, "importErrors")
+        errors = stack.airflow_api("GET", "importErrors")
         assert errors["total_entries"] == 0, json.dumps(errors["import_errors"], indent=1)
-        dags = [d["dag_id"] for d in airflow_get(stack, "dags")["dags"]]
+        dags = [d["dag_id"] for d in stack.airflow_api("GET", "dags")["dags"]]
         if "sync_demo" in dags:
             break
         time.sleep(3)

@@ -13,7 +13,16 @@ def test_defaults():
 
 
 @pytest.mark.parametrize("params,message", [
-    ({"action": "drop"}, "action='drop' is not one of auto, full_reload"),
+    ({"action": "drop"}, "action='drop' is not one of auto, full_reload, repair, validate"),
+    ({"action": "repair", "tables": ["a", "b"], "repair_key_from": "1", "repair_key_to": "2"}, "works on one table"),
+    ({"action": "repair", "tables": ["a"], "repair_key_from": "1"}, "needs both repair_key_from and repair_key_to"),
+    ({"action": "repair", "tables": ["a"]}, "needs a key range"),
+    ({"action": "repair", "tables": ["a"], "repair_key_from": "1", "repair_key_to": "2",
+      "repair_time_column": "u"}, "not both"),
+    ({"action": "repair", "tables": ["a"], "repair_time_column": "u; drop", "repair_time_from": "2026-01-01",
+      "repair_time_to": "2026-01-02"}, "is not a column name"),
+    ({"action": "repair", "tables": ["a"], "repair_time_column": "u", "repair_time_from": "2026-01-02",
+      "repair_time_to": "2026-01-01"}, "inverted"),
     ({"tables": ["a", "zz"]}, "has no table 'zz'; it has a, b, c"),
     ({"tables": ["a; DROP TABLE b"]}, "is not a table name"),
     ({"stream_mode": "fast"}, "stream_mode='fast'"),
@@ -31,3 +40,13 @@ def test_plan_by_phase_and_action():
     plan = plan_tables(CFG, "full_reload", ["a", "c"], phases)
     assert plan["full_load"] == ["a", "b", "c"] and plan["stream"] == []
     assert plan_tables(CFG, "auto", [], {})["full_load"] == ["a", "b", "c"]
+
+
+def test_repair_params_normalized():
+    assert check_sync_params(CFG, {"action": "repair", "tables": ["b"], "repair_key_from": 10,
+                                   "repair_key_to": "20"})["repair"] == {"table": "b", "key_from": "10",
+                                                                         "key_to": "20"}
+    r = check_sync_params(CFG, {"action": "repair", "tables": ["a"], "repair_time_column": "updated_at",
+                                "repair_time_from": "2026-01-01T00:00:00+00:00",
+                                "repair_time_to": "2026-01-02T00:00:00+00:00"})["repair"]
+    assert r["time_column"] == "updated_at"

@@ -43,7 +43,6 @@ def test_unsafe_change_names_table_column_and_types():
 
 
 def test_added_column_with_constant_default_is_copied_then_dropped():
-    from psycopg2.extensions import adapt  # noqa: F401  (psycopg2 present)
     from tideline.core.schema_drift import ddl
     src = [Column("id", "bigint", True), Column("flag", "boolean", False, "true", True)]
     p = plan("t", src, [Column("id", "bigint", True)])

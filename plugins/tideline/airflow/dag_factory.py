@@ -1,6 +1,7 @@
 """Builds each pipeline's DAGs from its validated config. No database or network at parse time.
 
-sync_<pipeline>:  check_params → ensure_connector → decide ─┬→ full_load ─┐
+sync_<pipeline>:  check_params → route_action ─┬→ repair | validate
+                                                └→ ensure_connector → decide ─┬→ full_load ─┐
                                                              └────────────┴→ coverage → route ─┬→ incremental → after_stream → restart
                                                                                                └→ resnapshot ──┘
 `coverage` records lost offsets and hands the tables to `resnapshot`; `incremental` ending with
@@ -47,16 +48,31 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
         params={
             "action": Param("auto", enum=list(ACTIONS), title="Action",
                             description="auto: load what needs loading, then stream. full_reload: reload the "
-                                        "chosen tables from a new snapshot, then stream."),
+                                        "chosen tables from a new snapshot, then stream. repair: re-read a key or "
+                                        "update-time range of one table from the source (the stream keeps its "
+                                        "position). validate: compare row counts and checksums."),
             "tables": Param(table_names, type="array", items={"type": "string", "enum": table_names},
                             title="Tables", description="Tables the action applies to (default: all)"),
             "stream_mode": Param("continuous", enum=list(STREAM_MODES), title="Stream mode",
                                  description="continuous: keep streaming. available_now: apply what Kafka "
                                              "holds, then finish the run."),
+            "repair_key_from": Param(None, type=["null", "string"], title="Repair: key from",
+                                     description="first primary-key value of the range (one-column keys)"),
+            "repair_key_to": Param(None, type=["null", "string"], title="Repair: key to",
+                                   description="last primary-key value of the range (inclusive)"),
+            "repair_time_column": Param(None, type=["null", "string"], title="Repair: time column",
+                                        description="update-time column, for a time-range repair"),
+            "repair_time_from": Param(None, type=["null", "string"], title="Repair: from (ISO 8601)"),
+            "repair_time_to": Param(None, type=["null", "string"], title="Repair: to (ISO 8601)"),
         },
     ) as dag:
         checked = PythonOperator(task_id="check_params", python_callable=_check_params_from_context,
                                  op_kwargs={"pipeline": cfg.name}, retries=0)
+        route_action = BranchPythonOperator(task_id="route_action", python_callable=_branch_on_action)
+        repair = PythonOperator(task_id="repair", python_callable=_repair_from_xcom, op_kwargs={"pipeline": cfg.name},
+                                retries=0)
+        validate = PythonOperator(task_id="validate", python_callable=_validate_from_xcom,
+                                  op_kwargs={"pipeline": cfg.name}, retries=0)
         ensure = PythonOperator(task_id="ensure_connector", python_callable=tasks.ensure_capture,
                                 op_kwargs={"pipeline": cfg.name})
         decide = PythonOperator(task_id="decide", python_callable=_decide_from_xcom,
@@ -82,7 +98,8 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
         restart = TriggerDagRunOperator(task_id="restart", trigger_dag_id=f"sync_{cfg.name}",
                                         conf={"action": "auto", "stream_mode": "{{ params.stream_mode }}"},
                                         wait_for_completion=False)
-        checked >> ensure >> decide >> after_decide >> [full_load, coverage]
+        checked >> route_action >> [ensure, repair, validate]
+        ensure >> decide >> after_decide >> [full_load, coverage]
         full_load >> coverage >> route >> [incremental, resnapshot]
         resnapshot >> incremental >> after_stream >> restart
     return dag
@@ -113,6 +130,18 @@ def build_batch_dag(cfg: PipelineConfig) -> DAG:
 
 def _check_params_from_context(pipeline: str, **context) -> dict:
     return tasks.check_params(pipeline, dict(context["params"]))
+
+
+def _branch_on_action(**context) -> str:
+    return tasks.branch_on_action(context["ti"].xcom_pull(task_ids="check_params"))
+
+
+def _repair_from_xcom(pipeline: str, **context) -> dict:
+    return tasks.repair(pipeline, context["ti"].xcom_pull(task_ids="check_params"))
+
+
+def _validate_from_xcom(pipeline: str, **context) -> list[dict]:
+    return tasks.validate(pipeline, context["ti"].xcom_pull(task_ids="check_params"))
 
 
 def _decide_from_xcom(pipeline: str, **context) -> dict:

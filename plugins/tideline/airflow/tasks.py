@@ -65,3 +65,32 @@ def branch_after_coverage(result: dict) -> str:
 def branch_after_stream(result: dict | None) -> list[str]:
     from tideline.core.errors import EXIT_RESNAPSHOT
     return ["restart"] if result and result.get("exit") == EXIT_RESNAPSHOT else []
+
+
+def branch_on_action(checked: dict) -> str:
+    return {"repair": "repair", "validate": "validate"}.get(checked["action"], "ensure_connector")
+
+
+def repair(pipeline: str, checked: dict) -> dict:
+    from tideline import repair as repair_mod
+    cfg = get_pipeline(pipeline)
+    r = dict(checked["repair"])
+    table = r.pop("table")
+    try:
+        result = repair_mod.repair(cfg, connections.get(cfg.source.conn_id), connections.get(cfg.target.conn_id),
+                                   table, **r)
+    except repair_mod.RepairError as exc:
+        raise AirflowFailException(str(exc)) from None
+    return {"table": result.table, "read": result.read, "upserted": result.upserted, "deleted": result.deleted}
+
+
+def validate(pipeline: str, checked: dict) -> list[dict]:
+    from tideline import repair as repair_mod
+    cfg = get_pipeline(pipeline)
+    results = repair_mod.validate(cfg, connections.get(cfg.source.conn_id), connections.get(cfg.target.conn_id),
+                                  checked["tables"])
+    different = [r.table for r in results if not r.equal]
+    if different:
+        raise AirflowFailException(f"pipeline {cfg.name}: source and target differ for {', '.join(different)} "
+                                   f"(see the counts above); run action=repair for a range or full_reload")
+    return [r.__dict__ for r in results]

@@ -4,7 +4,8 @@ from __future__ import annotations
 from tideline.core.config import IDENT, PipelineConfig
 from tideline.core.errors import TerminalError
 
-ACTIONS = ("auto", "full_reload")
+ACTIONS = ("auto", "full_reload", "repair", "validate")
+REPAIR_FIELDS = ("repair_key_from", "repair_key_to", "repair_time_column", "repair_time_from", "repair_time_to")
 STREAM_MODES = ("continuous", "available_now")
 
 
@@ -30,7 +31,43 @@ def check_sync_params(cfg: PipelineConfig, params: dict) -> dict:
             raise ParamError(f"param tables: {t!r} is not a table name (plain identifiers only)")
         if t not in known:
             raise ParamError(f"param tables: pipeline {cfg.name} has no table {t!r}; it has {', '.join(known)}")
-    return {"action": action, "tables": tables, "stream_mode": mode}
+    checked = {"action": action, "tables": tables, "stream_mode": mode}
+    if action == "repair":
+        checked["repair"] = _check_repair(cfg, tables, params)
+    return checked
+
+
+def _check_repair(cfg: PipelineConfig, tables: list[str], params: dict) -> dict:
+    from datetime import datetime
+    given = {f: params.get(f) for f in REPAIR_FIELDS if params.get(f) not in (None, "")}
+    if len(tables) != 1:
+        raise ParamError(f"action=repair works on one table; param tables has {len(tables)}: {', '.join(tables)}")
+    by_key = {"repair_key_from", "repair_key_to"} & set(given)
+    by_time = {"repair_time_column", "repair_time_from", "repair_time_to"} & set(given)
+    if by_key and by_time:
+        raise ParamError("action=repair takes a key range (repair_key_from/to) or a time range "
+                         "(repair_time_column/from/to), not both")
+    if by_key:
+        if len(by_key) != 2:
+            raise ParamError("a key-range repair needs both repair_key_from and repair_key_to")
+        return {"table": tables[0], "key_from": str(given["repair_key_from"]), "key_to": str(given["repair_key_to"])}
+    if len(by_time) != 3:
+        raise ParamError("action=repair needs a key range (repair_key_from and repair_key_to) or a time range "
+                         "(repair_time_column, repair_time_from and repair_time_to)")
+    column = given["repair_time_column"]
+    if not IDENT.match(str(column)):
+        raise ParamError(f"param repair_time_column: {column!r} is not a column name (plain identifiers only)")
+    try:
+        lo, hi = (datetime.fromisoformat(str(given[f])) for f in ("repair_time_from", "repair_time_to"))
+    except ValueError as exc:
+        raise ParamError(f"repair_time_from/to must be ISO 8601 timestamps ({exc})") from None
+    if (lo.tzinfo is None) != (hi.tzinfo is None):
+        raise ParamError("repair_time_from and repair_time_to must both carry a time zone, or neither")
+    if lo > hi:
+        raise ParamError(f"repair time range is inverted: {given['repair_time_from']} is after "
+                         f"{given['repair_time_to']}")
+    return {"table": tables[0], "time_column": column, "time_from": str(given["repair_time_from"]),
+            "time_to": str(given["repair_time_to"])}
 
 
 def plan_tables(cfg: PipelineConfig, action: str, tables: list[str],
