@@ -65,7 +65,7 @@ class BatchSync:
         schema = cfg.target.schema_
         run_id = None
         try:
-            shape = source_catalog.describe(src, cfg.source.schema_, table, tcfg.primary_key)
+            shape = source_catalog.describe(src, cfg.source.schema_, table, tcfg)
             if not shape.primary_key:
                 raise SourceError(f"{label}: batch mode upserts by primary key; the source table has none. "
                                   f"Add one at the source.")

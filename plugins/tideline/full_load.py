@@ -200,7 +200,7 @@ class FullLoad:
         shadow = shadow_name(table)
         run_id = None
         try:
-            shape = source_catalog.describe(src, cfg.source.schema_, table, tcfg.primary_key)
+            shape = source_catalog.describe(src, cfg.source.schema_, table, tcfg)
             src.rollback()
             self._prepare_target_schema(tgt, label)
             epoch = state.claim_epoch(tgt, cfg.name, table, run_owner("full_load"), topic)

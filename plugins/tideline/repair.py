@@ -61,7 +61,7 @@ def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_f
     src = psycopg2.connect(source.postgres_dsn())
     tgt = psycopg2.connect(target.postgres_dsn())
     try:
-        shape = source_catalog.describe(src, cfg.source.schema_, table, tcfg.primary_key)
+        shape = source_catalog.describe(src, cfg.source.schema_, table, tcfg)
         if not shape.primary_key:
             raise RepairError(f"{cfg.name}.{table} has no primary key; repair needs one")
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in shape.column_names)
@@ -146,7 +146,7 @@ def validate(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str])
     out = []
     try:
         for table in tables:
-            shape = source_catalog.describe(src, cfg.source.schema_, table, None)
+            shape = source_catalog.describe(src, cfg.source.schema_, table, cfg.table(table), check_key=False)
             src.rollback()
             s_count, s_sum = _fingerprint(src, cfg.source.schema_, table, shape.column_names)
             try:

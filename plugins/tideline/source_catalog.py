@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from tideline import sqlfiles
 from tideline.core.errors import SourceError
-from tideline.core.table_shape import Column, TableShape
+from tideline.core.table_shape import Column, TableShape, select_columns
 
 
 def check_logical_decoding(conn, what: str) -> None:
@@ -15,8 +15,10 @@ def check_logical_decoding(conn, what: str) -> None:
                           f"Set wal_level = logical in postgresql.conf (or ALTER SYSTEM) and restart PostgreSQL.")
 
 
-def describe(conn, schema: str, table: str, configured_pk: list[str] | None) -> TableShape:
+def describe(conn, schema: str, table: str, tcfg=None, check_key: bool = True) -> TableShape:
+    """The table as the pipeline syncs it: its columns (the configured selection) and key."""
     label = f"source table {schema}.{table}"
+    configured_pk = tcfg.primary_key if (tcfg is not None and check_key) else None
     with conn.cursor() as cur:
         cur.execute(sqlfiles.load("full_load/source_table"), {"schema": schema, "table": table})
         row = cur.fetchone()
@@ -45,4 +47,7 @@ def describe(conn, schema: str, table: str, configured_pk: list[str] | None) -> 
         if list(source_pk) != list(configured_pk):
             raise SourceError(f"{label}: the pipeline config says primary_key {configured_pk} but the source's "
                               f"primary key is {list(source_pk)}. Make the config match the source.")
-    return TableShape(schema, table, columns, source_pk)
+    shape = TableShape(schema, table, columns, source_pk)
+    if tcfg is not None and (tcfg.columns is not None or tcfg.exclude_columns):
+        shape = select_columns(shape, tcfg.columns, tcfg.exclude_columns, label)
+    return shape

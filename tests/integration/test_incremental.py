@@ -390,3 +390,32 @@ def test_poison_message_stops_or_goes_to_dead_letters(stack, spark, source_db, t
             assert cur.fetchall() == [(poison_offset, "this is not json")]
     finally:
         drop_source(source_db, t)
+
+
+def test_excluded_column_never_reaches_the_target(spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_cols"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, name text, password_hash text)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, 'n' || g, md5(g::text) FROM generate_series(1, 50) g")
+    try:
+        cfg = pipelines.make([{"name": t, "exclude_columns": ["password_hash"]}], capture=True)
+        FullLoad(cfg, spark).run([t])
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE {t} SET name = 'changed', password_hash = 'new' WHERE id <= 10")
+            cur.execute(f"INSERT INTO {t} VALUES (51, 'new', 'x')")
+        deadline = time.time() + 60
+        while True:
+            IncrementalRun(cfg, spark, "available_now").run()
+            with source_db.cursor() as s, target_db.cursor() as g:
+                s.execute(f"SELECT id, name FROM {t} ORDER BY id")
+                g.execute(f'SELECT id, name FROM "{unique_name}".{t} ORDER BY id')
+                if s.fetchall() == g.fetchall():
+                    break
+            assert time.time() < deadline, "did not converge"
+            time.sleep(1)
+        with target_db.cursor() as cur:
+            cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+                        "AND NOT attisdropped ORDER BY attnum", (f"{unique_name}.{t}",))
+            assert [r[0] for r in cur.fetchall()] == ["id", "name"]
+    finally:
+        drop_source(source_db, t)

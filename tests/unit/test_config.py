@@ -108,3 +108,24 @@ def test_core_imports_neither_airflow_nor_pyspark():
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
                    env={"PYTHONPATH": str(ROOT / "plugins"), "PATH": "/usr/bin:/bin"})
+
+
+def test_column_selection_rules():
+    data = with_change(["tables", 0, "exclude_columns"], ["secret"])
+    assert parse_pipeline(data, "x").table("orders").exclude_columns == ["secret"]
+    data = with_change(["tables", 1, "exclude_columns"], ["line_no"])
+    assert "primary key column 'line_no' must be synced" in problems(data)[0][1]
+    data = with_change(["tables", 0, "columns"], ["a"])
+    data["tables"][0]["exclude_columns"] = ["b"]
+    assert "not both" in problems(data)[0][1]
+
+
+def test_select_columns_keeps_the_key_and_names_unknown_columns():
+    from tideline.core.errors import SourceError
+    from tideline.core.table_shape import Column, TableShape, select_columns
+    shape = TableShape("s", "t", (Column("id", "bigint", True), Column("a", "text", False),
+                                  Column("secret", "text", False)), ("id",))
+    assert select_columns(shape, ["a"], [], "t").column_names == ["id", "a"]
+    assert select_columns(shape, None, ["secret"], "t").column_names == ["id", "a"]
+    with pytest.raises(SourceError, match="does not have: nope"):
+        select_columns(shape, None, ["nope"], "t")

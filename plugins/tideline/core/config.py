@@ -78,6 +78,9 @@ class TableConfig(_Model):
     name: str
     primary_key: list[str] | None = Field(
         default=None, description="key columns; omitted = read from the source catalog")
+    columns: list[str] | None = Field(default=None, description="sync only these columns, plus the key "
+                                                                "(default: all)")
+    exclude_columns: list[str] = Field(default_factory=list, description="never sync these columns")
     mode: Literal["cdc", "batch"] = "cdc"
     cursor_column: str | None = None
     safety_lag_s: int = Field(default=300, ge=0)
@@ -98,8 +101,18 @@ class TableConfig(_Model):
             raise ValueError(f"lists a column twice: {v}")
         return [_identifier(c, "primary key column") for c in v]
 
+    @field_validator("columns", "exclude_columns")
+    @classmethod
+    def _column_names(cls, v):
+        return v if v is None else [_identifier(c, "column") for c in v]
+
     @model_validator(mode="after")
     def _batch_needs_cursor(self) -> "TableConfig":
+        if self.columns is not None and self.exclude_columns:
+            raise ValueError(f"table {self.name!r}: give columns (include) or exclude_columns, not both")
+        for key in self.primary_key or []:
+            if key in self.exclude_columns:
+                raise ValueError(f"table {self.name!r}: primary key column {key!r} must be synced")
         if self.mode == "batch" and not self.cursor_column:
             raise ValueError(f"table {self.name!r} is in batch mode and needs cursor_column "
                              f"(a monotonic id or update-time column)")

@@ -50,6 +50,23 @@ class TableShape:
         return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(self.name))
 
 
+def select_columns(shape: TableShape, include: list[str] | None, exclude: list[str], label: str) -> TableShape:
+    """The shape restricted to the configured columns. Key columns are always synced (an include
+    list need not name them); excluding one is an error."""
+    from tideline.core.errors import SourceError
+    names = set(shape.column_names)
+    unknown = [c for c in (include or []) + list(exclude) if c not in names]
+    if unknown:
+        raise SourceError(f"{label}: the pipeline config names columns the source table does not have: "
+                          f"{', '.join(unknown)} (it has {', '.join(shape.column_names)})")
+    dropped = [k for k in shape.primary_key if k in exclude]
+    if dropped:
+        raise SourceError(f"{label}: primary key column(s) {', '.join(dropped)} cannot be left out of the sync")
+    keep = [c for c in shape.columns
+            if c.name not in exclude and (include is None or c.name in include or c.name in shape.primary_key)]
+    return TableShape(shape.schema, shape.name, tuple(keep), shape.primary_key)
+
+
 def read_query(shape: TableShape, where: sql.Composable | None = None) -> sql.Composed:
     """A derived table for Spark JDBC: every column as exact text, plus the typed key (or ctid)
     under an alias so partition predicates compare real key values and use the index."""
