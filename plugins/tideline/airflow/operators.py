@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseSensorOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from tideline.core import errors
 
@@ -16,7 +16,6 @@ HOME = Path(os.environ.get("TIDELINE_HOME", Path(__file__).resolve().parents[3])
 # What each exit status of a Spark entrypoint means to the DAG (see spark_jobs/*.py).
 _TERMINAL = {
     errors.EXIT_CONFIG: "a config, source or target problem that a person must fix",
-    errors.EXIT_FENCED: "a newer run took over these tables (fenced); this run committed nothing",
     errors.EXIT_VERIFICATION: "the loaded rows did not match the snapshot; nothing was swapped in",
     errors.EXIT_HALTED: "the stream halted on a schema change or a bad message; a person must act",
 }
@@ -51,6 +50,10 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
                 self.log.warning("the job reports tables that need a re-snapshot (exit %d); the DAG reloads them",
                                  code)
                 return {"exit": code}
+            if code == errors.EXIT_FENCED:
+                # The designed handover (a full reload or a newer run took the tables): not a failure.
+                raise AirflowSkipException(f"{self.task_id}: a newer run took over these tables (fenced); this "
+                                           f"run committed nothing after that and stopped") from exc
             if code in _TERMINAL:
                 raise AirflowFailException(f"{self.task_id}: exit status {code}: {_TERMINAL[code]}. "
                                            f"The task log above has the details.") from exc
