@@ -66,8 +66,9 @@ def main() -> int:
     while time.time() < deadline:
         rows = pipeline_status(cfg)
         print(render(cfg, rows), flush=True)
+        streamed = [r for r in rows if cfg.table(r.table).mode == "cdc"]   # batch tables land nightly
         if all(r.phase == "streaming" and r.last_batch_age_s is not None and r.last_batch_age_s < 30
-               and r.lag_total < 100 for r in rows):
+               and r.lag_total < 100 for r in streamed):
             print("\n[demo] caught up: every table streams live, less than 100 events behind. It keeps running:\n"
                   "       `make status` for this view, the Airflow UI for the DAG, `make down` to stop all.",
                   flush=True)
