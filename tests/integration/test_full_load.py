@@ -262,6 +262,11 @@ def test_killed_load_leaves_target_and_state_unchanged_and_rerun_succeeds(
             cur.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename LIKE '%%shadow'",
                         (unique_name,))
             assert cur.fetchone()[0] == 0
+            # the killed run is closed in the history as abandoned, not left 'running'
+            cur.execute("SELECT outcome, detail FROM tideline.runs WHERE pipeline = %s ORDER BY run_id", (cfg.name,))
+            runs = cur.fetchall()
+            assert [o for o, _ in runs] == ["succeeded", "failed", "succeeded"]
+            assert "abandoned" in runs[1][1]
     finally:
         drop_source(source_db, t)
 
