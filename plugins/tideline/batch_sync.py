@@ -82,8 +82,7 @@ class BatchSync:
                                                            tcfg.safety_lag_s)
             with tgt, tgt.cursor() as cur:
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(stage)))
-                cur.execute(create_table(shape, schema, stage).as_string(cur).replace("CREATE TABLE",
-                                                                                     "CREATE UNLOGGED TABLE", 1))
+                cur.execute(create_table(shape, schema, stage, unlogged=True))
             rows = 0
             if where is not None:
                 preds = [p.as_string(src) for p in hash_predicates(shape, cfg.spark.parallelism)]

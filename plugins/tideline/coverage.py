@@ -20,8 +20,12 @@ log = logging.getLogger("tideline.coverage")
 class TableCoverage:
     table: str
     gaps: list[Gap]
-    pending: int                 # events between the resume position and the log end
+    lag: dict[int, int]          # events between the resume position and the log end, per partition
     headroom_s: float | None     # None: nothing pending, retention cannot hurt
+
+    @property
+    def pending(self) -> int:
+        return sum(self.lag.values())
 
 
 def _retention_ms(bootstrap: str, topic: str) -> int:
@@ -61,16 +65,15 @@ def check(cfg: PipelineConfig, target_conn, bootstrap: str, tables: list[str]) -
         if st is None or st.phase != "streaming" or st.resume_offsets is None:
             continue
         topic = cfg.topic(name)
-        earliest = kafka_offsets.earliest_offsets(bootstrap, topic)
-        latest = kafka_offsets.end_offsets(bootstrap, topic)
+        earliest, latest = kafka_offsets.watermarks(bootstrap, topic)
         gaps = coverage_gaps(topic, st.resume_offsets, earliest, latest)
-        pending = sum(max(0, latest.get(p, 0) - o) for p, o in st.resume_offsets.items())
+        lag = {p: max(0, end - st.resume_offsets.get(p, 0)) for p, end in latest.items()}
         headroom = None
-        if not gaps and pending:
+        if not gaps and any(lag.values()):
             oldest = _oldest_needed_timestamp_ms(bootstrap, topic, st.resume_offsets, latest)
             if oldest is not None:
                 headroom = (oldest + _retention_ms(bootstrap, topic)) / 1000 - time.time()
-        out.append(TableCoverage(name, gaps, pending, headroom))
+        out.append(TableCoverage(name, gaps, lag, headroom))
     return out
 
 

@@ -22,7 +22,7 @@ from tideline import kafka_offsets, source_catalog, state
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
 from tideline.core.copy_text import CopyStream
-from tideline.core.errors import LoadVerificationError, TargetError, TidelineError
+from tideline.core.errors import FencedError, LoadVerificationError, TargetError, TidelineError
 from tideline.core.table_shape import (TableShape, boundaries_query, copy_into, create_table, ctid_predicates,
                                        key_range_predicates, read_query)
 
@@ -202,7 +202,7 @@ class FullLoad:
         try:
             shape = source_catalog.describe(src, cfg.source.schema_, table, tcfg)
             src.rollback()
-            self._prepare_target_schema(tgt, label)
+            prepare_target_schema(tgt, cfg.target.schema_, label)
             epoch = state.claim_epoch(tgt, cfg.name, table, run_owner("full_load"), topic)
             run_id = state.run_start(tgt, cfg.name, table, "full_load", epoch, f"topic {topic}")
             # 1. the handover position, before the snapshot opens
@@ -257,9 +257,6 @@ class FullLoad:
         finally:
             src.close()
             tgt.close()
-
-    def _prepare_target_schema(self, tgt, label: str) -> None:
-        prepare_target_schema(tgt, self.cfg.target.schema_, label)
 
     def _partition_predicates(self, cur, shape: TableShape, rows: int):
         parts = self.cfg.spark.parallelism
@@ -320,7 +317,7 @@ class FullLoad:
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(
                     sql.Identifier(self.cfg.target.schema_), sql.Identifier(shadow)))
                 if run_id is not None:
-                    state.run_end(cur, run_id, "fenced" if "FencedError" in type(exc).__name__ else "failed",
+                    state.run_end(cur, run_id, "fenced" if isinstance(exc, FencedError) else "failed",
                                   None, message[:2000])
             if run_id is not None:
                 state.record_error(tgt, self.cfg.name, table, f"full load: {message[:2000]}")

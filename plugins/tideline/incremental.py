@@ -58,6 +58,8 @@ class BatchFigures:
     skipped: int = 0
     dead_letters: int = 0
     per_table: dict[str, tuple[int, int]] = field(default_factory=dict)
+    batch_id: int | None = None
+    end_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def parse_events(df):
@@ -158,8 +160,7 @@ class IncrementalRun:
         for t in self.tables.values():
             st = state.get(conn, self.cfg.name, t.name)
             conn.rollback()
-            earliest = kafka_offsets.earliest_offsets(self.bootstrap, t.topic)
-            latest = kafka_offsets.end_offsets(self.bootstrap, t.topic)
+            earliest, latest = kafka_offsets.watermarks(self.bootstrap, t.topic)
             gaps = coverage_gaps(t.topic, st.resume_offsets, earliest, latest)
             if gaps:
                 reason = "; ".join(g.describe() for g in gaps)
@@ -199,24 +200,25 @@ class IncrementalRun:
     def run(self) -> None:
         """Streams until stopped (continuous) or until caught up (available_now). Raises the
         TidelineError that ended it, after recording what it means in the state."""
-        start = self.prepare()
-        checkpoint = tempfile.mkdtemp(prefix=f"tideline-{self.cfg.name}-")
-        stream = self.cfg.stream
-        reader = (self.spark.readStream.format("kafka")
-                  .option("kafka.bootstrap.servers", self.bootstrap)
-                  .option("subscribe", ",".join(sorted(self.by_topic)))
-                  .option("startingOffsets", json.dumps(start))
-                  .option("failOnDataLoss", "true")
-                  .option("maxOffsetsPerTrigger", stream.max_offsets_per_trigger)
-                  # split big partitions so every core has work in a large batch
-                  .option("minPartitions", max(2, 2 * self.spark.sparkContext.defaultParallelism))
-                  .option("kafka.isolation.level", "read_committed")
-                  .load())
-        writer = reader.writeStream.foreachBatch(self._apply_batch).option("checkpointLocation", checkpoint)
-        writer = (writer.trigger(availableNow=True) if self.mode == "available_now"
-                  else writer.trigger(processingTime=f"{stream.trigger_interval_s} seconds"))
-        previous = self._install_sigterm()
+        checkpoint, previous = None, None
         try:
+            start = self.prepare()
+            checkpoint = tempfile.mkdtemp(prefix=f"tideline-{self.cfg.name}-")
+            stream = self.cfg.stream
+            reader = (self.spark.readStream.format("kafka")
+                      .option("kafka.bootstrap.servers", self.bootstrap)
+                      .option("subscribe", ",".join(sorted(self.by_topic)))
+                      .option("startingOffsets", json.dumps(start))
+                      .option("failOnDataLoss", "true")
+                      .option("maxOffsetsPerTrigger", stream.max_offsets_per_trigger)
+                      # split big partitions so every core has work in a large batch
+                      .option("minPartitions", max(2, 2 * self.spark.sparkContext.defaultParallelism))
+                      .option("kafka.isolation.level", "read_committed")
+                      .load())
+            writer = reader.writeStream.foreachBatch(self._apply_batch).option("checkpointLocation", checkpoint)
+            writer = (writer.trigger(availableNow=True) if self.mode == "available_now"
+                      else writer.trigger(processingTime=f"{stream.trigger_interval_s} seconds"))
+            previous = self._install_sigterm()
             self.query = writer.queryName(f"tideline_{self.cfg.name}").start()
             log.info("streaming %d table(s) of pipeline %s (%s mode)", len(self.tables), self.cfg.name, self.mode)
             try:
@@ -228,7 +230,8 @@ class IncrementalRun:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
-            shutil.rmtree(checkpoint, ignore_errors=True)
+            if checkpoint is not None:
+                shutil.rmtree(checkpoint, ignore_errors=True)
             for conn in (self._tgt, self._src):
                 if conn is not None:
                     conn.close()
@@ -247,9 +250,9 @@ class IncrementalRun:
         return signal.signal(signal.SIGTERM, stop)
 
     def _explain_failure(self, exc: BaseException) -> None:
-        if isinstance(exc, TidelineError):
-            raise exc
-        cause = self.failure
+        """Raises what ended the query: the batch's own TidelineError, or DataLossError when Spark's
+        failOnDataLoss fired and the committed position is really gone, or else the query's error."""
+        cause = self.failure or exc
         if isinstance(cause, TidelineError):
             raise cause
         text = str(exc)
@@ -270,11 +273,9 @@ class IncrementalRun:
             self._apply_batch_inner(df, spark_batch_id)
         except BaseException as exc:
             self.failure = exc
-            if isinstance(exc, schema_drift.SchemaChangeError):
-                self._halt(getattr(exc, "table", None), str(exc))
-            elif isinstance(exc, BadMessageError):
-                self._halt(None, str(exc))
-            elif isinstance(exc, ResnapshotRequired) and getattr(exc, "table", None):
+            if isinstance(exc, (schema_drift.SchemaChangeError, BadMessageError)):
+                self._halt(exc.table, str(exc))
+            elif isinstance(exc, ResnapshotRequired) and exc.table:
                 self._needs_resnapshot(exc.table, str(exc))
             log.error("batch failed, nothing of it was committed: %s", exc)
             raise
@@ -308,13 +309,13 @@ class IncrementalRun:
         if figures is None:
             return
         self.batches += 1
-        self._commit_consumer_group()
+        self._commit_consumer_group(figures.end_offsets)
         newest = max((r["ts_ms"] or 0) for r in per_partition)
         age = time.time() - newest / 1000 if newest else 0.0
         tables = ", ".join(f"{t} +{u:,}/-{d:,}" for t, (u, d) in sorted(figures.per_table.items()))
         took = time.monotonic() - started
         log.info("batch %d: %s events (%s already applied, %s dead letters) -> %s; source-to-target lag %.1fs; "
-                 "%.2fs (read+compact %.2fs, commit %.2fs)", self._last_batch_id, f"{figures.events:,}",
+                 "%.2fs (read+compact %.2fs, commit %.2fs)", figures.batch_id, f"{figures.events:,}",
                  f"{figures.skipped:,}", figures.dead_letters, tables or "no row changes", age, took, spark_s,
                  took - spark_s)
 
@@ -342,12 +343,10 @@ class IncrementalRun:
             if truncates:
                 t = truncates[0]
                 table = self.by_topic[t["topic"]].name
-                exc = ResnapshotRequired(
+                raise ResnapshotRequired(
                     f"{cfg.name}.{table}: the source table was truncated (event at {t['topic']} partition "
                     f"{t['partition']} offset {t['offset']}); a truncate cannot be ordered against changes on "
-                    f"other partitions, so the table is reloaded instead.")
-                exc.table = table
-                raise exc
+                    f"other partitions, so the table is reloaded instead.", table=table)
             if bad_rows:
                 figures.dead_letters = self._bad_messages(cur, bad_rows)
             # 3. schema drift, then the rows, per table
@@ -378,17 +377,22 @@ class IncrementalRun:
                                                                              for r in per_partition}),
                                start=start_offsets, end=end_offsets, events=figures.events,
                                upserts=figures.upserts, deletes=figures.deletes, dead_letters=figures.dead_letters)
-        self._last_batch_id = batch_id
-        self._committed = end_offsets
+        figures.batch_id, figures.end_offsets = batch_id, end_offsets
         return figures
 
     @staticmethod
     def _filter_applied(rows: pa.Table, current: dict[str, dict[int, int]]) -> pa.Table:
         if rows.num_rows == 0:
             return rows
-        floor = [current[t].get(p, 0) for t, p in zip(rows.column("topic").to_pylist(),
-                                                      rows.column("partition").to_pylist())]
-        return rows.filter(pc.greater_equal(rows.column("offset"), pa.array(floor, pa.int64())))
+        keep = None
+        for topic, parts in current.items():   # few topics x partitions: one vector pass each
+            for partition, floor in parts.items():
+                if floor <= 0:
+                    continue
+                here = pc.and_(pc.equal(rows.column("topic"), topic), pc.equal(rows.column("partition"), partition))
+                ok = pc.or_(pc.invert(here), pc.greater_equal(rows.column("offset"), floor))
+                keep = ok if keep is None else pc.and_(keep, ok)
+        return rows if keep is None else rows.filter(keep)
 
     def _bad_messages(self, cur, bad_rows) -> int:
         first = bad_rows[0]
@@ -415,7 +419,7 @@ class IncrementalRun:
         try:
             drift = schema_drift.plan(f"{self.cfg.name}.{table.name}", list(shape.columns), table.columns)
         except TidelineError as exc:
-            exc.table = table.name
+            exc.table = exc.table or table.name   # plan() names the table only in its message
             raise
         if drift.changes_target:
             for stmt in schema_drift.ddl(self.cfg.target.schema_, table.name, drift):
@@ -429,7 +433,9 @@ class IncrementalRun:
         return [Column(n, t, nn) for n, t, nn in cur.fetchall()]
 
     def _stage(self, cur, rows: pa.Table) -> None:
-        tables = pa.array([self.by_topic[t].name for t in rows.column("topic").to_pylist()], pa.string())
+        topics = pc.dictionary_encode(rows.column("topic").combine_chunks())
+        names = pa.array([self.by_topic[t].name for t in topics.dictionary.to_pylist()], pa.string())
+        tables = pc.take(names, topics.indices)
         staged = pa.table({"tbl": tables, "op": rows.column("op"), "key": rows.column("key"),
                            "after": rows.column("after"),
                            "part": pc.cast(rows.column("partition"), pa.string()),
@@ -445,12 +451,10 @@ class IncrementalRun:
         broken = cur.fetchall()
         if broken:
             part, off, key = broken[0]
-            exc = ResnapshotRequired(
+            raise ResnapshotRequired(
                 f"{self.cfg.name}.{table.name}: the change at partition {part} offset {off} (key {key}) updates a row "
                 f"the target does not have, and Debezium did not send its unchanged large values; the target has "
-                f"diverged from the source and the table is reloaded.")
-            exc.table = table.name
-            raise exc
+                f"diverged from the source and the table is reloaded.", table=table.name)
         cur.execute(apply_sql.delete_sql(schema, table.name, cols, pk))
         deleted = cur.rowcount
         cur.execute(apply_sql.update_sql(schema, table.name, cols, pk))
@@ -459,7 +463,7 @@ class IncrementalRun:
         inserted = cur.rowcount
         return updated + inserted, deleted
 
-    def _commit_consumer_group(self) -> None:
+    def _commit_consumer_group(self, committed: dict[str, dict[str, int]]) -> None:
         """Mirrors the committed position into a consumer group so lag tools see it (the target
         stays the truth; a failure here is logged, never fatal)."""
         from confluent_kafka import Consumer, TopicPartition
@@ -467,7 +471,7 @@ class IncrementalRun:
             if self._consumer is None:
                 self._consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"tideline-{self.cfg.name}",
                                            "enable.auto.commit": False})
-            offsets = [TopicPartition(topic, int(p), o) for topic, parts in self._committed.items()
+            offsets = [TopicPartition(topic, int(p), o) for topic, parts in committed.items()
                        for p, o in parts.items()]
             if offsets:
                 self._consumer.commit(offsets=offsets, asynchronous=False)

@@ -35,9 +35,8 @@ def partitions(admin: AdminClient, bootstrap: str, topic: str, timeout: float = 
     return sorted(info.partitions)
 
 
-def _list(bootstrap: str, topic: str, spec: OffsetSpec, timeout: float) -> dict[int, int]:
-    admin = admin_client(bootstrap)
-    parts = partitions(admin, bootstrap, topic, timeout)
+def _list(admin: AdminClient, bootstrap: str, topic: str, parts: list[int], spec: OffsetSpec,
+          timeout: float) -> dict[int, int]:
     request = {TopicPartition(topic, p): spec for p in parts}
     try:
         futures = admin.list_offsets(request, request_timeout=timeout)
@@ -48,9 +47,20 @@ def _list(bootstrap: str, topic: str, spec: OffsetSpec, timeout: float) -> dict[
 
 def end_offsets(bootstrap: str, topic: str, timeout: float = 15.0) -> dict[int, int]:
     """Next offset to be written, per partition."""
-    return _list(bootstrap, topic, OffsetSpec.latest(), timeout)
+    admin = admin_client(bootstrap)
+    return _list(admin, bootstrap, topic, partitions(admin, bootstrap, topic, timeout), OffsetSpec.latest(), timeout)
 
 
 def earliest_offsets(bootstrap: str, topic: str, timeout: float = 15.0) -> dict[int, int]:
     """Oldest offset still retained, per partition."""
-    return _list(bootstrap, topic, OffsetSpec.earliest(), timeout)
+    admin = admin_client(bootstrap)
+    return _list(admin, bootstrap, topic, partitions(admin, bootstrap, topic, timeout), OffsetSpec.earliest(),
+                 timeout)
+
+
+def watermarks(bootstrap: str, topic: str, timeout: float = 15.0) -> tuple[dict[int, int], dict[int, int]]:
+    """(earliest retained, log end) per partition, with one client and one metadata lookup."""
+    admin = admin_client(bootstrap)
+    parts = partitions(admin, bootstrap, topic, timeout)
+    return (_list(admin, bootstrap, topic, parts, OffsetSpec.earliest(), timeout),
+            _list(admin, bootstrap, topic, parts, OffsetSpec.latest(), timeout))

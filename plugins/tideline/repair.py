@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import psycopg2
 from psycopg2 import sql
 
-from tideline import source_catalog, sqlfiles, state
+from tideline import source_catalog, state
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import SourceError, TerminalError
@@ -114,9 +114,7 @@ def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_f
             cur.execute(sql.SQL("INSERT INTO {t} ({cols}) SELECT {cols} FROM tl_repair ON CONFLICT ({pk}) DO UPDATE "
                                 "SET {u}").format(t=target_table, cols=cols, pk=pk, u=updates))
             upserted = cur.rowcount
-            cur.execute(sqlfiles.load("state/run_start"), {"pipeline": cfg.name, "table": table, "kind": "repair",
-                                                          "epoch": None, "detail": ""})
-            run_id = cur.fetchone()[0]
+            run_id = state.run_start_in(cur, cfg.name, table, "repair", None)
             state.run_end(cur, run_id, "succeeded", read,
                           f"{'key' if key_from is not None else time_column} range {lo_hi[0]}..{lo_hi[1]}: "
                           f"{read} read, {upserted} upserted, {deleted} deleted")
@@ -156,9 +154,7 @@ def validate(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str])
                 raise SourceError(f"{cfg.name}.{table}: cannot read the target table: {exc}") from None
             equal = (s_count, s_sum) == (t_count, t_sum)
             with tgt, tgt.cursor() as cur:
-                cur.execute(sqlfiles.load("state/run_start"), {"pipeline": cfg.name, "table": table, "kind": "verify",
-                                                              "epoch": None, "detail": ""})
-                state.run_end(cur, cur.fetchone()[0], "succeeded" if equal else "failed", s_count,
+                state.run_end(cur, state.run_start_in(cur, cfg.name, table, "verify", None), "succeeded" if equal else "failed", s_count,
                               f"source {s_count} rows, target {t_count} rows, checksums "
                               f"{'equal' if s_sum == t_sum else 'differ'}")
             (log.info if equal else log.error)("%s.%s: source %s rows, target %s rows, %s", cfg.name, table,

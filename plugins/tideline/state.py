@@ -86,10 +86,16 @@ def check_epoch(cur, pipeline: str, table: str, epoch: int) -> None:
 
 
 def run_start(conn, pipeline: str, table: str, kind: str, epoch: int | None, detail: str = "") -> int:
+    """Opens a run in the history, committed at once (so a killed run still shows)."""
     with conn, conn.cursor() as cur:
-        cur.execute(sqlfiles.load("state/run_start"),
-                    {"pipeline": pipeline, "table": table, "kind": kind, "epoch": epoch, "detail": detail})
-        return cur.fetchone()[0]
+        return run_start_in(cur, pipeline, table, kind, epoch, detail)
+
+
+def run_start_in(cur, pipeline: str, table: str, kind: str, epoch: int | None, detail: str = "") -> int:
+    """Opens a run inside the caller's transaction."""
+    cur.execute(sqlfiles.load("state/run_start"),
+                {"pipeline": pipeline, "table": table, "kind": kind, "epoch": epoch, "detail": detail})
+    return cur.fetchone()[0]
 
 
 def run_end(cur, run_id: int, outcome: str, rows: int | None, detail: str) -> None:

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import psycopg2
 from psycopg2 import sql
 
-from tideline import coverage, kafka_offsets, state
+from tideline import coverage, state
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import get_connection
 from tideline.core.errors import TidelineError
@@ -46,10 +46,9 @@ def _count(conn, schema: str, table: str) -> int | None:
         return None
 
 
-def _ago(ts) -> str:
-    if ts is None:
+def _ago(secs: float | None) -> str:
+    if secs is None:
         return "-"
-    secs = (datetime.now(timezone.utc) - ts).total_seconds()
     return f"{secs:.0f}s ago" if secs < 120 else f"{secs / 60:.0f}m ago"
 
 
@@ -64,19 +63,13 @@ def pipeline_status(cfg: PipelineConfig, environ=None) -> list[TableStatus]:
         for t in cfg.tables:
             st = state.get(target, cfg.name, t.name)
             target.rollback()
-            lag: dict[int, int] = {}
-            if st and st.resume_offsets is not None:
-                try:
-                    ends = kafka_offsets.end_offsets(bootstrap, cfg.topic(t.name))
-                    lag = {p: max(0, e - st.resume_offsets.get(p, 0)) for p, e in ends.items()}
-                except TidelineError:
-                    pass
-            c = cov.get(t.name)
+            c = cov.get(t.name)  # streaming tables: lag and headroom from one look at Kafka
+            lag = c.lag if c else {}
             headroom = ("NOT COVERED: " + "; ".join(g.describe() for g in c.gaps)) if c and c.gaps else \
                 (coverage.describe_headroom(c.headroom_s) if c else "-")
-            last = f"#{st.last_batch_id} {_ago(st.raw['last_batch_at'])}" if st and st.last_batch_id else "-"
             at = st.raw["last_batch_at"] if st else None
             age = (datetime.now(timezone.utc) - at).total_seconds() if at else None
+            last = f"#{st.last_batch_id} {_ago(age)}" if st and st.last_batch_id else "-"
             out.append(TableStatus(t.name, st.phase if st else "new", st.epoch if st else None,
                                    _count(target, cfg.target.schema_, t.name), _count(source, cfg.source.schema_, t.name),
                                    last, lag, headroom, st.last_error if st else None, age))

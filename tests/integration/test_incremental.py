@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 import stackctl
 from dbcompare import table_digest
 from tideline import state
-from tideline.core.errors import EXIT_FENCED, EXIT_RESNAPSHOT, BadMessageError, SourceError
+from tideline.core.errors import EXIT_FENCED, EXIT_RESNAPSHOT, BadMessageError, ResnapshotRequired, SourceError
 from tideline.core.schema_drift import SchemaChangeError
 from tideline.full_load import FullLoad
 from tideline.incremental import IncrementalRun
@@ -356,6 +356,32 @@ def test_lost_offsets_exit_with_documented_status_and_change_nothing(
         assert table_digest(target_db, unique_name, t, "id") == before
         with pytest.raises(SourceError, match=r"needs_resnapshot: Kafka no longer holds"):
             IncrementalRun(cfg, spark, "available_now").run()  # refuses to stream it until reloaded
+    finally:
+        drop_source(source_db, t)
+
+
+def test_source_truncate_marks_the_table_for_a_reload_and_changes_nothing(
+        spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_trunc"
+    make_items(source_db, t, 50)
+    try:
+        cfg = pipelines.make([{"name": t}], partitions=1, capture=True)
+        FullLoad(cfg, spark).run([t])
+        sync_until_equal(cfg, spark, source_db, target_db, {t: "id"})
+        before = table_digest(target_db, unique_name, t, "id")
+        resume = state.get(target_db, cfg.name, t).resume_offsets
+        with source_db.cursor() as cur:
+            cur.execute(f"TRUNCATE {t}")
+            cur.execute(f"INSERT INTO {t} (id, qty) VALUES (1, 1)")
+        deadline = time.time() + 60
+        with pytest.raises(ResnapshotRequired, match=r"was truncated"):
+            while time.time() < deadline:
+                IncrementalRun(cfg, spark, "available_now").run()
+                time.sleep(1)
+        st = state.get(target_db, cfg.name, t)
+        assert st.phase == "needs_resnapshot" and "truncated" in st.last_error
+        assert st.resume_offsets == resume
+        assert table_digest(target_db, unique_name, t, "id") == before
     finally:
         drop_source(source_db, t)
 

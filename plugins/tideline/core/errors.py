@@ -7,7 +7,12 @@ from __future__ import annotations
 
 
 class TidelineError(Exception):
-    """Base of every error Tideline raises on purpose."""
+    """Base of every error Tideline raises on purpose. `table`: the synced table it concerns, if one,
+    so the caller can record it in that table's state."""
+
+    def __init__(self, *args, table: str | None = None):
+        super().__init__(*args)
+        self.table = table
 
 
 class TransientError(TidelineError):

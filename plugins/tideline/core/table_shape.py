@@ -143,14 +143,15 @@ def ctid_predicates(blocks: int, parts: int) -> list[sql.Composed]:
     return preds
 
 
-def create_table(shape: TableShape, schema: str, name: str) -> sql.Composed:
+def create_table(shape: TableShape, schema: str, name: str, unlogged: bool = False) -> sql.Composed:
     """CREATE TABLE for the target, faithful to the source's column types and NOT NULLs.
     The primary key is added after the load (faster, and it rejects duplicates)."""
     cols = [sql.SQL("{} {}{}").format(sql.Identifier(c.name), sql.SQL(c.type),
                                       sql.SQL(" NOT NULL") if c.not_null else sql.SQL(""))
             for c in shape.columns]
-    return sql.SQL("CREATE TABLE {}.{} ({})").format(sql.Identifier(schema), sql.Identifier(name),
-                                                    sql.SQL(", ").join(cols))
+    return sql.SQL("CREATE {}TABLE {}.{} ({})").format(sql.SQL("UNLOGGED " if unlogged else ""),
+                                                      sql.Identifier(schema), sql.Identifier(name),
+                                                      sql.SQL(", ").join(cols))
 
 
 def copy_into(schema: str, name: str, columns: list[str]) -> sql.Composed:
