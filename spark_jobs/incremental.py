@@ -10,35 +10,21 @@ a schema change or a bad message (a person must act; the state says what); 1 oth
 """
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
 
-from tideline.core.config import load_pipeline
-from tideline.core.errors import TidelineError, exit_code
-from tideline.entrypoints import pipelines_dir, setup_logging
+from tideline.entrypoints import job_parser, run_job
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Tideline change stream")
-    ap.add_argument("--pipeline", required=True)
+    ap = job_parser("Tideline change stream")
     ap.add_argument("--mode", choices=["continuous", "available_now"], default="continuous")
-    ap.add_argument("--tables", default="", help="comma-separated tables (default: every cdc table)")
-    ap.add_argument("--pipelines-dir", default=None)
     args = ap.parse_args(argv)
-    setup_logging()
-    log = logging.getLogger("tideline.incremental")
-    try:
-        cfg = load_pipeline(pipelines_dir(args.pipelines_dir) / f"{args.pipeline}.yaml")
+
+    def stream(cfg, spark, tables, _log) -> None:
         from tideline.incremental import IncrementalRun
-        from tideline.spark_session import get_session
-        spark = get_session(f"tideline-incremental-{cfg.name}", conf=dict(cfg.spark.conf))
-        IncrementalRun(cfg, spark, args.mode, [t for t in args.tables.split(",") if t] or None).run()
-        return 0
-    except TidelineError as exc:
-        code = exit_code(exc)
-        log.error("%s (exit status %d)", exc, code)
-        return code
+        IncrementalRun(cfg, spark, args.mode, tables).run()
+
+    return run_job(args, "incremental", stream)
 
 
 if __name__ == "__main__":

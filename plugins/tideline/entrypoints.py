@@ -1,10 +1,13 @@
-"""What every Spark entrypoint shares: logging a person can read and where pipelines live."""
+"""What every Spark entrypoint shares: its common arguments, logging a person can read, where
+pipelines live, and one mapping from Tideline's errors to the documented exit statuses."""
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 
 def setup_logging() -> None:
@@ -19,3 +22,30 @@ def pipelines_dir(explicit: str | None = None) -> Path:
     if os.environ.get("TIDELINE_PIPELINES"):
         return Path(os.environ["TIDELINE_PIPELINES"])
     return Path(__file__).resolve().parents[2] / "pipelines"
+
+
+def job_parser(description: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--pipeline", required=True, help="pipeline name (pipelines/<name>.yaml)")
+    ap.add_argument("--tables", default="", help="comma-separated tables (default: the pipeline's own)")
+    ap.add_argument("--pipelines-dir", default=None, help="folder of pipeline configs")
+    return ap
+
+
+def run_job(args: argparse.Namespace, kind: str, body: Callable) -> int:
+    """Loads the pipeline, starts Spark, runs body(cfg, spark, tables or None, log); returns the
+    exit status (0, or the one exit_code() gives the TidelineError that stopped it)."""
+    from tideline.core.config import load_pipeline
+    from tideline.core.errors import TidelineError, exit_code
+    setup_logging()
+    log = logging.getLogger(f"tideline.{kind}")
+    try:
+        cfg = load_pipeline(pipelines_dir(args.pipelines_dir) / f"{args.pipeline}.yaml")
+        from tideline.spark_session import get_session
+        spark = get_session(f"tideline-{kind.replace('_', '-')}-{cfg.name}", conf=dict(cfg.spark.conf))
+        body(cfg, spark, [t for t in args.tables.split(",") if t] or None, log)
+        return 0
+    except TidelineError as exc:
+        code = exit_code(exc)
+        log.error("%s (exit status %d)", exc, code)
+        return code

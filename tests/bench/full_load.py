@@ -14,18 +14,13 @@ import argparse
 import subprocess
 import sys
 import tempfile
-import threading
 from contextlib import closing
 import time
 from pathlib import Path
 
-import psutil
-import psycopg2
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "stack"))
-import stackctl  # noqa: E402
+from benchlib import ROOT, PeakRss, pg, stackctl
 
 TABLE = "bench_orders"
 PIPELINE = "bench"
@@ -45,11 +40,6 @@ SELECT g, (g * 7919) % 100000, (ARRAY['new','paid','shipped','cancelled'])[1 + g
   FROM generate_series(1::bigint, {rows}) g"""
 
 
-def pg(db: str):
-    conn = psycopg2.connect(stackctl.pg_url(db))
-    conn.autocommit = True
-    return conn
-
 
 def ensure_source(rows: int) -> None:
     with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
@@ -63,23 +53,6 @@ def ensure_source(rows: int) -> None:
         cur.execute(SCHEMA_SQL)
         cur.execute(FILL_SQL.format(rows=rows))
         cur.execute(f"VACUUM ANALYZE {TABLE}")
-
-
-class PeakRss(threading.Thread):
-    """Peak resident memory of a process tree, sampled every 100 ms."""
-
-    def __init__(self, pid: int):
-        super().__init__(daemon=True)
-        self.root, self.peak, self.done = psutil.Process(pid), 0, threading.Event()
-
-    def run(self) -> None:
-        while not self.done.is_set():
-            try:
-                procs = [self.root, *self.root.children(recursive=True)]
-                self.peak = max(self.peak, sum(p.memory_info().rss for p in procs if p.is_running()))
-            except psutil.Error:
-                pass
-            time.sleep(0.1)
 
 
 def run_full_load(pipelines: Path, env: dict) -> tuple[float, float]:

@@ -29,15 +29,11 @@ import time
 from contextlib import closing
 from pathlib import Path
 
-import psutil
 import psycopg2
 import requests
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "stack"))
-sys.path.insert(0, str(ROOT / "plugins"))
-import stackctl  # noqa: E402
+from benchlib import ROOT, PeakRss, pg, stackctl
 
 os.environ.update(stackctl.environment())
 
@@ -52,29 +48,9 @@ PEER_SCHEMA = "bench_jdbc_sink"
 PEER = "bench-jdbc-sink"
 
 
-def pg(db: str):
-    conn = psycopg2.connect(stackctl.pg_url(db))
-    conn.autocommit = True
-    return conn
-
 
 def log(msg: str) -> None:
     print(f"[bench] {time.strftime('%H:%M:%S')} {msg}", flush=True)
-
-
-class PeakRss(threading.Thread):
-    def __init__(self, pid: int):
-        super().__init__(daemon=True)
-        self.root, self.peak, self.done = psutil.Process(pid), 0, threading.Event()
-
-    def run(self):
-        while not self.done.is_set():
-            try:
-                procs = [self.root, *self.root.children(recursive=True)]
-                self.peak = max(self.peak, sum(p.memory_info().rss for p in procs if p.is_running()))
-            except psutil.Error:
-                pass
-            time.sleep(0.2)
 
 
 def spark_submit(pipelines: Path, *args: str) -> subprocess.Popen:

@@ -31,18 +31,22 @@ def spark(stack):
     session.stop()
 
 
+def _autocommit(db: str):
+    conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES[db]))
+    conn.autocommit = True
+    return conn
+
+
 @pytest.fixture
 def source_db(stack):
-    conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"]))
-    conn.autocommit = True
+    conn = _autocommit("source")
     yield conn
     conn.close()
 
 
 @pytest.fixture
 def target_db(stack):
-    conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["target"]))
-    conn.autocommit = True
+    conn = _autocommit("target")
     yield conn
     conn.close()
 
@@ -119,8 +123,7 @@ class Pipelines:
         from tideline.connector import remove_connector
         from tideline.core.connections import get_connection
         remove_connector(cfg, get_connection("tideline_connect"))
-        conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"]))
-        conn.autocommit = True
+        conn = _autocommit("source")
         deadline = time.time() + 60
         with conn.cursor() as cur:
             while time.time() < deadline:
@@ -141,8 +144,7 @@ def pipelines(stack, tmp_path, unique_name):
     factory = Pipelines(stack, tmp_path, unique_name)
     yield factory
     factory.cleanup()
-    conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["target"]))
-    conn.autocommit = True
+    conn = _autocommit("target")
     with conn.cursor() as cur:
         cur.execute(f'DROP SCHEMA IF EXISTS "{unique_name}" CASCADE')
         if _has_state(cur):

@@ -9,7 +9,7 @@ import pendulum
 import pytest
 
 import stackctl
-from dbcompare import table_digest
+from helpers import table_digest
 from tideline import state
 from tideline.batch_sync import BatchSync
 

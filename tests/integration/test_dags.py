@@ -9,12 +9,11 @@ import urllib.error
 import psycopg2
 import pytest
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient
 
 import stackctl
-from dbcompare import table_digest
+from helpers import drop_source, let_retention_delete, table_digest
 from tideline import state
-from tideline.kafka_offsets import earliest_offsets
 
 pytestmark = pytest.mark.integration
 ROOT = stackctl.ROOT
@@ -54,11 +53,6 @@ def dag_pipeline(pipelines, table: str, **make) -> tuple:
     return cfg, f"sync_{cfg.name}"
 
 
-def drop(source_db, table):
-    with source_db.cursor() as cur:
-        cur.execute(f"DROP TABLE IF EXISTS public.{table}")
-
-
 def converge(dag_id, source_db, target_db, schema, table, timeout=120):
     deadline = time.time() + timeout
     while True:
@@ -89,7 +83,7 @@ def test_first_run_loads_then_streams_second_goes_straight_to_streaming(
             cur.execute("SELECT kind, count(*) FROM tideline.runs WHERE pipeline = %s GROUP BY kind", (cfg.name,))
             assert dict(cur.fetchall()) == {"full_load": 1}
     finally:
-        drop(source_db, t)
+        drop_source(source_db, t)
 
 
 def test_retention_boundary_reloads_by_itself(airflow_env, stack, source_db, target_db, pipelines, unique_name):
@@ -107,20 +101,8 @@ def test_retention_boundary_reloads_by_itself(airflow_env, stack, source_db, tar
             cur.execute(f"UPDATE {t} SET added_later = 'x' || id, qty = qty + 1 WHERE id <= 500")
             cur.execute(f"INSERT INTO {t} (id, qty, note, added_later) SELECT g, 1, 'new', 'y' "
                         f"FROM generate_series(3001, 3500) g")
-        topic = cfg.topic(t)
-        admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap()})
-        for fut in admin.alter_configs([ConfigResource("topic", topic, set_config={
-                "retention.ms": "1000", "segment.ms": "500"})]).values():
-            fut.result(30)
-        deadline = time.time() + 90
-        while earliest_offsets(stack.kafka_bootstrap(), topic)[0] <= resume[0]:
-            assert time.time() < deadline, "retention did not delete the needed offsets"
-            with source_db.cursor() as cur:
-                cur.execute(f"UPDATE {t} SET qty = qty + 1 WHERE id = 1")
-            time.sleep(1)
-        for fut in admin.alter_configs([ConfigResource("topic", topic, set_config={
-                "retention.ms": str(cfg.kafka.retention_ms), "segment.ms": "604800000"})]).values():
-            fut.result(30)
+        let_retention_delete(stack.kafka_bootstrap(), cfg.topic(t), resume[0],
+                             lambda: source_db.cursor().execute(f"UPDATE {t} SET qty = qty + 1 WHERE id = 1"))
         states = run_dag(dag_id, stream_mode="available_now")
         assert states["__run__"] == "success", states
         assert states["full_load"] == "skipped"          # decide saw a streaming table...
@@ -134,7 +116,7 @@ def test_retention_boundary_reloads_by_itself(airflow_env, stack, source_db, tar
             cur.execute(f"UPDATE {t} SET added_later = 'after' WHERE id = 2")
         converge(dag_id, source_db, target_db, cfg.name, t)
     finally:
-        drop(source_db, t)
+        drop_source(source_db, t)
 
 
 def test_running_stream_meeting_lost_offsets_restarts_through_a_reload(
@@ -193,7 +175,7 @@ def test_running_stream_meeting_lost_offsets_restarts_through_a_reload(
         assert states["full_load"] == "success" and states["__run__"] == "success", states
         converge(dag_id, source_db, target_db, cfg.name, t)
     finally:
-        drop(source_db, t)
+        drop_source(source_db, t)
 
 
 @pytest.mark.parametrize("conf,message", [
@@ -308,4 +290,4 @@ def test_validate_finds_differences_and_repair_fixes_a_key_range(
             assert cur.fetchall() == [("full_load", "succeeded", 1), ("repair", "succeeded", 1),
                                       ("verify", "failed", 1), ("verify", "succeeded", 2)]
     finally:
-        drop(source_db, t)
+        drop_source(source_db, t)

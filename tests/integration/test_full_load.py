@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 import stackctl
-from dbcompare import rows_as_text, table_digest
+from helpers import drop_source, rows_as_text, table_digest
 from tideline import state
 from tideline.core.errors import ConfigError, SourceError
 from tideline.full_load import FullLoad
@@ -20,12 +20,6 @@ from tideline.full_load import FullLoad
 pytestmark = pytest.mark.integration
 
 ROOT = stackctl.ROOT
-
-
-def drop_source(source_db, *tables):
-    with source_db.cursor() as cur:
-        for t in tables:
-            cur.execute(f'DROP TABLE IF EXISTS public."{t}" CASCADE')
 
 
 def test_every_type_loads_equal_value_by_value(spark, source_db, target_db, pipelines, unique_name):

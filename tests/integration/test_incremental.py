@@ -12,10 +12,9 @@ import time
 import psycopg2
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, ConfigResource
 
 import stackctl
-from dbcompare import table_digest
+from helpers import drop_source, let_retention_delete, table_digest
 from tideline import state
 from tideline.core.errors import EXIT_FENCED, EXIT_RESNAPSHOT, BadMessageError, ResnapshotRequired, SourceError
 from tideline.core.schema_drift import SchemaChangeError
@@ -123,12 +122,6 @@ def make_items(source_db, table: str, rows: int) -> None:
                     f"price numeric(12,2) DEFAULT 1.50)")
         cur.execute(f"INSERT INTO public.{table} (id, qty, note) SELECT g, g % 100, 'row ' || g "
                     f"FROM generate_series(1, {rows}) g")
-
-
-def drop_source(source_db, *tables):
-    with source_db.cursor() as cur:
-        for t in tables:
-            cur.execute(f'DROP TABLE IF EXISTS public."{t}" CASCADE')
 
 
 def test_all_kinds_of_change_apply_exactly(spark, source_db, target_db, pipelines, unique_name):
@@ -332,19 +325,9 @@ def test_lost_offsets_exit_with_documented_status_and_change_nothing(
         before = table_digest(target_db, unique_name, t, "id")
         resume = state.get(target_db, cfg.name, t).resume_offsets
         # the job is stopped; changes go on; retention is shortened until needed offsets are gone
-        admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap()})
         topic = cfg.topic(t)
-        resource = ConfigResource("topic", topic, set_config={"retention.ms": "1000", "segment.ms": "500",
-                                                              "segment.bytes": "1048576"})
-        for fut in admin.alter_configs([resource]).values():
-            fut.result(30)
-        from tideline.kafka_offsets import earliest_offsets
-        deadline = time.time() + 90
-        while time.time() < deadline and earliest_offsets(stack.kafka_bootstrap(), topic)[0] <= resume[0]:
-            with source_db.cursor() as cur:
-                cur.execute(f"UPDATE {t} SET qty = qty + 1 WHERE id <= 20")
-            time.sleep(1)
-        assert earliest_offsets(stack.kafka_bootstrap(), topic)[0] > resume[0], "retention did not delete"
+        let_retention_delete(stack.kafka_bootstrap(), topic, resume[0],
+                             lambda: source_db.cursor().execute(f"UPDATE {t} SET qty = qty + 1 WHERE id <= 20"))
         proc = spark_submit("incremental.py", "--pipeline", cfg.name, "--mode", "available_now",
                             env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
         out, _ = proc.communicate(timeout=180)
