@@ -1,11 +1,10 @@
-"""Repair and validate: fix or check a table against the source without moving the stream.
+"""Repair: fix a table from the source without moving the stream.
 
-repair re-reads a key range (or an update-time range) from the source and applies it in one
-target transaction that holds the table's state row lock — the same lock every stream batch
-takes — so it never interleaves with a batch, and it leaves the stream's position alone. Events
-the stream applies afterwards are newer than or equal to what was read, so the table converges.
-validate compares row count and an order-independent checksum of every row, computed inside each
-database, and records the result in the run history.
+A repair re-reads a key range, an update-time range, or exactly the key ranges the last verify
+found different, and applies them in one target transaction behind the stream's own fence (the
+table's state row locked, its epoch unchanged) — so it never interleaves with a batch and never
+outlives a full reload — and it leaves the stream's position alone. Events the stream applies
+afterwards are newer than or equal to what was read, so the table converges.
 """
 from __future__ import annotations
 
@@ -19,7 +18,8 @@ from psycopg2 import sql
 from tideline import source_catalog, state
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
-from tideline.core.errors import SourceError, TerminalError
+from tideline.core.errors import TerminalError
+from tideline.core.table_shape import TableShape
 
 log = logging.getLogger("tideline.repair")
 
@@ -36,45 +36,94 @@ class RepairResult:
     deleted: int
 
 
-@dataclass
-class ValidateResult:
-    table: str
-    source_rows: int
-    target_rows: int
-    equal: bool
+def _lock_for_repair(cur, pipeline: str, table: str, epoch: int) -> None:
+    """The stream's fence (state row locked, epoch unchanged since the repair read its epoch),
+    plus: the table must be loaded."""
+    state.check_epoch(cur, pipeline, table, epoch)
+    cur.execute("SELECT phase FROM tideline.table_state WHERE pipeline = %s AND table_name = %s", (pipeline, table))
+    phase = cur.fetchone()[0]
+    if phase not in ("streaming", "batch"):
+        raise RepairError(f"{pipeline}.{table} is {phase}: repair works on a loaded table (run the sync first, "
+                          f"or action=full_reload)", table=table)
 
 
-def _lock_state(cur, pipeline: str, table: str) -> str:
-    cur.execute("SELECT phase FROM tideline.table_state WHERE pipeline = %s AND table_name = %s FOR UPDATE",
-                (pipeline, table))
-    row = cur.fetchone()
-    if row is None or row[0] not in ("streaming", "batch"):
-        raise RepairError(f"{pipeline}.{table} is {row[0] if row else 'not loaded yet'}: repair works on a loaded "
-                          f"table (run the sync first, or action=full_reload)")
-    return row[0]
+def _loaded_epoch(tgt, pipeline: str, table: str) -> int:
+    st = state.get(tgt, pipeline, table)
+    tgt.rollback()
+    if st is None or st.phase not in ("streaming", "batch"):
+        raise RepairError(f"{pipeline}.{table} is {st.phase if st else 'not loaded yet'}: repair works on a loaded "
+                          f"table (run the sync first, or action=full_reload)", table=table)
+    return st.epoch
+
+
+def apply_from_source(cfg: PipelineConfig, shape: TableShape, src, tgt, where: sql.Composable, label: str,
+                      delete_missing: bool = True) -> RepairResult:
+    """Re-reads the rows matching `where` from the source (one consistent COPY) and applies them
+    to the target in one transaction behind the stream's fence: upsert what the source has and,
+    when `where` is over the key, delete what it no longer has. The stream's position is not
+    touched; events it applies later are newer than this read, so the table converges."""
+    table = shape.name
+    epoch = _loaded_epoch(tgt, cfg.name, table)
+    cols = sql.SQL(", ").join(sql.Identifier(c) for c in shape.column_names)
+    buf = io.BytesIO()
+    with src.cursor() as cur:
+        cur.copy_expert(sql.SQL("COPY (SELECT {} FROM {} WHERE {}) TO STDOUT").format(
+            cols, shape.qualified(), where).as_string(src), buf)
+    src.rollback()
+    buf.seek(0)
+    target_table = sql.SQL("{}.{}").format(sql.Identifier(cfg.target.schema_), sql.Identifier(table))
+    with tgt, tgt.cursor() as cur:
+        _lock_for_repair(cur, cfg.name, table, epoch)
+        cur.execute(sql.SQL("CREATE TEMP TABLE tl_repair ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
+            cols, target_table))
+        cur.copy_expert(sql.SQL("COPY tl_repair ({}) FROM STDIN").format(cols).as_string(tgt), buf)
+        read = cur.rowcount
+        deleted = 0
+        pk = sql.SQL(", ").join(sql.Identifier(k) for k in shape.primary_key)
+        if delete_missing:  # rows gone at the source go from the target too
+            cur.execute(sql.SQL("DELETE FROM {t} WHERE ({w}) AND ({pk}) NOT IN (SELECT {pk} FROM tl_repair)").format(
+                t=target_table, w=where, pk=pk))
+            deleted = cur.rowcount
+        updates = sql.SQL(", ").join(sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
+                                     for c in shape.column_names if c not in shape.primary_key)
+        cur.execute(sql.SQL("INSERT INTO {t} ({cols}) SELECT {cols} FROM tl_repair ON CONFLICT ({pk}) DO {u}").format(
+            t=target_table, cols=cols, pk=pk,
+            u=sql.SQL("UPDATE SET {}").format(updates) if updates.seq else sql.SQL("NOTHING")))
+        upserted = cur.rowcount
+        run_id = state.run_start_in(cur, cfg.name, table, "repair", epoch)
+        state.run_end(cur, run_id, "succeeded", read,
+                      f"{label}: {read} read, {upserted} upserted, {deleted} deleted")
+    log.info("%s.%s: repaired %s: %d rows read, %d upserted, %d deleted; the stream kept its position",
+             cfg.name, table, label, read, upserted, deleted)
+    return RepairResult(table, read, upserted, deleted)
+
+
+def _connections(source: Conn, target: Conn):
+    return psycopg2.connect(source.postgres_dsn()), psycopg2.connect(target.postgres_dsn())
 
 
 def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_from: str | None = None,
            key_to: str | None = None, time_column: str | None = None, time_from: str | None = None,
            time_to: str | None = None) -> RepairResult:
+    """Repair of a range a person names: a key range (one-column keys) or an update-time range."""
     tcfg = cfg.table(table)
-    src = psycopg2.connect(source.postgres_dsn())
-    tgt = psycopg2.connect(target.postgres_dsn())
+    src, tgt = _connections(source, target)
     try:
         shape = source_catalog.describe(src, cfg.source.schema_, table, tcfg)
         if not shape.primary_key:
-            raise RepairError(f"{cfg.name}.{table} has no primary key; repair needs one")
-        cols = sql.SQL(", ").join(sql.Identifier(c) for c in shape.column_names)
+            raise RepairError(f"{cfg.name}.{table} has no primary key; repair needs one", table=table)
         if key_from is not None:
             if len(shape.primary_key) != 1:
                 raise RepairError(f"{cfg.name}.{table}: a key-range repair needs a one-column primary key; this one "
-                                  f"is ({', '.join(shape.primary_key)}). Use an update-time range instead.")
+                                  f"is ({', '.join(shape.primary_key)}). Use an update-time range, or validate "
+                                  f"then repair what it found.", table=table)
             col = shape.column(shape.primary_key[0])
             where = sql.SQL("{c} BETWEEN {lo}::{t} AND {hi}::{t}").format(
                 c=sql.Identifier(col.name), lo=sql.Literal(key_from), hi=sql.Literal(key_to), t=sql.SQL(col.type))
         else:
             if time_column not in shape.column_names:
-                raise RepairError(f"{cfg.name}.{table} has no column {time_column!r} for a time-range repair")
+                raise RepairError(f"{cfg.name}.{table} has no column {time_column!r} for a time-range repair",
+                                  table=table)
             col = shape.column(time_column)
             where = sql.SQL("{c} BETWEEN {lo}::timestamptz AND {hi}::timestamptz").format(
                 c=sql.Identifier(col.name), lo=sql.Literal(time_from), hi=sql.Literal(time_to))
@@ -86,82 +135,46 @@ def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_f
                     t=sql.SQL(col.type if key_from is not None else "timestamptz")))
             except psycopg2.Error as exc:
                 raise RepairError(f"repair range {lo_hi[0]!r}..{lo_hi[1]!r} is not a valid {col.type} range for "
-                                  f"{table}.{col.name}: {exc.pgerror.strip() if exc.pgerror else exc}") from None
+                                  f"{table}.{col.name}: {exc.pgerror.strip() if exc.pgerror else exc}",
+                                  table=table) from None
             if not cur.fetchone()[0]:
-                raise RepairError(f"repair range is inverted: {lo_hi[0]!r} is after {lo_hi[1]!r}")
-        buf = io.BytesIO()
-        with src.cursor() as cur:  # one consistent read of the range
-            cur.copy_expert(sql.SQL("COPY (SELECT {} FROM {} WHERE {}) TO STDOUT").format(
-                cols, shape.qualified(), where).as_string(src), buf)
+                raise RepairError(f"repair range is inverted: {lo_hi[0]!r} is after {lo_hi[1]!r}", table=table)
         src.rollback()
-        buf.seek(0)
-        schema = cfg.target.schema_
-        target_table = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
-        with tgt, tgt.cursor() as cur:
-            _lock_state(cur, cfg.name, table)
-            cur.execute(sql.SQL("CREATE TEMP TABLE tl_repair ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
-                cols, target_table))
-            cur.copy_expert(sql.SQL("COPY tl_repair ({}) FROM STDIN").format(cols).as_string(tgt), buf)
-            read = cur.rowcount
-            deleted = 0
-            pk = sql.SQL(", ").join(sql.Identifier(k) for k in shape.primary_key)
-            if key_from is not None:  # rows gone at the source go from the target too
-                cur.execute(sql.SQL("DELETE FROM {t} WHERE {w} AND ({pk}) NOT IN (SELECT {pk} FROM tl_repair)").format(
-                    t=target_table, w=where, pk=pk))
-                deleted = cur.rowcount
-            updates = sql.SQL(", ").join(sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
-                                         for c in shape.column_names if c not in shape.primary_key)
-            cur.execute(sql.SQL("INSERT INTO {t} ({cols}) SELECT {cols} FROM tl_repair ON CONFLICT ({pk}) DO UPDATE "
-                                "SET {u}").format(t=target_table, cols=cols, pk=pk, u=updates))
-            upserted = cur.rowcount
-            run_id = state.run_start_in(cur, cfg.name, table, "repair", None)
-            state.run_end(cur, run_id, "succeeded", read,
-                          f"{'key' if key_from is not None else time_column} range {lo_hi[0]}..{lo_hi[1]}: "
-                          f"{read} read, {upserted} upserted, {deleted} deleted")
-        log.info("%s.%s: repaired %s..%s: %d rows read, %d upserted, %d deleted; the stream kept its position",
-                 cfg.name, table, lo_hi[0], lo_hi[1], read, upserted, deleted)
-        return RepairResult(table, read, upserted, deleted)
+        label = f"{'key' if key_from is not None else time_column} range {lo_hi[0]}..{lo_hi[1]}"
+        # A time range says nothing about rows deleted at the source: only a key range deletes.
+        return apply_from_source(cfg, shape, src, tgt, where, label, delete_missing=key_from is not None)
     finally:
         src.close()
         tgt.close()
 
 
-def _fingerprint(conn, schema: str, table: str, columns: list[str]) -> tuple[int, int]:
-    cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
-    with conn.cursor() as cur:
-        cur.execute(sql.SQL("SELECT count(*), coalesce(sum(('x' || substr(md5(ROW({cols})::text), 1, 15))::bit(60)"
-                            "::bigint), 0) FROM {s}.{t}").format(cols=cols, s=sql.Identifier(schema),
-                                                                t=sql.Identifier(table)))
-        count, checksum = cur.fetchone()
-    conn.rollback()
-    return count, int(checksum)
-
-
-def validate(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str]) -> list[ValidateResult]:
-    """Row count and checksum of every row (the source's columns), each computed in its database."""
-    src = psycopg2.connect(source.postgres_dsn())
-    tgt = psycopg2.connect(target.postgres_dsn())
-    out = []
+def repair_verified(cfg: PipelineConfig, source: Conn, target: Conn, table: str,
+                    ranges_per_transaction: int = 200) -> RepairResult:
+    """Re-reads exactly the key ranges the table's last verify found different."""
+    from tideline.core.verify_plan import range_predicate
+    from tideline.verify import last_differences
+    src, tgt = _connections(source, target)
     try:
-        for table in tables:
-            shape = source_catalog.describe(src, cfg.source.schema_, table, cfg.table(table), check_key=False)
-            src.rollback()
-            s_count, s_sum = _fingerprint(src, cfg.source.schema_, table, shape.column_names)
-            try:
-                t_count, t_sum = _fingerprint(tgt, cfg.target.schema_, table, shape.column_names)
-            except psycopg2.Error as exc:
-                tgt.rollback()
-                raise SourceError(f"{cfg.name}.{table}: cannot read the target table: {exc}") from None
-            equal = (s_count, s_sum) == (t_count, t_sum)
-            with tgt, tgt.cursor() as cur:
-                state.run_end(cur, state.run_start_in(cur, cfg.name, table, "verify", None), "succeeded" if equal else "failed", s_count,
-                              f"source {s_count} rows, target {t_count} rows, checksums "
-                              f"{'equal' if s_sum == t_sum else 'differ'}")
-            (log.info if equal else log.error)("%s.%s: source %s rows, target %s rows, %s", cfg.name, table,
-                                                f"{s_count:,}", f"{t_count:,}",
-                                                "equal" if equal else "DIFFERENT (run action=repair or full_reload)")
-            out.append(ValidateResult(table, s_count, t_count, equal))
+        run_id, ranges = last_differences(tgt, cfg.name, table)
+        tgt.rollback()
+        if run_id is None:
+            raise RepairError(f"{cfg.name}.{table} has never been verified: run action=validate first (it finds "
+                              f"the differing ranges a repair re-reads), or give a key or time range", table=table)
+        total = RepairResult(table, 0, 0, 0)
+        if not ranges:
+            log.info("%s.%s: its last verify (run %d) found no differences; nothing to repair", cfg.name, table,
+                     run_id)
+            return total
+        shape = source_catalog.describe(src, cfg.source.schema_, table, cfg.table(table))
+        collatable = source_catalog.collatable_keys(src, shape)
+        src.rollback()
+        for i in range(0, len(ranges), ranges_per_transaction):
+            chunk = ranges[i:i + ranges_per_transaction]
+            where = sql.SQL(" OR ").join(sql.SQL("({})").format(range_predicate(shape, r, collatable)) for r in chunk)
+            r = apply_from_source(cfg, shape, src, tgt, where,
+                                  f"{len(chunk)} key range(s) verify run {run_id} found different")
+            total = RepairResult(table, total.read + r.read, total.upserted + r.upserted, total.deleted + r.deleted)
+        return total
     finally:
         src.close()
         tgt.close()
-    return out

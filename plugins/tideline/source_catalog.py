@@ -51,3 +51,15 @@ def describe(conn, schema: str, table: str, tcfg=None, check_key: bool = True) -
     if tcfg is not None and (tcfg.columns is not None or tcfg.exclude_columns):
         shape = select_columns(shape, tcfg.columns, tcfg.exclude_columns, label)
     return shape
+
+
+def collatable_keys(conn, shape: TableShape) -> frozenset[str]:
+    """Key columns of a collatable type (text-like): key ranges compare them in the "C" collation
+    so both databases order keys the same whatever their default collations."""
+    out = set()
+    with conn.cursor() as cur:
+        for k in shape.primary_key:
+            cur.execute("SELECT typcollation <> 0 FROM pg_type WHERE oid = %s::regtype", (shape.column(k).type,))
+            if cur.fetchone()[0]:
+                out.add(k)
+    return frozenset(out)

@@ -2,12 +2,18 @@
 source tables, and letting Kafka retention really delete what a stopped stream still needs."""
 from __future__ import annotations
 
+import random
+import threading
 import time
 from typing import Callable
 
+import psycopg2
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
+import stackctl
 from tideline.kafka_offsets import earliest_offsets
+
+SOURCE_URL = stackctl.pg_url(stackctl.DATABASES["source"])
 
 
 def rows_as_text(conn, schema: str, table: str, order_by: str = "1") -> list[str]:
@@ -55,3 +61,47 @@ def let_retention_delete(bootstrap: str, topic: str, needed: int, touch: Callabl
             time.sleep(1)
     finally:
         _set_topic_configs(admin, topic, original)
+
+
+class Writer(threading.Thread):
+    """Keeps changing the source (inserts, updates, deletes, key updates) until stopped."""
+
+    def __init__(self, table: str, first_id: int, seed: int = 1, pause: float = 0.002, max_id: int | None = None):
+        super().__init__(daemon=True)
+        self.table, self.next_id, self.rng, self.pause = table, first_id, random.Random(seed), pause
+        self.max_id = max_id  # changes (other than inserts) only touch ids below this one
+        self.stop_event, self.errors, self.count = threading.Event(), [], 0
+
+    def run(self):
+        conn = psycopg2.connect(SOURCE_URL)
+        try:
+            while not self.stop_event.is_set():
+                r = self.rng.random()
+                with conn, conn.cursor() as cur:
+                    if r < 0.45:
+                        cur.execute(f"INSERT INTO {self.table} (id, qty, note) VALUES (%s, %s, %s)",
+                                    (self.next_id, self.rng.randint(0, 99), f"n{self.next_id} ü"))
+                        self.next_id += 1
+                    elif r < 0.8:
+                        cur.execute(f"UPDATE {self.table} SET qty = qty + 1, note = note || '!' WHERE id = %s",
+                                    (self._existing(),))
+                    elif r < 0.95:
+                        cur.execute(f"DELETE FROM {self.table} WHERE id = %s", (self._existing(),))
+                    else:
+                        cur.execute(f"UPDATE {self.table} SET id = %s WHERE id = %s",
+                                    (self.next_id, self._existing()))
+                        self.next_id += 1
+                self.count += 1
+                time.sleep(self.pause)
+        except Exception as exc:
+            self.errors.append(exc)
+        finally:
+            conn.close()
+
+    def _existing(self) -> int:
+        return self.rng.randrange(1, self.max_id or self.next_id)
+
+    def stop(self):
+        self.stop_event.set()
+        self.join(30)
+        assert not self.errors, self.errors

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 import stackctl
-from helpers import drop_source, let_retention_delete, table_digest
+from helpers import Writer, drop_source, let_retention_delete, table_digest
 from tideline import state
 from tideline.core.errors import EXIT_FENCED, EXIT_RESNAPSHOT, BadMessageError, ResnapshotRequired, SourceError
 from tideline.core.schema_drift import SchemaChangeError
@@ -74,46 +74,6 @@ def assert_batches_contiguous(target_db, pipeline: str, resume_at_load: dict[str
             for p, first in parts.items():
                 assert first == position[topic].get(int(p), 0), (batch_id, topic, p, first, position[topic])
                 position[topic][int(p)] = end[topic][p]
-
-
-class Writer(threading.Thread):
-    """Keeps changing the source (inserts, updates, deletes, key updates) until stopped."""
-
-    def __init__(self, table: str, first_id: int, seed: int = 1, pause: float = 0.002):
-        super().__init__(daemon=True)
-        self.table, self.next_id, self.rng, self.pause = table, first_id, random.Random(seed), pause
-        self.stop_event, self.errors, self.count = threading.Event(), [], 0
-
-    def run(self):
-        conn = psycopg2.connect(SOURCE_URL)
-        try:
-            while not self.stop_event.is_set():
-                r = self.rng.random()
-                with conn, conn.cursor() as cur:
-                    if r < 0.45:
-                        cur.execute(f"INSERT INTO {self.table} (id, qty, note) VALUES (%s, %s, %s)",
-                                    (self.next_id, self.rng.randint(0, 99), f"n{self.next_id} ü"))
-                        self.next_id += 1
-                    elif r < 0.8:
-                        cur.execute(f"UPDATE {self.table} SET qty = qty + 1, note = note || '!' WHERE id = %s",
-                                    (self.rng.randrange(1, self.next_id),))
-                    elif r < 0.95:
-                        cur.execute(f"DELETE FROM {self.table} WHERE id = %s", (self.rng.randrange(1, self.next_id),))
-                    else:
-                        cur.execute(f"UPDATE {self.table} SET id = %s WHERE id = %s",
-                                    (self.next_id, self.rng.randrange(1, self.next_id)))
-                        self.next_id += 1
-                self.count += 1
-                time.sleep(self.pause)
-        except Exception as exc:
-            self.errors.append(exc)
-        finally:
-            conn.close()
-
-    def stop(self):
-        self.stop_event.set()
-        self.join(30)
-        assert not self.errors, self.errors
 
 
 def make_items(source_db, table: str, rows: int) -> None:

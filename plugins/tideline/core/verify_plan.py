@@ -1,0 +1,233 @@
+"""Source↔target verification, the pure part: key ranges, the SQL that fingerprints them inside
+each database, and how two fingerprints of rows become a report of missing, extra and different
+rows. The I/O (running the queries on both sides at once, bisecting, re-checking) is
+tideline.verify.
+
+Fingerprint of a row: hash_record_extended over its synced columns (each value hashed by its
+type's own hash function, no text rendering — 3× faster than md5 of the row text); columns of a
+type without a hash function (json, point, xml, money, unconstrained numeric whose scale hashing
+would ignore) enter as their text. A range's fingerprint is (count, sum of row hashes), which is
+order-independent, so both databases compute it with a plain aggregate.
+
+Key order: every comparison and sort uses the key columns' values, with collatable columns in
+the "C" collation — so a source and a target with different default collations still cut the
+key space at the same places.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from psycopg2 import sql
+
+from tideline.core.table_shape import TableShape
+
+# Hash of one fixed record, compared between the two databases before trusting binary hashes
+# (a different byte order or hash implementation would make every row look different).
+PROBE_HASH_SQL = ("SELECT hash_record_extended(ROW(1::bigint, 'tideline'::text, 1.5::numeric(4,2), "
+                  "'2026-01-01 00:00:00+00'::timestamptz, true, 2.5::float8, '7 days'::interval), 0)")
+KINDS = ("missing", "extra", "different")
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """Half-open range of primary-key tuples [lo, hi); None = unbounded. Values are the keys'
+    text forms, cast back to the key column types in SQL."""
+    lo: tuple[str, ...] | None = None
+    hi: tuple[str, ...] | None = None
+
+    def describe(self) -> str:
+        def fmt(k):
+            return "(" + ", ".join(k) + ")" if k is not None else None
+        lo, hi = fmt(self.lo), fmt(self.hi)
+        if lo is None and hi is None:
+            return "the whole table"
+        if lo is None:
+            return f"keys < {hi}"
+        if hi is None:
+            return f"keys ≥ {lo}"
+        return f"keys {lo} ≤ k < {hi}"
+
+    def split(self, boundaries: list[tuple[str, ...]]) -> list["KeyRange"]:
+        """Sub-ranges cut at the boundaries (each the first key of a sub-range), covering self."""
+        edges = [self.lo] + list(boundaries) + [self.hi]
+        return [KeyRange(a, b) for a, b in zip(edges, edges[1:])]
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str               # missing (in source, not target) | extra (in target only) | different
+    key: tuple[str, ...]
+
+
+@dataclass
+class Candidate:
+    """A row that differed on the first look; re-checked before it is reported."""
+    kind: str
+    key: tuple[str, ...]
+    source_hash: int | None
+    target_hash: int | None
+    range: KeyRange
+
+
+def diff_hashes(source: dict[tuple, int], target: dict[tuple, int]) -> list[Finding]:
+    """Row fingerprints of one key range on each side → the rows that differ, in key-text order."""
+    out = []
+    for key in sorted(source.keys() | target.keys()):
+        s, t = source.get(key), target.get(key)
+        if s == t:
+            continue
+        out.append(Finding("missing" if t is None else "extra" if s is None else "different", key))
+    return out
+
+
+def classify(source_hash: int | None, target_hash: int | None) -> str | None:
+    if source_hash == target_hash:
+        return None
+    return "missing" if target_hash is None else "extra" if source_hash is None else "different"
+
+
+@dataclass
+class VerifyReport:
+    """What a verify found for one table: totals, a bounded sample of rows by key, and the key
+    ranges that hold every confirmed difference (what a repair re-reads)."""
+    table: str
+    source_rows: int = 0
+    target_rows: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    samples: list[Finding] = field(default_factory=list)
+    ranges: list[KeyRange] = field(default_factory=list)
+    settled: int = 0        # differed at first look, equal on re-check: changes that were in flight
+    unsettled: int = 0      # still changing at the source (or the stream was behind) after every re-check
+    truncated: bool = False  # stopped narrowing down: too many differences to list them all
+    keyless: bool = False
+    seconds: float = 0.0
+    note: str = ""
+
+    @property
+    def differences(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def equal(self) -> bool:
+        return self.differences == 0 and not self.truncated and not (self.keyless and self.note)
+
+    def add(self, finding: Finding, sample_limit: int) -> None:
+        self.counts[finding.kind] += 1
+        if len(self.samples) < sample_limit:
+            self.samples.append(finding)
+
+    def summary(self) -> str:
+        head = f"{self.table}: source {self.source_rows:,} rows, target {self.target_rows:,} rows"
+        if self.keyless and self.note:
+            return f"{head}; {self.note}"
+        if self.equal:
+            text = f"{head}; equal"
+        else:
+            parts = ", ".join(f"{self.counts[k]:,} {k}" for k in KINDS if self.counts[k])
+            more = " (at least: too many to narrow down; run action=full_reload)" if self.truncated else ""
+            text = f"{head}; DIFFERENT: {parts or 'rows differ'}{more} in {len(self.ranges):,} key range(s)"
+        if self.settled:
+            text += f"; {self.settled:,} in-flight change(s) settled on re-check"
+        if self.unsettled:
+            text += f"; {self.unsettled:,} row(s) still changing (not counted)"
+        return text + (f"; {self.note}" if self.note and not self.keyless else "")
+
+    def sample_lines(self) -> list[str]:
+        return [f"  {f.kind:<9} key ({', '.join(f.key)})" for f in self.samples]
+
+
+# ---------------------------------------------------------------------------- SQL builders
+
+def _key_ident(shape: TableShape, name: str, collatable: frozenset[str]) -> sql.Composable:
+    col = sql.Identifier(name)
+    return sql.SQL('{} COLLATE "C"').format(col) if name in collatable else col
+
+
+def _key_row(shape: TableShape, collatable: frozenset[str]) -> sql.Composed:
+    return sql.SQL("({})").format(sql.SQL(", ").join(_key_ident(shape, k, collatable) for k in shape.primary_key))
+
+
+def _literal_row(shape: TableShape, values: tuple[str, ...]) -> sql.Composed:
+    return sql.SQL("({})").format(sql.SQL(", ").join(
+        sql.SQL("{}::{}").format(sql.Literal(v), sql.SQL(shape.column(k).type))
+        for k, v in zip(shape.primary_key, values)))
+
+
+def range_predicate(shape: TableShape, rng: KeyRange, collatable: frozenset[str] = frozenset()) -> sql.Composable:
+    """WHERE clause over the bare key columns (usable in SELECT and DELETE on either side)."""
+    keys = _key_row(shape, collatable)
+    parts = []
+    if rng.lo is not None:
+        parts.append(sql.SQL("{} >= {}").format(keys, _literal_row(shape, rng.lo)))
+    if rng.hi is not None:
+        parts.append(sql.SQL("{} < {}").format(keys, _literal_row(shape, rng.hi)))
+    return sql.SQL(" AND ").join(parts) if parts else sql.SQL("TRUE")
+
+
+def keys_predicate(shape: TableShape, keys: list[tuple[str, ...]]) -> sql.Composable:
+    """WHERE (k1, k2) IN ((…), …) for exact keys."""
+    cols = sql.SQL("({})").format(sql.SQL(", ").join(sql.Identifier(k) for k in shape.primary_key))
+    return sql.SQL("{} IN ({})").format(cols, sql.SQL(", ").join(_literal_row(shape, k) for k in keys))
+
+
+def row_hash(shape: TableShape, text_columns: frozenset[str], binary: bool = True) -> sql.Composed:
+    """Fingerprint expression of one row of the synced columns (see the module docstring)."""
+    if binary:
+        cols = [sql.SQL("{}::text").format(sql.Identifier(c)) if c in text_columns else sql.Identifier(c)
+                for c in shape.column_names]
+        return sql.SQL("hash_record_extended(ROW({}), 0)").format(sql.SQL(", ").join(cols))
+    cols = sql.SQL(", ").join(sql.Identifier(c) for c in shape.column_names)
+    return sql.SQL("('x' || substr(md5(ROW({})::text), 1, 16))::bit(64)::bigint").format(cols)
+
+
+def fingerprint_query(shape: TableShape, schema: str, pred: sql.Composable, hash_expr: sql.Composable,
+                      bucket: sql.Composable | None = None) -> sql.Composed:
+    """(bucket, count, sum of row hashes) of the rows in `pred`, grouped by `bucket` (or one row)."""
+    table = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(shape.name))
+    if bucket is None:
+        return sql.SQL("SELECT 0, count(*), coalesce(sum({h}), 0)::text FROM {t} WHERE {p}").format(
+            h=hash_expr, t=table, p=pred)
+    return sql.SQL("SELECT {b} AS bucket, count(*), sum({h})::text FROM {t} WHERE {p} GROUP BY 1").format(
+        b=bucket, h=hash_expr, t=table, p=pred)
+
+
+def bucket_expr(shape: TableShape, boundaries: list[tuple[str, ...]],
+                collatable: frozenset[str] = frozenset()) -> sql.Composed:
+    """Index of the sub-range a row falls in (0 = before the first boundary): a binary search
+    (width_bucket) for one-column keys, a CASE over row comparisons for composite keys."""
+    if len(shape.primary_key) == 1:
+        key = shape.primary_key[0]
+        arr = sql.SQL("ARRAY[{}]::{}[]").format(
+            sql.SQL(", ").join(sql.Literal(b[0]) for b in boundaries), sql.SQL(shape.column(key).type))
+        if key in collatable:
+            arr = sql.SQL('{} COLLATE "C"').format(arr)
+        return sql.SQL("width_bucket({}, {})").format(_key_ident(shape, key, collatable), arr)
+    keys = _key_row(shape, collatable)
+    whens = [sql.SQL("WHEN {} < {} THEN {}").format(keys, _literal_row(shape, b), sql.Literal(i))
+             for i, b in enumerate(boundaries)]
+    return sql.SQL("CASE {} ELSE {} END").format(sql.SQL(" ").join(whens), sql.Literal(len(boundaries)))
+
+
+def rows_query(shape: TableShape, schema: str, pred: sql.Composable, hash_expr: sql.Composable) -> sql.Composed:
+    """Each row's key (as text) and fingerprint, for a range small enough to compare row by row."""
+    keys = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k)) for k in shape.primary_key)
+    return sql.SQL("SELECT ARRAY[{k}], {h} FROM {s}.{t} WHERE {p}").format(
+        k=keys, h=hash_expr, s=sql.Identifier(schema), t=sql.Identifier(shape.name), p=pred)
+
+
+def boundaries_in_range(shape: TableShape, schema: str, pred: sql.Composable, parts: int,
+                        collatable: frozenset[str] = frozenset()) -> sql.Composed:
+    """First key (as text) of each of `parts` equal buckets of the keys inside a range, in the
+    key order the verify uses everywhere (collatable key columns in "C")."""
+    key_ids = [sql.Identifier(k) for k in shape.primary_key]
+    order = sql.SQL(", ").join(_key_ident(shape, k, collatable) for k in shape.primary_key)
+    border = sql.SQL(", ").join(
+        sql.SQL('b.{} COLLATE "C"').format(sql.Identifier(k)) if k in collatable else
+        sql.SQL("b.{}").format(sql.Identifier(k)) for k in shape.primary_key)
+    return sql.SQL(
+        "SELECT DISTINCT ON (b.bucket) {texts} FROM ("
+        " SELECT {keys}, ntile({parts}) OVER (ORDER BY {order}) AS bucket FROM {s}.{t} WHERE {p}) b"
+        " WHERE b.bucket > 1 ORDER BY b.bucket, {border}"
+    ).format(texts=sql.SQL(", ").join(sql.SQL("b.{}::text").format(k) for k in key_ids),
+             keys=sql.SQL(", ").join(key_ids), parts=sql.Literal(parts), order=order,
+             s=sql.Identifier(schema), t=sql.Identifier(shape.name), p=pred, border=border)

@@ -1,0 +1,310 @@
+"""Verify: compare a table between source and target without moving it.
+
+Both databases fingerprint the same key range at the same time (count + sum of row hashes, see
+tideline.core.verify_plan); equal → done. Different → the range is cut into sub-ranges at keys
+taken from the side with more rows, both sides fingerprint the sub-ranges in one grouped query,
+and only differing sub-ranges are narrowed further, down to ranges small enough to compare row
+by row (keys + hashes only). Memory stays at one leaf range plus the differing keys.
+
+Rows that differ on the first look are re-checked after the stream has applied what Kafka held
+by then, so a change in flight (source committed, target not yet) is not reported as a
+difference; a row still changing at the source after every re-check is counted as unsettled.
+Confirmed differences, their key ranges (what a repair re-reads) and a bounded sample of keys go
+to the run history.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import psycopg2
+from psycopg2 import sql
+
+from tideline import kafka_offsets, source_catalog, state
+from tideline.core.config import PipelineConfig
+from tideline.core.connections import Conn
+from tideline.core.errors import SourceError, TargetError
+from tideline.core.table_shape import TableShape
+from tideline.core.verify_plan import (PROBE_HASH_SQL, Candidate, Finding, KeyRange, VerifyReport, boundaries_in_range,
+                                       bucket_expr, classify, fingerprint_query, keys_predicate, range_predicate,
+                                       row_hash, rows_query)
+
+log = logging.getLogger("tideline.verify")
+
+SESSION_SETTINGS = ("SET TimeZone TO 'UTC'; SET DateStyle TO 'ISO, YMD'; SET IntervalStyle TO 'postgres'; "
+                    "SET extra_float_digits TO 1; SET bytea_output TO 'hex'")
+
+
+@dataclass
+class VerifySettings:
+    leaf_rows: int = 2000         # compare row by row below this many rows in a range
+    fanout: int = 32              # sub-ranges per narrowing step
+    sample_rows: int = 100        # keys listed in the report (totals are always complete)
+    max_candidates: int = 100_000  # stop narrowing beyond this many differing rows (reload instead)
+    settle_s: float = 3.0         # let the source's last changes reach Kafka before re-checking
+    catch_up_timeout_s: float = 120.0
+    rechecks: int = 3
+
+
+class _Side:
+    """One database of the comparison: a connection with fixed text settings."""
+
+    def __init__(self, conn: Conn, schema: str, label: str):
+        self.conn = psycopg2.connect(conn.postgres_dsn())
+        self.conn.autocommit = True
+        self.schema, self.label = schema, label
+        with self.conn.cursor() as cur:
+            cur.execute(SESSION_SETTINGS)
+
+    def all(self, query: sql.Composable, params=None) -> list[tuple]:
+        with self.conn.cursor() as cur:
+            cur.execute(query, params)
+            return cur.fetchall()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class TableVerifier:
+    def __init__(self, cfg: PipelineConfig, src: _Side, tgt: _Side, pool: ThreadPoolExecutor,
+                 settings: VerifySettings, bootstrap: str | None):
+        self.cfg, self.src, self.tgt, self.pool, self.s = cfg, src, tgt, pool, settings
+        self.bootstrap = bootstrap
+
+    def _both(self, fn, *args):
+        fs, ft = self.pool.submit(fn, self.src, *args), self.pool.submit(fn, self.tgt, *args)
+        return fs.result(), ft.result()
+
+    # ---------------------------------------------------------------- setup
+
+    def _shape(self, table: str) -> TableShape:
+        shape = source_catalog.describe(self.src.conn, self.cfg.source.schema_, table, self.cfg.table(table),
+                                        check_key=False)
+        try:
+            cols = {r[0] for r in self.tgt.all(
+                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
+                (f'"{self.cfg.target.schema_}"."{table}"',))}
+        except psycopg2.Error as exc:
+            raise TargetError(f"{self.cfg.name}.{table}: cannot read the target table "
+                              f"{self.cfg.target.schema_}.{table}: {str(exc).strip()}", table=table) from None
+        absent = [c for c in shape.column_names if c not in cols]
+        if absent:
+            raise TargetError(f"{self.cfg.name}.{table}: the target table lacks synced column(s) "
+                              f"{', '.join(absent)}; the stream adds columns as it meets them — run the sync, "
+                              f"or action=full_reload", table=table)
+        return shape
+
+    def _text_columns(self, shape: TableShape) -> frozenset[str]:
+        """Columns whose type has no hash function (or whose hash ignores a difference, like the
+        scale of an unconstrained numeric): they are fingerprinted by their text."""
+        out = set()
+        for c in shape.columns:
+            if c.type in ("numeric", "numeric[]"):
+                out.add(c.name)
+                continue
+            try:
+                self.src.all(sql.SQL("SELECT hash_record_extended(ROW(NULL::{}), 0)").format(sql.SQL(c.type)))
+            except psycopg2.Error:
+                out.add(c.name)
+        return frozenset(out)
+
+    def _binary_hashes_agree(self) -> bool:
+        s, t = self._both(lambda side: side.all(PROBE_HASH_SQL)[0][0])
+        return s == t
+
+    # ---------------------------------------------------------------- compare
+
+    def run(self, table: str) -> VerifyReport:
+        started = time.time()
+        report = VerifyReport(table)
+        shape = self._shape(table)
+        binary = self._binary_hashes_agree()
+        if not binary:
+            log.warning("%s: source and target hash values differently (byte order or version); fingerprinting "
+                        "row text instead (slower)", table)
+        self.shape, self.collatable = shape, source_catalog.collatable_keys(self.src.conn, shape)
+        self.hash = row_hash(shape, self._text_columns(shape), binary)
+        whole = KeyRange()
+        (s_count, s_sum), (t_count, t_sum) = self._both(self._fingerprint, whole)
+        report.source_rows, report.target_rows = s_count, t_count
+        if (s_count, s_sum) != (t_count, t_sum):
+            if not shape.primary_key:
+                report.keyless = True
+                report.note = ("DIFFERENT (count or checksum), and a table without a primary key cannot be "
+                               "narrowed down: run action=full_reload")
+            else:
+                candidates = self._narrow(whole, s_count, t_count, report)
+                self._recheck(candidates, report)
+        report.seconds = time.time() - started
+        return report
+
+    def _fingerprint(self, side: _Side, rng: KeyRange) -> tuple[int, str]:
+        pred = range_predicate(self.shape, rng, self.collatable)
+        _b, count, total = side.all(fingerprint_query(self.shape, side.schema, pred, self.hash))[0]
+        return count, total
+
+    def _buckets(self, side: _Side, rng: KeyRange, boundaries) -> dict[int, tuple[int, str]]:
+        pred = range_predicate(self.shape, rng, self.collatable)
+        q = fingerprint_query(self.shape, side.schema, pred, self.hash,
+                              bucket_expr(self.shape, boundaries, self.collatable))
+        return {b: (c, s) for b, c, s in side.all(q)}
+
+    def _rows(self, side: _Side, pred: sql.Composable) -> dict[tuple, int]:
+        return {tuple(k): h for k, h in side.all(rows_query(self.shape, side.schema, pred, self.hash))}
+
+    def _narrow(self, whole: KeyRange, s_count: int, t_count: int, report: VerifyReport) -> list[Candidate]:
+        """Depth-first over differing ranges; returns the rows that differed at first look."""
+        candidates: list[Candidate] = []
+        stack = [(whole, s_count, t_count)]
+        while stack:
+            rng, sc, tc = stack.pop()
+            if len(candidates) >= self.s.max_candidates:
+                report.truncated = True
+                break
+            if max(sc, tc) <= self.s.leaf_rows:
+                pred = range_predicate(self.shape, rng, self.collatable)
+                src_rows, tgt_rows = self._both(self._rows, pred)
+                for key in src_rows.keys() | tgt_rows.keys():
+                    s, t = src_rows.get(key), tgt_rows.get(key)
+                    kind = classify(s, t)
+                    if kind:
+                        candidates.append(Candidate(kind, key, s, t, rng))
+                continue
+            parts = min(self.s.fanout, -(-max(sc, tc) // self.s.leaf_rows) + 1)
+            cutter = self.src if sc >= tc else self.tgt
+            pred = range_predicate(self.shape, rng, self.collatable)
+            boundaries = [tuple(r) for r in cutter.all(
+                boundaries_in_range(self.shape, cutter.schema, pred, parts, self.collatable))]
+            subs = rng.split(boundaries)
+            s_b, t_b = self._both(self._buckets, rng, boundaries)
+            for i in reversed(range(len(subs))):
+                s_fp, t_fp = s_b.get(i, (0, "0")), t_b.get(i, (0, "0"))
+                if s_fp != t_fp:
+                    stack.append((subs[i], s_fp[0], t_fp[0]))
+        return candidates
+
+    # ---------------------------------------------------------------- re-check
+
+    def _wait_for_stream(self, table: str) -> str:
+        """Lets the source's latest changes reach Kafka, then waits until the stream has applied
+        everything Kafka holds for the table. Returns a note when it could not wait it out."""
+        st = state.get(self.tgt.conn, self.cfg.name, table)
+        if st is None or st.phase != "streaming" or st.resume_offsets is None or not self.bootstrap:
+            return ""
+        time.sleep(self.s.settle_s)
+        _earliest, latest = kafka_offsets.watermarks(self.bootstrap, self.cfg.topic(table))
+        deadline = time.time() + self.s.catch_up_timeout_s
+        while True:
+            st = state.get(self.tgt.conn, self.cfg.name, table)
+            behind = sum(max(0, end - (st.resume_offsets or {}).get(p, 0)) for p, end in latest.items())
+            if behind == 0 or st.phase != "streaming":
+                return ""
+            if time.time() > deadline:
+                return (f"the stream was still {behind:,} event(s) behind after "
+                        f"{self.s.catch_up_timeout_s:.0f}s (is the sync DAG running?)")
+            time.sleep(0.5)
+
+    def _current(self, keys: list[tuple]) -> tuple[dict, dict]:
+        src, tgt = {}, {}
+        for i in range(0, len(keys), 1000):
+            s, t = self._both(self._rows, keys_predicate(self.shape, keys[i:i + 1000]))
+            src.update(s)
+            tgt.update(t)
+        return src, tgt
+
+    def _recheck(self, candidates: list[Candidate], report: VerifyReport) -> None:
+        pending = {c.key: c for c in candidates}
+        confirmed: list[Candidate] = []
+        for round_ in range(1, self.s.rechecks + 1):
+            if not pending:
+                break
+            note = self._wait_for_stream(report.table)
+            src, tgt = self._current(list(pending))
+            still = {}
+            for key, c in pending.items():
+                s, t = src.get(key), tgt.get(key)
+                kind = classify(s, t)
+                if kind is None:
+                    report.settled += 1
+                elif s == c.source_hash and (not note or round_ == self.s.rechecks):
+                    # the source row did not change since the last look and the stream caught up
+                    # (or never will: then say so in the report)
+                    confirmed.append(Candidate(kind, key, s, t, c.range))
+                else:
+                    still[key] = Candidate(kind, key, s, t, c.range)
+            pending = still
+            if note:
+                report.note = note + ": some differences may be changes it has not applied yet"
+        report.unsettled = len(pending)
+        ranges = {}
+        for c in sorted(confirmed, key=lambda c: c.key):
+            report.add(Finding(c.kind, c.key), self.s.sample_rows)
+            ranges.setdefault(c.range, None)
+        report.ranges = list(ranges)
+
+
+def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], bootstrap: str | None = None,
+           settings: VerifySettings | None = None) -> list[VerifyReport]:
+    """Verifies each table and records the outcome, findings and ranges in the run history."""
+    settings = settings or VerifySettings()
+    src = _Side(source, cfg.source.schema_, "source")
+    tgt = _Side(target, cfg.target.schema_, "target")
+    reports = []
+    try:
+        state.migrate(tgt.conn)
+        with ThreadPoolExecutor(2, thread_name_prefix="tideline-verify") as pool:
+            verifier = TableVerifier(cfg, src, tgt, pool, settings, bootstrap)
+            for table in tables:
+                if cfg.table(table).mode != "cdc":
+                    log.warning("%s.%s is a batch-mode table: it lags the source by design (rows land per "
+                                "interval), so it is not verified", cfg.name, table)
+                    continue
+                try:
+                    report = verifier.run(table)
+                except psycopg2.Error as exc:
+                    raise SourceError(f"{cfg.name}.{table}: verify failed: {str(exc).strip()}", table=table) from None
+                record(tgt.conn, cfg.name, report)
+                (log.info if report.equal else log.error)("%s.%s (%.1fs)", cfg.name, report.summary(),
+                                                           report.seconds)
+                for line in report.sample_lines():
+                    log.error("%s", line)
+                reports.append(report)
+    finally:
+        src.close()
+        tgt.close()
+    return reports
+
+
+def record(conn, pipeline: str, report: VerifyReport) -> int:
+    """The verify's run row, its sample of differing keys and every differing range."""
+    conn.autocommit = False
+    try:
+        with conn, conn.cursor() as cur:
+            run_id = state.run_start_in(cur, pipeline, report.table, "verify", None)
+            state.run_end(cur, run_id, "succeeded" if report.equal else "failed", report.source_rows, report.summary())
+            for f in report.samples:
+                cur.execute("INSERT INTO tideline.verify_findings (run_id, kind, key) VALUES (%s, %s, %s)",
+                            (run_id, f.kind, list(f.key)))
+            for r in report.ranges:
+                cur.execute("INSERT INTO tideline.verify_ranges (run_id, lo, hi) VALUES (%s, %s, %s)",
+                            (run_id, list(r.lo) if r.lo is not None else None,
+                             list(r.hi) if r.hi is not None else None))
+    finally:
+        conn.autocommit = True
+    return run_id
+
+
+def last_differences(conn, pipeline: str, table: str) -> tuple[int | None, list[KeyRange]]:
+    """The newest verify of a table and the key ranges it found different (empty when it was clean)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT run_id FROM tideline.runs WHERE pipeline = %s AND table_name = %s AND kind = 'verify' "
+                    "AND outcome <> 'running' ORDER BY run_id DESC LIMIT 1", (pipeline, table))
+        row = cur.fetchone()
+        if row is None:
+            return None, []
+        cur.execute("SELECT lo, hi FROM tideline.verify_ranges WHERE run_id = %s ORDER BY id", (row[0],))
+        ranges = [KeyRange(tuple(lo) if lo is not None else None, tuple(hi) if hi is not None else None)
+                  for lo, hi in cur.fetchall()]
+    return row[0], ranges

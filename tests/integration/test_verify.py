@@ -1,0 +1,155 @@
+"""Verify and repair against the real databases (and, for live changes, the real stream): the
+verify names exactly the rows changed behind the pipeline's back, a repair of what it found makes
+the next verify clean, and changes in flight while it runs are not reported."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from helpers import Writer, drop_source, table_digest
+from test_incremental import batches, spark_submit
+from tideline.core.connections import get_connection
+from tideline.full_load import FullLoad
+from tideline.repair import repair_verified
+from tideline.verify import VerifySettings, verify
+
+pytestmark = pytest.mark.integration
+
+
+def conns():
+    return get_connection("tideline_source"), get_connection("tideline_target"), \
+        get_connection("tideline_kafka").kafka_bootstrap
+
+
+def tamper(target_db, schema, table, updated, deleted, inserted):
+    """Changes the target directly, behind the pipeline's back."""
+    with target_db.cursor() as cur:
+        cur.execute(f'UPDATE "{schema}"."{table}" SET qty = qty + 1000 WHERE id = ANY(%s)', (updated,))
+        cur.execute(f'DELETE FROM "{schema}"."{table}" WHERE id = ANY(%s)', (deleted,))
+        for i in inserted:
+            cur.execute(f'INSERT INTO "{schema}"."{table}" (id, qty, note) VALUES (%s, 1, %s)', (i, "planted"))
+
+
+def expected(updated, deleted, inserted):
+    return sorted([("different", (str(i),)) for i in updated] + [("missing", (str(i),)) for i in deleted]
+                  + [("extra", (str(i),)) for i in inserted], key=lambda f: f[1])
+
+
+def found(report):
+    return sorted(((f.kind, f.key) for f in report.samples), key=lambda f: f[1])
+
+
+def recorded_findings(target_db, pipeline, table):
+    with target_db.cursor() as cur:
+        cur.execute("SELECT r.outcome, f.kind, f.key FROM tideline.runs r LEFT JOIN tideline.verify_findings f "
+                    "USING (run_id) WHERE r.pipeline = %s AND r.table_name = %s AND r.kind = 'verify' "
+                    "AND r.run_id = (SELECT max(run_id) FROM tideline.runs WHERE pipeline = %s AND table_name = %s "
+                    "AND kind = 'verify') ORDER BY f.key", (pipeline, table, pipeline, table))
+        return cur.fetchall()
+
+
+def test_verify_finds_exactly_the_tampered_rows_of_a_million_and_repair_makes_it_clean(
+        spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_ver"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id bigint PRIMARY KEY, qty int NOT NULL, note text, "
+                    f"price numeric(12,2), seen timestamptz, tags text[], doc json)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, g % 100, 'row ' || g, g / 7.0, "
+                    f"'2026-01-01'::timestamptz + g * interval '1 s', ARRAY['a', g::text], "
+                    f"json_build_object('g', g) FROM generate_series(1, 1000000) g")
+    try:
+        cfg = pipelines.make([{"name": t}])
+        FullLoad(cfg, spark).run([t])
+        source, target, bootstrap = conns()
+        [clean] = verify(cfg, source, target, [t], bootstrap)
+        assert clean.equal and clean.source_rows == clean.target_rows == 1_000_000, clean.summary()
+
+        updated, deleted, inserted = [17, 500_000, 999_999], [1, 250_001, 1_000_000], [0, 6_000_005, 2_000_000]
+        tamper(target_db, cfg.name, t, updated, deleted, inserted)
+        with target_db.cursor() as cur:   # a json value changed: a column without a hash function
+            cur.execute(f'UPDATE "{cfg.name}"."{t}" SET doc = \'{{"g": -1}}\' WHERE id = 777777')
+        [report] = verify(cfg, source, target, [t], bootstrap)
+        want = expected(updated + [777777], deleted, inserted)
+        assert not report.equal
+        assert found(report) == want, report.summary()
+        assert report.counts == {"missing": 3, "extra": 3, "different": 4}
+        assert report.settled == 0 and report.unsettled == 0
+        assert 1 <= len(report.ranges) <= 10
+        rows = recorded_findings(target_db, cfg.name, t)
+        assert {r[0] for r in rows} == {"failed"}
+        assert sorted((k, tuple(key)) for _o, k, key in rows) == sorted(want)
+
+        with target_db.cursor() as cur:
+            cur.execute("SELECT resume_offsets, epoch FROM tideline.table_state WHERE pipeline = %s", (cfg.name,))
+            position = cur.fetchone()
+        fixed = repair_verified(cfg, source, target, t)
+        assert (fixed.deleted, fixed.upserted) == (3, fixed.read)
+        with target_db.cursor() as cur:
+            cur.execute("SELECT resume_offsets, epoch FROM tideline.table_state WHERE pipeline = %s", (cfg.name,))
+            assert cur.fetchone() == position, "the repair moved the stream's position"
+        [again] = verify(cfg, source, target, [t], bootstrap)
+        assert again.equal, again.summary()
+        assert table_digest(source_db, "public", t, "id") == table_digest(target_db, cfg.name, t, "id")
+    finally:
+        drop_source(source_db, t)
+
+
+def test_composite_text_key_is_narrowed_down_and_repaired(spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_cmp"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (region text, code varchar(20), n int, v text, "
+                    f"PRIMARY KEY (region, code))")
+        cur.execute(f"INSERT INTO public.{t} SELECT 'R' || (g % 37), 'c-' || g, g, 'v' || g "
+                    f"FROM generate_series(1, 60000) g")
+    try:
+        cfg = pipelines.make([{"name": t}])
+        FullLoad(cfg, spark).run([t])
+        source, target, bootstrap = conns()
+        with target_db.cursor() as cur:
+            cur.execute(f'UPDATE "{cfg.name}"."{t}" SET v = \'x\' WHERE region = \'R5\' AND code = \'c-5\'')
+            cur.execute(f'DELETE FROM "{cfg.name}"."{t}" WHERE region = \'R0\' AND code = \'c-37\'')
+            cur.execute(f'INSERT INTO "{cfg.name}"."{t}" VALUES (\'R9\', \'zz\', 0, \'planted\')')
+        [report] = verify(cfg, source, target, [t], bootstrap, VerifySettings(leaf_rows=500, fanout=8))
+        assert found(report) == [("missing", ("R0", "c-37")), ("different", ("R5", "c-5")),
+                                 ("extra", ("R9", "zz"))], report.summary()
+        repair_verified(cfg, source, target, t)
+        [again] = verify(cfg, source, target, [t], bootstrap)
+        assert again.equal, again.summary()
+    finally:
+        drop_source(source_db, t)
+
+
+def test_live_changes_during_verify_are_not_reported(spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_live"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id bigint PRIMARY KEY, qty int NOT NULL, note text)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, g % 10, 'n' || g FROM generate_series(1, 300000) g")
+    writer = Writer(f"public.{t}", 1_000_001, seed=5, pause=0.003, max_id=200_000)
+    stream = None
+    try:
+        cfg = pipelines.make([{"name": t}], capture=True, stream={"trigger_interval_s": 0.5})
+        FullLoad(cfg, spark).run([t])
+        stream = spark_submit("incremental.py", "--pipeline", cfg.name,
+                              env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
+        writer.start()
+        deadline = time.time() + 120
+        while time.time() < deadline and not batches(target_db, cfg.name):
+            assert stream.poll() is None, stream.stdout.read()[-3000:]
+            time.sleep(0.3)
+        updated, deleted, inserted = [250_000], [299_999], [900_000]
+        tamper(target_db, cfg.name, t, updated, deleted, inserted)
+        source, target, bootstrap = conns()
+        [report] = verify(cfg, source, target, [t], bootstrap, VerifySettings(settle_s=2))
+        changes = writer.count
+        assert changes > 100 and stream.poll() is None
+        assert found(report) == expected(updated, deleted, inserted), report.summary()
+        assert report.unsettled == 0, report.summary()
+    finally:
+        writer.stop_event.set()
+        if stream is not None and stream.poll() is None:
+            os.killpg(stream.pid, signal.SIGTERM)
+            stream.wait(60)
+        drop_source(source_db, t)
