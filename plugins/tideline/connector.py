@@ -91,6 +91,9 @@ class ConnectClient:
     def delete_offsets(self, name: str) -> None:
         self._call("DELETE", f"/connectors/{name}/offsets")
 
+    def resume(self, name: str) -> None:
+        self._call("PUT", f"/connectors/{name}/resume")
+
 
 def remove_connector(cfg: PipelineConfig, connect: Conn, timeout: float = 60.0) -> None:
     """Stops the connector, forgets its source offsets (a new one with the same name would
@@ -142,6 +145,9 @@ def ensure_connector(cfg: PipelineConfig, connect: Conn, source: Conn, timeout: 
                     f"sync DAG with action=full_reload.\n{trace[:1500]}")
             elif trace:
                 raise ConnectError(f"connector {name} failed on Kafka Connect:\n{trace[:3000]}")
+            elif status["connector"]["state"] in ("PAUSED", "STOPPED"):
+                log.warning("connector %s is %s; resuming it", name, status["connector"]["state"])
+                client.resume(name)
             elif status["connector"]["state"] == "RUNNING" and status.get("tasks") and \
                     all(t["state"] == "RUNNING" for t in status["tasks"]):
                 break
@@ -170,6 +176,57 @@ def _wait_for_slot(cfg: PipelineConfig, source: Conn, deadline: float) -> None:
             time.sleep(0.5)
 
 
-def ensure_capture(cfg: PipelineConfig, kafka: Conn, connect: Conn, source: Conn) -> None:
+def slot_status(cfg: PipelineConfig, source: Conn) -> tuple[str, bool] | None:
+    """(wal_status, active) of the pipeline's replication slot, or None when it does not exist."""
+    with psycopg2.connect(source.postgres_dsn()) as conn, conn.cursor() as cur:
+        cur.execute("SELECT wal_status, active FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
+        row = cur.fetchone()
+    conn.close()
+    return (row[0], row[1]) if row else None
+
+
+def recover_lost_slot(cfg: PipelineConfig, connect: Conn, source: Conn, target: Conn) -> list[str]:
+    """When the slot is gone or its WAL lost, changes were missed at the source side: the tables
+    that were streaming are marked needs_resnapshot (first, so a crash here still leaves them
+    marked), the connector is removed with its stored position and the dead slot dropped, so
+    ensure_connector starts capture afresh — and the sync DAG reloads those tables by itself."""
+    from tideline import state
+    slot = slot_status(cfg, source)
+    if slot is not None and slot[0] != "lost":
+        return []
+    why = (f"replication slot {cfg.slot_name} " + ("no longer exists at the source" if slot is None else
+                                                  "lost the WAL it held (wal_status lost)")
+           + ": changes made while it was missing were never captured")
+    conn = psycopg2.connect(target.postgres_dsn())
+    marked = []
+    try:
+        state.migrate(conn)
+        for t in cfg.tables:
+            st = state.get(conn, cfg.name, t.name)
+            conn.rollback()
+            if t.mode == "cdc" and st is not None and st.phase == "streaming":
+                state.set_phase(conn, cfg.name, t.name, "needs_resnapshot", why)
+                marked.append(t.name)
+    finally:
+        conn.close()
+    client = ConnectClient(connect.http_base_url())
+    if marked or client.status(connector_name(cfg)) is not None:
+        log.error("%s; tables marked for a re-snapshot: %s. Recreating the connector and its slot.", why,
+                  ", ".join(marked) or "none")
+        remove_connector(cfg, connect)
+    if slot is not None:
+        with psycopg2.connect(source.postgres_dsn()) as src, src.cursor() as cur:
+            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                        "WHERE slot_name = %s AND NOT active", (cfg.slot_name,))
+        src.close()
+    return marked
+
+
+def ensure_capture(cfg: PipelineConfig, kafka: Conn, connect: Conn, source: Conn, target: Conn | None = None) \
+        -> list[str]:
+    """Topics, connector and slot in place. With the target given, a lost slot is recovered first
+    (returns the tables it marked for a re-snapshot)."""
     ensure_topics(cfg, kafka.kafka_bootstrap)
+    marked = recover_lost_slot(cfg, connect, source, target) if target is not None else []
     ensure_connector(cfg, connect, source)
+    return marked

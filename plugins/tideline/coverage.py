@@ -81,6 +81,30 @@ def describe_headroom(seconds: float | None) -> str:
     if seconds is None:
         return "caught up (retention cannot take anything the stream needs)"
     if seconds <= 0:
-        return "retention is deleting the oldest needed message now"
+        return "retention is deleting the oldest needed offset now"
     h, rem = divmod(int(seconds), 3600)
-    return f"the oldest needed message expires in {h}h{rem // 60:02d}m"
+    return f"the oldest needed offset expires in {h}h{rem // 60:02d}m"
+
+
+def review(cfg: PipelineConfig, target_conn, bootstrap: str, tables: list[str], notify) -> list[str]:
+    """The coverage sensor's verdict: tables Kafka no longer covers are marked needs_resnapshot
+    (returned; the DAG reloads them), covered ones are logged with their lag and headroom, and
+    headroom under the pipeline's threshold raises an alert. notify(event, message) alerts."""
+    from tideline import alerts
+    lost = []
+    threshold_s = cfg.alerts.headroom_below_hours * 3600
+    for r in check(cfg, target_conn, bootstrap, tables):
+        if r.gaps:
+            why = "Kafka no longer holds what the stream needs: " + "; ".join(g.describe() for g in r.gaps)
+            state.set_phase(target_conn, cfg.name, r.table, "needs_resnapshot", why)
+            notify(alerts.RESNAPSHOT_STARTED, f"{r.table}: {why}. Re-snapshotting it automatically.")
+            lost.append(r.table)
+            continue
+        log.info("%s.%s: covered; %s events pending; %s", cfg.name, r.table, f"{r.pending:,}",
+                 describe_headroom(r.headroom_s))
+        if r.headroom_s is not None and r.headroom_s < threshold_s:
+            notify(alerts.HEADROOM_LOW, f"{r.table}: {describe_headroom(r.headroom_s)} "
+                                        f"({r.pending:,} events pending; alert threshold "
+                                        f"{cfg.alerts.headroom_below_hours:g}h). Start the stream, or raise "
+                                        f"the topic's retention.ms")
+    return lost

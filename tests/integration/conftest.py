@@ -1,8 +1,11 @@
 """Integration tests run against the real local stack; the session fixture starts it or reuses it."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import sys
 import uuid
 
@@ -65,7 +68,7 @@ class Pipelines:
         self.topics: list[str] = []
 
     def make(self, tables: list[dict], partitions: int = 2, parallelism: int = 4, create_topics: bool = True,
-             capture: bool = False, stream: dict | None = None):
+             capture: bool = False, stream: dict | None = None, **settings):
         import yaml
 
         from tideline.core.config import load_pipeline
@@ -77,7 +80,11 @@ class Pipelines:
             "spark": {"parallelism": parallelism},
             "stream": stream or {},
             "tables": tables,
+            **settings,   # any other pipeline setting: kafka overrides merge, the rest replace
         }
+        if "kafka" in settings:
+            data["kafka"] = {"conn_id": "tideline_kafka", "topic_prefix": f"test.{self.name}",
+                             "partitions": partitions, **settings["kafka"]}
         path = self.dir / f"{self.name}.yaml"
         path.write_text(yaml.safe_dump(data))
         cfg = load_pipeline(path)
@@ -156,3 +163,28 @@ def pipelines(stack, tmp_path, unique_name):
 def _has_state(cur) -> bool:
     cur.execute("SELECT to_regclass('tideline.table_state') IS NOT NULL")
     return cur.fetchone()[0]
+
+
+@pytest.fixture
+def webhook(monkeypatch):
+    """A real chat-webhook receiver on loopback, as the Airflow connection `tideline_test_hook`;
+    yields the list of JSON bodies it received."""
+    received: list[dict] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *_args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("AIRFLOW_CONN_TIDELINE_TEST_HOOK", json.dumps({
+        "conn_type": "http", "host": "127.0.0.1", "port": server.server_address[1], "schema": "http",
+        "extra": {"endpoint": "hooks/tideline"}}))
+    yield received
+    server.shutdown()

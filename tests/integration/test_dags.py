@@ -262,32 +262,41 @@ def test_rest_api_trigger_runs_the_demo_with_its_params(stack, source_db, target
         assert state.get(target_db, "demo", table).phase == "streaming"
 
 
-def test_validate_finds_differences_and_repair_fixes_a_key_range(
-        airflow_env, source_db, target_db, pipelines, unique_name):
+def test_validate_finds_differences_alerts_and_repair_fixes_them(
+        airflow_env, webhook, source_db, target_db, pipelines, unique_name):
     t = f"{unique_name}_fix"
     make_table(source_db, t, 3000)
     try:
-        cfg, dag_id = dag_pipeline(pipelines, t)
+        cfg, dag_id = dag_pipeline(pipelines, t, alerts={"webhook_conn_id": "tideline_test_hook"})
         assert run_dag(dag_id, stream_mode="available_now")["__run__"] == "success"
         assert run_dag(dag_id, action="validate")["validate"] == "success"
+        assert webhook == []
         with target_db.cursor() as cur:  # behind the pipeline's back
             cur.execute(f'UPDATE "{cfg.name}".{t} SET qty = -1 WHERE id BETWEEN 100 AND 110')
             cur.execute(f'DELETE FROM "{cfg.name}".{t} WHERE id BETWEEN 200 AND 205')
             cur.execute(f'INSERT INTO "{cfg.name}".{t} VALUES (250000, 1, \'extra\')')
         states = run_dag(dag_id, action="validate")
         assert states["validate"] == "failed" and states["ensure_connector"] == "skipped"
+        texts = [m["text"] for m in webhook]
+        assert any("DIFFERENT: 6 missing, 1 extra, 11 different" in x and "different key (100)" in x for x in texts), texts
+        assert any(f"{dag_id} stopped: task validate failed" in x for x in texts), texts
         offsets = state.get(target_db, cfg.name, t).resume_offsets
-        states = run_dag(dag_id, action="repair", tables=[t], repair_key_from="100", repair_key_to="300000")
+        states = run_dag(dag_id, action="repair", tables=[t])   # no range: what the validate found
         assert states["repair"] == "success" and states["incremental"] == "skipped", states
         assert state.get(target_db, cfg.name, t).resume_offsets == offsets   # the stream kept its position
         assert table_digest(source_db, "public", t, "id") == table_digest(target_db, cfg.name, t, "id")
         assert run_dag(dag_id, action="validate")["validate"] == "success"
+        with target_db.cursor() as cur:
+            cur.execute(f'UPDATE "{cfg.name}".{t} SET qty = -1 WHERE id BETWEEN 100 AND 110')
+        states = run_dag(dag_id, action="repair", tables=[t], repair_key_from="100", repair_key_to="300000")
+        assert states["repair"] == "success", states
+        assert table_digest(source_db, "public", t, "id") == table_digest(target_db, cfg.name, t, "id")
         states = run_dag(dag_id, action="repair", tables=[t], repair_key_from="500", repair_key_to="20")
         assert states["repair"] == "failed"   # an inverted range is refused before anything is read
         with target_db.cursor() as cur:
             cur.execute("SELECT kind, outcome, count(*) FROM tideline.runs WHERE pipeline = %s "
                         "GROUP BY 1, 2 ORDER BY 1, 2", (cfg.name,))
-            assert cur.fetchall() == [("full_load", "succeeded", 1), ("repair", "succeeded", 1),
+            assert cur.fetchall() == [("full_load", "succeeded", 1), ("repair", "succeeded", 2),
                                       ("verify", "failed", 1), ("verify", "succeeded", 2)]
     finally:
         drop_source(source_db, t)

@@ -16,7 +16,7 @@ def test_defaults():
     ({"action": "drop"}, "action='drop' is not one of auto, full_reload, repair, validate"),
     ({"action": "repair", "tables": ["a", "b"], "repair_key_from": "1", "repair_key_to": "2"}, "works on one table"),
     ({"action": "repair", "tables": ["a"], "repair_key_from": "1"}, "needs both repair_key_from and repair_key_to"),
-    ({"action": "repair", "tables": ["a"]}, "needs a key range"),
+    ({"action": "repair", "tables": ["a"], "repair_time_column": "u"}, "needs all of repair_time_column"),
     ({"action": "repair", "tables": ["a"], "repair_key_from": "1", "repair_key_to": "2",
       "repair_time_column": "u"}, "not both"),
     ({"action": "repair", "tables": ["a"], "repair_time_column": "u; drop", "repair_time_from": "2026-01-01",
@@ -37,6 +37,7 @@ def test_plan_by_phase_and_action():
     phases = {"a": ("streaming", None), "b": ("needs_resnapshot", "lost"), "c": ("halted", "schema")}
     plan = plan_tables(CFG, "auto", ["a", "b", "c"], phases)
     assert (plan["full_load"], plan["stream"], plan["halted"]) == (["b"], ["a"], ["c"])
+    assert plan["resnapshot"] == ["b"]  # reloaded by itself: the DAG alerts when it starts and finishes
     plan = plan_tables(CFG, "full_reload", ["a", "c"], phases)
     assert plan["full_load"] == ["a", "b", "c"] and plan["stream"] == []
     assert plan_tables(CFG, "auto", [], {})["full_load"] == ["a", "b", "c"]
@@ -50,3 +51,8 @@ def test_repair_params_normalized():
                                 "repair_time_from": "2026-01-01T00:00:00+00:00",
                                 "repair_time_to": "2026-01-02T00:00:00+00:00"})["repair"]
     assert r["time_column"] == "updated_at"
+
+
+def test_repair_without_a_range_repairs_what_the_last_verify_found():
+    assert check_sync_params(CFG, {"action": "repair", "tables": ["a", "b"]})["repair"] == \
+        {"from_verify": True, "tables": ["a", "b"]}

@@ -1,12 +1,18 @@
 """Builds each pipeline's DAGs from its validated config. No database or network at parse time.
 
 sync_<pipeline>:  check_params → route_action ─┬→ repair | validate
-                                                └→ ensure_connector → decide ─┬→ full_load ─┐
+                                                └→ ensure_connector → doctor → decide ─┬→ full_load ─┐
                                                              └────────────┴→ coverage → route ─┬→ incremental → after_stream → restart
                                                                                                └→ resnapshot ──┘
 `coverage` records lost offsets and hands the tables to `resnapshot`; `incremental` ending with
 the re-snapshot status makes `after_stream` start a new run of this DAG without waiting for it
 (no self-trigger with wait_for_completion, which would deadlock under max_active_runs).
+`ensure_connector` recovers a lost replication slot (its tables are marked for a re-snapshot, which
+`decide` then plans); `doctor` fails the run on a broken part, naming the fix. Every task's final
+failure, each automatic re-snapshot (start and finish) and low retention headroom raise alerts.
+
+verify_<pipeline> (on the config's verify.schedule, nightly by default): verify source against
+target by key-range bisection; differences alert, and are repaired when verify.repair is set.
 """
 from __future__ import annotations
 
@@ -30,6 +36,11 @@ def _conn_ids(cfg: PipelineConfig) -> list[str]:
     return [cfg.source.conn_id, cfg.target.conn_id, cfg.kafka.conn_id]
 
 
+def _default_args() -> dict:
+    return {"retries": 2, "retry_delay": pendulum.duration(seconds=30), "retry_exponential_backoff": True,
+            "on_failure_callback": tasks.on_task_failure}
+
+
 def build_sync_dag(cfg: PipelineConfig) -> DAG:
     table_names = [t.name for t in cfg.tables]
     with DAG(
@@ -44,13 +55,14 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
         # newer fencing epochs, and the older stream stops itself at its next batch.
         max_active_runs=2,
         tags=["tideline", cfg.name],
-        default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30), "retry_exponential_backoff": True},
+        default_args=_default_args(),
         params={
             "action": Param("auto", enum=list(ACTIONS), title="Action",
                             description="auto: load what needs loading, then stream. full_reload: reload the "
-                                        "chosen tables from a new snapshot, then stream. repair: re-read a key or "
-                                        "update-time range of one table from the source (the stream keeps its "
-                                        "position). validate: compare row counts and checksums."),
+                                        "chosen tables from a new snapshot, then stream. repair: re-read from the "
+                                        "source what the last validate found different (or the key / update-time "
+                                        "range given below, one table); the stream keeps its position. validate: "
+                                        "compare source and target by key ranges, down to the differing rows."),
             "tables": Param(table_names, type="array", items={"type": "string", "enum": table_names},
                             title="Tables", description="Tables the action applies to (default: all)"),
             "stream_mode": Param("continuous", enum=list(STREAM_MODES), title="Stream mode",
@@ -75,6 +87,8 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
                                   op_kwargs={"pipeline": cfg.name}, retries=0)
         ensure = PythonOperator(task_id="ensure_connector", python_callable=tasks.ensure_capture,
                                 op_kwargs={"pipeline": cfg.name})
+        doctor = PythonOperator(task_id="doctor", python_callable=tasks.doctor, op_kwargs={"pipeline": cfg.name},
+                                retries=0)
         decide = PythonOperator(task_id="decide", python_callable=_decide_from_xcom,
                                 op_kwargs={"pipeline": cfg.name})
         after_decide = BranchPythonOperator(task_id="route_load", python_callable=_branch_after_decide)
@@ -82,14 +96,16 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
         full_load = TidelineSparkSubmitOperator(
             task_id="full_load", job="full_load.py", name=f"tideline-full-load-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--tables",
-                              "{{ ti.xcom_pull(task_ids='decide')['full_load'] | join(',') }}"], **spark)
+                              "{{ ti.xcom_pull(task_ids='decide')['full_load'] | join(',') }}"],
+            on_success_callback=tasks.on_reload_success, **spark)
         coverage = CoverageSensor(task_id="coverage", pipeline=cfg.name, plan_task_id="decide",
                                   trigger_rule=NONE_FAILED)
         route = BranchPythonOperator(task_id="route_stream", python_callable=_branch_after_coverage)
         resnapshot = TidelineSparkSubmitOperator(
             task_id="resnapshot", job="full_load.py", name=f"tideline-resnapshot-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--tables",
-                              "{{ ti.xcom_pull(task_ids='coverage')['resnapshot'] | join(',') }}"], **spark)
+                              "{{ ti.xcom_pull(task_ids='coverage')['resnapshot'] | join(',') }}"],
+            on_success_callback=tasks.on_reload_success, **spark)
         incremental = TidelineSparkSubmitOperator(
             task_id="incremental", job="incremental.py", name=f"tideline-incremental-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--mode", "{{ params.stream_mode }}"],
@@ -99,7 +115,7 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
                                         conf={"action": "auto", "stream_mode": "{{ params.stream_mode }}"},
                                         wait_for_completion=False)
         checked >> route_action >> [ensure, repair, validate]
-        ensure >> decide >> after_decide >> [full_load, coverage]
+        ensure >> doctor >> decide >> after_decide >> [full_load, coverage]
         full_load >> coverage >> route >> [incremental, resnapshot]
         resnapshot >> incremental >> after_stream >> restart
     return dag
@@ -118,13 +134,32 @@ def build_batch_dag(cfg: PipelineConfig) -> DAG:
         catchup=False,
         max_active_runs=1,   # intervals advance one cursor: one at a time
         tags=["tideline", cfg.name, "batch"],
-        default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30), "retry_exponential_backoff": True},
+        default_args=_default_args(),
     ) as dag:
         TidelineSparkSubmitOperator(
             task_id="batch_sync", job="batch_sync.py", name=f"tideline-batch-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--start", "{{ data_interval_start.isoformat() }}",
                               "--end", "{{ data_interval_end.isoformat() }}"],
             conn_id=cfg.spark.conn_id, pipeline_conn_ids=_conn_ids(cfg), conf=dict(cfg.spark.conf))
+    return dag
+
+
+def build_verify_dag(cfg: PipelineConfig) -> DAG:
+    """verify_<pipeline>: the scheduled source↔target verify (the sync DAG's validate, on a clock)."""
+    tables = cfg.verify.tables or [t.name for t in cfg.tables if t.mode == "cdc"]
+    with DAG(
+        dag_id=f"verify_{cfg.name}",
+        description=f"Tideline: verify {', '.join(tables)} against the source"
+                    + (" and repair what differs" if cfg.verify.repair else ""),
+        doc_md=__doc__,
+        schedule=cfg.verify.schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["tideline", cfg.name, "verify"],
+        default_args={**_default_args(), "retries": 0},
+    ) as dag:
+        PythonOperator(task_id="verify", python_callable=tasks.scheduled_verify, op_kwargs={"pipeline": cfg.name})
     return dag
 
 
@@ -136,7 +171,7 @@ def _branch_on_action(**context) -> str:
     return tasks.branch_on_action(context["ti"].xcom_pull(task_ids="check_params"))
 
 
-def _repair_from_xcom(pipeline: str, **context) -> dict:
+def _repair_from_xcom(pipeline: str, **context) -> list[dict]:
     return tasks.repair(pipeline, context["ti"].xcom_pull(task_ids="check_params"))
 
 

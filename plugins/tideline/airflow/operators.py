@@ -60,6 +60,13 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
             raise
 
 
+def alert_sender(cfg):
+    """notify(event, message) for this pipeline, resolving its webhook through Airflow."""
+    from tideline import alerts
+    from tideline.airflow import connections
+    return lambda event, message: alerts.notify(cfg, event, message, resolve=connections.get)
+
+
 class CoverageSensor(BaseSensorOperator):
     """Passes once it knows, for every streaming table, whether Kafka still holds every offset the
     stream must resume from. Covered tables: logs pending events and retention headroom. Not
@@ -78,7 +85,7 @@ class CoverageSensor(BaseSensorOperator):
         import psycopg2
         from airflow.sdk import PokeReturnValue
 
-        from tideline import coverage, state
+        from tideline import coverage
         from tideline.airflow import connections
         from tideline.airflow.pipelines import get_pipeline
         cfg = get_pipeline(self.pipeline)
@@ -93,20 +100,10 @@ class CoverageSensor(BaseSensorOperator):
             return False
         try:
             try:
-                results = coverage.check(cfg, conn, bootstrap, tables)
+                lost = coverage.review(cfg, conn, bootstrap, tables, alert_sender(cfg))
             except errors.TransientError as exc:
                 self.log.warning("cannot check coverage yet: %s", exc)
                 return False
-            lost = []
-            for r in results:
-                if r.gaps:
-                    why = "Kafka no longer holds what the stream needs: " + "; ".join(g.describe() for g in r.gaps)
-                    state.set_phase(conn, cfg.name, r.table, "needs_resnapshot", why)
-                    self.log.error("%s.%s: NOT COVERED — %s. Reloading it by itself.", cfg.name, r.table, why)
-                    lost.append(r.table)
-                else:
-                    self.log.info("%s.%s: covered; %s events pending; %s", cfg.name, r.table, f"{r.pending:,}",
-                                  coverage.describe_headroom(r.headroom_s))
         finally:
             conn.close()
         return PokeReturnValue(is_done=True, xcom_value={"resnapshot": lost})

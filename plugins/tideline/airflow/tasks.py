@@ -6,8 +6,9 @@ import logging
 import psycopg2
 from airflow.sdk.exceptions import AirflowFailException
 
-from tideline import state
+from tideline import alerts, state
 from tideline.airflow import connections
+from tideline.airflow.operators import alert_sender
 from tideline.airflow.pipelines import get_pipeline
 from tideline.core.params import ParamError, check_sync_params, plan_tables
 
@@ -23,11 +24,26 @@ def check_params(pipeline: str, params: dict) -> dict:
         raise AirflowFailException(str(exc)) from None
 
 
-def ensure_capture(pipeline: str) -> None:
+def ensure_capture(pipeline: str) -> list[str]:
+    """Topics, connector and slot in place; a lost slot marks its tables for a reload (returned)."""
     from tideline.connector import ensure_capture as ensure
     cfg = get_pipeline(pipeline)
-    ensure(cfg, connections.get(cfg.kafka.conn_id), connections.get(cfg.connect.conn_id),
-           connections.get(cfg.source.conn_id))
+    return ensure(cfg, connections.get(cfg.kafka.conn_id), connections.get(cfg.connect.conn_id),
+                  connections.get(cfg.source.conn_id), connections.get(cfg.target.conn_id))
+
+
+def doctor(pipeline: str) -> list[dict]:
+    """Every check of the pipeline's parts; fails the run when one fails, naming what to do."""
+    from tideline import doctor as doctor_mod
+    cfg = get_pipeline(pipeline)
+    checks = doctor_mod.run(cfg, connections.get)
+    for line in doctor_mod.format_checks(checks):
+        log.info("%s", line)
+    failed = [c for c in checks if c.status == "fail"]
+    if failed:
+        raise AirflowFailException(f"pipeline {cfg.name}: the doctor found {len(failed)} problem(s): "
+                                   + "; ".join(c.describe() for c in failed))
+    return [c.__dict__ for c in checks]
 
 
 def decide(pipeline: str, checked: dict) -> dict:
@@ -45,6 +61,9 @@ def decide(pipeline: str, checked: dict) -> dict:
     plan = plan_tables(cfg, checked["action"], checked["tables"], phases)
     for table, why in plan["reasons"].items():
         log.info("%s.%s: %s", cfg.name, table, why)
+    notify = alert_sender(cfg)
+    for table in plan["resnapshot"]:
+        notify(alerts.RESNAPSHOT_STARTED, f"{table}: re-snapshot started automatically — {phases[table][1]}")
     for table in plan["halted"]:
         log.error("%s.%s is HALTED and will not be loaded or streamed until fixed: %s", cfg.name, table,
                   phases[table][1])
@@ -71,26 +90,85 @@ def branch_on_action(checked: dict) -> str:
     return {"repair": "repair", "validate": "validate"}.get(checked["action"], "ensure_connector")
 
 
-def repair(pipeline: str, checked: dict) -> dict:
+def repair(pipeline: str, checked: dict) -> list[dict]:
     from tideline import repair as repair_mod
     cfg = get_pipeline(pipeline)
+    source, target = connections.get(cfg.source.conn_id), connections.get(cfg.target.conn_id)
     r = dict(checked["repair"])
-    table = r.pop("table")
     try:
-        result = repair_mod.repair(cfg, connections.get(cfg.source.conn_id), connections.get(cfg.target.conn_id),
-                                   table, **r)
+        if r.pop("from_verify", False):
+            results = [repair_mod.repair_verified(cfg, source, target, table) for table in r["tables"]]
+        else:
+            table = r.pop("table")
+            results = [repair_mod.repair(cfg, source, target, table, **r)]
     except repair_mod.RepairError as exc:
         raise AirflowFailException(str(exc)) from None
-    return {"table": result.table, "read": result.read, "upserted": result.upserted, "deleted": result.deleted}
+    return [res.__dict__ for res in results]
+
+
+def verify(pipeline: str, tables: list[str], repair_found: bool = False) -> list[dict]:
+    """Source↔target verify of the tables (the validate action; the verify_<pipeline> DAG with
+    repair_found from the config). Differences alert and fail the task, unless repaired away."""
+    from tideline import repair as repair_mod
+    from tideline import verify as verify_mod
+    cfg = get_pipeline(pipeline)
+    source, target = connections.get(cfg.source.conn_id), connections.get(cfg.target.conn_id)
+    bootstrap = connections.get(cfg.kafka.conn_id).kafka_bootstrap
+    settings = verify_mod.VerifySettings(sample_rows=cfg.verify.sample_rows)
+    reports = verify_mod.verify(cfg, source, target, tables, bootstrap, settings)
+    different = [r for r in reports if not r.equal]
+    notify = alert_sender(cfg)
+    for r in different:
+        notify(alerts.VERIFY_DIFFERENCES, r.summary() + "".join(f"\n{line}" for line in r.sample_lines()[:10]))
+    if different and repair_found:
+        for r in different:
+            repair_mod.repair_verified(cfg, source, target, r.table)
+        again = verify_mod.verify(cfg, source, target, [r.table for r in different], bootstrap, settings)
+        reports = [r for r in reports if r.equal] + again
+        different = [r for r in again if not r.equal]
+        for r in again:
+            (log.info if r.equal else log.error)("after the repair: %s", r.summary())
+    if different:
+        raise AirflowFailException(f"pipeline {cfg.name}: source and target differ: "
+                                   + "; ".join(r.summary() for r in different)
+                                   + ". Run the sync DAG with action=repair (re-reads exactly these ranges) or "
+                                     "full_reload")
+    return [{"table": r.table, "source_rows": r.source_rows, "target_rows": r.target_rows, "equal": r.equal,
+             "settled": r.settled, "seconds": round(r.seconds, 1)} for r in reports]
 
 
 def validate(pipeline: str, checked: dict) -> list[dict]:
-    from tideline import repair as repair_mod
+    return verify(pipeline, checked["tables"])
+
+
+def scheduled_verify(pipeline: str) -> list[dict]:
     cfg = get_pipeline(pipeline)
-    results = repair_mod.validate(cfg, connections.get(cfg.source.conn_id), connections.get(cfg.target.conn_id),
-                                  checked["tables"])
-    different = [r.table for r in results if not r.equal]
-    if different:
-        raise AirflowFailException(f"pipeline {cfg.name}: source and target differ for {', '.join(different)} "
-                                   f"(see the counts above); run action=repair for a range or full_reload")
-    return [r.__dict__ for r in results]
+    tables = cfg.verify.tables or [t.name for t in cfg.tables if t.mode == "cdc"]
+    return verify(pipeline, tables, repair_found=cfg.verify.repair)
+
+
+def on_task_failure(context) -> None:
+    """Task failure callback (after the last retry): the pipeline stopped with an error."""
+    ti, dag_id = context["ti"], context["dag"].dag_id
+    pipeline = dag_id.split("_", 1)[1]
+    try:
+        cfg = get_pipeline(pipeline)
+    except Exception as exc:  # the config itself is broken: the DAG file's import errors say how
+        log.error("ALERT [%s] task %s of %s failed, and its pipeline config cannot be read: %s",
+                  alerts.PIPELINE_FAILED, ti.task_id, dag_id, exc)
+        return
+    error = context.get("exception")
+    alert_sender(cfg)(alerts.PIPELINE_FAILED, f"{dag_id} stopped: task {ti.task_id} failed"
+                                              + (f": {str(error)[:1500]}" if error else ""))
+
+
+def on_reload_success(context) -> None:
+    """full_load / resnapshot success callback: the automatic re-snapshots it did are finished."""
+    ti, dag_id = context["ti"], context["dag"].dag_id
+    cfg = get_pipeline(dag_id.split("_", 1)[1])
+    if ti.task_id == "resnapshot":
+        tables = (ti.xcom_pull(task_ids="coverage") or {}).get("resnapshot", [])
+    else:
+        tables = (ti.xcom_pull(task_ids="decide") or {}).get("resnapshot", [])
+    for table in tables:
+        alert_sender(cfg)(alerts.RESNAPSHOT_FINISHED, f"{table}: automatic re-snapshot finished; streaming resumes")

@@ -48,6 +48,13 @@ class KafkaSettings(_Model):
     retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=60_000)
     json_schemas: bool = Field(default=False, description="embed Kafka Connect schemas in the change events "
                                                           "(bigger messages; some sinks, e.g. JDBC, need them)")
+    durability: Literal["local", "production"] = Field(
+        default="local", description="what the doctor requires of the topics: local allows one replica; "
+                                     "production needs replication >= 3, min.insync.replicas >= 2, no unclean "
+                                     "leader election")
+    allowed_downtime_hours: float = Field(
+        default=72, gt=0, description="how long the stream may be stopped without losing offsets: topic "
+                                      "retention must be longer (the doctor checks the real topics)")
 
     @field_validator("topic_prefix")
     @classmethod
@@ -72,6 +79,22 @@ class StreamSettings(_Model):
     trigger_interval_s: float = Field(default=1.0, ge=0.1, le=3600)
     on_bad_message: Literal["stop", "dead_letter"] = Field(
         default="stop", description="stop: halt with topic/partition/offset; dead_letter: record it and go on")
+
+
+class VerifyConfig(_Model):
+    schedule: str | None = Field(default="0 3 * * *", description="cron of the verify_<name> DAG (nightly by "
+                                                                     "default); null = no scheduled verify")
+    tables: list[str] | None = Field(default=None, description="tables to verify (default: every cdc table)")
+    repair: bool = Field(default=False, description="repair what the scheduled verify finds, then verify again")
+    sample_rows: int = Field(default=100, ge=0, le=100_000, description="differing keys listed per table")
+
+
+class AlertSettings(_Model):
+    webhook_conn_id: str | None = Field(default=None, description="Airflow HTTP connection of a chat webhook "
+                                                                  "(Slack/Mattermost-style JSON {\"text\": ...})")
+    headroom_below_hours: float = Field(default=12, ge=0, description="alert when Kafka retention will delete "
+                                                                       "an offset the stream still needs within "
+                                                                       "this many hours")
 
 
 class TableConfig(_Model):
@@ -130,6 +153,8 @@ class PipelineConfig(_Model):
     spark: SparkSettings = Field(default_factory=SparkSettings)
     stream: StreamSettings = Field(default_factory=StreamSettings)
     batch_schedule: str = Field(default="@daily", description="schedule of the batch_<name> DAG (cron or preset)")
+    verify: VerifyConfig = Field(default_factory=VerifyConfig)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
     tables: list[TableConfig] = Field(min_length=1)
 
     @field_validator("name")
@@ -147,6 +172,17 @@ class PipelineConfig(_Model):
             if t.name in seen:
                 raise ValueError(f"table {t.name!r} is listed twice")
             seen.add(t.name)
+        cdc = [t.name for t in self.tables if t.mode == "cdc"]
+        for name in self.verify.tables or []:
+            if name not in cdc:
+                raise ValueError(f"verify.tables names {name!r}, which is not a cdc table of this pipeline "
+                                 f"(cdc tables: {', '.join(cdc) or 'none'})")
+        downtime_ms = self.kafka.allowed_downtime_hours * 3600 * 1000
+        if self.kafka.retention_ms < downtime_ms:
+            raise ValueError(f"kafka.retention_ms ({self.kafka.retention_ms} ms = "
+                             f"{self.kafka.retention_ms / 3_600_000:.1f} h) is shorter than "
+                             f"kafka.allowed_downtime_hours ({self.kafka.allowed_downtime_hours:g} h): a stream "
+                             f"stopped that long would lose offsets. Raise retention_ms or lower the downtime")
         return self
 
     def table(self, name: str) -> TableConfig:

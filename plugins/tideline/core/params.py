@@ -40,8 +40,11 @@ def check_sync_params(cfg: PipelineConfig, params: dict) -> dict:
 def _check_repair(cfg: PipelineConfig, tables: list[str], params: dict) -> dict:
     from datetime import datetime
     given = {f: params.get(f) for f in REPAIR_FIELDS if params.get(f) not in (None, "")}
+    if not given:  # no range named: re-read what each table's last verify found different
+        return {"from_verify": True, "tables": tables}
     if len(tables) != 1:
-        raise ParamError(f"action=repair works on one table; param tables has {len(tables)}: {', '.join(tables)}")
+        raise ParamError(f"a repair of a key or time range works on one table; param tables has {len(tables)}: "
+                         f"{', '.join(tables)} (without a range, repair re-reads what the last validate found)")
     by_key = {"repair_key_from", "repair_key_to"} & set(given)
     by_time = {"repair_time_column", "repair_time_from", "repair_time_to"} & set(given)
     if by_key and by_time:
@@ -52,8 +55,8 @@ def _check_repair(cfg: PipelineConfig, tables: list[str], params: dict) -> dict:
             raise ParamError("a key-range repair needs both repair_key_from and repair_key_to")
         return {"table": tables[0], "key_from": str(given["repair_key_from"]), "key_to": str(given["repair_key_to"])}
     if len(by_time) != 3:
-        raise ParamError("action=repair needs a key range (repair_key_from and repair_key_to) or a time range "
-                         "(repair_time_column, repair_time_from and repair_time_to)")
+        raise ParamError("a time-range repair needs all of repair_time_column, repair_time_from and "
+                         "repair_time_to")
     column = given["repair_time_column"]
     if not IDENT.match(str(column)):
         raise ParamError(f"param repair_time_column: {column!r} is not a column name (plain identifiers only)")
@@ -73,7 +76,7 @@ def _check_repair(cfg: PipelineConfig, tables: list[str], params: dict) -> dict:
 def plan_tables(cfg: PipelineConfig, action: str, tables: list[str],
                 phases: dict[str, tuple[str, str | None]]) -> dict:
     """Which tables get a full load and which go straight to streaming, with the reason for each."""
-    full_load, stream, halted, reasons = [], [], [], {}
+    full_load, stream, halted, resnapshot, reasons = [], [], [], [], {}
     for t in cfg.tables:
         if t.mode != "cdc":
             continue
@@ -88,8 +91,10 @@ def plan_tables(cfg: PipelineConfig, action: str, tables: list[str],
             reasons[t.name] = "never loaded: full load"
         elif phase == "needs_resnapshot":
             full_load.append(t.name)
+            resnapshot.append(t.name)
             reasons[t.name] = "needs a re-snapshot (see its last error): full load"
         else:
             stream.append(t.name)
             reasons[t.name] = "loaded: straight to streaming"
-    return {"full_load": full_load, "stream": stream, "halted": halted, "reasons": reasons}
+    return {"full_load": full_load, "stream": stream, "halted": halted, "resnapshot": resnapshot,
+            "reasons": reasons}

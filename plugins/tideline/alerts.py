@@ -1,0 +1,57 @@
+"""Alerts: what a person must hear about, said in the task log always and, when the pipeline names
+a webhook connection, posted to a chat webhook as {"text": ...} (the format Slack, Mattermost,
+Rocket.Chat and Google Chat incoming webhooks all accept).
+
+A webhook that cannot be reached is reported as an error in the log next to the alert itself;
+it never hides the alert or fails the work that raised it.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import requests
+
+from tideline.core.config import PipelineConfig
+from tideline.core.connections import Conn, get_connection
+
+log = logging.getLogger("tideline.alerts")
+
+PIPELINE_FAILED = "pipeline_failed"
+RESNAPSHOT_STARTED = "resnapshot_started"
+RESNAPSHOT_FINISHED = "resnapshot_finished"
+VERIFY_DIFFERENCES = "verify_differences"
+HEADROOM_LOW = "headroom_low"
+_LEVEL = {PIPELINE_FAILED: logging.ERROR, VERIFY_DIFFERENCES: logging.ERROR, HEADROOM_LOW: logging.WARNING,
+          RESNAPSHOT_STARTED: logging.WARNING, RESNAPSHOT_FINISHED: logging.INFO}
+
+
+def webhook_url(conn: Conn) -> str:
+    """An Airflow HTTP connection as a URL: extra.webhook_url, or a host that is a whole URL
+    (Airflow's HttpHook accepts both), or scheme (schema field) + host + port + extra.endpoint."""
+    if conn.extra.get("webhook_url"):
+        return conn.extra["webhook_url"]
+    endpoint = str(conn.extra.get("endpoint", "")).lstrip("/")
+    if conn.host and "://" in conn.host:
+        base = conn.host.rstrip("/") + (f":{conn.port}" if conn.port else "")
+    else:
+        base = conn.http_base_url()
+    return f"{base}/{endpoint}" if endpoint else base
+
+
+def notify(cfg: PipelineConfig, event: str, message: str, resolve: Callable[[str], Conn] | None = None) -> str:
+    """Says it in the log; posts it to the pipeline's webhook if it has one. Returns the text."""
+    text = f"Tideline {cfg.name}: {message}"
+    log.log(_LEVEL.get(event, logging.WARNING), "ALERT [%s] %s", event, text)
+    conn_id = cfg.alerts.webhook_conn_id
+    if not conn_id:
+        return text
+    try:
+        url = webhook_url((resolve or get_connection)(conn_id))
+        resp = requests.post(url, json={"text": text}, timeout=10)
+        if resp.status_code >= 300:
+            log.error("ALERT [%s] not delivered: webhook connection %s answered %d: %s", event, conn_id,
+                      resp.status_code, resp.text[:300])
+    except Exception as exc:  # the alert is in the log above; say why the webhook did not get it
+        log.error("ALERT [%s] not delivered to webhook connection %s: %s", event, conn_id, exc)
+    return text

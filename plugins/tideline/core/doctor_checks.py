@@ -1,0 +1,183 @@
+"""The doctor's judgements, pure: facts gathered from each part in, pass/warn/fail with what to
+do out. tideline.doctor gathers the facts; these functions are unit-tested on their own."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tideline.core.config import PipelineConfig
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+SLOT_WAL_WARN_FRACTION = 0.8
+
+
+@dataclass(frozen=True)
+class Check:
+    part: str      # source | kafka | connect | target | airflow
+    name: str      # what was checked, e.g. "slot tideline_demo"
+    status: str    # pass | warn | fail
+    detail: str    # what was found
+    fix: str = ""  # what to do (warn/fail)
+
+    def describe(self) -> str:
+        return f"{self.part} {self.name}: {self.detail}" + (f" → {self.fix}" if self.fix else "")
+
+
+def _mb(n: int | float) -> str:
+    return f"{n / 1024 / 1024:,.0f} MB"
+
+
+def wal_level(level: str) -> Check:
+    if level == "logical":
+        return Check("source", "wal_level", PASS, "logical")
+    return Check("source", "wal_level", FAIL, f"{level!r}: change capture needs 'logical'",
+                 "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL")
+
+
+def replica_identity(table: str, has_key: bool, identity: str) -> Check:
+    """identity: pg_class.relreplident (d default, n nothing, f full, i index)."""
+    name = f"replica identity {table}"
+    if has_key and identity in ("d", "f", "i"):
+        return Check("source", name, PASS, "primary key" if identity == "d" else {"f": "full", "i": "index"}[identity])
+    if identity in ("f", "i"):
+        return Check("source", name, PASS, {"f": "full", "i": "index"}[identity])
+    return Check("source", name, FAIL, "no primary key and no replica identity: updates and deletes carry no "
+                                       "key, so they cannot be applied",
+                 f"ALTER TABLE {table} REPLICA IDENTITY FULL (or add a primary key)")
+
+
+def slot(slot_name: str, row: dict | None, streaming_tables: int) -> Check:
+    """row: wal_status, active, retained_bytes (None = the slot does not exist)."""
+    name = f"slot {slot_name}"
+    if row is None:
+        if streaming_tables:
+            return Check("source", name, FAIL, f"missing while {streaming_tables} table(s) stream from it: changes "
+                                               f"made since it went were not captured",
+                         "run the sync DAG: it recreates the slot and reloads the affected tables by itself")
+        return Check("source", name, WARN, "does not exist yet", "run the sync DAG (ensure_connector creates it)")
+    status, retained = row["wal_status"], _mb(row.get("retained_bytes") or 0)
+    if status == "lost":
+        return Check("source", name, FAIL, "wal_status lost: the WAL it needed was removed, changes were missed",
+                     "run the sync DAG: it recreates the slot and reloads the affected tables by itself")
+    if status == "unreserved":
+        return Check("source", name, FAIL, f"wal_status unreserved: {retained} retained and past "
+                                           f"max_slot_wal_keep_size; the next checkpoint removes WAL it needs",
+                     "start the pipeline's connector now (or raise max_slot_wal_keep_size)")
+    if not row.get("active"):
+        return Check("source", name, WARN, f"{status}, inactive (no connector reading it); {retained} retained",
+                     "start the connector (the sync DAG's ensure_connector does)")
+    if status == "extended":
+        return Check("source", name, WARN, f"wal_status extended: {retained} retained, beyond max_wal_size",
+                     "check the connector keeps up")
+    return Check("source", name, PASS, f"{status}, active; {retained} WAL retained")
+
+
+def max_slot_wal_keep_size(setting_mb: int, retained_bytes: int | None) -> Check:
+    name = "max_slot_wal_keep_size"
+    if setting_mb < 0:
+        return Check("source", name, WARN, "unlimited: a stopped pipeline keeps WAL until the source's disk fills",
+                     "set max_slot_wal_keep_size (e.g. a few times the WAL of the longest allowed downtime)")
+    limit = setting_mb * 1024 * 1024
+    if retained_bytes is not None and retained_bytes > SLOT_WAL_WARN_FRACTION * limit:
+        return Check("source", name, WARN, f"the slot retains {_mb(retained_bytes)} of {_mb(limit)} allowed: "
+                                           f"the slot is close to being invalidated",
+                     "start or speed up the pipeline's connector, or raise max_slot_wal_keep_size")
+    return Check("source", name, PASS, f"{_mb(limit)}" + (f"; slot retains {_mb(retained_bytes)}"
+                                                          if retained_bytes is not None else ""))
+
+
+def topic(cfg: PipelineConfig, name: str, facts: dict | None) -> list[Check]:
+    """facts: partitions, replication_factor, min_insync_replicas, unclean_leader_election, retention_ms
+    (None = the topic does not exist)."""
+    if facts is None:
+        return [Check("kafka", f"topic {name}", FAIL, "does not exist",
+                      "run the sync DAG (ensure_connector creates the topics with the pipeline's settings)")]
+    out = []
+    label = f"topic {name}"
+    parts, rf, isr = facts["partitions"], facts["replication_factor"], facts["min_insync_replicas"]
+    if parts != cfg.kafka.partitions:
+        out.append(Check("kafka", label, WARN, f"{parts} partition(s), the config says {cfg.kafka.partitions}",
+                         "make kafka.partitions match the topic (Tideline never changes partition counts)"))
+    durability = f"replication {rf}, min.insync.replicas {isr}, unclean leader election " \
+                 f"{'on' if facts['unclean_leader_election'] else 'off'}"
+    if isr > rf:
+        out.append(Check("kafka", label, FAIL, f"{durability}: min.insync.replicas above the replication factor "
+                                               f"makes Kafka refuse every write with acks=all",
+                         f"kafka-configs --alter --entity-type topics --entity-name {name} --add-config "
+                         f"min.insync.replicas={min(rf, 2)}"))
+    elif cfg.kafka.durability == "production":
+        problems = []
+        if rf < 3:
+            problems.append("replication factor below 3")
+        if isr < 2:
+            problems.append("min.insync.replicas below 2")
+        if facts["unclean_leader_election"]:
+            problems.append("unclean leader election on (an out-of-sync replica can become leader and drop "
+                            "acknowledged changes)")
+        if problems:
+            out.append(Check("kafka", label, FAIL, f"{durability}: {'; '.join(problems)} for the production "
+                                                   f"durability profile",
+                             "recreate the topic with replication >= 3 (reassign partitions), set "
+                             "min.insync.replicas=2 and unclean.leader.election.enable=false"))
+        else:
+            out.append(Check("kafka", label, PASS, durability))
+    else:
+        out.append(Check("kafka", label, PASS, f"{durability} (local profile)"))
+    retention = facts["retention_ms"]
+    allowed_ms = cfg.kafka.allowed_downtime_hours * 3_600_000
+    if retention >= 0 and retention < allowed_ms:
+        out.append(Check("kafka", f"{label} retention", FAIL,
+                         f"retention.ms {retention} ({retention / 3_600_000:.1f} h) is shorter than the pipeline's "
+                         f"allowed downtime ({cfg.kafka.allowed_downtime_hours:g} h): a stream stopped that long "
+                         f"loses offsets and needs a re-snapshot",
+                         f"kafka-configs --alter --entity-type topics --entity-name {name} --add-config "
+                         f"retention.ms={int(max(cfg.kafka.retention_ms, allowed_ms))}"))
+    else:
+        out.append(Check("kafka", f"{label} retention", PASS,
+                         "unlimited" if retention < 0 else f"{retention / 3_600_000:g} h ≥ allowed downtime "
+                                                          f"{cfg.kafka.allowed_downtime_hours:g} h"))
+    return out
+
+
+def connector(name: str, status: dict | None) -> Check:
+    if status is None:
+        return Check("connect", f"connector {name}", FAIL, "does not exist",
+                     "run the sync DAG (ensure_connector creates it)")
+    state = status["connector"]["state"]
+    tasks = status.get("tasks", [])
+    failed = [t for t in tasks if t["state"] == "FAILED"]
+    if state == "FAILED" or failed:
+        trace = (status["connector"].get("trace") if state == "FAILED" else failed[0].get("trace")) or "(no trace)"
+        return Check("connect", f"connector {name}", FAIL,
+                     f"connector {state}, tasks {[t['state'] for t in tasks]}: {trace.strip()[:800]}",
+                     "fix the cause in the trace, then run the sync DAG (it restarts the connector)")
+    if state in ("PAUSED", "STOPPED") or not tasks:
+        return Check("connect", f"connector {name}", WARN, f"connector {state}, {len(tasks)} task(s): changes are "
+                                                           f"not being captured; the slot holds WAL meanwhile",
+                     "run the sync DAG (ensure_connector resumes it)")
+    return Check("connect", f"connector {name}", PASS, f"{state}, tasks {[t['state'] for t in tasks]}")
+
+
+def target_privileges(schema: str, can_create: bool, state_schema_ok: bool) -> Check:
+    if can_create and state_schema_ok:
+        return Check("target", "privileges", PASS, f"can create tables in {schema} and write tideline state")
+    missing = ([f"CREATE on schema {schema} (or on the database, to create it)"] if not can_create else []) + \
+              (["USAGE and CREATE on schema tideline"] if not state_schema_ok else [])
+    return Check("target", "privileges", FAIL, "the target connection's role lacks " + " and ".join(missing),
+                 "GRANT " + "; GRANT ".join(missing) + " TO <the target role>")
+
+
+def state_version(current: int | None, latest: int) -> Check:
+    if current == latest:
+        return Check("target", "state schema", PASS, f"version {current}")
+    if current is None or current < latest:
+        return Check("target", "state schema", WARN, f"version {current or 'none'}, this Tideline has {latest}",
+                     "nothing: the next run migrates it")
+    return Check("target", "state schema", FAIL, f"version {current} is newer than this Tideline ({latest})",
+                 "deploy the Tideline version that wrote it")
+
+
+def connection(conn_id: str, error: str | None) -> Check:
+    if error is None:
+        return Check("airflow", f"connection {conn_id}", PASS, "defined")
+    return Check("airflow", f"connection {conn_id}", FAIL, error,
+                 f"define Airflow connection {conn_id!r} (Admin → Connections, or AIRFLOW_CONN_{conn_id.upper()})")

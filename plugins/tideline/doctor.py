@@ -1,0 +1,198 @@
+"""`python -m tideline.doctor [--pipeline NAME]`: checks every part a pipeline depends on and says
+pass / warn / fail with what to do. Also the sync DAG's `doctor` task (before `decide`).
+
+Gathers facts here; the judgements are tideline.core.doctor_checks.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Callable
+
+import psycopg2
+from confluent_kafka.admin import ConfigResource
+
+from tideline import sqlfiles, state
+from tideline.connector import ConnectClient
+from tideline.core import doctor_checks as dc
+from tideline.core.config import PipelineConfig, load_pipelines
+from tideline.core.connections import Conn, get_connection
+from tideline.core.debezium import connector_name
+from tideline.kafka_offsets import admin_client
+
+ICON = {dc.PASS: "ok  ", dc.WARN: "WARN", dc.FAIL: "FAIL"}
+
+
+def _latest_state_version() -> int:
+    return max(int(re.match(r"(\d+)_", p.name).group(1))
+               for p in (sqlfiles.SQL_DIR / "state").glob("[0-9][0-9][0-9]_*.sql"))
+
+
+def _unreachable(part: str, what: str, exc: Exception) -> dc.Check:
+    return dc.Check(part, what, dc.FAIL, f"cannot be reached: {str(exc).strip()[:300]}",
+                    "check the connection and that the service runs")
+
+
+def _streaming_tables(cfg: PipelineConfig, target: Conn) -> int:
+    conn = psycopg2.connect(target.postgres_dsn())
+    try:
+        n = 0
+        for t in cfg.tables:
+            st = state.get(conn, cfg.name, t.name) if _has_state(conn) else None
+            n += bool(st and st.phase == "streaming" and t.mode == "cdc")
+        return n
+    finally:
+        conn.close()
+
+
+def _has_state(conn) -> bool:
+    with conn.cursor() as cur:
+        cur.execute("SELECT to_regclass('tideline.table_state') IS NOT NULL")
+        return cur.fetchone()[0]
+
+
+def source_checks(cfg: PipelineConfig, source: Conn, streaming: int) -> list[dc.Check]:
+    cdc = [t.name for t in cfg.tables if t.mode == "cdc"]
+    with psycopg2.connect(source.postgres_dsn()) as conn, conn.cursor() as cur:
+        cur.execute("SHOW wal_level")
+        out = [dc.wal_level(cur.fetchone()[0])]
+        for name in cdc:
+            cur.execute("SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid "
+                        "AND i.indisprimary) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                        "WHERE n.nspname = %s AND c.relname = %s", (cfg.source.schema_, name))
+            row = cur.fetchone()
+            if row is None:
+                out.append(dc.Check("source", f"table {name}", dc.FAIL, f"{cfg.source.schema_}.{name} does not exist",
+                                    "create it, or remove it from the pipeline config"))
+            else:
+                out.append(dc.replica_identity(f"{cfg.source.schema_}.{name}", row[1], row[0]))
+        if not cdc:
+            return out
+        cur.execute("SELECT wal_status, active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "
+                    "FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
+        row = cur.fetchone()
+        slot = dict(zip(("wal_status", "active", "retained_bytes"), row)) if row else None
+        out.append(dc.slot(cfg.slot_name, slot, streaming))
+        cur.execute("SELECT setting::int FROM pg_settings WHERE name = 'max_slot_wal_keep_size'")
+        out.append(dc.max_slot_wal_keep_size(cur.fetchone()[0], slot["retained_bytes"] if slot else None))
+    conn.close()
+    return out
+
+
+def kafka_checks(cfg: PipelineConfig, bootstrap: str) -> list[dc.Check]:
+    admin = admin_client(bootstrap)
+    topics = admin.list_topics(timeout=15).topics
+    out = []
+    for t in cfg.tables:
+        if t.mode != "cdc":
+            continue
+        name = cfg.topic(t.name)
+        meta = topics.get(name)
+        if meta is None:
+            out += dc.topic(cfg, name, None)
+            continue
+        configs = list(admin.describe_configs([ConfigResource("topic", name)]).values())[0].result(15)
+        out += dc.topic(cfg, name, {
+            "partitions": len(meta.partitions),
+            "replication_factor": min(len(p.replicas) for p in meta.partitions.values()),
+            "min_insync_replicas": int(configs["min.insync.replicas"].value),
+            "unclean_leader_election": configs["unclean.leader.election.enable"].value == "true",
+            "retention_ms": int(configs["retention.ms"].value)})
+    return out
+
+
+def target_checks(cfg: PipelineConfig, target: Conn) -> list[dc.Check]:
+    schema = cfg.target.schema_
+    with psycopg2.connect(target.postgres_dsn()) as conn, conn.cursor() as cur:
+        cur.execute("SELECT CASE WHEN to_regnamespace(quote_ident(%s)) IS NULL THEN has_database_privilege("
+                    "current_database(), 'CREATE') ELSE has_schema_privilege(%s::text, 'CREATE') END", (schema, schema))
+        can_create = cur.fetchone()[0]
+        cur.execute("SELECT CASE WHEN to_regnamespace('tideline') IS NULL THEN has_database_privilege("
+                    "current_database(), 'CREATE') ELSE has_schema_privilege('tideline', 'USAGE, CREATE') END")
+        state_ok = cur.fetchone()[0]
+        cur.execute("SELECT to_regclass('tideline.schema_version') IS NOT NULL")
+        version = None
+        if cur.fetchone()[0]:
+            cur.execute("SELECT max(version) FROM tideline.schema_version")
+            version = cur.fetchone()[0]
+    conn.close()
+    return [dc.target_privileges(schema, can_create, state_ok), dc.state_version(version, _latest_state_version())]
+
+
+def run(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection) -> list[dc.Check]:
+    """Every check, in the order a person would fix things: connections, source, Kafka, Connect, target."""
+    checks: list[dc.Check] = []
+    conns: dict[str, Conn] = {}
+    ids = [cfg.source.conn_id, cfg.target.conn_id, cfg.kafka.conn_id, cfg.connect.conn_id, cfg.spark.conn_id]
+    ids += [cfg.alerts.webhook_conn_id] if cfg.alerts.webhook_conn_id else []
+    for conn_id in dict.fromkeys(ids):
+        try:
+            conns[conn_id] = resolve(conn_id)
+            checks.append(dc.connection(conn_id, None))
+        except Exception as exc:
+            checks.append(dc.connection(conn_id, str(exc).strip()[:300]))
+    source, target = conns.get(cfg.source.conn_id), conns.get(cfg.target.conn_id)
+    kafka, connect = conns.get(cfg.kafka.conn_id), conns.get(cfg.connect.conn_id)
+    streaming = 0
+    if target is not None:
+        try:
+            checks += target_checks(cfg, target)
+            streaming = _streaming_tables(cfg, target)
+        except psycopg2.Error as exc:
+            checks.append(_unreachable("target", "database", exc))
+    if source is not None:
+        try:
+            checks += source_checks(cfg, source, streaming)
+        except psycopg2.Error as exc:
+            checks.append(_unreachable("source", "database", exc))
+    has_cdc = any(t.mode == "cdc" for t in cfg.tables)
+    if kafka is not None and has_cdc:
+        try:
+            checks += kafka_checks(cfg, kafka.kafka_bootstrap)
+        except Exception as exc:
+            checks.append(_unreachable("kafka", "brokers", exc))
+    if connect is not None and has_cdc:
+        try:
+            checks.append(dc.connector(connector_name(cfg),
+                                       ConnectClient(connect.http_base_url()).status(connector_name(cfg))))
+        except Exception as exc:
+            checks.append(_unreachable("connect", "worker", exc))
+    return checks
+
+
+def format_checks(checks: list[dc.Check]) -> list[str]:
+    lines = []
+    for c in checks:
+        lines.append(f"[{ICON[c.status]}] {c.part:<8} {c.name}: {c.detail}")
+        if c.fix and c.status != dc.PASS:
+            lines.append(f"{'':16}→ {c.fix}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tideline.entrypoints import pipelines_dir
+    ap = argparse.ArgumentParser(description="Check every part Tideline pipelines depend on")
+    ap.add_argument("--pipeline", help="one pipeline (default: all)")
+    ap.add_argument("--pipelines-dir", default=None)
+    args = ap.parse_args(argv)
+    good, bad = load_pipelines(pipelines_dir(args.pipelines_dir))
+    worst = 0
+    for path, err in bad.items():
+        print(f"[FAIL] config   {path}: {err}")
+        worst = 1
+    names = [args.pipeline] if args.pipeline else sorted(good)
+    for name in names:
+        if name not in good:
+            print(f"[FAIL] config   no pipeline {name!r}; pipelines: {', '.join(sorted(good)) or 'none'}")
+            return 1
+        checks = run(good[name])
+        print(f"== pipeline {name}: {sum(c.status == dc.PASS for c in checks)} pass, "
+              f"{sum(c.status == dc.WARN for c in checks)} warn, {sum(c.status == dc.FAIL for c in checks)} fail")
+        print("\n".join(format_checks(checks)))
+        worst = max(worst, int(any(c.status == dc.FAIL for c in checks)))
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())
