@@ -1,0 +1,167 @@
+"""Operations against the real stack: the doctor passes on a healthy pipeline and flags each
+misconfiguration as it is introduced; a replication slot lost while the pipeline was stopped is
+recovered by the next sync run, which reloads by itself; low retention headroom alerts."""
+from __future__ import annotations
+
+import time
+
+import psycopg2
+import pytest
+from confluent_kafka.admin import AdminClient
+
+import stackctl
+from helpers import _set_topic_configs, drop_source, table_digest
+from test_dags import airflow_env, dag_pipeline, make_table, run_dag  # noqa: F401 (fixture)
+from tideline import coverage, doctor, state
+from tideline.alerts import notify
+from tideline.connector import ConnectClient
+from tideline.core.connections import get_connection
+from tideline.core.debezium import connector_name
+from tideline.full_load import FullLoad
+
+pytestmark = pytest.mark.integration
+
+
+def by_name(checks):
+    return {f"{c.part} {c.name}": c for c in checks}
+
+
+def failing(checks):
+    return {f"{c.part} {c.name}" for c in checks if c.status == "fail"}
+
+
+def wait_slot_inactive(source_db, slot, timeout=60):
+    deadline = time.time() + timeout
+    with source_db.cursor() as cur:
+        while True:
+            cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+            row = cur.fetchone()
+            if row is None or not row[0]:
+                return
+            assert time.time() < deadline, f"slot {slot} still active"
+            time.sleep(0.5)
+
+
+def stop_connector(cfg, source_db):
+    client = ConnectClient(get_connection("tideline_connect").http_base_url())
+    client.stop(connector_name(cfg))
+    deadline = time.time() + 60
+    while client.status(connector_name(cfg))["connector"]["state"] != "STOPPED":
+        assert time.time() < deadline
+        time.sleep(0.5)
+    wait_slot_inactive(source_db, cfg.slot_name)
+
+
+def test_doctor_passes_healthy_and_flags_each_misconfiguration(spark, source_db, target_db, pipelines, unique_name):
+    t, keyless = f"{unique_name}_doc", f"{unique_name}_nokey"
+    make_table(source_db, t, 100)
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{keyless} (a int, b text)")
+    try:
+        cfg = pipelines.make([{"name": t}], capture=True)
+        FullLoad(cfg, spark).run([t])
+        healthy = doctor.run(cfg)
+        assert failing(healthy) == set(), doctor.format_checks(healthy)
+        checks = by_name(healthy)
+        assert checks[f"source slot {cfg.slot_name}"].status == "pass"
+        assert checks[f"connect connector {connector_name(cfg)}"].status == "pass"
+        assert checks["target state schema"].status == "pass"
+
+        topic = cfg.topic(t)
+        admin = AdminClient({"bootstrap.servers": stackctl.kafka_bootstrap()})
+        _set_topic_configs(admin, topic, {"min.insync.replicas": "2"})
+        _set_topic_configs(admin, topic, {"retention.ms": str(3600 * 1000)})   # 1 h < 72 h allowed downtime
+        checks = doctor.run(cfg)
+        assert {f"kafka topic {topic}", f"kafka topic {topic} retention"} <= failing(checks)
+        assert "min.insync.replicas above the replication factor" in by_name(checks)[f"kafka topic {topic}"].detail
+        assert "shorter than the pipeline's allowed downtime" in by_name(checks)[f"kafka topic {topic} retention"].detail
+        _set_topic_configs(admin, topic, {"min.insync.replicas": "1", "retention.ms": str(7 * 24 * 3600 * 1000)})
+
+        stop_connector(cfg, source_db)
+        checks = by_name(doctor.run(cfg))
+        assert checks[f"connect connector {connector_name(cfg)}"].status == "warn"
+        assert checks[f"source slot {cfg.slot_name}"].status == "warn"   # inactive: nobody reads it
+        with source_db.cursor() as cur:
+            cur.execute("SELECT pg_drop_replication_slot(%s)", (cfg.slot_name,))
+        checks = doctor.run(cfg)
+        assert f"source slot {cfg.slot_name}" in failing(checks)
+        assert "changes made since it went were not captured" in by_name(checks)[f"source slot {cfg.slot_name}"].detail
+
+        production = pipelines.make([{"name": t}, {"name": keyless}], create_topics=False,
+                                    kafka={"durability": "production"})
+        checks = doctor.run(production)
+        assert f"source replica identity public.{keyless}" in failing(checks)
+        assert "replication factor below 3" in by_name(checks)[f"kafka topic {topic}"].detail
+        assert f"kafka topic {cfg.topic(keyless)}" in failing(checks)   # never created
+    finally:
+        drop_source(source_db, t, keyless)
+
+
+def test_slot_lost_while_stopped_is_recovered_and_reloaded_by_the_next_run(
+        airflow_env, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_slot"
+    make_table(source_db, t, 2000)
+    try:
+        cfg, dag_id = dag_pipeline(pipelines, t)
+        assert run_dag(dag_id, stream_mode="available_now")["__run__"] == "success"
+        stop_connector(cfg, source_db)
+        with source_db.cursor() as cur:
+            cur.execute("SELECT pg_drop_replication_slot(%s)", (cfg.slot_name,))
+            # written while nothing captures: only a reload can bring these to the target
+            cur.execute(f"UPDATE {t} SET qty = qty + 100 WHERE id <= 500")
+            cur.execute(f"INSERT INTO {t} SELECT g, 1, 'late' FROM generate_series(2001, 2500) g")
+            cur.execute(f"DELETE FROM {t} WHERE id BETWEEN 1000 AND 1099")
+        states = run_dag(dag_id, stream_mode="available_now")
+        assert states["__run__"] == "success", states
+        assert states["doctor"] == "success" and states["full_load"] == "success", states
+        assert table_digest(source_db, "public", t, "id") == table_digest(target_db, cfg.name, t, "id")
+        with target_db.cursor() as cur:
+            cur.execute("SELECT count(*) FROM tideline.runs WHERE pipeline = %s AND kind = 'full_load' "
+                        "AND outcome = 'succeeded'", (cfg.name,))
+            assert cur.fetchone()[0] == 2
+        with source_db.cursor() as cur:
+            cur.execute("SELECT active IS NOT NULL FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
+            assert cur.fetchone() == (True,)
+            cur.execute(f"UPDATE {t} SET note = 'after' WHERE id <= 10")   # captured again
+        deadline = time.time() + 120
+        while table_digest(source_db, "public", t, "id") != table_digest(target_db, cfg.name, t, "id"):
+            assert time.time() < deadline, "changes after the recovery did not arrive"
+            assert run_dag(dag_id, stream_mode="available_now")["full_load"] == "skipped"
+            time.sleep(2)
+    finally:
+        drop_source(source_db, t)
+
+
+def test_headroom_alert_fires_when_retention_is_shortened_below_the_threshold(
+        spark, webhook, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_head"
+    make_table(source_db, t, 100)
+    try:
+        cfg = pipelines.make([{"name": t}], capture=True,
+                             alerts={"webhook_conn_id": "tideline_test_hook", "headroom_below_hours": 6})
+        FullLoad(cfg, spark).run([t])
+        with source_db.cursor() as cur:   # pending events the (stopped) stream still needs
+            cur.execute(f"UPDATE {t} SET qty = qty + 1 WHERE id <= 20")
+        bootstrap = stackctl.kafka_bootstrap()
+        conn = psycopg2.connect(get_connection("tideline_target").postgres_dsn())
+
+        def review():
+            return coverage.review(cfg, conn, bootstrap, [t], lambda e, m: notify(cfg, e, m))
+        try:
+            deadline = time.time() + 60
+            while not sum(coverage.check(cfg, conn, bootstrap, [t])[0].lag.values()):
+                assert time.time() < deadline, "Debezium did not publish the changes"
+                time.sleep(0.5)
+            assert review() == [] and webhook == []   # a week of retention: plenty of headroom
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            _set_topic_configs(admin, cfg.topic(t), {"retention.ms": str(2 * 3600 * 1000)})
+            assert review() == []
+            assert len(webhook) == 1, webhook
+            text = webhook[0]["text"]
+            assert text.startswith(f"Tideline {cfg.name}: {t}: the oldest needed offset expires in 1h5")
+            assert "alert threshold 6h" in text
+            assert state.get(conn, cfg.name, t).phase == "streaming"   # an alert, not a reload
+        finally:
+            conn.close()
+    finally:
+        drop_source(source_db, t)
