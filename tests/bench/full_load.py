@@ -77,19 +77,22 @@ def run_full_load(pipelines: Path, env: dict) -> tuple[float, float]:
     return secs, rss.peak / 1e6
 
 
-def run_copy_pipe() -> float:
+def run_copy_pipe(schema: str = "bench_pipe", keep: bool = False) -> float:
+    """Seconds for `psql COPY TO STDOUT | psql COPY FROM STDIN` of the table into <schema> of the
+    target (dropped afterwards unless keep)."""
     with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
-        cur.execute("CREATE SCHEMA IF NOT EXISTS bench_pipe")
-        cur.execute(f"DROP TABLE IF EXISTS bench_pipe.{TABLE}")
-        cur.execute(SCHEMA_SQL.replace(f"CREATE TABLE {TABLE}", f"CREATE TABLE bench_pipe.{TABLE}"))
+        cur.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        cur.execute(f"DROP TABLE IF EXISTS {schema}.{TABLE}")
+        cur.execute(SCHEMA_SQL.replace(f"CREATE TABLE {TABLE}", f"CREATE TABLE {schema}.{TABLE}"))
     src = stackctl.pg_url(stackctl.DATABASES["source"])
     tgt = stackctl.pg_url(stackctl.DATABASES["target"])
     started = time.monotonic()
-    subprocess.run(f'psql "{src}" -qc "COPY {TABLE} TO STDOUT" | psql "{tgt}" -qc "COPY bench_pipe.{TABLE} FROM STDIN"',
+    subprocess.run(f'psql "{src}" -qc "COPY {TABLE} TO STDOUT" | psql "{tgt}" -qc "COPY {schema}.{TABLE} FROM STDIN"',
                    shell=True, check=True)
     secs = time.monotonic() - started
-    with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
-        cur.execute("DROP SCHEMA bench_pipe CASCADE")
+    if not keep:
+        with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP SCHEMA {schema} CASCADE")
     return secs
 
 
