@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 STACK := $(PY) stack/stackctl.py
 
-.PHONY: setup up down status demo test test-unit bench clean env
+.PHONY: setup up down status doctor demo test test-unit bench clean env
 
 setup:            ## install PostgreSQL (apt), the venv (PyPI) and the JVM parts (Maven) if missing
 	@bash stack/setup.sh
@@ -15,6 +15,9 @@ down:             ## stop everything the stack started
 
 status:           ## health of each part of the stack, then where every pipeline's tables stand
 	@$(STACK) status; eval "$$($(STACK) env)"; $(PY) -m tideline.status
+
+doctor:           ## check every part each pipeline depends on: pass / warn / fail and what to do
+	@eval "$$($(STACK) env)"; $(PY) -m tideline.doctor
 
 demo: setup       ## the stack, the demo shop, a live workload, and the sync_demo DAG loading then streaming it
 	@$(PY) stack/demo.py
