@@ -3,7 +3,8 @@
 A pipeline file that fails validation shows up as this file's import error, naming the file and
 the field; the other pipelines keep their DAGs.
 """
-from tideline.airflow.dag_factory import PipelineConfigErrorDag, build_batch_dag, build_sync_dag, build_verify_dag
+from tideline.airflow.dag_factory import (PipelineConfigErrorDag, build_batch_dag, build_sync_dag, build_verify_dag,
+                                         build_watch_dag)
 from tideline.airflow.pipelines import pipelines_dir
 from tideline.core.config import load_pipelines
 
@@ -12,6 +13,7 @@ for _name, _cfg in pipelines.items():
     if any(t.mode == "cdc" for t in _cfg.tables):
         globals()[f"sync_{_name}"] = build_sync_dag(_cfg)
         globals()[f"verify_{_name}"] = build_verify_dag(_cfg)
+        globals()[f"watch_{_name}"] = build_watch_dag(_cfg)
     if any(t.mode == "batch" for t in _cfg.tables):
         globals()[f"batch_{_name}"] = build_batch_dag(_cfg)
 if broken:

@@ -215,11 +215,31 @@ def recover_lost_slot(cfg: PipelineConfig, connect: Conn, source: Conn, target: 
                   ", ".join(marked) or "none")
         remove_connector(cfg, connect)
     if slot is not None:
-        with psycopg2.connect(source.postgres_dsn()) as src, src.cursor() as cur:
-            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                        "WHERE slot_name = %s AND NOT active", (cfg.slot_name,))
-        src.close()
+        _drop_slot(cfg, source)
     return marked
+
+
+def _drop_slot(cfg: PipelineConfig, source: Conn, timeout: float = 60.0) -> None:
+    """Drops the pipeline's (lost) slot once the stopped connector's walsender has let go of it."""
+    conn = psycopg2.connect(source.postgres_dsn())
+    conn.autocommit = True
+    try:
+        deadline = time.time() + timeout
+        with conn.cursor() as cur:
+            while True:
+                cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
+                row = cur.fetchone()
+                if row is None:
+                    return
+                if not row[0]:
+                    cur.execute("SELECT pg_drop_replication_slot(%s)", (cfg.slot_name,))
+                    return
+                if time.time() > deadline:
+                    raise TransientError(f"replication slot {cfg.slot_name} is still in use {timeout:.0f}s after its "
+                                         f"connector stopped; it cannot be recreated yet (retry the run)")
+                time.sleep(0.5)
+    finally:
+        conn.close()
 
 
 def ensure_capture(cfg: PipelineConfig, kafka: Conn, connect: Conn, source: Conn, target: Conn | None = None) \

@@ -86,18 +86,22 @@ def describe_headroom(seconds: float | None) -> str:
     return f"the oldest needed offset expires in {h}h{rem // 60:02d}m"
 
 
-def review(cfg: PipelineConfig, target_conn, bootstrap: str, tables: list[str], notify) -> list[str]:
-    """The coverage sensor's verdict: tables Kafka no longer covers are marked needs_resnapshot
-    (returned; the DAG reloads them), covered ones are logged with their lag and headroom, and
-    headroom under the pipeline's threshold raises an alert. notify(event, message) alerts."""
+def review(cfg: PipelineConfig, target_conn, bootstrap: str, tables: list[str], notify,
+           mark: bool = True) -> list[str]:
+    """The coverage verdict: tables Kafka no longer covers are returned and, with mark, marked
+    needs_resnapshot (the sync DAG reloads them); covered ones are logged with their lag and
+    headroom, and headroom under the pipeline's threshold raises an alert. notify(event, message)."""
     from tideline import alerts
     lost = []
     threshold_s = cfg.alerts.headroom_below_hours * 3600
     for r in check(cfg, target_conn, bootstrap, tables):
         if r.gaps:
             why = "Kafka no longer holds what the stream needs: " + "; ".join(g.describe() for g in r.gaps)
-            state.set_phase(target_conn, cfg.name, r.table, "needs_resnapshot", why)
-            notify(alerts.RESNAPSHOT_STARTED, f"{r.table}: {why}. Re-snapshotting it automatically.")
+            if mark:
+                state.set_phase(target_conn, cfg.name, r.table, "needs_resnapshot", why)
+                notify(alerts.RESNAPSHOT_STARTED, f"{r.table}: {why}. Re-snapshotting it automatically.")
+            else:
+                notify(alerts.PIPELINE_FAILED, f"{r.table}: {why}. The next sync run re-snapshots it.")
             lost.append(r.table)
             continue
         log.info("%s.%s: covered; %s events pending; %s", cfg.name, r.table, f"{r.pending:,}",

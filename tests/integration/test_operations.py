@@ -133,7 +133,7 @@ def test_slot_lost_while_stopped_is_recovered_and_reloaded_by_the_next_run(
 
 
 def test_headroom_alert_fires_when_retention_is_shortened_below_the_threshold(
-        spark, webhook, source_db, target_db, pipelines, unique_name):
+        spark, airflow_env, webhook, source_db, target_db, pipelines, unique_name):
     t = f"{unique_name}_head"
     make_table(source_db, t, 100)
     try:
@@ -161,6 +161,9 @@ def test_headroom_alert_fires_when_retention_is_shortened_below_the_threshold(
             assert text.startswith(f"Tideline {cfg.name}: {t}: the oldest needed offset expires in 1h5")
             assert "alert threshold 6h" in text
             assert state.get(conn, cfg.name, t).phase == "streaming"   # an alert, not a reload
+            # the watch_<pipeline> DAG says the same on its schedule, whether the stream runs or not
+            assert run_dag(f"watch_{cfg.name}")["headroom"] == "success"
+            assert len(webhook) == 2 and "the oldest needed offset expires in 1h5" in webhook[1]["text"]
         finally:
             conn.close()
     finally:

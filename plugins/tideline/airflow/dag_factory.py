@@ -163,6 +163,23 @@ def build_verify_dag(cfg: PipelineConfig) -> DAG:
     return dag
 
 
+def build_watch_dag(cfg: PipelineConfig) -> DAG:
+    """watch_<pipeline>: every alerts.check_every_minutes, retention headroom of every cdc table —
+    running or stopped — with an alert when it is below the threshold or gone."""
+    with DAG(
+        dag_id=f"watch_{cfg.name}",
+        description=f"Tideline: retention headroom of {cfg.name}'s change topics (alerts only)",
+        schedule=pendulum.duration(minutes=cfg.alerts.check_every_minutes),
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["tideline", cfg.name, "watch"],
+        default_args={**_default_args(), "retries": 1},
+    ) as dag:
+        PythonOperator(task_id="headroom", python_callable=tasks.watch, op_kwargs={"pipeline": cfg.name})
+    return dag
+
+
 def _check_params_from_context(pipeline: str, **context) -> dict:
     return tasks.check_params(pipeline, dict(context["params"]))
 

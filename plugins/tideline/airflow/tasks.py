@@ -147,6 +147,23 @@ def scheduled_verify(pipeline: str) -> list[dict]:
     return verify(pipeline, tables, repair_found=cfg.verify.repair)
 
 
+def watch(pipeline: str) -> dict:
+    """The watch_<pipeline> DAG's check, running whether the stream runs or not: alerts when
+    retention headroom is low or already lost (a stopped stream is where it matters)."""
+    import psycopg2
+
+    from tideline import coverage
+    cfg = get_pipeline(pipeline)
+    conn = psycopg2.connect(connections.get(cfg.target.conn_id).postgres_dsn())
+    try:
+        tables = [t.name for t in cfg.tables if t.mode == "cdc"]
+        lost = coverage.review(cfg, conn, connections.get(cfg.kafka.conn_id).kafka_bootstrap, tables,
+                               alert_sender(cfg), mark=False)
+    finally:
+        conn.close()
+    return {"not_covered": lost}
+
+
 def on_task_failure(context) -> None:
     """Task failure callback (after the last retry): the pipeline stopped with an error."""
     ti, dag_id = context["ti"], context["dag"].dag_id
