@@ -98,11 +98,11 @@ def test_doctor_passes_healthy_and_flags_each_misconfiguration(spark, source_db,
 
 
 def test_slot_lost_while_stopped_is_recovered_and_reloaded_by_the_next_run(
-        airflow_env, source_db, target_db, pipelines, unique_name):
+        airflow_env, webhook, source_db, target_db, pipelines, unique_name):
     t = f"{unique_name}_slot"
     make_table(source_db, t, 2000)
     try:
-        cfg, dag_id = dag_pipeline(pipelines, t)
+        cfg, dag_id = dag_pipeline(pipelines, t, alerts={"webhook_conn_id": "tideline_test_hook"})
         assert run_dag(dag_id, stream_mode="available_now")["__run__"] == "success"
         stop_connector(cfg, source_db)
         with source_db.cursor() as cur:
@@ -115,6 +115,11 @@ def test_slot_lost_while_stopped_is_recovered_and_reloaded_by_the_next_run(
         assert states["__run__"] == "success", states
         assert states["doctor"] == "success" and states["full_load"] == "success", states
         assert table_digest(source_db, "public", t, "id") == table_digest(target_db, cfg.name, t, "id")
+        texts = [m["text"] for m in webhook]
+        assert texts == [f"Tideline {cfg.name}: {t}: re-snapshot started automatically — replication slot "
+                         f"{cfg.slot_name} no longer exists at the source: changes made while it was missing were "
+                         f"never captured",
+                         f"Tideline {cfg.name}: {t}: automatic re-snapshot finished; streaming resumes"], texts
         with target_db.cursor() as cur:
             cur.execute("SELECT count(*) FROM tideline.runs WHERE pipeline = %s AND kind = 'full_load' "
                         "AND outcome = 'succeeded'", (cfg.name,))
