@@ -30,6 +30,7 @@ class TableStatus:
     headroom: str
     error: str | None
     last_batch_age_s: float | None = None
+    last_verify: str | None = None   # "3h ago: equal" / "12m ago: <what differed>"
 
     @property
     def lag_total(self) -> int:
@@ -49,7 +50,21 @@ def _count(conn, schema: str, table: str) -> int | None:
 def _ago(secs: float | None) -> str:
     if secs is None:
         return "-"
-    return f"{secs:.0f}s ago" if secs < 120 else f"{secs / 60:.0f}m ago"
+    if secs < 120:
+        return f"{secs:.0f}s ago"
+    return f"{secs / 60:.0f}m ago" if secs < 7200 else f"{secs / 3600:.0f}h ago"
+
+
+def _last_verify(conn, pipeline: str, table: str) -> str | None:
+    with conn.cursor() as cur:
+        cur.execute("SELECT now() - ended_at, detail FROM tideline.runs WHERE pipeline = %s AND table_name = %s "
+                    "AND kind = 'verify' AND outcome <> 'running' ORDER BY run_id DESC LIMIT 1", (pipeline, table))
+        row = cur.fetchone()
+    conn.rollback()
+    if row is None:
+        return None
+    detail = row[1].split("; ", 1)[1] if "; " in (row[1] or "") else row[1]
+    return f"{_ago(row[0].total_seconds())}: {detail}"
 
 
 def pipeline_status(cfg: PipelineConfig, environ=None) -> list[TableStatus]:
@@ -72,7 +87,8 @@ def pipeline_status(cfg: PipelineConfig, environ=None) -> list[TableStatus]:
             last = f"#{st.last_batch_id} {_ago(age)}" if st and st.last_batch_id else "-"
             out.append(TableStatus(t.name, st.phase if st else "new", st.epoch if st else None,
                                    _count(target, cfg.target.schema_, t.name), _count(source, cfg.source.schema_, t.name),
-                                   last, lag, headroom, st.last_error if st else None, age))
+                                   last, lag, headroom, st.last_error if st else None, age,
+                                   _last_verify(target, cfg.name, t.name)))
     finally:
         target.close()
         source.close()
@@ -92,6 +108,8 @@ def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
             lines.append(f"  {'':22s} lag per partition: {dict(sorted(r.lag.items()))}")
         if r.error:
             lines.append(f"  {'':22s} last error: {r.error[:300]}")
+        if r.last_verify:
+            lines.append(f"  {'':22s} last verify {r.last_verify[:300]}")
     return "\n".join(lines)
 
 

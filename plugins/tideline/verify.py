@@ -277,6 +277,52 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], b
     return reports
 
 
+def verify_and_repair(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], bootstrap: str | None,
+                      notify, repair_found: bool = False) -> list[VerifyReport]:
+    """Verify; alert on each differing table (notify(event, message)); with repair_found, repair
+    exactly what differed and verify those tables again. Returns the final reports."""
+    from tideline import alerts
+    from tideline.repair import repair_verified
+    settings = VerifySettings(sample_rows=cfg.verify.sample_rows)
+    reports = verify(cfg, source, target, tables, bootstrap, settings)
+    different = [r for r in reports if not r.equal]
+    for r in different:
+        notify(alerts.VERIFY_DIFFERENCES, r.summary() + "".join(f"\n{line}" for line in r.sample_lines()[:10]))
+    if not (different and repair_found):
+        return reports
+    for r in different:
+        repair_verified(cfg, source, target, r.table)
+    again = {r.table: r for r in verify(cfg, source, target, [r.table for r in different], bootstrap, settings)}
+    for r in again.values():
+        (log.info if r.equal else log.error)("after the repair: %s", r.summary())
+    return [again.get(r.table, r) for r in reports]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tideline.verify --pipeline NAME [--tables a,b] [--repair]`"""
+    import argparse
+
+    from tideline import alerts
+    from tideline.core.config import load_pipeline
+    from tideline.core.connections import get_connection
+    from tideline.entrypoints import pipelines_dir, setup_logging
+    ap = argparse.ArgumentParser(description="Verify a pipeline's tables against the source (and repair)")
+    ap.add_argument("--pipeline", required=True)
+    ap.add_argument("--tables", default="", help="comma-separated (default: every cdc table)")
+    ap.add_argument("--repair", action="store_true", help="repair what differs, then verify again")
+    ap.add_argument("--pipelines-dir", default=None)
+    args = ap.parse_args(argv)
+    setup_logging()
+    cfg = load_pipeline(pipelines_dir(args.pipelines_dir) / f"{args.pipeline}.yaml")
+    tables = [t for t in args.tables.split(",") if t] or [t.name for t in cfg.tables if t.mode == "cdc"]
+    for t in tables:
+        cfg.table(t)   # names the pipeline's tables when one is unknown
+    reports = verify_and_repair(cfg, get_connection(cfg.source.conn_id), get_connection(cfg.target.conn_id), tables,
+                                get_connection(cfg.kafka.conn_id).kafka_bootstrap,
+                                lambda event, message: alerts.notify(cfg, event, message), args.repair)
+    return 0 if all(r.equal for r in reports) else 1
+
+
 def record(conn, pipeline: str, report: VerifyReport) -> int:
     """The verify's run row, its sample of differing keys and every differing range."""
     conn.autocommit = False
@@ -308,3 +354,8 @@ def last_differences(conn, pipeline: str, table: str) -> tuple[int | None, list[
         ranges = [KeyRange(tuple(lo) if lo is not None else None, tuple(hi) if hi is not None else None)
                   for lo, hi in cur.fetchall()]
     return row[0], ranges
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main())

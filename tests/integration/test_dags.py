@@ -300,3 +300,32 @@ def test_validate_finds_differences_alerts_and_repair_fixes_them(
                                       ("verify", "failed", 1), ("verify", "succeeded", 2)]
     finally:
         drop_source(source_db, t)
+
+
+def test_scheduled_verify_dag_repairs_what_it_finds_and_the_command_reports_it(
+        airflow_env, source_db, target_db, pipelines, unique_name):
+    import subprocess
+    import sys
+    t = f"{unique_name}_nightly"
+    make_table(source_db, t, 4000)
+    try:
+        cfg, dag_id = dag_pipeline(pipelines, t, verify={"schedule": "30 2 * * *", "repair": True})
+        assert run_dag(dag_id, stream_mode="available_now")["__run__"] == "success"
+        verify_dag = load_dag(f"verify_{cfg.name}")
+        assert verify_dag.timetable.expression == "30 2 * * *"
+        with target_db.cursor() as cur:   # behind the pipeline's back
+            cur.execute(f'DELETE FROM "{cfg.name}".{t} WHERE id IN (7, 3999)')
+            cur.execute(f'UPDATE "{cfg.name}".{t} SET note = NULL WHERE id = 2000')
+        cmd = subprocess.run([sys.executable, "-m", "tideline.verify", "--pipeline", cfg.name,
+                              "--pipelines-dir", str(pipelines.dir)], capture_output=True, text=True, timeout=300)
+        assert cmd.returncode == 1, cmd.stderr[-2000:]
+        assert "DIFFERENT: 2 missing, 1 different" in cmd.stderr and "different key (2000)" in cmd.stderr
+        assert run_dag(f"verify_{cfg.name}")["verify"] == "success"   # found, repaired, verified again
+        assert table_digest(source_db, "public", t, "id") == table_digest(target_db, cfg.name, t, "id")
+        with target_db.cursor() as cur:
+            cur.execute("SELECT kind, outcome FROM tideline.runs WHERE pipeline = %s AND kind IN ('verify', 'repair') "
+                        "ORDER BY run_id", (cfg.name,))
+            assert cur.fetchall() == [("verify", "failed"), ("verify", "failed"), ("repair", "succeeded"),
+                                      ("verify", "succeeded")]
+    finally:
+        drop_source(source_db, t)

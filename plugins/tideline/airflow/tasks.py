@@ -109,25 +109,12 @@ def repair(pipeline: str, checked: dict) -> list[dict]:
 def verify(pipeline: str, tables: list[str], repair_found: bool = False) -> list[dict]:
     """Source↔target verify of the tables (the validate action; the verify_<pipeline> DAG with
     repair_found from the config). Differences alert and fail the task, unless repaired away."""
-    from tideline import repair as repair_mod
     from tideline import verify as verify_mod
     cfg = get_pipeline(pipeline)
-    source, target = connections.get(cfg.source.conn_id), connections.get(cfg.target.conn_id)
-    bootstrap = connections.get(cfg.kafka.conn_id).kafka_bootstrap
-    settings = verify_mod.VerifySettings(sample_rows=cfg.verify.sample_rows)
-    reports = verify_mod.verify(cfg, source, target, tables, bootstrap, settings)
+    reports = verify_mod.verify_and_repair(
+        cfg, connections.get(cfg.source.conn_id), connections.get(cfg.target.conn_id), tables,
+        connections.get(cfg.kafka.conn_id).kafka_bootstrap, alert_sender(cfg), repair_found)
     different = [r for r in reports if not r.equal]
-    notify = alert_sender(cfg)
-    for r in different:
-        notify(alerts.VERIFY_DIFFERENCES, r.summary() + "".join(f"\n{line}" for line in r.sample_lines()[:10]))
-    if different and repair_found:
-        for r in different:
-            repair_mod.repair_verified(cfg, source, target, r.table)
-        again = verify_mod.verify(cfg, source, target, [r.table for r in different], bootstrap, settings)
-        reports = [r for r in reports if r.equal] + again
-        different = [r for r in again if not r.equal]
-        for r in again:
-            (log.info if r.equal else log.error)("after the repair: %s", r.summary())
     if different:
         raise AirflowFailException(f"pipeline {cfg.name}: source and target differ: "
                                    + "; ".join(r.summary() for r in different)
