@@ -45,6 +45,7 @@ class VerifySettings:
     max_candidates: int = 100_000  # stop narrowing beyond this many differing rows (reload instead)
     settle_s: float = 3.0         # let the source's last changes reach Kafka before re-checking
     catch_up_timeout_s: float = 120.0
+    stall_s: float = 15.0         # a stream that applies nothing this long is taken as not running
     rechecks: int = 3
 
 
@@ -187,23 +188,30 @@ class TableVerifier:
 
     # ---------------------------------------------------------------- re-check
 
-    def _wait_for_stream(self, table: str) -> str:
+    def _wait_for_stream(self, table: str) -> tuple[str, bool]:
         """Lets the source's latest changes reach Kafka, then waits until the stream has applied
-        everything Kafka holds for the table. Returns a note when it could not wait it out."""
+        everything Kafka holds for the table. Returns a note when it could not wait it out: the
+        stream made no progress for stall_s (not running: stalled=True), or was still behind at the
+        timeout."""
         st = state.get(self.tgt.conn, self.cfg.name, table)
         if st is None or st.phase != "streaming" or st.resume_offsets is None or not self.bootstrap:
-            return ""
+            return "", False
         time.sleep(self.s.settle_s)
         _earliest, latest = kafka_offsets.watermarks(self.bootstrap, self.cfg.topic(table))
         deadline = time.time() + self.s.catch_up_timeout_s
+        seen, moved_at = st.resume_offsets, time.time()
         while True:
             st = state.get(self.tgt.conn, self.cfg.name, table)
             behind = sum(max(0, end - (st.resume_offsets or {}).get(p, 0)) for p, end in latest.items())
             if behind == 0 or st.phase != "streaming":
-                return ""
+                return "", False
+            if st.resume_offsets != seen:
+                seen, moved_at = st.resume_offsets, time.time()
+            elif time.time() - moved_at > self.s.stall_s:
+                return (f"the stream is {behind:,} event(s) behind and applied nothing for {self.s.stall_s:.0f}s "
+                        f"(is the sync DAG running?)"), True
             if time.time() > deadline:
-                return (f"the stream was still {behind:,} event(s) behind after "
-                        f"{self.s.catch_up_timeout_s:.0f}s (is the sync DAG running?)")
+                return f"the stream was still {behind:,} event(s) behind after {self.s.catch_up_timeout_s:.0f}s", False
             time.sleep(0.5)
 
     def _current(self, keys: list[tuple]) -> tuple[dict, dict]:
@@ -220,7 +228,7 @@ class TableVerifier:
         for round_ in range(1, self.s.rechecks + 1):
             if not pending:
                 break
-            note = self._wait_for_stream(report.table)
+            note, stalled = self._wait_for_stream(report.table)
             src, tgt = self._current(list(pending))
             still = {}
             for key, c in pending.items():
@@ -228,9 +236,9 @@ class TableVerifier:
                 kind = classify(s, t)
                 if kind is None:
                     report.settled += 1
-                elif s == c.source_hash and (not note or round_ == self.s.rechecks):
+                elif s == c.source_hash and (not note or stalled or round_ == self.s.rechecks):
                     # the source row did not change since the last look and the stream caught up
-                    # (or never will: then say so in the report)
+                    # (or will not: then the report says so)
                     confirmed.append(Candidate(kind, key, s, t, c.range))
                 else:
                     still[key] = Candidate(kind, key, s, t, c.range)

@@ -153,3 +153,25 @@ def test_live_changes_during_verify_are_not_reported(spark, source_db, target_db
             os.killpg(stream.pid, signal.SIGTERM)
             stream.wait(60)
         drop_source(source_db, t)
+
+
+def test_a_stopped_stream_is_named_in_the_report_instead_of_waited_for(spark, source_db, target_db, pipelines,
+                                                                      unique_name):
+    t = f"{unique_name}_stop"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id bigint PRIMARY KEY, qty int NOT NULL, note text)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, g % 10, 'n' || g FROM generate_series(1, 5000) g")
+    try:
+        cfg = pipelines.make([{"name": t}], capture=True)
+        FullLoad(cfg, spark).run([t])
+        with source_db.cursor() as cur:   # captured, but no stream runs to apply it
+            cur.execute(f"UPDATE public.{t} SET qty = -1 WHERE id = 42")
+        source, target, bootstrap = conns()
+        started = time.time()
+        [report] = verify(cfg, source, target, [t], bootstrap, VerifySettings(settle_s=2, stall_s=4))
+        assert time.time() - started < 60   # not 3 rounds of the 120 s catch-up timeout
+        assert found(report) == [("different", ("42",))]
+        assert "applied nothing for 4s (is the sync DAG running?)" in report.note, report.summary()
+        assert "may be changes it has not applied yet" in report.summary()
+    finally:
+        drop_source(source_db, t)
