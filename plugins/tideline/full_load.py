@@ -18,7 +18,7 @@ from datetime import datetime
 import psycopg2
 from psycopg2 import sql
 
-from tideline import kafka_offsets, source_catalog, state
+from tideline import dependents, kafka_offsets, source_catalog, state
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
 from tideline.core.copy_text import CopyStream
@@ -296,11 +296,18 @@ class FullLoad:
         schema, live = self.cfg.target.schema_, shape.name
         ident = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(live))
         cur.execute("SELECT to_regclass(%s)", (f'"{schema}"."{live}"',))
+        kept = None
         if cur.fetchone()[0] is not None:
             cur.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(ident))
+            kept = dependents.capture(cur, schema, live)   # grants, comment, views built on it
+            dependents.drop_views(cur, kept, schema, live)
             cur.execute(sql.SQL("DROP TABLE {}").format(ident))
         cur.execute(sql.SQL("ALTER TABLE {}.{} RENAME TO {}").format(
             sql.Identifier(schema), sql.Identifier(shadow), sql.Identifier(live)))
+        if kept is not None:
+            dependents.restore(cur, kept, schema, live)
+            if kept.grants or kept.views:
+                log.info("%s.%s: kept across the swap: %s", self.cfg.name, live, kept.describe())
         if shape.primary_key:
             cur.execute("SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
                         (f'"{schema}"."{live}"',))

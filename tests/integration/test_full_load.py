@@ -302,3 +302,40 @@ def test_bad_input_gets_errors_that_name_it(spark, source_db, target_db, pipelin
         with admin.cursor() as cur:
             cur.execute(f"DROP TABLE public.{hidden}")
         admin.close()
+
+
+def test_reload_keeps_grants_comments_and_the_views_built_on_the_table(
+        spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_views"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id bigint PRIMARY KEY, qty int NOT NULL, note text)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, g % 10, 'n' || g FROM generate_series(1, 1000) g")
+    try:
+        cfg = pipelines.make([{"name": t}])
+        FullLoad(cfg, spark).run([t])
+        s = f'"{cfg.name}"'
+        with target_db.cursor() as cur:   # what analysts build on a synced table
+            cur.execute(f"CREATE VIEW {s}.big AS SELECT id, qty FROM {s}.{t} WHERE qty >= 5")
+            cur.execute(f"CREATE VIEW {s}.big_count WITH (security_barrier) AS SELECT count(*) AS n FROM {s}.big")
+            cur.execute(f"CREATE MATERIALIZED VIEW {s}.per_qty AS SELECT qty, count(*) AS n FROM {s}.{t} GROUP BY qty")
+            cur.execute(f"CREATE UNIQUE INDEX per_qty_qty ON {s}.per_qty (qty)")
+            cur.execute(f"GRANT SELECT ON {s}.{t}, {s}.big, {s}.per_qty TO PUBLIC")
+            cur.execute(f"COMMENT ON TABLE {s}.{t} IS 'synced by tideline'")
+            cur.execute(f"COMMENT ON VIEW {s}.big IS 'rows with qty >= 5'")
+        with source_db.cursor() as cur:
+            cur.execute(f"INSERT INTO public.{t} SELECT g, 9, 'late' FROM generate_series(1001, 1100) g")
+        FullLoad(cfg, spark).run([t])   # full reload: a new table is swapped in
+        with target_db.cursor() as cur:
+            cur.execute(f"SELECT n FROM {s}.big_count")
+            assert cur.fetchone()[0] == 600   # 500 of the first 1000 + the 100 new rows
+            cur.execute(f"SELECT n FROM {s}.per_qty WHERE qty = 9")
+            assert cur.fetchone()[0] == 200   # recreated from the new rows
+            cur.execute("SELECT c.relname, c.relacl::text, obj_description(c.oid, 'pg_class'), c.reloptions "
+                        "FROM pg_class c WHERE c.relnamespace = %s::regnamespace ORDER BY 1", (cfg.name,))
+            rels = {r[0]: r[1:] for r in cur.fetchall()}
+        assert "=r/" in rels[t][0] and "=r/" in rels["big"][0] and "=r/" in rels["per_qty"][0]   # PUBLIC SELECT
+        assert rels[t][1] == "synced by tideline" and rels["big"][1] == "rows with qty >= 5"
+        assert rels["big_count"][2] == ["security_barrier=true"]
+        assert "per_qty_qty" in rels
+    finally:
+        drop_source(source_db, t)
