@@ -15,7 +15,7 @@ from confluent_kafka.admin import NewTopic
 
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
-from tideline.core.debezium import connector_config, connector_name
+from tideline.core.debezium import connector_config, connector_name, heartbeat_table_ddl
 from tideline.core.errors import SourceError, TerminalError, TransientError
 from tideline.kafka_offsets import admin_client
 
@@ -122,8 +122,33 @@ def _failure_trace(status: dict) -> str | None:
     return None
 
 
+def ensure_heartbeat_table(cfg: PipelineConfig, source: Conn) -> None:
+    """The source table the connector's heartbeats write to (see source.heartbeat_table)."""
+    if not cfg.source.heartbeat_table:
+        return
+    conn = psycopg2.connect(source.postgres_dsn())
+    try:
+        for attempt in (1, 2):   # two pipelines creating it at once: the loser sees it exist
+            try:
+                with conn, conn.cursor() as cur:
+                    cur.execute(heartbeat_table_ddl(cfg))
+                return
+            except psycopg2.errors.UniqueViolation:
+                if attempt == 2:
+                    raise
+            except psycopg2.Error as exc:
+                raise SourceError(
+                    f"cannot create the heartbeat table {cfg.source.schema_}.{cfg.source.heartbeat_table} on the "
+                    f"source ({str(exc).strip()}). Create it as a privileged user: {heartbeat_table_ddl(cfg)}; and "
+                    f"GRANT INSERT, UPDATE on it to the source role — or set source.heartbeat_table: null (then "
+                    f"idle synced tables let the slot pin WAL)") from None
+    finally:
+        conn.close()
+
+
 def ensure_connector(cfg: PipelineConfig, connect: Conn, source: Conn, timeout: float = 120.0) -> dict:
     """Creates or updates the connector and waits until it and its task run and the slot exists."""
+    ensure_heartbeat_table(cfg, source)
     client = ConnectClient(connect.http_base_url())
     name = connector_name(cfg)
     client.put_config(name, connector_config(cfg, source))
@@ -238,6 +263,20 @@ def _drop_slot(cfg: PipelineConfig, source: Conn, timeout: float = 60.0) -> None
                     raise TransientError(f"replication slot {cfg.slot_name} is still in use {timeout:.0f}s after its "
                                          f"connector stopped; it cannot be recreated yet (retry the run)")
                 time.sleep(0.5)
+    finally:
+        conn.close()
+
+
+def drop_capture(cfg: PipelineConfig, connect: Conn, source: Conn) -> None:
+    """Takes a pipeline's capture down for good: connector (with its stored position), replication
+    slot and publication — so nothing keeps pinning WAL on the source."""
+    remove_connector(cfg, connect)
+    _drop_slot(cfg, source)
+    conn = psycopg2.connect(source.postgres_dsn())
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f'DROP PUBLICATION IF EXISTS "{cfg.publication_name}"')
     finally:
         conn.close()
 

@@ -37,7 +37,7 @@ from benchlib import ROOT, PeakRss, pg, stackctl
 
 os.environ.update(stackctl.environment())
 
-from tideline.connector import ensure_capture  # noqa: E402
+from tideline.connector import drop_capture, ensure_capture  # noqa: E402
 from tideline.core.config import load_pipeline  # noqa: E402
 from tideline.core.connections import get_connection  # noqa: E402
 from tideline.kafka_offsets import end_offsets  # noqa: E402
@@ -63,16 +63,10 @@ def spark_submit(pipelines: Path, *args: str) -> subprocess.Popen:
 
 
 def reset(cfgs) -> None:
-    from tideline.connector import remove_connector
     requests.delete(f"{stackctl.connect_url()}/connectors/{PEER}", timeout=30)
     for cfg in cfgs:
-        remove_connector(cfg, get_connection("tideline_connect"))
-    time.sleep(3)
+        drop_capture(cfg, get_connection("tideline_connect"), get_connection("tideline_source"))
     with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
-        for cfg in cfgs:
-            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                        "WHERE slot_name = %s AND NOT active", (cfg.slot_name,))
-            cur.execute(f"DROP PUBLICATION IF EXISTS {cfg.publication_name}")
         cur.execute(f"DROP TABLE IF EXISTS {TABLE}")
         cur.execute(f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, qty int NOT NULL, note text, "
                     f"amount numeric(12,2), updated_at timestamptz NOT NULL DEFAULT now())")
@@ -299,7 +293,12 @@ def main() -> int:
         log(f"JDBC sink: {total:,} events in {sink_secs:.1f}s (target equal to source: {sink_equal})")
 
         log(f"latency: continuous mode, ~1,000 changes/s for {args.latency_seconds:.0f}s ...")
-        lat, stream_peak = measure_latency(pipelines, args.keys, args.latency_seconds)
+        try:
+            lat, stream_peak = measure_latency(pipelines, args.keys, args.latency_seconds)
+        finally:   # idle slots of a finished benchmark would pin the source's WAL for good
+            requests.delete(f"{stackctl.connect_url()}/connectors/{PEER}", timeout=30)
+            for c in (cfg, peer_cfg):
+                drop_capture(c, get_connection("tideline_connect"), get_connection("tideline_source"))
     lat.sort()
     p50 = statistics.median(lat) if lat else float("nan")
     p95 = lat[int(0.95 * (len(lat) - 1))] if lat else float("nan")

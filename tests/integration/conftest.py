@@ -105,6 +105,9 @@ class Pipelines:
 
     captured = None
 
+    def _heartbeat_topic(self, cfg) -> list[str]:
+        return [cfg.topic(cfg.source.heartbeat_table)] if cfg.source.heartbeat_table else []
+
     def adopt(self, cfg):
         """The DAG's ensure_connector creates topics and connector: clean them up after the test."""
         self.captured = cfg
@@ -114,6 +117,7 @@ class Pipelines:
     def cleanup(self):
         if self.captured is not None:
             self._drop_capture(self.captured)
+            self.topics += self._heartbeat_topic(self.captured)
         if self.topics:
             from confluent_kafka.admin import AdminClient
             admin = AdminClient({"bootstrap.servers": self.stack.kafka_bootstrap()})
@@ -125,25 +129,9 @@ class Pipelines:
 
 
     def _drop_capture(self, cfg):
-        import time
-
-        from tideline.connector import remove_connector
+        from tideline.connector import drop_capture
         from tideline.core.connections import get_connection
-        remove_connector(cfg, get_connection("tideline_connect"))
-        conn = _autocommit("source")
-        deadline = time.time() + 60
-        with conn.cursor() as cur:
-            while time.time() < deadline:
-                cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
-                row = cur.fetchone()
-                if row is None:
-                    break
-                if not row[0]:
-                    cur.execute("SELECT pg_drop_replication_slot(%s)", (cfg.slot_name,))
-                    break
-                time.sleep(0.5)
-            cur.execute(f'DROP PUBLICATION IF EXISTS "{cfg.publication_name}"')
-        conn.close()
+        drop_capture(cfg, get_connection("tideline_connect"), get_connection("tideline_source"))
 
 
 @pytest.fixture

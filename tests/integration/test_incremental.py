@@ -6,7 +6,6 @@ import os
 import random
 import signal
 import subprocess
-import threading
 import time
 
 import psycopg2

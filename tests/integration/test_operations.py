@@ -173,3 +173,37 @@ def test_headroom_alert_fires_when_retention_is_shortened_below_the_threshold(
             conn.close()
     finally:
         drop_source(source_db, t)
+
+
+def test_an_idle_pipeline_does_not_pin_the_sources_wal(spark, source_db, pipelines, unique_name):
+    """Writes elsewhere in the source database must not pile up WAL behind an idle pipeline's slot:
+    the connector's heartbeat row keeps a captured change flowing, so the slot confirms its position."""
+    t, busy = f"{unique_name}_idle", f"{unique_name}_busy"
+    make_table(source_db, t, 10)
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{busy} (id bigint, pad text)")   # not synced
+    try:
+        cfg = pipelines.make([{"name": t}], capture=True)
+        with source_db.cursor() as cur:
+            cur.execute(f"INSERT INTO public.{busy} SELECT g, repeat('x', 200) FROM generate_series(1, 100000) g")
+            cur.execute("SELECT pg_current_wal_lsn()")
+            after_writes = cur.fetchone()[0]
+            deadline = time.time() + 90
+            while True:
+                cur.execute("SELECT confirmed_flush_lsn >= %s::pg_lsn, pg_size_pretty(pg_wal_lsn_diff("
+                            "pg_current_wal_lsn(), restart_lsn)) FROM pg_replication_slots WHERE slot_name = %s",
+                            (after_writes, cfg.slot_name))
+                advanced, retained = cur.fetchone()
+                if advanced:
+                    break
+                assert time.time() < deadline, f"the idle pipeline's slot still retains {retained} of WAL"
+                time.sleep(1)
+            while True:   # (another pipeline's heartbeat on the shared table may have come first)
+                cur.execute(f"SELECT count(*) FROM public.{cfg.source.heartbeat_table} WHERE pipeline = %s",
+                            (cfg.name,))
+                if cur.fetchone()[0] == 1:
+                    break
+                assert time.time() < deadline, "the connector never wrote its heartbeat row"
+                time.sleep(1)
+    finally:
+        drop_source(source_db, t, busy)

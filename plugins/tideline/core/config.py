@@ -40,6 +40,18 @@ class Endpoint(_Model):
         return _identifier(v, "schema")
 
 
+class SourceEndpoint(Endpoint):
+    heartbeat_table: str | None = Field(
+        default="tideline_heartbeat",
+        description="table in the source schema the connector writes a heartbeat row to, so its slot advances "
+                    "while the synced tables are idle (else the slot pins WAL until the disk fills); null = off")
+
+    @field_validator("heartbeat_table")
+    @classmethod
+    def _heartbeat(cls, v: str | None) -> str | None:
+        return v if v is None else _identifier(v, "heartbeat_table")
+
+
 class KafkaSettings(_Model):
     conn_id: str = "tideline_kafka"
     topic_prefix: str
@@ -149,7 +161,7 @@ class TableConfig(_Model):
 
 class PipelineConfig(_Model):
     name: str
-    source: Endpoint
+    source: SourceEndpoint
     target: Endpoint
     kafka: KafkaSettings
     connect: ConnectSettings = Field(default_factory=ConnectSettings)
@@ -176,6 +188,9 @@ class PipelineConfig(_Model):
                 raise ValueError(f"table {t.name!r} is listed twice")
             seen.add(t.name)
         cdc = [t.name for t in self.tables if t.mode == "cdc"]
+        if self.source.heartbeat_table in [t.name for t in self.tables]:
+            raise ValueError(f"source.heartbeat_table {self.source.heartbeat_table!r} is also a synced table; "
+                             f"name another table for the heartbeat")
         for name in self.verify.tables or []:
             if name not in cdc:
                 raise ValueError(f"verify.tables names {name!r}, which is not a cdc table of this pipeline "

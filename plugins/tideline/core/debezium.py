@@ -35,6 +35,7 @@ def connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]:
     """The connector's config, generated from the pipeline (never written by hand)."""
     schema = cfg.source.schema_
     cdc_tables = [t.name for t in cfg.tables if t.mode == "cdc"]
+    captured = cdc_tables + ([cfg.source.heartbeat_table] if cfg.source.heartbeat_table else [])
     return {
         "connector.class": CONNECTOR_CLASS,
         "tasks.max": "1",
@@ -48,7 +49,7 @@ def connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]:
         "slot.name": cfg.slot_name,
         "publication.name": cfg.publication_name,
         "publication.autocreate.mode": "filtered",
-        "table.include.list": ",".join(f"{_regex_literal(schema)}\\.{_regex_literal(t)}" for t in cdc_tables),
+        "table.include.list": ",".join(f"{_regex_literal(schema)}\\.{_regex_literal(t)}" for t in captured),
         # Spark does the snapshot; the connector only streams from its slot's position.
         "snapshot.mode": "no_data",
         # Truncates are captured so the apply can stop loudly instead of silently diverging.
@@ -63,8 +64,10 @@ def connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]:
         "include.unknown.datatypes": "false",
         # Low capture latency: hand changes to Kafka every 100 ms.
         "poll.interval.ms": "100",
-        # Idle tables must not pin WAL on the source: heartbeats confirm the slot's position.
+        # Idle tables must not pin WAL on the source: each heartbeat writes a row to the (captured)
+        # heartbeat table, so there is always a recent change whose position the slot can confirm.
         "heartbeat.interval.ms": "10000",
+        **({"heartbeat.action.query": heartbeat_query(cfg)} if cfg.source.heartbeat_table else {}),
         "key.converter": "org.apache.kafka.connect.json.JsonConverter",
         "key.converter.schemas.enable": str(cfg.kafka.json_schemas).lower(),
         "value.converter": "org.apache.kafka.connect.json.JsonConverter",
@@ -80,6 +83,17 @@ def connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]:
         "topic.creation.default.cleanup.policy": "delete",
         "topic.creation.default.retention.ms": str(cfg.kafka.retention_ms),
     }
+
+
+def heartbeat_query(cfg: PipelineConfig) -> str:
+    """The statement the connector runs at each heartbeat (identifiers validated by the config)."""
+    return (f'INSERT INTO "{cfg.source.schema_}"."{cfg.source.heartbeat_table}" (pipeline, beat_at) '
+            f"VALUES ('{cfg.name}', now()) ON CONFLICT (pipeline) DO UPDATE SET beat_at = now()")
+
+
+def heartbeat_table_ddl(cfg: PipelineConfig) -> str:
+    return (f'CREATE TABLE IF NOT EXISTS "{cfg.source.schema_}"."{cfg.source.heartbeat_table}" '
+            f"(pipeline text PRIMARY KEY, beat_at timestamptz NOT NULL)")
 
 
 # ----------------------------------------------------------------------------- values
