@@ -76,8 +76,21 @@ def source_checks(cfg: PipelineConfig, source: Conn, streaming: int) -> list[dc.
         out.append(dc.slot(cfg.slot_name, slot, streaming))
         cur.execute("SELECT setting::int FROM pg_settings WHERE name = 'max_slot_wal_keep_size'")
         out.append(dc.max_slot_wal_keep_size(cur.fetchone()[0], slot["retained_bytes"] if slot else None))
+        out.append(dc.heartbeat(cfg.source.heartbeat_table, _heartbeat_age(cur, cfg)))
     conn.close()
     return out
+
+
+def _heartbeat_age(cur, cfg: PipelineConfig) -> float | None:
+    if not cfg.source.heartbeat_table:
+        return None
+    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (f'"{cfg.source.schema_}"."{cfg.source.heartbeat_table}"',))
+    if not cur.fetchone()[0]:
+        return None
+    cur.execute(f'SELECT extract(epoch FROM now() - beat_at)::float FROM "{cfg.source.schema_}".'
+                f'"{cfg.source.heartbeat_table}" WHERE pipeline = %s', (cfg.name,))
+    row = cur.fetchone()
+    return row[0] if row else None
 
 
 def kafka_checks(cfg: PipelineConfig, bootstrap: str) -> list[dc.Check]:

@@ -33,6 +33,8 @@ def test_source_checks():
     assert dc.max_slot_wal_keep_size(-1, 0).status == "warn"
     assert dc.max_slot_wal_keep_size(1024, 900 * 1024 * 1024).status == "warn"
     assert dc.max_slot_wal_keep_size(1024, 10).status == "pass"
+    assert [dc.heartbeat(None, None).status, dc.heartbeat("hb", None).status, dc.heartbeat("hb", 300).status,
+            dc.heartbeat("hb", 5).status] == ["warn", "warn", "warn", "pass"]
 
 
 def test_topic_against_durability_profiles_and_downtime():

@@ -85,6 +85,22 @@ def max_slot_wal_keep_size(setting_mb: int, retained_bytes: int | None) -> Check
                                                           if retained_bytes is not None else ""))
 
 
+def heartbeat(table: str | None, age_s: float | None) -> Check:
+    """table: the configured heartbeat table (None = off); age_s: since the pipeline's last beat."""
+    if table is None:
+        return Check("source", "heartbeat", WARN, "off (source.heartbeat_table: null): while the synced tables are "
+                                                  "idle the slot cannot advance and pins the source's WAL",
+                     "set source.heartbeat_table (the default tideline_heartbeat)")
+    if age_s is None:
+        return Check("source", "heartbeat", WARN, f"no heartbeat in {table} yet",
+                     "run the sync DAG (the connector writes one every 10 s once it runs)")
+    if age_s > 60:
+        return Check("source", "heartbeat", WARN, f"last heartbeat {age_s:.0f}s ago in {table}: the connector is "
+                                                  f"not running or cannot write there",
+                     "check the connector (below) and that the source role may INSERT/UPDATE the table")
+    return Check("source", "heartbeat", PASS, f"last beat {age_s:.0f}s ago in {table}")
+
+
 def topic(cfg: PipelineConfig, name: str, facts: dict | None) -> list[Check]:
     """facts: partitions, replication_factor, min_insync_replicas, unclean_leader_election, retention_ms
     (None = the topic does not exist)."""
