@@ -6,8 +6,9 @@ tideline.verify.
 Fingerprint of a row: hash_record_extended over its synced columns (each value hashed by its
 type's own hash function, no text rendering — 3× faster than md5 of the row text); columns of a
 type without a hash function (json, point, xml, money, unconstrained numeric whose scale hashing
-would ignore) enter as their text. A range's fingerprint is (count, sum of row hashes), which is
-order-independent, so both databases compute it with a plain aggregate.
+would ignore) enter as their text. A range's fingerprint is (count, XOR of the row hashes): order-
+independent, so both databases compute it with a plain aggregate, and unlike a sum it needs no
+numeric accumulator (3× faster grouped). The primary key rules out a row cancelling itself.
 
 Key order: every comparison and sort uses the key columns' values, with collatable columns in
 the "C" collation — so a source and a target with different default collations still cut the
@@ -182,12 +183,12 @@ def row_hash(shape: TableShape, text_columns: frozenset[str], binary: bool = Tru
 
 def fingerprint_query(shape: TableShape, schema: str, pred: sql.Composable, hash_expr: sql.Composable,
                       bucket: sql.Composable | None = None) -> sql.Composed:
-    """(bucket, count, sum of row hashes) of the rows in `pred`, grouped by `bucket` (or one row)."""
+    """(bucket, count, XOR of row hashes) of the rows in `pred`, grouped by `bucket` (or one row)."""
     table = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(shape.name))
     if bucket is None:
-        return sql.SQL("SELECT 0, count(*), coalesce(sum({h}), 0)::text FROM {t} WHERE {p}").format(
+        return sql.SQL("SELECT 0, count(*), coalesce(bit_xor({h}), 0) FROM {t} WHERE {p}").format(
             h=hash_expr, t=table, p=pred)
-    return sql.SQL("SELECT {b} AS bucket, count(*), sum({h})::text FROM {t} WHERE {p} GROUP BY 1").format(
+    return sql.SQL("SELECT {b} AS bucket, count(*), bit_xor({h}) FROM {t} WHERE {p} GROUP BY 1").format(
         b=bucket, h=hash_expr, t=table, p=pred)
 
 
@@ -216,9 +217,12 @@ def rows_query(shape: TableShape, schema: str, pred: sql.Composable, hash_expr: 
 
 
 def boundaries_in_range(shape: TableShape, schema: str, pred: sql.Composable, parts: int,
-                        collatable: frozenset[str] = frozenset()) -> sql.Composed:
+                        collatable: frozenset[str] = frozenset(), sample_percent: float | None = None) -> sql.Composed:
     """First key (as text) of each of `parts` equal buckets of the keys inside a range, in the
-    key order the verify uses everywhere (collatable key columns in "C")."""
+    key order the verify uses everywhere (collatable key columns in "C"); from a block sample
+    for big ranges (cuts need not be even, only inside the range)."""
+    sample = (sql.SQL(" TABLESAMPLE SYSTEM ({})").format(sql.Literal(sample_percent))
+              if sample_percent is not None else sql.SQL(""))
     key_ids = [sql.Identifier(k) for k in shape.primary_key]
     order = sql.SQL(", ").join(_key_ident(shape, k, collatable) for k in shape.primary_key)
     border = sql.SQL(", ").join(
@@ -226,8 +230,8 @@ def boundaries_in_range(shape: TableShape, schema: str, pred: sql.Composable, pa
         sql.SQL("b.{}").format(sql.Identifier(k)) for k in shape.primary_key)
     return sql.SQL(
         "SELECT DISTINCT ON (b.bucket) {texts} FROM ("
-        " SELECT {keys}, ntile({parts}) OVER (ORDER BY {order}) AS bucket FROM {s}.{t} WHERE {p}) b"
+        " SELECT {keys}, ntile({parts}) OVER (ORDER BY {order}) AS bucket FROM {s}.{t}{sample} WHERE {p}) b"
         " WHERE b.bucket > 1 ORDER BY b.bucket, {border}"
     ).format(texts=sql.SQL(", ").join(sql.SQL("b.{}::text").format(k) for k in key_ids),
              keys=sql.SQL(", ").join(key_ids), parts=sql.Literal(parts), order=order,
-             s=sql.Identifier(schema), t=sql.Identifier(shape.name), p=pred, border=border)
+             s=sql.Identifier(schema), t=sql.Identifier(shape.name), p=pred, border=border, sample=sample)
