@@ -55,3 +55,25 @@ def notify(cfg: PipelineConfig, event: str, message: str, resolve: Callable[[str
     except Exception as exc:  # the alert is in the log above; say why the webhook did not get it
         log.error("ALERT [%s] not delivered to webhook connection %s: %s", event, conn_id, exc)
     return text
+
+
+def once_per(conn, cfg: PipelineConfig, notify: Callable[[str, str], object]) -> Callable[..., None]:
+    """notify(event, message, subject=...) that repeats a (event, subject) alert at most once per
+    alerts.repeat_after_hours — for checks that run on a schedule and see the same condition again.
+    The log line is written every time; only the webhook is spared."""
+    quiet_s = cfg.alerts.repeat_after_hours * 3600
+
+    def send(event: str, message: str, subject: str = "") -> None:
+        with conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO tideline.alerts_sent AS a (pipeline, event, subject, sent_at, message) "
+                        "VALUES (%s, %s, %s, now(), %s) ON CONFLICT (pipeline, event, subject) DO UPDATE "
+                        "SET sent_at = now(), message = EXCLUDED.message "
+                        "WHERE a.sent_at < now() - make_interval(secs => %s) RETURNING 1",
+                        (cfg.name, event, subject, message, quiet_s))
+            due = cur.fetchone() is not None
+        if due:
+            notify(event, message)
+        else:
+            log.log(_LEVEL.get(event, logging.WARNING), "ALERT [%s] (already sent within %gh, not repeated) "
+                    "Tideline %s: %s", event, cfg.alerts.repeat_after_hours, cfg.name, message)
+    return send

@@ -90,7 +90,8 @@ def review(cfg: PipelineConfig, target_conn, bootstrap: str, tables: list[str], 
            mark: bool = True) -> list[str]:
     """The coverage verdict: tables Kafka no longer covers are returned and, with mark, marked
     needs_resnapshot (the sync DAG reloads them); covered ones are logged with their lag and
-    headroom, and headroom under the pipeline's threshold raises an alert. notify(event, message)."""
+    headroom, and headroom under the pipeline's threshold raises an alert.
+    notify(event, message, subject=table)."""
     from tideline import alerts
     lost = []
     threshold_s = cfg.alerts.headroom_below_hours * 3600
@@ -99,9 +100,11 @@ def review(cfg: PipelineConfig, target_conn, bootstrap: str, tables: list[str], 
             why = "Kafka no longer holds what the stream needs: " + "; ".join(g.describe() for g in r.gaps)
             if mark:
                 state.set_phase(target_conn, cfg.name, r.table, "needs_resnapshot", why)
-                notify(alerts.RESNAPSHOT_STARTED, f"{r.table}: {why}. Re-snapshotting it automatically.")
+                notify(alerts.RESNAPSHOT_STARTED, f"{r.table}: {why}. Re-snapshotting it automatically.",
+                       subject=r.table)
             else:
-                notify(alerts.PIPELINE_FAILED, f"{r.table}: {why}. The next sync run re-snapshots it.")
+                notify(alerts.PIPELINE_FAILED, f"{r.table}: {why}. The next sync run re-snapshots it.",
+                       subject=r.table)
             lost.append(r.table)
             continue
         log.info("%s.%s: covered; %s events pending; %s", cfg.name, r.table, f"{r.pending:,}",
@@ -110,5 +113,5 @@ def review(cfg: PipelineConfig, target_conn, bootstrap: str, tables: list[str], 
             notify(alerts.HEADROOM_LOW, f"{r.table}: {describe_headroom(r.headroom_s)} "
                                         f"({r.pending:,} events pending; alert threshold "
                                         f"{cfg.alerts.headroom_below_hours:g}h). Start the stream, or raise "
-                                        f"the topic's retention.ms")
+                                        f"the topic's retention.ms", subject=r.table)
     return lost

@@ -143,7 +143,7 @@ def pipelines(stack, tmp_path, unique_name):
     with conn.cursor() as cur:
         cur.execute(f'DROP SCHEMA IF EXISTS "{unique_name}" CASCADE')
         if _has_state(cur):
-            for table in ("table_state", "runs", "batches", "dead_letters"):
+            for table in ("table_state", "runs", "batches", "dead_letters", "alerts_sent"):
                 cur.execute(f"DELETE FROM tideline.{table} WHERE pipeline = %s", (unique_name,))
     conn.close()
 

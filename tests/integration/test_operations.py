@@ -151,7 +151,7 @@ def test_headroom_alert_fires_when_retention_is_shortened_below_the_threshold(
         conn = psycopg2.connect(get_connection("tideline_target").postgres_dsn())
 
         def review():
-            return coverage.review(cfg, conn, bootstrap, [t], lambda e, m: notify(cfg, e, m))
+            return coverage.review(cfg, conn, bootstrap, [t], lambda e, m, subject="": notify(cfg, e, m))
         try:
             deadline = time.time() + 60
             while not sum(coverage.check(cfg, conn, bootstrap, [t])[0].lag.values()):
@@ -169,6 +169,8 @@ def test_headroom_alert_fires_when_retention_is_shortened_below_the_threshold(
             # the watch_<pipeline> DAG says the same on its schedule, whether the stream runs or not
             assert run_dag(f"watch_{cfg.name}")["headroom"] == "success"
             assert len(webhook) == 2 and "the oldest needed offset expires in 1h5" in webhook[1]["text"]
+            assert run_dag(f"watch_{cfg.name}")["headroom"] == "success"
+            assert len(webhook) == 2   # the same condition again: not repeated within repeat_after_hours
         finally:
             conn.close()
     finally:

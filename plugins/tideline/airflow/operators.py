@@ -64,7 +64,7 @@ def alert_sender(cfg):
     """notify(event, message) for this pipeline, resolving its webhook through Airflow."""
     from tideline import alerts
     from tideline.airflow import connections
-    return lambda event, message: alerts.notify(cfg, event, message, resolve=connections.get)
+    return lambda event, message, subject="": alerts.notify(cfg, event, message, resolve=connections.get)
 
 
 class CoverageSensor(BaseSensorOperator):

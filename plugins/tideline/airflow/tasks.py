@@ -142,12 +142,15 @@ def watch(pipeline: str) -> dict:
     from tideline import coverage
     cfg = get_pipeline(pipeline)
     conn = psycopg2.connect(connections.get(cfg.target.conn_id).postgres_dsn())
+    alerts_conn = psycopg2.connect(connections.get(cfg.target.conn_id).postgres_dsn())
     try:
+        state.migrate(conn)
         tables = [t.name for t in cfg.tables if t.mode == "cdc"]
         lost = coverage.review(cfg, conn, connections.get(cfg.kafka.conn_id).kafka_bootstrap, tables,
-                               alert_sender(cfg), mark=False)
+                               alerts.once_per(alerts_conn, cfg, alert_sender(cfg)), mark=False)
     finally:
         conn.close()
+        alerts_conn.close()
     return {"not_covered": lost}
 
 

@@ -107,6 +107,8 @@ class AlertSettings(_Model):
     headroom_below_hours: float = Field(default=12, ge=0, description="alert when Kafka retention will delete "
                                                                        "an offset the stream still needs within "
                                                                        "this many hours")
+    repeat_after_hours: float = Field(default=6, ge=0, description="a condition the watch DAG keeps seeing "
+                                                                  "is alerted again after this long")
     check_every_minutes: int = Field(default=30, ge=1, le=1440, description="how often the watch_<name> DAG "
                                                                             "checks headroom, stream running "
                                                                             "or not")
