@@ -25,7 +25,7 @@ from psycopg2 import sql
 from tideline import kafka_offsets, source_catalog, state
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
-from tideline.core.errors import SourceError, TargetError
+from tideline.core.errors import SourceError, TargetError, TidelineError
 from tideline.core.table_shape import TableShape
 from tideline.core.verify_plan import (PROBE_HASH_SQL, Candidate, Finding, KeyRange, VerifyReport, boundaries_in_range,
                                        bucket_expr, classify, fingerprint_query, keys_predicate, range_predicate,
@@ -348,13 +348,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pipelines-dir", default=None)
     args = ap.parse_args(argv)
     setup_logging()
-    cfg = load_pipeline(pipelines_dir(args.pipelines_dir) / f"{args.pipeline}.yaml")
-    tables = [t for t in args.tables.split(",") if t] or [t.name for t in cfg.tables if t.mode == "cdc"]
-    for t in tables:
-        cfg.table(t)   # names the pipeline's tables when one is unknown
-    reports = verify_and_repair(cfg, get_connection(cfg.source.conn_id), get_connection(cfg.target.conn_id), tables,
-                                get_connection(cfg.kafka.conn_id).kafka_bootstrap,
-                                lambda event, message: alerts.notify(cfg, event, message), args.repair)
+    try:
+        cfg = load_pipeline(pipelines_dir(args.pipelines_dir) / f"{args.pipeline}.yaml")
+        tables = [t for t in args.tables.split(",") if t] or [t.name for t in cfg.tables if t.mode == "cdc"]
+        for t in tables:
+            cfg.table(t)   # names the pipeline's tables when one is unknown
+        reports = verify_and_repair(cfg, get_connection(cfg.source.conn_id), get_connection(cfg.target.conn_id),
+                                    tables, get_connection(cfg.kafka.conn_id).kafka_bootstrap,
+                                    lambda event, message, subject="": alerts.notify(cfg, event, message),
+                                    args.repair)
+    except TidelineError as exc:
+        log.error("%s", exc)
+        return 2
     return 0 if all(r.equal for r in reports) else 1
 
 

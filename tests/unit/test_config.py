@@ -129,3 +129,13 @@ def test_select_columns_keeps_the_key_and_names_unknown_columns():
     assert select_columns(shape, None, ["secret"], "t").column_names == ["id", "a"]
     with pytest.raises(SourceError, match="does not have: nope"):
         select_columns(shape, None, ["nope"], "t")
+
+
+def test_a_missing_pipeline_file_names_the_pipelines_that_exist(tmp_path):
+    import pytest
+
+    from tideline.core.config import load_pipeline
+    from tideline.core.errors import ConfigError
+    (tmp_path / "shop.yaml").write_text("name: shop\n")
+    with pytest.raises(ConfigError, match="no such pipeline config; pipelines in .*: shop"):
+        load_pipeline(tmp_path / "shpo.yaml")

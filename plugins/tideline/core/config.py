@@ -261,6 +261,10 @@ def parse_pipeline(data: object, source: str) -> PipelineConfig:
 
 def load_pipeline(path: str | Path) -> PipelineConfig:
     path = Path(path)
+    if not path.is_file():
+        known = sorted(p.stem for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
+        raise ConfigError(str(path), [("(file)", f"no such pipeline config; pipelines in {path.parent}: "
+                                                 f"{', '.join(known) or 'none'}")])
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
