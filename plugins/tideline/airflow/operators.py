@@ -76,7 +76,7 @@ class CoverageSensor(BaseSensorOperator):
     def __init__(self, *, pipeline: str, plan_task_id: str = "decide", **kwargs: Any):
         kwargs.setdefault("poke_interval", 10)
         kwargs.setdefault("timeout", 600)
-        kwargs.setdefault("mode", "poke")
+        kwargs.setdefault("mode", "reschedule")  # frees its worker slot between pokes
         super().__init__(**kwargs)
         self.pipeline = pipeline
         self.plan_task_id = plan_task_id
