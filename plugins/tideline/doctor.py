@@ -13,7 +13,7 @@ from typing import Callable
 import psycopg2
 from confluent_kafka.admin import ConfigResource
 
-from tideline import sqlfiles, state
+from tideline import sqlfiles
 from tideline.connector import ConnectClient
 from tideline.core import doctor_checks as dc
 from tideline.core.config import PipelineConfig, load_pipelines
@@ -32,24 +32,6 @@ def _latest_state_version() -> int:
 def _unreachable(part: str, what: str, exc: Exception) -> dc.Check:
     return dc.Check(part, what, dc.FAIL, f"cannot be reached: {str(exc).strip()[:300]}",
                     "check the connection and that the service runs")
-
-
-def _streaming_tables(cfg: PipelineConfig, target: Conn) -> int:
-    conn = psycopg2.connect(target.postgres_dsn())
-    try:
-        n = 0
-        for t in cfg.tables:
-            st = state.get(conn, cfg.name, t.name) if _has_state(conn) else None
-            n += bool(st and st.phase == "streaming" and t.mode == "cdc")
-        return n
-    finally:
-        conn.close()
-
-
-def _has_state(conn) -> bool:
-    with conn.cursor() as cur:
-        cur.execute("SELECT to_regclass('tideline.table_state') IS NOT NULL")
-        return cur.fetchone()[0]
 
 
 def source_checks(cfg: PipelineConfig, source: Conn, streaming: int) -> list[dc.Check]:
@@ -115,8 +97,10 @@ def kafka_checks(cfg: PipelineConfig, bootstrap: str) -> list[dc.Check]:
     return out
 
 
-def target_checks(cfg: PipelineConfig, target: Conn) -> list[dc.Check]:
+def target_checks(cfg: PipelineConfig, target: Conn) -> tuple[list[dc.Check], int]:
+    """The target's checks, and how many of the pipeline's cdc tables stream (for the slot check)."""
     schema = cfg.target.schema_
+    cdc = [t.name for t in cfg.tables if t.mode == "cdc"]
     with psycopg2.connect(target.postgres_dsn()) as conn, conn.cursor() as cur:
         cur.execute("SELECT CASE WHEN to_regnamespace(quote_ident(%s)) IS NULL THEN has_database_privilege("
                     "current_database(), 'CREATE') ELSE has_schema_privilege(%s::text, 'CREATE') END", (schema, schema))
@@ -125,12 +109,16 @@ def target_checks(cfg: PipelineConfig, target: Conn) -> list[dc.Check]:
                     "current_database(), 'CREATE') ELSE has_schema_privilege('tideline', 'USAGE, CREATE') END")
         state_ok = cur.fetchone()[0]
         cur.execute("SELECT to_regclass('tideline.schema_version') IS NOT NULL")
-        version = None
-        if cur.fetchone()[0]:
+        version, streaming = None, 0
+        if cur.fetchone()[0]:   # the state schema exists (migrate creates both tables together)
             cur.execute("SELECT max(version) FROM tideline.schema_version")
             version = cur.fetchone()[0]
+            cur.execute("SELECT count(*) FROM tideline.table_state WHERE pipeline = %s AND phase = 'streaming' "
+                        "AND table_name = ANY(%s)", (cfg.name, cdc))
+            streaming = cur.fetchone()[0]
     conn.close()
-    return [dc.target_privileges(schema, can_create, state_ok), dc.state_version(version, _latest_state_version())]
+    return [dc.target_privileges(schema, can_create, state_ok), dc.state_version(version, _latest_state_version())], \
+        streaming
 
 
 def run(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection) -> list[dc.Check]:
@@ -150,8 +138,8 @@ def run(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection) ->
     streaming = 0
     if target is not None:
         try:
-            checks += target_checks(cfg, target)
-            streaming = _streaming_tables(cfg, target)
+            target_found, streaming = target_checks(cfg, target)
+            checks += target_found
         except psycopg2.Error as exc:
             checks.append(_unreachable("target", "database", exc))
     if source is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import psycopg2
 from psycopg2 import sql
 
-from tideline import kafka_offsets, source_catalog, state
+from tideline import kafka_offsets, source_catalog, sqlfiles, state
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import SourceError, TargetError, TidelineError
@@ -97,9 +97,8 @@ class TableVerifier:
         shape = source_catalog.describe(self.src.conn, self.cfg.source.schema_, table, self.cfg.table(table),
                                         check_key=False)
         try:
-            cols = {r[0] for r in self.tgt.all(
-                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
-                (f'"{self.cfg.target.schema_}"."{table}"',))}
+            cols = {r[0] for r in self.tgt.all(sqlfiles.load("full_load/target_columns"),
+                                               {"relid": f'"{self.cfg.target.schema_}"."{table}"'})}
         except psycopg2.Error as exc:
             raise TargetError(f"{self.cfg.name}.{table}: cannot read the target table "
                               f"{self.cfg.target.schema_}.{table}: {str(exc).strip()}", table=table) from None

@@ -144,40 +144,30 @@ def build_batch_dag(cfg: PipelineConfig) -> DAG:
     return dag
 
 
+def _one_task_dag(cfg: PipelineConfig, kind: str, description: str, schedule, task_id: str, python_callable,
+                  retries: int) -> DAG:
+    """<kind>_<pipeline>: one scheduled Python task, one run at a time, no catch-up."""
+    with DAG(dag_id=f"{kind}_{cfg.name}", description=description, doc_md=__doc__, schedule=schedule,
+             start_date=START, catchup=False, max_active_runs=1, tags=["tideline", cfg.name, kind],
+             default_args={**_default_args(), "retries": retries}) as dag:
+        PythonOperator(task_id=task_id, python_callable=python_callable, op_kwargs={"pipeline": cfg.name})
+    return dag
+
+
 def build_verify_dag(cfg: PipelineConfig) -> DAG:
     """verify_<pipeline>: the scheduled source↔target verify (the sync DAG's validate, on a clock)."""
     tables = cfg.verify.tables or [t.name for t in cfg.tables if t.mode == "cdc"]
-    with DAG(
-        dag_id=f"verify_{cfg.name}",
-        description=f"Tideline: verify {', '.join(tables)} against the source"
-                    + (" and repair what differs" if cfg.verify.repair else ""),
-        doc_md=__doc__,
-        schedule=cfg.verify.schedule,
-        start_date=START,
-        catchup=False,
-        max_active_runs=1,
-        tags=["tideline", cfg.name, "verify"],
-        default_args={**_default_args(), "retries": 0},
-    ) as dag:
-        PythonOperator(task_id="verify", python_callable=tasks.scheduled_verify, op_kwargs={"pipeline": cfg.name})
-    return dag
+    return _one_task_dag(cfg, "verify", f"Tideline: verify {', '.join(tables)} against the source"
+                         + (" and repair what differs" if cfg.verify.repair else ""),
+                         cfg.verify.schedule, "verify", tasks.scheduled_verify, retries=0)
 
 
 def build_watch_dag(cfg: PipelineConfig) -> DAG:
     """watch_<pipeline>: every alerts.check_every_minutes, retention headroom of every cdc table —
     running or stopped — with an alert when it is below the threshold or gone."""
-    with DAG(
-        dag_id=f"watch_{cfg.name}",
-        description=f"Tideline: retention headroom of {cfg.name}'s change topics (alerts only)",
-        schedule=pendulum.duration(minutes=cfg.alerts.check_every_minutes),
-        start_date=START,
-        catchup=False,
-        max_active_runs=1,
-        tags=["tideline", cfg.name, "watch"],
-        default_args={**_default_args(), "retries": 1},
-    ) as dag:
-        PythonOperator(task_id="headroom", python_callable=tasks.watch, op_kwargs={"pipeline": cfg.name})
-    return dag
+    return _one_task_dag(cfg, "watch", f"Tideline: retention headroom of {cfg.name}'s change topics (alerts only)",
+                         pendulum.duration(minutes=cfg.alerts.check_every_minutes), "headroom", tasks.watch,
+                         retries=1)
 
 
 def _check_params_from_context(pipeline: str, **context) -> dict:

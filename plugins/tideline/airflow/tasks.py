@@ -142,24 +142,26 @@ def watch(pipeline: str) -> dict:
     from tideline import coverage
     cfg = get_pipeline(pipeline)
     conn = psycopg2.connect(connections.get(cfg.target.conn_id).postgres_dsn())
-    alerts_conn = psycopg2.connect(connections.get(cfg.target.conn_id).postgres_dsn())
     try:
         state.migrate(conn)
         tables = [t.name for t in cfg.tables if t.mode == "cdc"]
         lost = coverage.review(cfg, conn, connections.get(cfg.kafka.conn_id).kafka_bootstrap, tables,
-                               alerts.once_per(alerts_conn, cfg, alert_sender(cfg)), mark=False)
+                               alerts.once_per(conn, cfg, alert_sender(cfg)), mark=False)
     finally:
         conn.close()
-        alerts_conn.close()
     return {"not_covered": lost}
+
+
+def _pipeline_of(dag_id: str) -> str:
+    """sync_<p>, batch_<p>, verify_<p>, watch_<p> → <p>."""
+    return dag_id.split("_", 1)[1]
 
 
 def on_task_failure(context) -> None:
     """Task failure callback (after the last retry): the pipeline stopped with an error."""
     ti, dag_id = context["ti"], context["dag"].dag_id
-    pipeline = dag_id.split("_", 1)[1]
     try:
-        cfg = get_pipeline(pipeline)
+        cfg = get_pipeline(_pipeline_of(dag_id))
     except Exception as exc:  # the config itself is broken: the DAG file's import errors say how
         log.error("ALERT [%s] task %s of %s failed, and its pipeline config cannot be read: %s",
                   alerts.PIPELINE_FAILED, ti.task_id, dag_id, exc)
@@ -172,7 +174,7 @@ def on_task_failure(context) -> None:
 def on_reload_success(context) -> None:
     """full_load / resnapshot success callback: the automatic re-snapshots it did are finished."""
     ti, dag_id = context["ti"], context["dag"].dag_id
-    cfg = get_pipeline(dag_id.split("_", 1)[1])
+    cfg = get_pipeline(_pipeline_of(dag_id))
     if ti.task_id == "resnapshot":
         tables = (ti.xcom_pull(task_ids="coverage") or {}).get("resnapshot", [])
     else:
