@@ -38,13 +38,13 @@ if [ "$(cat .venv/.requirements 2>/dev/null)" != "$REQ_HASH" ]; then
 fi
 
 # --- JVM parts from Maven Central
-POM_HASH=$(cat stack/jvm/pom.xml stack/jvm/*/pom.xml | sha256sum | cut -c1-16)
+POM_HASH=$(cat stack/jvm/pom.xml stack/jvm/*/pom.xml $(find stack/jvm -path "*/src/*" -type f | sort) | sha256sum | cut -c1-16)
 if [ "$(cat stack/lib/.poms 2>/dev/null)" != "$POM_HASH" ]; then
   if ls stack/var/run/*.pid >/dev/null 2>&1 && [ -d stack/lib ]; then
     say "the JVM dependencies changed but the stack is running on the old jars: run 'make down', then this again"
     exit 1
   fi
-  say "fetching Kafka, Connect, Debezium and Spark connector jars with Maven"
+  say "fetching Kafka, Connect, Debezium and Spark connector jars with Maven (and building the text converter)"
   rm -rf stack/lib
   find "${HOME}/.m2/repository" -name '*.lastUpdated' -delete 2>/dev/null || true
   mvn -q -B -f stack/jvm/pom.xml package

@@ -161,16 +161,16 @@ class BatchSync:
                 sql.Identifier(schema), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, shape.primary_key))))
             return
         cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{schema}"."{table}"'})
-        target_cols = [Column(n, t, nn) for n, t, nn in cur.fetchall()]
+        target_cols = [Column(n, t, nn, generated=g) for n, t, nn, g in cur.fetchall()]
         drift = schema_drift.plan(f"{self.cfg.name}.{table}", list(shape.columns), target_cols)
         for stmt in schema_drift.ddl(schema, table, drift):
             cur.execute(stmt)
 
     def _upsert(self, shape: TableShape, stage: str) -> sql.Composed:
         schema = self.cfg.target.schema_
-        cols = [sql.Identifier(c) for c in shape.column_names]
+        cols = [sql.Identifier(c) for c in shape.written_columns]
         updates = [sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
-                   for c in shape.column_names if c not in shape.primary_key]
+                   for c in shape.written_columns if c not in shape.primary_key]
         return sql.SQL("INSERT INTO {s}.{t} ({cols}) SELECT {cols} FROM {s}.{stage} ON CONFLICT ({pk}) DO {action}").format(
             s=sql.Identifier(schema), t=sql.Identifier(shape.name), stage=sql.Identifier(stage),
             cols=sql.SQL(", ").join(cols), pk=sql.SQL(", ").join(map(sql.Identifier, shape.primary_key)),

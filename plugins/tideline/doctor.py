@@ -13,11 +13,12 @@ from typing import Callable
 import psycopg2
 from confluent_kafka.admin import ConfigResource
 
-from tideline import sqlfiles
+from tideline import source_catalog, sqlfiles
 from tideline.connector import ConnectClient
 from tideline.core import doctor_checks as dc
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import Conn, get_connection
+from tideline.core.errors import SourceError
 from tideline.core.debezium import connector_name
 from tideline.kafka_offsets import admin_client
 
@@ -49,6 +50,7 @@ def source_checks(cfg: PipelineConfig, source: Conn, streaming: int) -> list[dc.
                                     "create it, or remove it from the pipeline config"))
             else:
                 out.append(dc.replica_identity(f"{cfg.source.schema_}.{name}", row[1], row[0]))
+                out.append(_columns_check(conn, cfg, name))
         if not cdc:
             return out
         cur.execute("SELECT wal_status, active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "
@@ -61,6 +63,17 @@ def source_checks(cfg: PipelineConfig, source: Conn, streaming: int) -> list[dc.
         out.append(dc.heartbeat(cfg.source.heartbeat_table, _heartbeat_age(cur, cfg)))
     conn.close()
     return out
+
+
+def _columns_check(conn, cfg: PipelineConfig, name: str) -> dc.Check:
+    """Every synced column can be carried by the stream exactly (or the table is refused now)."""
+    try:
+        shape = source_catalog.describe(conn, cfg.source.schema_, name, cfg.table(name), check_key=False)
+    except SourceError as exc:
+        return dc.Check("source", f"columns {name}", dc.FAIL, str(exc), "see the options in the message")
+    finally:
+        conn.rollback()
+    return dc.Check("source", f"columns {name}", dc.PASS, f"{len(shape.columns)} column(s), all streamable exactly")
 
 
 def _heartbeat_age(cur, cfg: PipelineConfig) -> float | None:

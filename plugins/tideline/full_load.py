@@ -155,8 +155,8 @@ def copy_source_rows(spark, source: Conn, src_conn, target_dsn: str, shape: Tabl
     if init:
         props["sessionInitStatement"] = init
     df = spark.read.jdbc(source.jdbc_url(), query.as_string(src_conn), predicates=predicates, properties=props)
-    df = df.select(*[f"`{c}`" for c in shape.column_names])
-    copy_sql = copy_into(schema, table, shape.column_names).as_string(src_conn)
+    df = df.select(*[f"`{c}`" for c in shape.written_columns])
+    copy_sql = copy_into(schema, table, shape.written_columns).as_string(src_conn)
     writer = make_copy_writer(target_dsn, copy_sql, shape.escape_flags, label)
     progress = _Progress(spark, label, len(predicates), started or time.monotonic())
     progress.start()

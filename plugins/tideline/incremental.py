@@ -176,7 +176,7 @@ class IncrementalRun:
     def _target_columns(self, table: str) -> list[Column]:
         with self._tgt.cursor() as cur:
             cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{self.cfg.target.schema_}"."{table}"'})
-            cols = [Column(n, t, nn) for n, t, nn in cur.fetchall()]
+            cols = [Column(n, t, nn, generated=g) for n, t, nn, g in cur.fetchall()]
         self._tgt.rollback()
         return cols
 
@@ -430,7 +430,7 @@ class IncrementalRun:
 
     def _columns_in_txn(self, cur, table: str) -> list[Column]:
         cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{self.cfg.target.schema_}"."{table}"'})
-        return [Column(n, t, nn) for n, t, nn in cur.fetchall()]
+        return [Column(n, t, nn, generated=g) for n, t, nn, g in cur.fetchall()]
 
     def _stage(self, cur, rows: pa.Table) -> None:
         topics = pc.dictionary_encode(rows.column("topic").combine_chunks())

@@ -61,19 +61,25 @@ def apply_from_source(cfg: PipelineConfig, shape: TableShape, src, tgt, where: s
     """Re-reads the rows matching `where` from the source (one consistent COPY) and applies them
     to the target in one transaction behind the stream's fence: upsert what the source has and,
     when `where` is over the key, delete what it no longer has. The stream's position is not
-    touched; events it applies later are newer than this read, so the table converges."""
+    touched.
+
+    Order matters: the fence (the table's state row, which every stream batch locks) is held
+    *before* the source is read. A batch committed earlier is then already in the source read;
+    a batch committed later applies events whose keys each end with their newest event, so the
+    table converges. (Reading first would let a batch commit between read and write, and the
+    repair would overwrite it with older rows that no event ever corrects.)"""
     table = shape.name
     epoch = _loaded_epoch(tgt, cfg.name, table)
-    cols = sql.SQL(", ").join(sql.Identifier(c) for c in shape.column_names)
-    buf = io.BytesIO()
-    with src.cursor() as cur:
-        cur.copy_expert(sql.SQL("COPY (SELECT {} FROM {} WHERE {}) TO STDOUT").format(
-            cols, shape.qualified(), where).as_string(src), buf)
-    src.rollback()
-    buf.seek(0)
+    cols = sql.SQL(", ").join(sql.Identifier(c) for c in shape.written_columns)
     target_table = sql.SQL("{}.{}").format(sql.Identifier(cfg.target.schema_), sql.Identifier(table))
     with tgt, tgt.cursor() as cur:
         _lock_for_repair(cur, cfg.name, table, epoch)
+        buf = io.BytesIO()
+        with src.cursor() as scur:
+            scur.copy_expert(sql.SQL("COPY (SELECT {} FROM {} WHERE {}) TO STDOUT").format(
+                cols, shape.qualified(), where).as_string(src), buf)
+        src.rollback()
+        buf.seek(0)
         cur.execute(sql.SQL("CREATE TEMP TABLE tl_repair ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
             cols, target_table))
         cur.copy_expert(sql.SQL("COPY tl_repair ({}) FROM STDIN").format(cols).as_string(tgt), buf)
@@ -85,7 +91,7 @@ def apply_from_source(cfg: PipelineConfig, shape: TableShape, src, tgt, where: s
                 t=target_table, w=where, pk=pk))
             deleted = cur.rowcount
         updates = sql.SQL(", ").join(sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
-                                     for c in shape.column_names if c not in shape.primary_key)
+                                     for c in shape.written_columns if c not in shape.primary_key)
         cur.execute(sql.SQL("INSERT INTO {t} ({cols}) SELECT {cols} FROM tl_repair ON CONFLICT ({pk}) DO {u}").format(
             t=target_table, cols=cols, pk=pk,
             u=sql.SQL("UPDATE SET {}").format(updates) if updates.seq else sql.SQL("NOTHING")))

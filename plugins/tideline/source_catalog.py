@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from tideline import sqlfiles
+from tideline.core import debezium
 from tideline.core.errors import SourceError
 from tideline.core.table_shape import Column, TableShape, select_columns
 
@@ -32,8 +33,9 @@ def describe(conn, schema: str, table: str, tcfg=None, check_key: bool = True) -
             raise SourceError(f"{label}: the source connection's role has no SELECT privilege. "
                               f"Run: GRANT SELECT ON {schema}.{table} TO <the role of the source connection>;")
         cur.execute(sqlfiles.load("full_load/source_columns"), {"relid": relid})
-        columns = tuple(Column(name, typ, not_null, default, has_missing, missing)
-                        for name, typ, not_null, _schema, _cat, default, has_missing, missing in cur.fetchall())
+        columns = tuple(Column(name, typ, not_null, default, has_missing, missing, generated)
+                        for name, typ, not_null, _schema, _cat, default, has_missing, missing, generated
+                        in cur.fetchall())
         cur.execute(sqlfiles.load("full_load/source_primary_key"), {"relid": relid})
         source_pk = tuple(r[0] for r in cur.fetchall())
     if not columns:
@@ -50,6 +52,10 @@ def describe(conn, schema: str, table: str, tcfg=None, check_key: bool = True) -
     shape = TableShape(schema, table, columns, source_pk)
     if tcfg is not None and (tcfg.columns is not None or tcfg.exclude_columns):
         shape = select_columns(shape, tcfg.columns, tcfg.exclude_columns, label)
+    if tcfg is not None and tcfg.mode == "cdc":
+        lossy = debezium.unstreamable(shape.columns)
+        if lossy:
+            raise SourceError(debezium.unstreamable_message(label, lossy), table=table)
     return shape
 
 

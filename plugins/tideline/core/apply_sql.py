@@ -28,6 +28,11 @@ def _key_match(columns: dict[str, Column], pk: list[str], doc: str) -> sql.Compo
         sql.SQL("t.{} = {}").format(sql.Identifier(k), value_expr(_field(doc, k), columns[k].type)) for k in pk)
 
 
+def _written(columns: list[Column]) -> list[Column]:
+    """Generated columns are computed by the target (pgoutput does not send them)."""
+    return [c for c in columns if c.generated is None]
+
+
 def _target(schema: str, table: str) -> sql.Composable:
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
 
@@ -42,7 +47,7 @@ def delete_sql(schema: str, table: str, columns: list[Column], pk: list[str]) ->
 def update_sql(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composed:
     by_name = {c.name: c for c in columns}
     sets = []
-    for c in columns:
+    for c in _written(columns):
         if c.name in pk:
             continue
         raw = _field("after", c.name)
@@ -65,6 +70,7 @@ def _missing(schema: str, table: str, columns: list[Column], pk: list[str]) -> s
 
 
 def insert_sql(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composed:
+    columns = _written(columns)
     values = [value_expr(_field("after", c.name), c.type) for c in columns]
     return sql.SQL("INSERT INTO {t} ({cols}) SELECT {vals} FROM {stage} AS s "
                    "WHERE s.tbl = {tbl} AND s.op <> 'd' AND {missing}").format(
@@ -76,7 +82,7 @@ def insert_sql(schema: str, table: str, columns: list[Column], pk: list[str]) ->
 def unavailable_on_insert_sql(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composed:
     """Rows about to be inserted that carry a TOAST placeholder: the target lacks a row the source
     has, so the value cannot be known. Returns (part, off, key) of the first few."""
-    tests = [unavailable_test(_field("after", c.name), c.type) for c in columns if may_be_unavailable(c.type)]
+    tests = [unavailable_test(_field("after", c.name), c.type) for c in _written(columns) if may_be_unavailable(c.type)]
     if not tests:
         return sql.SQL("SELECT NULL::int, NULL::bigint, NULL::text WHERE false")
     return sql.SQL("SELECT s.part, s.off, s.key::text FROM {stage} AS s WHERE s.tbl = {tbl} AND s.op <> 'd' "

@@ -1,8 +1,8 @@
 """Debezium, from Tideline's side: the connector config it runs, and how each change-event value
 (JSON, with the representation modes set below) becomes a PostgreSQL value of the target column.
 
-The modes are chosen so every value is exact and PostgreSQL can parse it back: decimals as
-strings, times as ISO strings, binary as hex, intervals as ISO 8601.
+Every column travels as its PostgreSQL text form (Tideline's converter in the connector), so a
+value that COPY can load in the full load is loaded the same way by the stream.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
+TEXT_CONVERTER = "dev.tideline.debezium.PgTextConverter"
 # Debezium's stand-in for an unchanged TOASTed column it did not receive (REPLICA IDENTITY DEFAULT).
 UNAVAILABLE = "__debezium_unavailable_value"
-UNAVAILABLE_HEX = UNAVAILABLE.encode().hex()
 
 
 def connector_name(cfg: PipelineConfig) -> str:
@@ -55,13 +55,12 @@ def connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]:
         # Truncates are captured so the apply can stop loudly instead of silently diverging.
         "skipped.operations": "none",
         "tombstones.on.delete": "true",
-        # Exact, PostgreSQL-parseable representations.
-        "decimal.handling.mode": "string",
-        "time.precision.mode": "isostring",
-        "binary.handling.mode": "hex",
-        "interval.handling.mode": "string",
-        "hstore.handling.mode": "json",
-        "include.unknown.datatypes": "false",
+        # Every column as its PostgreSQL text form (stack/jvm/pg-text-converter): the stream carries
+        # what the full load carries, and the apply casts it back like COPY does. Types Debezium
+        # does not know (composites, geometry, tsquery, ...) reach the converter as their text.
+        "converters": "pgtext",
+        "pgtext.type": TEXT_CONVERTER,
+        "include.unknown.datatypes": "true",
         # Low capture latency: hand changes to Kafka every 100 ms.
         "poll.interval.ms": "100",
         # Idle tables must not pin WAL on the source: each heartbeat writes a row to the (captured)
@@ -99,30 +98,35 @@ def heartbeat_table_ddl(cfg: PipelineConfig) -> str:
 # ----------------------------------------------------------------------------- values
 
 def value_expr(raw: sql.Composable, pg_type: str) -> sql.Composable:
-    """SQL turning a change event's JSON-extracted text (`raw`, e.g. after->>'col') into the
-    target column's type. NULL stays NULL."""
-    if pg_type.endswith("[]"):
-        # Arrays arrive as JSON arrays: rebuild element by element (NULL elements preserved).
-        element = pg_type[:-2]
-        inner = value_expr(sql.SQL("e.v"), element)
-        return sql.SQL("(SELECT array_agg({inner} ORDER BY e.n)::{typ} "
-                       "FROM jsonb_array_elements_text(({raw})::jsonb) WITH ORDINALITY AS e(v, n))").format(
-            inner=inner, typ=sql.SQL(pg_type), raw=raw)
-    if pg_type == "bytea":
-        return sql.SQL("decode({}, 'hex')").format(raw)
+    """SQL turning a change event's value (`raw`, e.g. after->>'col': the column's PostgreSQL text
+    form, as the converter wrote it) into the target column's type: the same input function COPY
+    applies to the full load's text. NULL stays NULL."""
     return sql.SQL("({})::{}").format(raw, sql.SQL(pg_type))
 
 
 def may_be_unavailable(pg_type: str) -> bool:
     """Types stored out of line (TOAST) whose unchanged value Debezium may not have."""
-    return (pg_type.endswith("[]") or pg_type.startswith(("text", "character varying", "json", "jsonb", "bytea",
-                                                          "xml", "numeric", "tsvector", "citext")))
+    return (pg_type.endswith("]") or pg_type.startswith(("text", "character", "json", "jsonb", "bytea", "xml",
+                                                         "numeric", "tsvector", "citext", "hstore", "bit varying",
+                                                         "path", "polygon")))
 
 
-def unavailable_test(raw: sql.Composable, pg_type: str) -> sql.Composable:
+def unavailable_test(raw: sql.Composable, pg_type: str) -> sql.Composable:  # noqa: ARG001 — one form for all
     """SQL that is true when the event carries Debezium's placeholder instead of the value."""
-    if pg_type == "bytea":  # seen raw in hex mode; the hex form is accepted too
-        return sql.SQL("({} IN ({}, {}))").format(raw, sql.Literal(UNAVAILABLE), sql.Literal(UNAVAILABLE_HEX))
-    if pg_type.endswith("[]"):
-        return sql.SQL("(strpos({}, {}) > 0)").format(raw, sql.Literal(UNAVAILABLE))
     return sql.SQL("({} = {})").format(raw, sql.Literal(UNAVAILABLE))
+
+
+def unstreamable(columns) -> list:
+    """Columns whose values the change stream cannot carry exactly. Debezium's pgoutput decoder
+    moves every `time with time zone` value to UTC before any converter sees it (the offset is
+    lost), so such a column (or an array of it) is refused before any work, not found in a batch."""
+    return [c for c in columns if c.generated is None and "with time zone" in c.type and c.type.startswith("time")
+            and not c.type.startswith("timestamp")]
+
+
+def unstreamable_message(label: str, columns) -> str:
+    cols = ", ".join(f"{c.name} ({c.type})" for c in columns)
+    return (f"{label}: column(s) {cols} cannot be streamed exactly: Debezium converts time with time zone values "
+            f"to UTC, losing their offset. Either leave the column out of the sync (exclude_columns: "
+            f"[{', '.join(c.name for c in columns)}] in the table's config), change the source column to "
+            f"timestamp with time zone or time, or sync the table in batch mode (mode: batch).")

@@ -23,6 +23,7 @@ class Column:
     default: str | None = None   # the source's default expression, if any
     has_missing: bool = False    # PostgreSQL gave existing rows a stored value (no rewrite)...
     missing_value: str | None = None  # ...this one, as text
+    generated: str | None = None      # GENERATED ALWAYS AS (this) STORED: computed, never written
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,12 @@ class TableShape:
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
 
+    @property
+    def written_columns(self) -> list[str]:
+        """The columns a load writes: generated ones are computed by the target itself (pgoutput
+        does not send them, so the stream could not carry them anyway)."""
+        return [c.name for c in self.columns if c.generated is None]
+
     def column(self, name: str) -> Column:
         for c in self.columns:
             if c.name == name:
@@ -44,7 +51,7 @@ class TableShape:
 
     @property
     def escape_flags(self) -> list[bool]:
-        return [needs_escaping(c.type) for c in self.columns]
+        return [needs_escaping(c.type) for c in self.columns if c.generated is None]
 
     def qualified(self) -> sql.Composed:
         return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(self.name))
@@ -73,7 +80,7 @@ def read_query(shape: TableShape, where: sql.Composable | None = None) -> sql.Co
     keys = ([sql.SQL("t.{} AS {}").format(sql.Identifier(k), sql.Identifier(KEY_ALIAS.format(i)))
              for i, k in enumerate(shape.primary_key)]
             or [sql.SQL("t.ctid AS {}").format(sql.Identifier(CTID_ALIAS))])
-    cols = [sql.SQL("t.{}::text AS {}").format(sql.Identifier(c), sql.Identifier(c)) for c in shape.column_names]
+    cols = [sql.SQL("t.{}::text AS {}").format(sql.Identifier(c), sql.Identifier(c)) for c in shape.written_columns]
     return sql.SQL("(SELECT {} FROM {} t{}) AS tideline_read").format(
         sql.SQL(", ").join(keys + cols), shape.qualified(),
         sql.SQL(" WHERE {}").format(where) if where is not None else sql.SQL(""))
@@ -144,14 +151,19 @@ def ctid_predicates(blocks: int, parts: int) -> list[sql.Composed]:
 
 
 def create_table(shape: TableShape, schema: str, name: str, unlogged: bool = False) -> sql.Composed:
-    """CREATE TABLE for the target, faithful to the source's column types and NOT NULLs.
+    """CREATE TABLE for the target, faithful to the source's column types, NOT NULLs and generated columns.
     The primary key is added after the load (faster, and it rejects duplicates)."""
-    cols = [sql.SQL("{} {}{}").format(sql.Identifier(c.name), sql.SQL(c.type),
-                                      sql.SQL(" NOT NULL") if c.not_null else sql.SQL(""))
+    cols = [sql.SQL("{} {}{}{}").format(sql.Identifier(c.name), sql.SQL(c.type), generated_clause(c),
+                                        sql.SQL(" NOT NULL") if c.not_null else sql.SQL(""))
             for c in shape.columns]
     return sql.SQL("CREATE {}TABLE {}.{} ({})").format(sql.SQL("UNLOGGED " if unlogged else ""),
                                                       sql.Identifier(schema), sql.Identifier(name),
                                                       sql.SQL(", ").join(cols))
+
+
+def generated_clause(c: Column) -> sql.Composable:
+    """A generated source column is generated in the target too, from the same expression."""
+    return sql.SQL(" GENERATED ALWAYS AS ({}) STORED").format(sql.SQL(c.generated)) if c.generated else sql.SQL("")
 
 
 def copy_into(schema: str, name: str, columns: list[str]) -> sql.Composed:
