@@ -22,7 +22,8 @@ RESNAPSHOT_STARTED = "resnapshot_started"
 RESNAPSHOT_FINISHED = "resnapshot_finished"
 VERIFY_DIFFERENCES = "verify_differences"
 HEADROOM_LOW = "headroom_low"
-_LEVEL = {PIPELINE_FAILED: logging.ERROR, VERIFY_DIFFERENCES: logging.ERROR, HEADROOM_LOW: logging.WARNING,
+TABLE_HALTED = "table_halted"
+_LEVEL = {PIPELINE_FAILED: logging.ERROR, TABLE_HALTED: logging.ERROR, VERIFY_DIFFERENCES: logging.ERROR, HEADROOM_LOW: logging.WARNING,
           RESNAPSHOT_STARTED: logging.WARNING, RESNAPSHOT_FINISHED: logging.INFO}
 
 

@@ -48,4 +48,19 @@ def run_job(args: argparse.Namespace, kind: str, body: Callable) -> int:
     except TidelineError as exc:
         code = exit_code(exc)
         log.error("%s (exit status %d)", exc, code)
+        report_error(str(exc))
         return code
+    except Exception as exc:
+        report_error(f"{type(exc).__name__}: {str(exc)[:2000]}")
+        raise
+
+
+ERROR_FILE_ENV = "TIDELINE_ERROR_FILE"
+
+
+def report_error(message: str) -> None:
+    """Hands the error that ended the job to whoever started it (the Airflow operator puts it in
+    the task's failure, hence the alert), beside the log."""
+    path = os.environ.get(ERROR_FILE_ENV)
+    if path:
+        Path(path).write_text(message)

@@ -27,7 +27,8 @@ from tideline.core import apply_sql, schema_drift
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.copy_text import CopyStream
-from tideline.core.errors import BadMessageError, DataLossError, ResnapshotRequired, SourceError, TidelineError
+from tideline.apply_narrow import ApplyRefused, TableApply
+from tideline.core.errors import DataLossError, HaltedError, ResnapshotRequired, SourceError, TidelineError
 from tideline.core.offsets import coverage_gaps, merge_committed, starting_offsets
 from tideline.core.table_shape import Column
 from tideline.full_load import run_owner
@@ -115,6 +116,7 @@ class IncrementalRun:
         self._tgt = None
         self._src = None
         self._consumer = None
+        self.halted: dict[str, str] = {}   # tables halted by this run: name -> why (the others go on)
 
     # ------------------------------------------------------------------ start
 
@@ -187,14 +189,6 @@ class IncrementalRun:
         finally:
             conn.close()
 
-    def _halt(self, table: str | None, why: str) -> None:
-        conn = psycopg2.connect(self.target.postgres_dsn())
-        try:
-            for name in ([table] if table else list(self.tables)):
-                state.set_phase(conn, self.cfg.name, name, "halted", why)
-        finally:
-            conn.close()
-
     # ------------------------------------------------------------------ run
 
     def run(self) -> None:
@@ -227,6 +221,9 @@ class IncrementalRun:
                 self._explain_failure(exc)
             if self.failure is not None:
                 self._explain_failure(self.failure)
+            if self.halted:
+                raise HaltedError(f"pipeline {self.cfg.name}: {len(self.halted)} table(s) halted, the others were "
+                                  f"applied: " + " | ".join(self.halted.values()), table=next(iter(self.halted)))
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
@@ -273,11 +270,10 @@ class IncrementalRun:
             self._apply_batch_inner(df, spark_batch_id)
         except BaseException as exc:
             self.failure = exc
-            if isinstance(exc, (schema_drift.SchemaChangeError, BadMessageError)):
-                self._halt(exc.table, str(exc))
-            elif isinstance(exc, ResnapshotRequired) and exc.table:
+            if isinstance(exc, ResnapshotRequired) and exc.table:
                 self._needs_resnapshot(exc.table, str(exc))
-            log.error("batch failed, nothing of it was committed: %s", exc)
+            if not isinstance(exc, HaltedError):   # a halt is raised after its batch committed
+                log.error("batch failed, nothing of it was committed: %s", exc)
             raise
 
     def _apply_batch_inner(self, df, spark_batch_id: int) -> None:
@@ -321,11 +317,22 @@ class IncrementalRun:
 
     def _commit(self, spark_batch_id, per_partition, bad_rows, truncates, rows: pa.Table) -> BatchFigures | None:
         cfg, conn = self.cfg, self._tgt
+        live = {t.topic for t in self.tables.values() if t.name not in self.halted}
+        per_partition = [r for r in per_partition if r["topic"] in live]   # a halted table keeps its offsets
+        bad_rows = [b for b in bad_rows if b["topic"] in live]
+        truncates = [t for t in truncates if t["topic"] in live]
+        if self.halted and rows.num_rows:
+            rows = rows.filter(pc.is_in(rows.column("topic"), pa.array(sorted(live), pa.string())))
         figures = BatchFigures(events=sum(r["n"] for r in per_partition))
+        if not per_partition:
+            return None
+        halting: dict[str, tuple[str, dict | None]] = {}
         with conn, conn.cursor() as cur:
             # 1. fencing: lock every state row this run owns; any newer epoch refuses the batch
             current: dict[str, dict[int, int]] = {}
             for t in sorted(self.tables.values(), key=lambda t: t.name):
+                if t.topic not in live:
+                    continue
                 state.check_epoch(cur, cfg.name, t.name, t.epoch)
                 cur.execute("SELECT resume_offsets FROM tideline.table_state WHERE pipeline = %s AND table_name = %s",
                             (cfg.name, t.name))
@@ -348,16 +355,24 @@ class IncrementalRun:
                     f"{t['partition']} offset {t['offset']}); a truncate cannot be ordered against changes on "
                     f"other partitions, so the table is reloaded instead.", table=table)
             if bad_rows:
-                figures.dead_letters = self._bad_messages(cur, bad_rows)
-            # 3. schema drift, then the rows, per table
-            touched = sorted({self.by_topic[tp].name for tp in pc.unique(rows.column("topic")).to_pylist()}) \
-                if rows.num_rows else []
-            for name in touched:
-                self._evolve(cur, self.tables[name])
+                figures.dead_letters, unparsed = self._bad_messages(cur, bad_rows)
+                halting.update(unparsed)
+            # 3. per table, under its own savepoint: schema drift, then the rows. A table the
+            # target refuses is halted alone; the others are applied and advance.
+            touched = sorted({self.by_topic[tp].name for tp in pc.unique(rows.column("topic")).to_pylist()}
+                             - set(halting)) if rows.num_rows else []
             if rows.num_rows:
                 self._stage(cur, rows)
-                for name in touched:
-                    figures.per_table[name] = self._apply_table(cur, self.tables[name])
+            for name in touched:
+                applied = self._apply_isolated(cur, self.tables[name])
+                if isinstance(applied, tuple) and isinstance(applied[0], str):
+                    halting[name] = applied
+                else:
+                    figures.per_table[name], dead = applied
+                    figures.dead_letters += dead
+            for name, (why, event) in halting.items():
+                state.halt_in(cur, pipeline=cfg.name, table=name, epoch=self.tables[name].epoch, error=why,
+                              event=event)
             figures.upserts = sum(u for u, _ in figures.per_table.values())
             figures.deletes = sum(d for _, d in figures.per_table.values())
             # 4. the new position, the batch record, all in this transaction
@@ -365,20 +380,55 @@ class IncrementalRun:
             start_offsets, end_offsets = {}, {}
             for t in self.tables.values():
                 batch_max = {r["partition"]: r["hi"] for r in per_partition if r["topic"] == t.topic}
-                if not batch_max:
+                if not batch_max or t.name in halting:
                     continue
                 new = merge_committed(current[t.topic], batch_max)
                 state.advance_stream(cur, pipeline=cfg.name, table=t.name, epoch=t.epoch, offsets=new,
                                      batch_id=batch_id)
                 start_offsets[t.topic] = {str(p): current[t.topic].get(p, 0) for p in sorted(batch_max)}
                 end_offsets[t.topic] = {str(p): new[p] for p in sorted(batch_max)}
-            state.commit_batch(cur, pipeline=cfg.name, batch_id=batch_id, run=self.owner,
-                               spark_batch_id=spark_batch_id, tables=sorted({self.by_topic[r["topic"]].name
-                                                                             for r in per_partition}),
-                               start=start_offsets, end=end_offsets, events=figures.events,
-                               upserts=figures.upserts, deletes=figures.deletes, dead_letters=figures.dead_letters)
+            if end_offsets:   # a batch whose every table halted applied nothing: no batch record
+                figures.events = sum(r["n"] for r in per_partition if r["topic"] in end_offsets)
+                state.commit_batch(cur, pipeline=cfg.name, batch_id=batch_id, run=self.owner,
+                                   spark_batch_id=spark_batch_id,
+                                   tables=sorted(self.by_topic[tp].name for tp in end_offsets),
+                                   start=start_offsets, end=end_offsets, events=figures.events,
+                                   upserts=figures.upserts, deletes=figures.deletes,
+                                   dead_letters=figures.dead_letters)
+        self._after_halts(halting)
+        if not end_offsets:
+            return None
         figures.batch_id, figures.end_offsets = batch_id, end_offsets
         return figures
+
+    def _apply_isolated(self, cur, table: StreamTable):
+        """((upserts, deletes), dead letters) — or (why, event) when the table must halt."""
+        cur.execute("SAVEPOINT tl_table")
+        try:
+            self._evolve(cur, table)
+            apply = TableApply(self.cfg.name, self.cfg.target.schema_, table.name, table.topic, table.columns,
+                               table.primary_key, dead_letter=self.cfg.stream.on_bad_message == "dead_letter")
+            counts = apply.run(cur)
+        except schema_drift.SchemaChangeError as exc:
+            cur.execute("ROLLBACK TO SAVEPOINT tl_table")
+            return str(exc), None
+        except ApplyRefused as exc:
+            cur.execute("ROLLBACK TO SAVEPOINT tl_table")
+            return str(exc), exc.event.as_state()
+        cur.execute("RELEASE SAVEPOINT tl_table")
+        return counts, len(apply.dead_lettered)
+
+    def _after_halts(self, halting: dict[str, tuple[str, dict | None]]) -> None:
+        """Committed halts: said in the log and the alert; the stream goes on without those tables,
+        and stops (exit 6) once none is left."""
+        from tideline import alerts
+        for name, (why, _event) in halting.items():
+            self.halted[name] = why
+            log.error("HALTED %s", why)
+            alerts.notify(self.cfg, alerts.TABLE_HALTED, why)
+        if halting and len(self.halted) == len(self.tables):
+            raise HaltedError(f"pipeline {self.cfg.name}: every table of this stream is halted: "
+                              + " | ".join(self.halted.values()), table=next(iter(self.halted)))
 
     @staticmethod
     def _filter_applied(rows: pa.Table, current: dict[str, dict[int, int]]) -> pa.Table:
@@ -394,15 +444,27 @@ class IncrementalRun:
                 keep = ok if keep is None else pc.and_(keep, ok)
         return rows if keep is None else rows.filter(keep)
 
-    def _bad_messages(self, cur, bad_rows) -> int:
+    def _bad_messages(self, cur, bad_rows) -> tuple[int, dict[str, tuple[str, dict]]]:
+        """Unparseable events: dead letters (count), or, with on_bad_message: stop, the tables whose
+        topics hold one, to halt (each at its first bad event)."""
         first = bad_rows[0]
         where = f"topic {first['topic']} partition {first['partition']} offset {first['offset']}"
         if self.cfg.stream.on_bad_message == "stop":
-            raise BadMessageError(
-                f"pipeline {self.cfg.name}: cannot parse the change event at {where} "
-                f"(value starts {str(first['value'])[:120]!r}). The stream stopped before it; nothing after it "
-                f"was applied. Fix or remove the producer of that message, or set stream.on_bad_message: "
-                f"dead_letter in the pipeline config to record such events in tideline.dead_letters and go on.")
+            halting = {}
+            for b in bad_rows:   # ordered by topic, partition, offset
+                table = self.by_topic[b["topic"]].name
+                if table in halting:
+                    continue
+                at = f"topic {b['topic']} partition {b['partition']} offset {b['offset']}"
+                halting[table] = (
+                    f"{self.cfg.name}.{table}: cannot parse the change event at {at} (key {b['key']}, value starts "
+                    f"{str(b['value'])[:120]!r}). The table is HALTED before it (nothing of it from this batch on "
+                    f"was applied; the other tables keep streaming). Fix or remove the producer of that message, "
+                    f"then trigger the sync DAG to resume; or set stream.on_bad_message: dead_letter in the "
+                    f"pipeline config to record such events in tideline.dead_letters and go on.",
+                    {"table": table, "topic": b["topic"], "partition": b["partition"], "offset": b["offset"],
+                     "key": b["key"], "error": "not a Debezium change event"})
+            return 0, halting
         for b in bad_rows:
             cur.execute("INSERT INTO tideline.dead_letters (pipeline, topic, kafka_partition, kafka_offset, key, "
                         "value, error) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
@@ -410,7 +472,7 @@ class IncrementalRun:
                          "not a Debezium change event (unparseable JSON, unknown op, or missing key/row image)"))
         log.warning("pipeline %s: %d unparseable events recorded in tideline.dead_letters, first at %s",
                     self.cfg.name, len(bad_rows), where)
-        return len(bad_rows)
+        return len(bad_rows), {}
 
     def _evolve(self, cur, table: StreamTable) -> None:
         """Source catalog vs target: add/widen in this transaction, or stop with the reason."""
@@ -444,24 +506,6 @@ class IncrementalRun:
         stream = CopyStream(staged.to_batches(max_chunksize=50_000), [True, False, True, True, False, False])
         cur.copy_expert(apply_sql.COPY_STAGE, stream, size=1 << 20)
         cur.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(apply_sql.STAGE)))  # temp tables have no stats
-
-    def _apply_table(self, cur, table: StreamTable) -> tuple[int, int]:
-        schema, cols, pk = self.cfg.target.schema_, table.columns, table.primary_key
-        cur.execute(apply_sql.unavailable_on_insert_sql(schema, table.name, cols, pk))
-        broken = cur.fetchall()
-        if broken:
-            part, off, key = broken[0]
-            raise ResnapshotRequired(
-                f"{self.cfg.name}.{table.name}: the change at partition {part} offset {off} (key {key}) updates a row "
-                f"the target does not have, and Debezium did not send its unchanged large values; the target has "
-                f"diverged from the source and the table is reloaded.", table=table.name)
-        cur.execute(apply_sql.delete_sql(schema, table.name, cols, pk))
-        deleted = cur.rowcount
-        cur.execute(apply_sql.update_sql(schema, table.name, cols, pk))
-        updated = max(cur.rowcount, 0)
-        cur.execute(apply_sql.insert_sql(schema, table.name, cols, pk))
-        inserted = cur.rowcount
-        return updated + inserted, deleted
 
     def _commit_consumer_group(self, committed: dict[str, dict[str, int]]) -> None:
         """Mirrors the committed position into a consumer group so lag tools see it (the target

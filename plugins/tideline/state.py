@@ -118,17 +118,25 @@ def finish_full_load(cur, *, pipeline: str, table: str, epoch: int, topic: str, 
         raise FencedError(f"{pipeline}.{table}: state row changed epoch during the swap; nothing was committed")
 
 
-def set_phase(conn, pipeline: str, table: str, phase: str, error: str) -> None:
+def set_phase(conn, pipeline: str, table: str, phase: str, error: str | None) -> None:
     """In its own transaction: the table's new phase and why (needs_resnapshot, halted)."""
     with conn, conn.cursor() as cur:
         cur.execute(sqlfiles.load("state/set_phase"),
-                    {"pipeline": pipeline, "table": table, "phase": phase, "error": error[:4000]})
+                    {"pipeline": pipeline, "table": table, "phase": phase, "error": error[:4000] if error else None})
 
 
 def advance_stream(cur, *, pipeline: str, table: str, epoch: int, offsets: dict[int, int], batch_id: int) -> None:
     cur.execute(sqlfiles.load("state/advance_stream"), {
         "pipeline": pipeline, "table": table, "epoch": epoch, "batch_id": batch_id,
         "offsets": json.dumps({str(p): o for p, o in sorted(offsets.items())})})
+    if cur.rowcount != 1:
+        raise FencedError(f"{pipeline}.{table}: the state row changed epoch during the batch; nothing committed")
+
+
+def halt_in(cur, *, pipeline: str, table: str, epoch: int, error: str, event: dict | None) -> None:
+    """Halts the table in the caller's transaction (the stream batch that met the failure)."""
+    cur.execute(sqlfiles.load("state/halt_table"), {"pipeline": pipeline, "table": table, "epoch": epoch,
+                                                    "error": error, "event": json.dumps(event) if event else None})
     if cur.rowcount != 1:
         raise FencedError(f"{pipeline}.{table}: the state row changed epoch during the batch; nothing committed")
 

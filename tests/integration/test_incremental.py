@@ -15,8 +15,7 @@ from confluent_kafka import Producer
 import stackctl
 from helpers import Writer, drop_source, let_retention_delete, table_digest
 from tideline import state
-from tideline.core.errors import EXIT_FENCED, EXIT_RESNAPSHOT, BadMessageError, ResnapshotRequired, SourceError
-from tideline.core.schema_drift import SchemaChangeError
+from tideline.core.errors import EXIT_FENCED, EXIT_RESNAPSHOT, HaltedError, ResnapshotRequired, SourceError
 from tideline.full_load import FullLoad
 from tideline.incremental import IncrementalRun
 
@@ -261,7 +260,7 @@ def test_schema_drift_mid_stream(spark, source_db, target_db, pipelines, unique_
             cur.execute(f"ALTER TABLE {t} ALTER COLUMN small TYPE text")
             cur.execute(f"UPDATE {t} SET small = 'not a number' WHERE id = 2")
         deadline = time.time() + 60
-        with pytest.raises(SchemaChangeError, match=r"column small: type changed at the source from bigint to text"):
+        with pytest.raises(HaltedError, match=r"column small: type changed at the source from bigint to text"):
             while time.time() < deadline:
                 IncrementalRun(cfg, spark, "available_now").run()
                 time.sleep(1)
@@ -342,7 +341,7 @@ def test_poison_message_stops_or_goes_to_dead_letters(stack, spark, source_db, t
         with source_db.cursor() as cur:
             cur.execute(f"UPDATE {t} SET qty = 1000 WHERE id = 2")
         time.sleep(3)
-        with pytest.raises(BadMessageError, match=rf"partition 0 offset {poison_offset}.*dead_letter"):
+        with pytest.raises(HaltedError, match=rf"partition 0 offset {poison_offset}.*dead_letter"):
             IncrementalRun(cfg, spark, "available_now").run()
         assert state.get(target_db, cfg.name, t).resume_offsets[0] == poison_offset
         st = state.get(target_db, cfg.name, t)

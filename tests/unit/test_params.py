@@ -9,10 +9,12 @@ CFG = parse_pipeline({"name": "shop", "source": {"conn_id": "s"}, "target": {"co
 
 
 def test_defaults():
-    assert check_sync_params(CFG, {}) == {"action": "auto", "tables": ["a", "b", "c"], "stream_mode": "continuous"}
+    assert check_sync_params(CFG, {}) == {"action": "auto", "tables": ["a", "b", "c"], "stream_mode": "continuous",
+                                          "resume_halted": True}
 
 
 @pytest.mark.parametrize("params,message", [
+    ({"resume_halted": "yes"}, "resume_halted must be true or false"),
     ({"action": "drop"}, "action='drop' is not one of auto, full_reload, repair, validate"),
     ({"action": "repair", "tables": ["a", "b"], "repair_key_from": "1", "repair_key_to": "2"}, "works on one table"),
     ({"action": "repair", "tables": ["a"], "repair_key_from": "1"}, "needs both repair_key_from and repair_key_to"),
@@ -41,6 +43,14 @@ def test_plan_by_phase_and_action():
     plan = plan_tables(CFG, "full_reload", ["a", "c"], phases)
     assert plan["full_load"] == ["a", "b", "c"] and plan["stream"] == []
     assert plan_tables(CFG, "auto", [], {})["full_load"] == ["a", "b", "c"]
+
+
+def test_a_person_resumes_halted_tables_the_automatic_restart_does_not():
+    phases = {"a": ("streaming", None), "b": ("halted", "refused"), "c": ("halted", "refused")}
+    plan = plan_tables(CFG, "auto", ["a", "b"], phases, resume_halted=True)
+    assert (plan["stream"], plan["resumed"], plan["halted"]) == (["a", "b"], ["b"], ["c"])
+    plan = plan_tables(CFG, "auto", ["a", "b", "c"], phases, resume_halted=False)
+    assert (plan["stream"], plan["resumed"], plan["halted"]) == (["a"], [], ["b", "c"])
 
 
 def test_repair_params_normalized():

@@ -33,7 +33,9 @@ NONE_FAILED = "none_failed_min_one_success"
 
 
 def _conn_ids(cfg: PipelineConfig) -> list[str]:
-    return [cfg.source.conn_id, cfg.target.conn_id, cfg.kafka.conn_id]
+    """Connections a Spark job uses: the databases, Kafka, and the alert webhook (a halt alerts)."""
+    return [cfg.source.conn_id, cfg.target.conn_id, cfg.kafka.conn_id] + \
+        ([cfg.alerts.webhook_conn_id] if cfg.alerts.webhook_conn_id else [])
 
 
 def _default_args() -> dict:
@@ -68,6 +70,9 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             "stream_mode": Param("continuous", enum=list(STREAM_MODES), title="Stream mode",
                                  description="continuous: keep streaming. available_now: apply what Kafka "
                                              "holds, then finish the run."),
+            "resume_halted": Param(True, type="boolean", title="Resume halted tables",
+                                   description="Halted tables (see make status) resume streaming from their own "
+                                               "offsets: trigger once what their error names is fixed."),
             "repair_key_from": Param(None, type=["null", "string"], title="Repair: key from",
                                      description="first primary-key value of the range (one-column keys)"),
             "repair_key_to": Param(None, type=["null", "string"], title="Repair: key to",
@@ -112,7 +117,8 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             trigger_rule=NONE_FAILED, **spark)
         after_stream = BranchPythonOperator(task_id="after_stream", python_callable=_branch_after_stream)
         restart = TriggerDagRunOperator(task_id="restart", trigger_dag_id=f"sync_{cfg.name}",
-                                        conf={"action": "auto", "stream_mode": "{{ params.stream_mode }}"},
+                                        conf={"action": "auto", "stream_mode": "{{ params.stream_mode }}",
+                                              "resume_halted": False},
                                         wait_for_completion=False)
         checked >> route_action >> [ensure, repair, validate]
         ensure >> doctor >> decide >> after_decide >> [full_load, coverage]

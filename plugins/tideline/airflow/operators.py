@@ -17,7 +17,8 @@ HOME = Path(os.environ.get("TIDELINE_HOME", Path(__file__).resolve().parents[3])
 _TERMINAL = {
     errors.EXIT_CONFIG: "a config, source or target problem that a person must fix",
     errors.EXIT_VERIFICATION: "the loaded rows did not match the snapshot; nothing was swapped in",
-    errors.EXIT_HALTED: "the stream halted on a schema change or a bad message; a person must act",
+    errors.EXIT_HALTED: "tables halted (a change the target refuses, a schema change or a bad message); a person "
+                        "must act",
 }
 
 
@@ -37,27 +38,38 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
         self.pipeline_conn_ids = pipeline_conn_ids
 
     def execute(self, context) -> dict:
+        import tempfile
+
         from tideline.airflow.connections import spark_env
-        self.env_vars = {**(self.env_vars or {}), **spark_env(self.pipeline_conn_ids)}
-        if self._hook is not None:
-            self._hook._env_vars = self.env_vars
-        try:
-            super().execute(context)
-            return {"exit": 0}
-        except AirflowException as exc:
-            code = getattr(getattr(self._hook, "_submit_sp", None), "returncode", None)
-            if code == errors.EXIT_RESNAPSHOT:
-                self.log.warning("the job reports tables that need a re-snapshot (exit %d); the DAG reloads them",
-                                 code)
-                return {"exit": code}
-            if code == errors.EXIT_FENCED:
-                # The designed handover (a full reload or a newer run took the tables): not a failure.
-                raise AirflowSkipException(f"{self.task_id}: a newer run took over these tables (fenced); this "
-                                           f"run committed nothing after that and stopped") from exc
-            if code in _TERMINAL:
-                raise AirflowFailException(f"{self.task_id}: exit status {code}: {_TERMINAL[code]}. "
-                                           f"The task log above has the details.") from exc
-            raise
+        from tideline.entrypoints import ERROR_FILE_ENV
+        with tempfile.NamedTemporaryFile(prefix="tideline-error-", suffix=".txt") as error_file:
+            self.env_vars = {**(self.env_vars or {}), **spark_env(self.pipeline_conn_ids),
+                             ERROR_FILE_ENV: error_file.name}
+            if self._hook is not None:
+                self._hook._env_vars = self.env_vars
+            try:
+                super().execute(context)
+                return {"exit": 0}
+            except AirflowException as exc:
+                why = open(error_file.name).read().strip()
+                return self._outcome(exc, why)
+
+    def _outcome(self, exc: AirflowException, why: str) -> dict:
+        """The job's exit status as an Airflow outcome, carrying the job's own error message."""
+        code = getattr(getattr(self._hook, "_submit_sp", None), "returncode", None)
+        if code == errors.EXIT_RESNAPSHOT:
+            self.log.warning("the job reports tables that need a re-snapshot (exit %d); the DAG reloads them", code)
+            return {"exit": code}
+        if code == errors.EXIT_FENCED:
+            # The designed handover (a full reload or a newer run took the tables): not a failure.
+            raise AirflowSkipException(f"{self.task_id}: a newer run took over these tables (fenced); this "
+                                       f"run committed nothing after that and stopped") from exc
+        if code in _TERMINAL:
+            raise AirflowFailException(f"{self.task_id}: exit status {code}: {_TERMINAL[code]}: "
+                                       f"{why or 'the task log above has the details'}") from exc
+        if why:
+            raise AirflowException(f"{self.task_id}: exit status {code}: {why}") from exc
+        raise exc
 
 
 def alert_sender(cfg):

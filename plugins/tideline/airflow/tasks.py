@@ -58,7 +58,16 @@ def decide(pipeline: str, checked: dict) -> dict:
             phases[t.name] = (st.phase, st.last_error) if st else ("new", None)
     finally:
         conn.close()
-    plan = plan_tables(cfg, checked["action"], checked["tables"], phases)
+    plan = plan_tables(cfg, checked["action"], checked["tables"], phases, checked.get("resume_halted", False))
+    if plan["resumed"]:
+        conn = psycopg2.connect(connections.get(cfg.target.conn_id).postgres_dsn())
+        try:
+            for table in plan["resumed"]:
+                log.warning("%s.%s was HALTED (%s); resuming it from its own offsets", cfg.name, table,
+                            phases[table][1])
+                state.set_phase(conn, cfg.name, table, "streaming", None)
+        finally:
+            conn.close()
     for table, why in plan["reasons"].items():
         log.info("%s.%s: %s", cfg.name, table, why)
     notify = alert_sender(cfg)

@@ -16,6 +16,12 @@ STAGE = "tl_stage"
 CREATE_STAGE = sql.SQL(
     "CREATE TEMP TABLE {} (tbl text NOT NULL, op \"char\" NOT NULL, key jsonb, after jsonb, "
     "part int NOT NULL, off bigint NOT NULL) ON COMMIT DROP").format(sql.Identifier(STAGE))
+# A table's staged events ranked in Kafka order, for narrowing a refused batch down to one event.
+RANKED = "tl_ranked"
+RANK_STAGE = sql.SQL(
+    "CREATE TEMP TABLE {ranked} ON COMMIT DROP AS SELECT row_number() OVER (ORDER BY part, off) AS i, part, off, "
+    "op, key::text AS key FROM {stage} WHERE tbl = %(tbl)s").format(ranked=sql.Identifier(RANKED),
+                                                                  stage=sql.Identifier(STAGE))
 COPY_STAGE = sql.SQL("COPY {} (tbl, op, key, after, part, off) FROM STDIN").format(sql.Identifier(STAGE))
 
 
@@ -37,14 +43,26 @@ def _target(schema: str, table: str) -> sql.Composable:
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
 
 
-def delete_sql(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composed:
+def only_rows(first: int, last: int) -> sql.Composable:
+    """Restricts an apply statement to the staged events ranked first..last (see RANK_STAGE)."""
+    return sql.SQL("(s.part, s.off) IN (SELECT part, off FROM {} WHERE i BETWEEN {} AND {})").format(
+        sql.Identifier(RANKED), sql.Literal(first), sql.Literal(last))
+
+
+def _only(only: sql.Composable | None) -> sql.Composable:
+    return sql.SQL(" AND {}").format(only) if only is not None else sql.SQL("")
+
+
+def delete_sql(schema: str, table: str, columns: list[Column], pk: list[str],
+               only: sql.Composable | None = None) -> sql.Composed:
     by_name = {c.name: c for c in columns}
-    return sql.SQL("DELETE FROM {t} AS t USING {stage} AS s WHERE s.tbl = {tbl} AND s.op = 'd' AND {match}").format(
-        t=_target(schema, table), stage=sql.Identifier(STAGE), tbl=sql.Literal(table),
+    return sql.SQL("DELETE FROM {t} AS t USING {stage} AS s WHERE s.tbl = {tbl} AND s.op = 'd'{only} AND {match}").format(
+        t=_target(schema, table), stage=sql.Identifier(STAGE), tbl=sql.Literal(table), only=_only(only),
         match=_key_match(by_name, pk, "key"))
 
 
-def update_sql(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composed:
+def update_sql(schema: str, table: str, columns: list[Column], pk: list[str],
+               only: sql.Composable | None = None) -> sql.Composed:
     by_name = {c.name: c for c in columns}
     sets = []
     for c in _written(columns):
@@ -58,9 +76,10 @@ def update_sql(schema: str, table: str, columns: list[Column], pk: list[str]) ->
         sets.append(sql.SQL("{} = {}").format(sql.Identifier(c.name), new))
     if not sets:  # a table that is all key: nothing to update
         return sql.SQL("SELECT 0 WHERE false")
-    return sql.SQL("UPDATE {t} AS t SET {sets} FROM {stage} AS s WHERE s.tbl = {tbl} AND s.op <> 'd' AND {match}").format(
+    return sql.SQL("UPDATE {t} AS t SET {sets} FROM {stage} AS s WHERE s.tbl = {tbl} AND s.op <> 'd'{only} "
+                   "AND {match}").format(
         t=_target(schema, table), sets=sql.SQL(", ").join(sets), stage=sql.Identifier(STAGE),
-        tbl=sql.Literal(table), match=_key_match(by_name, pk, "after"))
+        tbl=sql.Literal(table), only=_only(only), match=_key_match(by_name, pk, "after"))
 
 
 def _missing(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composable:
@@ -69,13 +88,14 @@ def _missing(schema: str, table: str, columns: list[Column], pk: list[str]) -> s
         t=_target(schema, table), match=_key_match(by_name, pk, "after"))
 
 
-def insert_sql(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composed:
+def insert_sql(schema: str, table: str, columns: list[Column], pk: list[str],
+               only: sql.Composable | None = None) -> sql.Composed:
     columns = _written(columns)
     values = [value_expr(_field("after", c.name), c.type) for c in columns]
     return sql.SQL("INSERT INTO {t} ({cols}) SELECT {vals} FROM {stage} AS s "
-                   "WHERE s.tbl = {tbl} AND s.op <> 'd' AND {missing}").format(
+                   "WHERE s.tbl = {tbl} AND s.op <> 'd'{only} AND {missing}").format(
         t=_target(schema, table), cols=sql.SQL(", ").join(sql.Identifier(c.name) for c in columns),
-        vals=sql.SQL(", ").join(values), stage=sql.Identifier(STAGE), tbl=sql.Literal(table),
+        vals=sql.SQL(", ").join(values), stage=sql.Identifier(STAGE), tbl=sql.Literal(table), only=_only(only),
         missing=_missing(schema, table, columns, pk))
 
 

@@ -58,6 +58,11 @@ class BadMessageError(TerminalError):
     """A change event cannot be parsed or applied; the message names topic, partition and offset."""
 
 
+class HaltedError(TerminalError):
+    """Tables of a stream halted on changes the target refuses (or a schema change, or a bad
+    message); each one's state says which event and what to do. Exit status 6."""
+
+
 class LoadVerificationError(TerminalError):
     """Rows read inside the snapshot differ from rows landed; nothing was swapped in."""
 
@@ -77,7 +82,8 @@ def exit_code(exc: BaseException) -> int:
     from tideline.core.schema_drift import SchemaChangeError
     for cls, code in ((FencedError, EXIT_FENCED), (ResnapshotRequired, EXIT_RESNAPSHOT),
                       (LoadVerificationError, EXIT_VERIFICATION), (SchemaChangeError, EXIT_HALTED),
-                      (BadMessageError, EXIT_HALTED), (TerminalError, EXIT_CONFIG)):
+                      (BadMessageError, EXIT_HALTED), (HaltedError, EXIT_HALTED),
+                      (TerminalError, EXIT_CONFIG)):
         if isinstance(exc, cls):
             return code
     return EXIT_FAILED

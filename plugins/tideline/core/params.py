@@ -31,7 +31,10 @@ def check_sync_params(cfg: PipelineConfig, params: dict) -> dict:
             raise ParamError(f"param tables: {t!r} is not a table name (plain identifiers only)")
         if t not in known:
             raise ParamError(f"param tables: pipeline {cfg.name} has no table {t!r}; it has {', '.join(known)}")
-    checked = {"action": action, "tables": tables, "stream_mode": mode}
+    resume = params.get("resume_halted", True)
+    if not isinstance(resume, bool):
+        raise ParamError(f"param resume_halted must be true or false, got {resume!r}")
+    checked = {"action": action, "tables": tables, "stream_mode": mode, "resume_halted": resume}
     if action == "repair":
         checked["repair"] = _check_repair(cfg, tables, params)
     return checked
@@ -74,9 +77,11 @@ def _check_repair(cfg: PipelineConfig, tables: list[str], params: dict) -> dict:
 
 
 def plan_tables(cfg: PipelineConfig, action: str, tables: list[str],
-                phases: dict[str, tuple[str, str | None]]) -> dict:
-    """Which tables get a full load and which go straight to streaming, with the reason for each."""
-    full_load, stream, halted, resnapshot, reasons = [], [], [], [], {}
+                phases: dict[str, tuple[str, str | None]], resume_halted: bool = False) -> dict:
+    """Which tables get a full load and which go straight to streaming, with the reason for each.
+    A halted table resumes from its own offsets when a person triggers the run (resume_halted:
+    they fixed what its error named; if not, it halts again on the same event and says so)."""
+    full_load, stream, halted, resnapshot, resumed, reasons = [], [], [], [], [], {}
     for t in cfg.tables:
         if t.mode != "cdc":
             continue
@@ -84,6 +89,10 @@ def plan_tables(cfg: PipelineConfig, action: str, tables: list[str],
         if action == "full_reload" and t.name in tables:
             full_load.append(t.name)
             reasons[t.name] = "full reload requested"
+        elif phase == "halted" and resume_halted and t.name in tables:
+            stream.append(t.name)
+            resumed.append(t.name)
+            reasons[t.name] = "halted, resumed by this run from its own offsets"
         elif phase == "halted":
             halted.append(t.name)
         elif phase in ("new", "loading"):
@@ -97,4 +106,4 @@ def plan_tables(cfg: PipelineConfig, action: str, tables: list[str],
             stream.append(t.name)
             reasons[t.name] = "loaded: straight to streaming"
     return {"full_load": full_load, "stream": stream, "halted": halted, "resnapshot": resnapshot,
-            "reasons": reasons}
+            "resumed": resumed, "reasons": reasons}
