@@ -122,16 +122,19 @@ def target_checks(cfg: PipelineConfig, target: Conn) -> tuple[list[dc.Check], in
                     "current_database(), 'CREATE') ELSE has_schema_privilege('tideline', 'USAGE, CREATE') END")
         state_ok = cur.fetchone()[0]
         cur.execute("SELECT to_regclass('tideline.schema_version') IS NOT NULL")
-        version, streaming = None, 0
+        version, streaming, halted = None, 0, []
         if cur.fetchone()[0]:   # the state schema exists (migrate creates both tables together)
             cur.execute("SELECT max(version) FROM tideline.schema_version")
             version = cur.fetchone()[0]
             cur.execute("SELECT count(*) FROM tideline.table_state WHERE pipeline = %s AND phase = 'streaming' "
                         "AND table_name = ANY(%s)", (cfg.name, cdc))
             streaming = cur.fetchone()[0]
+            cur.execute("SELECT table_name, last_error FROM tideline.table_state WHERE pipeline = %s AND phase = "
+                        "'halted' AND table_name = ANY(%s) ORDER BY table_name", (cfg.name, cdc))
+            halted = cur.fetchall()
     conn.close()
-    return [dc.target_privileges(schema, can_create, state_ok), dc.state_version(version, _latest_state_version())], \
-        streaming
+    return [dc.target_privileges(schema, can_create, state_ok), dc.state_version(version, _latest_state_version())] \
+        + [dc.halted_table(t, e) for t, e in halted], streaming
 
 
 def run(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection) -> list[dc.Check]:

@@ -107,7 +107,7 @@ def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
         if len(r.lag) > 1 and r.lag_total:
             lines.append(f"  {'':22s} lag per partition: {dict(sorted(r.lag.items()))}")
         if r.error:
-            lines.append(f"  {'':22s} last error: {r.error[:300]}")
+            lines.append(f"  {'':22s} last error: {r.error[:1500 if r.phase == 'halted' else 300]}")
         if r.last_verify:
             lines.append(f"  {'':22s} last verify {r.last_verify[:300]}")
     return "\n".join(lines)

@@ -79,3 +79,8 @@ def test_webhook_url_from_an_airflow_http_connection():
         "http://127.0.0.1:8080/hooks/a"
     assert webhook_url(Conn("h", "http", "https://chat.example/hooks/abc")) == "https://chat.example/hooks/abc"
     assert webhook_url(Conn("h", "http", extra={"webhook_url": "https://x/y"})) == "https://x/y"
+
+
+def test_a_halted_table_warns_with_its_error_and_the_way_back():
+    c = dc.halted_table("orders", "refused at offset 7")
+    assert c.status == dc.WARN and "refused at offset 7" in c.detail and "resume_halted" in c.fix

@@ -154,11 +154,18 @@ def watch(pipeline: str) -> dict:
     try:
         state.migrate(conn)
         tables = [t.name for t in cfg.tables if t.mode == "cdc"]
-        lost = coverage.review(cfg, conn, connections.get(cfg.kafka.conn_id).kafka_bootstrap, tables,
-                               alerts.once_per(conn, cfg, alert_sender(cfg)), mark=False)
+        send = alerts.once_per(conn, cfg, alert_sender(cfg))
+        lost = coverage.review(cfg, conn, connections.get(cfg.kafka.conn_id).kafka_bootstrap, tables, send, mark=False)
+        halted = []
+        for table in tables:   # a halted table waits for a person: say so until they act
+            st = state.get(conn, cfg.name, table)
+            conn.rollback()
+            if st is not None and st.phase == "halted":
+                halted.append(table)
+                send(alerts.TABLE_HALTED, f"{table} is HALTED: {st.last_error}", subject=table)
     finally:
         conn.close()
-    return {"not_covered": lost}
+    return {"not_covered": lost, "halted": halted}
 
 
 def _pipeline_of(dag_id: str) -> str:

@@ -197,3 +197,9 @@ def connection(conn_id: str, error: str | None) -> Check:
         return Check("airflow", f"connection {conn_id}", PASS, "defined")
     return Check("airflow", f"connection {conn_id}", FAIL, error,
                  f"define Airflow connection {conn_id!r} (Admin → Connections, or AIRFLOW_CONN_{conn_id.upper()})")
+
+
+def halted_table(table: str, error: str | None) -> Check:
+    """A halted table stops only itself; it is a warning here so the run that resumes it can start."""
+    return Check("target", f"table {table}", WARN, f"HALTED: {(error or 'no reason recorded')[:1500]}",
+                 "fix what the error names, then trigger the sync DAG (resume_halted) to resume it from its offsets")
