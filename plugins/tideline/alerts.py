@@ -40,40 +40,46 @@ def webhook_url(conn: Conn) -> str:
     return f"{base}/{endpoint}" if endpoint else base
 
 
-def notify(cfg: PipelineConfig, event: str, message: str, resolve: Callable[[str], Conn] | None = None) -> str:
-    """Says it in the log; posts it to the pipeline's webhook if it has one. Returns the text."""
+def notify(cfg: PipelineConfig, event: str, message: str, resolve: Callable[[str], Conn] | None = None) -> bool:
+    """Says it in the log; posts it to the pipeline's webhook if it has one. Returns whether it
+    reached everyone it should (False: the webhook did not take it; the log says why)."""
     text = f"Tideline {cfg.name}: {message}"
     log.log(_LEVEL.get(event, logging.WARNING), "ALERT [%s] %s", event, text)
     conn_id = cfg.alerts.webhook_conn_id
     if not conn_id:
-        return text
+        return True
     try:
         url = webhook_url((resolve or get_connection)(conn_id))
         resp = requests.post(url, json={"text": text}, timeout=10)
         if resp.status_code >= 300:
             log.error("ALERT [%s] not delivered: webhook connection %s answered %d: %s", event, conn_id,
                       resp.status_code, resp.text[:300])
+            return False
     except Exception as exc:  # the alert is in the log above; say why the webhook did not get it
         log.error("ALERT [%s] not delivered to webhook connection %s: %s", event, conn_id, exc)
-    return text
+        return False
+    return True
 
 
-def once_per(conn, cfg: PipelineConfig, notify: Callable[[str, str], object]) -> Callable[..., None]:
+def once_per(conn, cfg: PipelineConfig, notify: Callable[[str, str], bool]) -> Callable[..., None]:
     """notify(event, message, subject=...) that repeats a (event, subject) alert at most once per
     alerts.repeat_after_hours — for checks that run on a schedule and see the same condition again.
-    The log line is written every time; only the webhook is spared."""
+    The log line is written every time; only the webhook is spared. An alert counts as sent only
+    once it was delivered: a failed delivery is tried again at the next check, not hours later."""
     quiet_s = cfg.alerts.repeat_after_hours * 3600
 
     def send(event: str, message: str, subject: str = "") -> None:
         with conn, conn.cursor() as cur:
-            cur.execute("INSERT INTO tideline.alerts_sent AS a (pipeline, event, subject, sent_at, message) "
-                        "VALUES (%s, %s, %s, now(), %s) ON CONFLICT (pipeline, event, subject) DO UPDATE "
-                        "SET sent_at = now(), message = EXCLUDED.message "
-                        "WHERE a.sent_at < now() - make_interval(secs => %s) RETURNING 1",
-                        (cfg.name, event, subject, message, quiet_s))
-            due = cur.fetchone() is not None
+            cur.execute("SELECT 1 FROM tideline.alerts_sent WHERE pipeline = %s AND event = %s AND subject = %s "
+                        "AND sent_at >= now() - make_interval(secs => %s)", (cfg.name, event, subject, quiet_s))
+            due = cur.fetchone() is None
         if due:
-            notify(event, message)
+            if notify(event, message) is False:
+                return
+            with conn, conn.cursor() as cur:
+                cur.execute("INSERT INTO tideline.alerts_sent (pipeline, event, subject, sent_at, message) "
+                            "VALUES (%s, %s, %s, now(), %s) ON CONFLICT (pipeline, event, subject) DO UPDATE "
+                            "SET sent_at = now(), message = EXCLUDED.message", (cfg.name, event, subject, message))
         else:
             log.log(_LEVEL.get(event, logging.WARNING), "ALERT [%s] (already sent within %gh, not repeated) "
                     "Tideline %s: %s", event, cfg.alerts.repeat_after_hours, cfg.name, message)

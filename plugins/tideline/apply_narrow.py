@@ -135,7 +135,8 @@ class TableApply:
             sql.Identifier(apply_sql.RANKED)), (rank,))
         part, off, op, key = cur.fetchone()
         diag = exc.diag
-        column = diag.column_name or self._column_refusing(cur, part, off)
+        column = (diag.column_name or self._constraint_column(cur, diag.constraint_name)
+                  or self._column_refusing(cur, part, off))
         value = None
         if column is not None:
             doc = "key" if op == "d" else "after"
@@ -146,6 +147,16 @@ class TableApply:
         return FailedEvent(table=self.table, topic=self.topic, partition=part, offset=off, key=truncate(key), op=op,
                            column=column, value=value, sqlstate=exc.pgcode,
                            error=(diag.message_primary or str(exc)).strip(), constraint=diag.constraint_name)
+
+    def _constraint_column(self, cur, constraint: str | None) -> str | None:
+        """The column a one-column constraint of the target table is about (CHECK, unique, FK)."""
+        if not constraint:
+            return None
+        cur.execute("SELECT a.attname FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid "
+                    "AND a.attnum = ANY (c.conkey) WHERE c.conrelid = %s::regclass AND c.conname = %s",
+                    (f'"{self.schema}"."{self.table}"', constraint))
+        names = [r[0] for r in cur.fetchall()]
+        return names[0] if len(names) == 1 else None
 
     def _column_refusing(self, cur, part: int, off: int) -> str | None:
         """The first column whose value does not cast to the target column's type, if one."""

@@ -49,6 +49,7 @@ class StreamTable:
     epoch: int
     primary_key: list[str]
     columns: list[Column] = field(default_factory=list)
+    partitions: int | None = None   # the change topic's partition count at the full load
 
 
 @dataclass
@@ -163,10 +164,13 @@ class IncrementalRun:
             st = state.get(conn, self.cfg.name, t.name)
             conn.rollback()
             earliest, latest = kafka_offsets.watermarks(self.bootstrap, t.topic)
-            gaps = coverage_gaps(t.topic, st.resume_offsets, earliest, latest)
+            t.partitions = st.raw.get("topic_partitions")
+            gaps = coverage_gaps(t.topic, st.resume_offsets, earliest, latest, t.partitions)
             if gaps:
                 reason = "; ".join(g.describe() for g in gaps)
-                self._needs_resnapshot(t.name, f"Kafka no longer holds what the stream needs: {reason}")
+                what = ("Kafka no longer holds what the stream needs" if any(g.partition >= 0 for g in gaps)
+                        else "the stream cannot resume exactly")
+                self._needs_resnapshot(t.name, f"{what}: {reason}")
                 raise DataLossError(f"{self.cfg.name}.{t.name}: {reason}. The table is marked needs_resnapshot; "
                                     f"the sync DAG reloads it by itself (or run action=full_reload).")
             start[t.topic] = {str(p): o for p, o in starting_offsets(st.resume_offsets, latest).items()}
@@ -347,6 +351,14 @@ class IncrementalRun:
                 r["hi"] - max(r["lo"], current[r["topic"]].get(r["partition"], 0)) + 1 for r in fresh)
             bad_rows = [b for b in bad_rows if b["offset"] >= current[b["topic"]].get(b["partition"], 0)]
             truncates = [t for t in truncates if t["offset"] >= current[t["topic"]].get(t["partition"], 0)]
+            for r in fresh:   # partitions added while the stream runs: see coverage_gaps
+                t = self.by_topic[r["topic"]]
+                if t.partitions is not None and r["partition"] >= t.partitions:
+                    raise ResnapshotRequired(
+                        f"{cfg.name}.{t.name}: events arrived on partition {r['partition']} of {t.topic}, which had "
+                        f"{t.partitions} partition(s) at the full load; keys now hash to other partitions, so one "
+                        f"key's changes can no longer be put in order. The table is reloaded by itself.",
+                        table=t.name)
             if truncates:
                 t = truncates[0]
                 table = self.by_topic[t["topic"]].name
@@ -409,7 +421,7 @@ class IncrementalRun:
             apply = TableApply(self.cfg.name, self.cfg.target.schema_, table.name, table.topic, table.columns,
                                table.primary_key, dead_letter=self.cfg.stream.on_bad_message == "dead_letter")
             counts = apply.run(cur)
-        except schema_drift.SchemaChangeError as exc:
+        except (schema_drift.SchemaChangeError, SourceError) as exc:   # e.g. a column added that cannot stream
             cur.execute("ROLLBACK TO SAVEPOINT tl_table")
             return str(exc), None
         except ApplyRefused as exc:

@@ -108,6 +108,40 @@ def _connections(source: Conn, target: Conn):
     return psycopg2.connect(source.postgres_dsn()), psycopg2.connect(target.postgres_dsn())
 
 
+def _key_column(cfg: PipelineConfig, shape: TableShape):
+    table = shape.name
+    if not shape.primary_key:
+        raise RepairError(f"{cfg.name}.{table} has no primary key; repair needs one", table=table)
+    if len(shape.primary_key) != 1:
+        raise RepairError(f"{cfg.name}.{table}: a key-range repair needs a one-column primary key; this one "
+                          f"is ({', '.join(shape.primary_key)}). Use an update-time range, or validate "
+                          f"then repair what it found.", table=table)
+    return shape.column(shape.primary_key[0])
+
+
+def check_key_range(cfg: PipelineConfig, source: Conn, table: str, key_from: str, key_to: str) -> None:
+    """Before any work: both ends are values of the key's type (cast by the source itself) and in
+    order; the error names the param."""
+    src = psycopg2.connect(source.postgres_dsn())
+    try:
+        col = _key_column(cfg, source_catalog.describe(src, cfg.source.schema_, table, cfg.table(table)))
+        with src.cursor() as cur:
+            for param, value in (("repair_key_from", key_from), ("repair_key_to", key_to)):
+                try:
+                    cur.execute(sql.SQL("SELECT {}::{}").format(sql.Literal(value), sql.SQL(col.type)))
+                except psycopg2.Error as exc:
+                    src.rollback()
+                    raise RepairError(f"param {param}: {value!r} is not a value of {table}.{col.name} ({col.type}): "
+                                      f"{(exc.diag.message_primary or str(exc)).strip()}", table=table) from None
+            cur.execute(sql.SQL("SELECT {lo}::{t} <= {hi}::{t}").format(lo=sql.Literal(key_from),
+                                                                        hi=sql.Literal(key_to), t=sql.SQL(col.type)))
+            if not cur.fetchone()[0]:
+                raise RepairError(f"params repair_key_from/to: the range is inverted ({key_from!r} is after "
+                                  f"{key_to!r} in {col.type} order)", table=table)
+    finally:
+        src.close()
+
+
 def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_from: str | None = None,
            key_to: str | None = None, time_column: str | None = None, time_from: str | None = None,
            time_to: str | None = None) -> RepairResult:
@@ -119,11 +153,7 @@ def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_f
         if not shape.primary_key:
             raise RepairError(f"{cfg.name}.{table} has no primary key; repair needs one", table=table)
         if key_from is not None:
-            if len(shape.primary_key) != 1:
-                raise RepairError(f"{cfg.name}.{table}: a key-range repair needs a one-column primary key; this one "
-                                  f"is ({', '.join(shape.primary_key)}). Use an update-time range, or validate "
-                                  f"then repair what it found.", table=table)
-            col = shape.column(shape.primary_key[0])
+            col = _key_column(cfg, shape)
             where = sql.SQL("{c} BETWEEN {lo}::{t} AND {hi}::{t}").format(
                 c=sql.Identifier(col.name), lo=sql.Literal(key_from), hi=sql.Literal(key_to), t=sql.SQL(col.type))
         else:

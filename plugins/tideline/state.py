@@ -112,7 +112,7 @@ def finish_full_load(cur, *, pipeline: str, table: str, epoch: int, topic: str, 
                      snapshot_id: str, snapshot_at, snapshot_xmin: str, rows: int) -> None:
     cur.execute(sqlfiles.load("state/finish_full_load"), {
         "pipeline": pipeline, "table": table, "epoch": epoch, "topic": topic,
-        "offsets": json.dumps({str(p): o for p, o in sorted(offsets.items())}),
+        "offsets": json.dumps({str(p): o for p, o in sorted(offsets.items())}), "partitions": len(offsets),
         "snapshot_id": snapshot_id, "snapshot_at": snapshot_at, "snapshot_xmin": snapshot_xmin, "rows": rows})
     if cur.rowcount != 1:
         raise FencedError(f"{pipeline}.{table}: state row changed epoch during the swap; nothing was committed")

@@ -59,7 +59,7 @@ def test_refused_change_halts_one_table_and_the_others_go_on(spark, source_db, t
         event = st.raw["last_error_event"]
         assert (event["topic"], event["partition"], event["offset"]) == (cfg.topic(b), 0, refused_offset)
         assert event["key"] == '{"id": "77"}' and event["op"] == "u" and event["sqlstate"] == "23514"
-        assert event["constraint"] == "qty_small"
+        assert (event["constraint"], event["column"], event["value"]) == ("qty_small", "qty", "5000")
         assert f"offset {refused_offset}" in st.last_error and "qty_small" in st.last_error
         assert "trigger the sync DAG" in st.last_error
         assert st.resume_offsets == resume_at_load[cfg.topic(b)]          # nothing of b applied after the halt
@@ -107,3 +107,38 @@ def _offset_of_update(cfg, table: str) -> int:
         raise AssertionError(f"the change to id 77 of {table} did not reach Kafka")
     finally:
         consumer.close()
+
+
+def test_with_dead_letters_a_refused_change_is_recorded_and_the_table_goes_on(spark, source_db, target_db,
+                                                                             pipelines, unique_name):
+    t = f"{unique_name}_dl"
+    make_items(source_db, t, 100)
+    try:
+        cfg = pipelines.make([{"name": t}], partitions=1, capture=True, stream={"on_bad_message": "dead_letter"})
+        FullLoad(cfg, spark).run([t])
+        with target_db.cursor() as cur:
+            cur.execute(f'ALTER TABLE "{unique_name}".{t} ADD CONSTRAINT note_short CHECK (length(note) < 20)')
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE {t} SET qty = -qty WHERE id <= 30")
+            cur.execute(f"UPDATE {t} SET note = repeat('long ', 10) WHERE id IN (12, 61)")   # both refused
+            cur.execute(f"INSERT INTO {t} (id, qty, note) VALUES (500, 5, 'fine')")
+        refused = {12, 61}
+        expected = [r for r in rows_as_text(source_db, "public", t, "id") if int(r[1:].split(",")[0]) not in refused]
+
+        def applied():
+            IncrementalRun(cfg, spark, "available_now").run()
+            with target_db.cursor() as cur:
+                cur.execute("SELECT count(*) FROM tideline.dead_letters WHERE pipeline = %s", (cfg.name,))
+                return cur.fetchone()[0] == 2
+        _until(applied, 60, "both refused changes in tideline.dead_letters")
+        got = [r for r in rows_as_text(target_db, unique_name, t, "id") if int(r[1:].split(",")[0]) not in refused]
+        assert got == expected
+        assert state.get(target_db, cfg.name, t).phase == "streaming"
+        with target_db.cursor() as cur:
+            cur.execute("SELECT key, error FROM tideline.dead_letters WHERE pipeline = %s ORDER BY kafka_offset",
+                        (cfg.name,))
+            rows = cur.fetchall()
+        assert [k for k, _ in rows] == ['{"id": "12"}', '{"id": "61"}']
+        assert all("note_short" in e and "column note" in e for _, e in rows), rows
+    finally:
+        drop_source(source_db, t)

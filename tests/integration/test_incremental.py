@@ -15,7 +15,8 @@ from confluent_kafka import Producer
 import stackctl
 from helpers import Writer, drop_source, let_retention_delete, table_digest
 from tideline import state
-from tideline.core.errors import EXIT_FENCED, EXIT_RESNAPSHOT, HaltedError, ResnapshotRequired, SourceError
+from tideline.core.errors import (EXIT_FENCED, EXIT_RESNAPSHOT, DataLossError, HaltedError, ResnapshotRequired,
+                                   SourceError)
 from tideline.full_load import FullLoad
 from tideline.incremental import IncrementalRun
 
@@ -297,6 +298,58 @@ def test_lost_offsets_exit_with_documented_status_and_change_nothing(
         assert table_digest(target_db, unique_name, t, "id") == before
         with pytest.raises(SourceError, match=r"needs_resnapshot: Kafka no longer holds"):
             IncrementalRun(cfg, spark, "available_now").run()  # refuses to stream it until reloaded
+    finally:
+        drop_source(source_db, t)
+
+
+def test_partitions_added_to_a_change_topic_reload_the_table_instead_of_misordering_a_key(
+        stack, spark, source_db, target_db, pipelines, unique_name):
+    import json
+
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewPartitions
+    t = f"{unique_name}_parts"
+    make_items(source_db, t, 20)
+    try:
+        cfg = pipelines.make([{"name": t}], partitions=1, capture=True)
+        FullLoad(cfg, spark).run([t])
+        topic = cfg.topic(t)
+        assert state.get(target_db, cfg.name, t).raw["topic_partitions"] == 1
+        before = table_digest(target_db, unique_name, t, "id")
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE {t} SET qty = 500 WHERE id = 7")          # key 7, partition 0
+        consumer = Consumer({"bootstrap.servers": stack.kafka_bootstrap(), "group.id": f"probe-{t}",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline, first = time.time() + 60, None
+        while first is None and time.time() < deadline:
+            msg = consumer.poll(1)
+            if msg is not None and not msg.error() and msg.value() and b'"500"' in msg.value():
+                first = msg
+        consumer.close()
+        assert first is not None, "the change to key 7 did not reach Kafka"
+        # an operator adds partitions; the producer now hashes key 7 to another partition, where its
+        # next change lands at an offset lower than the first one's
+        AdminClient({"bootstrap.servers": stack.kafka_bootstrap()}).create_partitions(
+            [NewPartitions(topic, 3)])[topic].result(30)
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE {t} SET qty = 600 WHERE id = 7")
+        later = json.loads(first.value())
+        (later.get("payload") or later)["after"]["qty"] = "600"
+        producer = Producer({"bootstrap.servers": stack.kafka_bootstrap(), "acks": "all"})
+        producer.produce(topic, key=first.key(), value=json.dumps(later).encode(), partition=1)
+        producer.flush(30)
+        with pytest.raises(DataLossError, match="has 3 partitions, it had 1 at the full load"):
+            IncrementalRun(cfg, spark, "available_now").run()
+        st = state.get(target_db, cfg.name, t)
+        assert st.phase == "needs_resnapshot" and "it had 1 at the full load" in st.last_error
+        assert table_digest(target_db, unique_name, t, "id") == before        # nothing applied out of order
+        FullLoad(cfg, spark).run([t])                                          # what the DAG does next
+        assert state.get(target_db, cfg.name, t).raw["topic_partitions"] == 3
+        sync_until_equal(cfg, spark, source_db, target_db, {t: "id"})
+        with target_db.cursor() as cur:
+            cur.execute(f'SELECT qty FROM "{unique_name}".{t} WHERE id = 7')
+            assert cur.fetchone()[0] == 600
     finally:
         drop_source(source_db, t)
 

@@ -94,8 +94,38 @@ MATRIX: list[tuple[str, str, list[str]]] = [
     ("c_uuid_arr", "uuid[]", ["'{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}'"]),
     ("c_jsonb_arr", "jsonb[]", ["ARRAY['{\"a\": 1}'::jsonb, 'null'::jsonb, NULL]"]),
     ("c_interval_arr", "interval[]", ["'{\"1 mon -1 days\",NULL}'"]),
+    ("c_int8range", "int8range", ["'[-9223372036854775808,9223372036854775807)'"]),
+    ("c_tsrange", "tsrange", ["'[4713-01-01 BC,infinity)'"]),
+    ("c_int8multi", "int8multirange", ["'{[1,2), [10,20)}'"]),
+    ("c_nummulti", "nummultirange", ["'{[1.5,2.5]}'"]),
+    ("c_tsmulti", "tsmultirange", ["'{[2020-01-01,2020-02-01)}'"]),
+    ("c_tstzmulti", "tstzmultirange", ["'{[2020-01-01 00:00+00,infinity)}'"]),
+    ("c_jsonpath", "jsonpath", ["'$.a[*] ? (@ > 1)'"]),
+    ("c_snapshot", "pg_snapshot", ["'10:20:10,14,15'"]),
+    ("c_txid_snapshot", "txid_snapshot", ["'10:20:10,14,15'"]),
+    ("c_xid", "xid", ["'4294967295'"]),
+    ("c_xid8", "xid8", ["'18446744073709551615'"]),
+    ("c_cid", "cid", ["'42'"]),
+    ("c_tid", "tid", ["'(4294967295,65535)'"]),
+    ("c_refcursor", "refcursor", ["'my cursor'"]),
+    ("c_aclitem", "aclitem", ["('=r/' || quote_ident(current_user))::aclitem"]),
+    ("c_regclass", "regclass", ["'pg_class'"]),
+    ("c_regtype", "regtype", ["'integer'"]),
+    ("c_regproc", "regproc", ["'now'"]),
+    ("c_regprocedure", "regprocedure", ["'sum(integer)'"]),
+    ("c_regoper", "regoper", ["'||/'"]),
+    ("c_regoperator", "regoperator", ["'+(integer,integer)'"]),
+    ("c_regnamespace", "regnamespace", ["'pg_catalog'"]),
+    ("c_regrole", "regrole", ["'pg_monitor'"]),
+    ("c_regconfig", "regconfig", ["'english'"]),
+    ("c_regdictionary", "regdictionary", ["'simple'"]),
+    ("c_regcollation", "regcollation", ["'\"C\"'"]),
     ("c_timetz", "time with time zone", ["'10:00:00+02'"]),   # excluded from the sync: see below
 ]
+# Built-in types a table column cannot hold a user value of (no input function: planner and
+# index internals). Every other base, range and multirange type of pg_catalog is in MATRIX.
+NOT_STORABLE = {"gtsvector", "pg_brin_bloom_summary", "pg_brin_minmax_multi_summary", "pg_dependencies",
+                "pg_mcv_list", "pg_ndistinct", "pg_node_tree"}
 ROWS = 7
 
 
@@ -142,6 +172,7 @@ def test_every_type_streams_exactly_as_the_full_load_copies_it(spark, source_db,
     try:
         tables = [{"name": t}, {"name": k2}, {"name": kd}]
         # timetz cannot be carried exactly (Debezium moves it to UTC): refused before any work...
+        assert _uncovered_builtin_types(source_db, t) == set()
         cfg = pipelines.make(tables)
         with pytest.raises(SourceError, match=r"c_timetz \(time with time zone\).*exclude_columns"):
             source_catalog.describe(source_db, "public", t, cfg.table(t))
@@ -176,6 +207,20 @@ def test_every_type_streams_exactly_as_the_full_load_copies_it(spark, source_db,
         with target_db.cursor() as cur:
             cur.execute(f"DROP SCHEMA IF EXISTS \"{p}\" CASCADE")
             _drop_types(cur, p)
+
+
+def _uncovered_builtin_types(conn, table: str) -> set[str]:
+    """pg_catalog's base, range and multirange types that no column of the matrix holds."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT typname FROM pg_type WHERE typnamespace = 'pg_catalog'::regnamespace "
+                    "AND typtype IN ('b', 'r', 'm') AND typcategory NOT IN ('A', 'P')")
+        builtin = {r[0] for r in cur.fetchall()}
+        cur.execute("SELECT coalesce(e.typname, b.typname, t.typname) FROM pg_attribute a "
+                    "JOIN pg_type t ON t.oid = a.atttypid LEFT JOIN pg_type b ON b.oid = t.typbasetype "
+                    "LEFT JOIN pg_type e ON e.oid = coalesce(b.typelem, t.typelem) AND e.oid <> 0 "
+                    "WHERE a.attrelid = %s::regclass AND a.attnum > 0", (f"public.{table}",))
+        covered = {r[0] for r in cur.fetchall()}
+    return builtin - covered - NOT_STORABLE
 
 
 def _rows(conn, schema: str, table: str, columns: str) -> list[str]:

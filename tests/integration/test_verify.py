@@ -122,6 +122,27 @@ def test_composite_text_key_is_narrowed_down_and_repaired(spark, source_db, targ
         drop_source(source_db, t)
 
 
+def test_a_keyless_table_that_differs_only_in_duplicated_rows_is_reported(
+        spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_dup"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (n int, v text)")
+        cur.execute(f"INSERT INTO public.{t} VALUES (1, 'x'), (1, 'x'), (2, 'y')")
+    try:
+        cfg = pipelines.make([{"name": t}])
+        FullLoad(cfg, spark).run([t])
+        source, target, bootstrap = conns()
+        [clean] = verify(cfg, source, target, [t], bootstrap)
+        assert clean.equal, clean.summary()
+        with target_db.cursor() as cur:   # same count; each side's duplicates XOR to nothing
+            cur.execute(f'DELETE FROM "{cfg.name}"."{t}" WHERE n = 1')
+            cur.execute(f'INSERT INTO "{cfg.name}"."{t}" VALUES (3, \'z\'), (3, \'z\')')
+        [report] = verify(cfg, source, target, [t], bootstrap)
+        assert not report.equal and report.keyless, report.summary()
+    finally:
+        drop_source(source_db, t)
+
+
 def test_live_changes_during_verify_are_not_reported(spark, source_db, target_db, pipelines, unique_name):
     t = f"{unique_name}_live"
     with source_db.cursor() as cur:
@@ -174,4 +195,64 @@ def test_a_stopped_stream_is_named_in_the_report_instead_of_waited_for(spark, so
         assert "applied nothing for 4s (is the sync DAG running?)" in report.note, report.summary()
         assert "may be changes it has not applied yet" in report.summary()
     finally:
+        drop_source(source_db, t)
+
+
+def test_a_repair_key_range_is_typed_by_the_source_before_any_work(source_db, pipelines, unique_name):
+    from tideline.repair import RepairError, check_key_range
+    t = f"{unique_name}_rk"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id bigint PRIMARY KEY, v text)")
+    try:
+        cfg = pipelines.make([{"name": t}], create_topics=False)
+        source = get_connection("tideline_source")
+        check_key_range(cfg, source, t, "1", "100")
+        with pytest.raises(RepairError, match=r"param repair_key_from: '1; DELETE FROM orders' is not a value of "
+                                              rf"{t}\.id \(bigint\): invalid input syntax"):
+            check_key_range(cfg, source, t, "1; DELETE FROM orders", "100")
+        with pytest.raises(RepairError, match="param repair_key_to: 'x'"):
+            check_key_range(cfg, source, t, "1", "x")
+        with pytest.raises(RepairError, match="inverted"):
+            check_key_range(cfg, source, t, "100", "2")
+    finally:
+        drop_source(source_db, t)
+
+
+def test_repair_while_the_stream_applies_changes_to_the_same_keys(spark, source_db, target_db, pipelines,
+                                                                 unique_name):
+    """The repair holds the stream's fence before it reads the source: a batch the stream commits
+    meanwhile is either in the repair's read or applied after it — never overwritten by older rows."""
+    from tideline.repair import repair
+    t = f"{unique_name}_rrace"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id bigint PRIMARY KEY, qty int NOT NULL, note text)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, g % 10, 'n' || g FROM generate_series(1, 3000) g")
+    writer = Writer(f"public.{t}", 10_001, seed=11, pause=0.001, max_id=3000)
+    stream = None
+    try:
+        cfg = pipelines.make([{"name": t}], capture=True, stream={"trigger_interval_s": 0.2})
+        FullLoad(cfg, spark).run([t])
+        stream = spark_submit("incremental.py", "--pipeline", cfg.name,
+                              env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
+        writer.start()
+        deadline = time.time() + 120
+        while time.time() < deadline and len(batches(target_db, cfg.name)) < 3:
+            assert stream.poll() is None, stream.stdout.read()[-3000:]
+            time.sleep(0.3)
+        source, target, _ = conns()
+        for _ in range(12):   # repairs of the range the writer and the stream are changing
+            repair(cfg, source, target, t, key_from="1", key_to="3000")
+        applied_during = len(batches(target_db, cfg.name))
+        writer.stop()
+        assert stream.poll() is None, stream.stdout.read()[-3000:]
+        deadline = time.time() + 90
+        while table_digest(source_db, "public", t, "id") != table_digest(target_db, cfg.name, t, "id"):
+            assert time.time() < deadline, "the target did not converge after repairs under a live stream"
+            time.sleep(1)
+        assert writer.count > 200 and applied_during > 3
+    finally:
+        writer.stop_event.set()
+        if stream is not None and stream.poll() is None:
+            os.killpg(stream.pid, signal.SIGTERM)
+            stream.wait(60)
         drop_source(source_db, t)

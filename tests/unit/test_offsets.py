@@ -26,3 +26,10 @@ def test_vanished_and_new_partitions():
 def test_merge_committed_never_moves_back():
     assert merge_committed({0: 10, 1: 3}, {0: 14, 2: 0}) == {0: 15, 1: 3, 2: 1}
     assert merge_committed({0: 10}, {0: 5}) == {0: 10}
+
+
+def test_a_partition_count_other_than_at_the_full_load_is_a_gap():
+    assert coverage_gaps("t", {0: 5}, {0: 0}, {0: 9}, partitions_at_load=1) == []
+    [gap] = coverage_gaps("t", {0: 5}, {0: 0, 1: 0, 2: 0}, {0: 9, 1: 3, 2: 0}, partitions_at_load=1)
+    assert "has 3 partitions, it had 1 at the full load" in gap.describe() and gap.describe().startswith("t: ")
+    assert coverage_gaps("t", {0: 5}, {0: 0, 1: 0}, {0: 9, 1: 3}) == []   # not recorded (loaded before 007)

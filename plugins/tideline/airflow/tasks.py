@@ -17,10 +17,16 @@ log = logging.getLogger("tideline.dag")
 
 def check_params(pipeline: str, params: dict) -> dict:
     """Rejects bad trigger params before any work, naming the param and what is allowed."""
+    from tideline import repair as repair_mod
     cfg = get_pipeline(pipeline)
     try:
-        return check_sync_params(cfg, params)
-    except ParamError as exc:
+        checked = check_sync_params(cfg, params)
+        key_range = checked.get("repair", {})
+        if "key_from" in key_range:   # typed by the source itself, before any work
+            repair_mod.check_key_range(cfg, connections.get(cfg.source.conn_id), key_range["table"],
+                                       key_range["key_from"], key_range["key_to"])
+        return checked
+    except (ParamError, repair_mod.RepairError) as exc:
         raise AirflowFailException(str(exc)) from None
 
 

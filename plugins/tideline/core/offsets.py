@@ -14,16 +14,25 @@ class Gap:
     reason: str
 
     def describe(self) -> str:
+        if self.partition < 0:   # the topic as a whole
+            return f"{self.topic}: {self.reason}"
         return (f"{self.topic} partition {self.partition}: needs offset {self.needed}, Kafka holds "
                 f"{self.earliest}..{self.latest} ({self.reason})")
 
 
 def coverage_gaps(topic: str, resume: dict[int, int], earliest: dict[int, int],
-                  latest: dict[int, int]) -> list[Gap]:
+                  latest: dict[int, int], partitions_at_load: int | None = None) -> list[Gap]:
     """Every partition whose resume position Kafka can no longer serve. Empty list = covered.
 
-    A partition that appeared after the snapshot must still hold its offset 0."""
+    A partition that appeared after the snapshot must still hold its offset 0 — and the topic must
+    still have the partition count it had at the full load (partitions_at_load, when recorded):
+    with more partitions, keys hash elsewhere, one key's events sit in two partitions, and "the
+    highest offset is the latest event" no longer holds."""
     gaps = []
+    if partitions_at_load is not None and len(latest) != partitions_at_load:
+        gaps.append(Gap(topic, -1, 0, None, None,
+                        f"the topic has {len(latest)} partitions, it had {partitions_at_load} at the full load: keys "
+                        f"now hash to other partitions, so one key's changes can no longer be put in order"))
     for p in sorted(set(resume) | set(latest)):
         needed = resume.get(p, 0)
         if p not in latest:

@@ -8,7 +8,9 @@ type's own hash function, no text rendering — 3× faster than md5 of the row t
 type without a hash function (json, point, xml, money, unconstrained numeric whose scale hashing
 would ignore) enter as their text. A range's fingerprint is (count, XOR of the row hashes): order-
 independent, so both databases compute it with a plain aggregate, and unlike a sum it needs no
-numeric accumulator (3× faster grouped). The primary key rules out a row cancelling itself.
+numeric accumulator (3× faster grouped). The primary key rules out a row cancelling itself; a
+table without one may hold the same row twice, and two equal hashes XOR to nothing (a table that
+differs only in duplicated rows would look equal), so keyless tables are summed instead.
 
 Key order: every comparison and sort uses the key columns' values, with collatable columns in
 the "C" collation — so a source and a target with different default collations still cut the
@@ -181,15 +183,23 @@ def row_hash(shape: TableShape, text_columns: frozenset[str], binary: bool = Tru
     return sql.SQL("('x' || substr(md5(ROW({})::text), 1, 16))::bit(64)::bigint").format(cols)
 
 
+def combine(shape: TableShape, hash_expr: sql.Composable) -> sql.Composed:
+    """The aggregate of row hashes: XOR with a key (fast; rows are distinct), an exact sum without
+    one (duplicates must count: h XOR h = 0, but h + h = 2h)."""
+    if shape.primary_key:
+        return sql.SQL("coalesce(bit_xor({}), 0)").format(hash_expr)
+    return sql.SQL("coalesce(sum(({})::numeric), 0)").format(hash_expr)
+
+
 def fingerprint_query(shape: TableShape, schema: str, pred: sql.Composable, hash_expr: sql.Composable,
                       bucket: sql.Composable | None = None) -> sql.Composed:
-    """(bucket, count, XOR of row hashes) of the rows in `pred`, grouped by `bucket` (or one row)."""
+    """(bucket, count, combined row hashes) of the rows in `pred`, grouped by `bucket` (or one row)."""
     table = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(shape.name))
     if bucket is None:
-        return sql.SQL("SELECT 0, count(*), coalesce(bit_xor({h}), 0) FROM {t} WHERE {p}").format(
-            h=hash_expr, t=table, p=pred)
-    return sql.SQL("SELECT {b} AS bucket, count(*), bit_xor({h}) FROM {t} WHERE {p} GROUP BY 1").format(
-        b=bucket, h=hash_expr, t=table, p=pred)
+        return sql.SQL("SELECT 0, count(*), {c} FROM {t} WHERE {p}").format(
+            c=combine(shape, hash_expr), t=table, p=pred)
+    return sql.SQL("SELECT {b} AS bucket, count(*), {c} FROM {t} WHERE {p} GROUP BY 1").format(
+        b=bucket, c=combine(shape, hash_expr), t=table, p=pred)
 
 
 def bucket_expr(shape: TableShape, boundaries: list[tuple[str, ...]],
