@@ -17,7 +17,7 @@ from psycopg2 import sql
 
 from tideline.core import apply_sql
 from tideline.core.apply_failure import FailedEvent, describe, is_deterministic, truncate
-from tideline.core.debezium import value_expr
+from tideline.core.debezium import UNAVAILABLE, value_expr
 from tideline.core.errors import ResnapshotRequired, TidelineError
 from tideline.core.table_shape import Column
 
@@ -165,9 +165,11 @@ class TableApply:
                 continue
             cur.execute("SAVEPOINT tl_cast")
             try:
-                cur.execute(sql.SQL("SELECT {} FROM {} s WHERE s.tbl = %s AND s.part = %s AND s.off = %s").format(
-                    value_expr(sql.SQL("s.after->>{}").format(sql.Literal(c.name)), c.type),
-                    sql.Identifier(apply_sql.STAGE)), (self.table, part, off))
+                raw = sql.SQL("s.after->>{}").format(sql.Literal(c.name))
+                cur.execute(sql.SQL("SELECT {} FROM {} s WHERE s.tbl = %s AND s.part = %s AND s.off = %s "
+                                    "AND {} IS DISTINCT FROM {}").format(   # a TOAST placeholder is never cast
+                    value_expr(raw, c.type), sql.Identifier(apply_sql.STAGE), raw, sql.Literal(UNAVAILABLE)),
+                    (self.table, part, off))
                 cur.execute("RELEASE SAVEPOINT tl_cast")
             except psycopg2.Error:
                 cur.execute("ROLLBACK TO SAVEPOINT tl_cast")

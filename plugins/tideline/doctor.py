@@ -68,7 +68,8 @@ def source_checks(cfg: PipelineConfig, source: Conn, streaming: int) -> list[dc.
 def _columns_check(conn, cfg: PipelineConfig, name: str) -> dc.Check:
     """Every synced column can be carried by the stream exactly (or the table is refused now)."""
     try:
-        shape = source_catalog.describe(conn, cfg.source.schema_, name, cfg.table(name), check_key=False)
+        shape = source_catalog.describe(conn, cfg.source.schema_, name, cfg.table(name), check_key=False,
+                                        for_stream=True)
     except SourceError as exc:
         return dc.Check("source", f"columns {name}", dc.FAIL, str(exc), "see the options in the message")
     finally:

@@ -142,7 +142,7 @@ class IncrementalRun:
                             cfg.name, name, phase, why)
                 waiting.append(f"{name} ({phase}{why})")
                 continue
-            shape = source_catalog.describe(self._src, cfg.source.schema_, name, tcfg)
+            shape = source_catalog.describe(self._src, cfg.source.schema_, name, tcfg, for_stream=True)
             if not shape.primary_key:
                 raise SourceError(f"{cfg.name}.{name}: tables without a primary key can be loaded but not streamed "
                                   f"yet. Add a primary key at the source, or put the table in batch mode.")
@@ -489,7 +489,7 @@ class IncrementalRun:
     def _evolve(self, cur, table: StreamTable) -> None:
         """Source catalog vs target: add/widen in this transaction, or stop with the reason."""
         shape = source_catalog.describe(self._src, self.cfg.source.schema_, table.name,
-                                        self.cfg.table(table.name), check_key=False)
+                                        self.cfg.table(table.name), check_key=False, for_stream=True)
         try:
             drift = schema_drift.plan(f"{self.cfg.name}.{table.name}", list(shape.columns), table.columns)
         except TidelineError as exc:

@@ -16,8 +16,10 @@ def check_logical_decoding(conn, what: str) -> None:
                           f"Set wal_level = logical in postgresql.conf (or ALTER SYSTEM) and restart PostgreSQL.")
 
 
-def describe(conn, schema: str, table: str, tcfg=None, check_key: bool = True) -> TableShape:
-    """The table as the pipeline syncs it: its columns (the configured selection) and key."""
+def describe(conn, schema: str, table: str, tcfg=None, check_key: bool = True, for_stream: bool = False) -> TableShape:
+    """The table as the pipeline syncs it: its columns (the configured selection) and key.
+    for_stream: also refuse columns the change stream cannot carry exactly (the doctor and the
+    stream ask; a full load copies every type exactly and does not)."""
     label = f"source table {schema}.{table}"
     configured_pk = tcfg.primary_key if (tcfg is not None and check_key) else None
     with conn.cursor() as cur:
@@ -52,7 +54,7 @@ def describe(conn, schema: str, table: str, tcfg=None, check_key: bool = True) -
     shape = TableShape(schema, table, columns, source_pk)
     if tcfg is not None and (tcfg.columns is not None or tcfg.exclude_columns):
         shape = select_columns(shape, tcfg.columns, tcfg.exclude_columns, label)
-    if tcfg is not None and tcfg.mode == "cdc":
+    if for_stream and tcfg is not None and tcfg.mode == "cdc":
         lossy = debezium.unstreamable(shape.columns)
         if lossy:
             raise SourceError(debezium.unstreamable_message(label, lossy), table=table)

@@ -58,7 +58,7 @@ public class PgTextConverter implements CustomConverter<SchemaBuilder, Relationa
         if (value == null) {
             return null;
         }
-        if (value == UnchangedToastedReplicationMessageColumn.UNCHANGED_TOAST_VALUE) {
+        if (UnchangedToastedReplicationMessageColumn.isUnchangedToastedValue(value)) {   // one marker per type family
             return unavailable;
         }
         if (value instanceof String s) {
