@@ -87,7 +87,7 @@ def describe_headroom(seconds: float | None) -> str:
 
 
 def review(cfg: PipelineConfig, target_conn, bootstrap: str, tables: list[str], notify,
-           mark: bool = True) -> list[str]:
+           mark: bool = True, checked: list[TableCoverage] | None = None) -> list[str]:
     """The coverage verdict: tables Kafka no longer covers are returned and, with mark, marked
     needs_resnapshot (the sync DAG reloads them); covered ones are logged with their lag and
     headroom, and headroom under the pipeline's threshold raises an alert.
@@ -95,7 +95,7 @@ def review(cfg: PipelineConfig, target_conn, bootstrap: str, tables: list[str], 
     from tideline import alerts
     lost = []
     threshold_s = cfg.alerts.headroom_below_hours * 3600
-    for r in check(cfg, target_conn, bootstrap, tables):
+    for r in (checked if checked is not None else check(cfg, target_conn, bootstrap, tables)):
         if r.gaps:
             why = "Kafka no longer holds what the stream needs: " + "; ".join(g.describe() for g in r.gaps)
             if mark:

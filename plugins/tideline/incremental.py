@@ -28,7 +28,8 @@ from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.copy_text import CopyStream
 from tideline.apply_narrow import ApplyRefused, TableApply
-from tideline.core.errors import DataLossError, HaltedError, ResnapshotRequired, SourceError, TidelineError
+from tideline.core.errors import (DataLossError, FencedError, HaltedError, ResnapshotRequired, SourceError,
+                                  TidelineError)
 from tideline.core.offsets import coverage_gaps, merge_committed, starting_offsets
 from tideline.core.table_shape import Column
 from tideline.full_load import run_owner
@@ -228,6 +229,11 @@ class IncrementalRun:
             if self.halted:
                 raise HaltedError(f"pipeline {self.cfg.name}: {len(self.halted)} table(s) halted, the others were "
                                   f"applied: " + " | ".join(self.halted.values()), table=next(iter(self.halted)))
+        except (FencedError, HaltedError, ResnapshotRequired):
+            raise   # the state already says what these mean
+        except BaseException as exc:
+            self._record_failure(exc)
+            raise
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
@@ -239,6 +245,24 @@ class IncrementalRun:
             if self._consumer is not None:
                 self._consumer.close()
         log.info("pipeline %s: stream stopped after %d committed batches", self.cfg.name, self.batches)
+
+    def _record_failure(self, exc: BaseException) -> None:
+        """The error that stopped the stream, on each of its tables (best effort: the target may be
+        what failed) — the watch DAG's stall alert and `make status` show it; the next committed
+        batch clears it."""
+        why = f"stream stopped: {type(exc).__name__}: {str(exc).strip()[:1500]}"
+        try:
+            conn = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=5)
+        except Exception as cannot:
+            log.warning("could not record the stream's failure in the target (%s): %s", cannot, why)
+            return
+        try:
+            for name in self.tables:
+                state.record_error(conn, self.cfg.name, name, why)
+        except Exception as cannot:
+            log.warning("could not record the stream's failure in the target (%s): %s", cannot, why)
+        finally:
+            conn.close()
 
     def _install_sigterm(self):
         if threading.current_thread() is not threading.main_thread():

@@ -169,9 +169,10 @@ def build_verify_dag(cfg: PipelineConfig) -> DAG:
 
 
 def build_watch_dag(cfg: PipelineConfig) -> DAG:
-    """watch_<pipeline>: every alerts.check_every_minutes, retention headroom of every cdc table —
-    running or stopped — with an alert when it is below the threshold or gone."""
-    return _one_task_dag(cfg, "watch", f"Tideline: retention headroom of {cfg.name}'s change topics (alerts only)",
+    """watch_<pipeline>: every alerts.check_every_minutes, for every cdc table — stream running or
+    not — retention headroom (alert below the threshold or gone), halted tables, and streams
+    that committed nothing for alerts.stalled_after_minutes while events wait (the watchdog)."""
+    return _one_task_dag(cfg, "watch", f"Tideline: headroom, halted and stalled streams of {cfg.name} (alerts only)",
                          pendulum.duration(minutes=cfg.alerts.check_every_minutes), "headroom", tasks.watch,
                          retries=1)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timezone
 
 import psycopg2
 from airflow.sdk.exceptions import AirflowFailException
@@ -10,6 +11,7 @@ from tideline import alerts, state
 from tideline.airflow import connections
 from tideline.airflow.operators import alert_sender
 from tideline.airflow.pipelines import get_pipeline
+from tideline.core import watchdog
 from tideline.core.params import ParamError, check_sync_params, plan_tables
 
 log = logging.getLogger("tideline.dag")
@@ -150,8 +152,10 @@ def scheduled_verify(pipeline: str) -> list[dict]:
 
 
 def watch(pipeline: str) -> dict:
-    """The watch_<pipeline> DAG's check, running whether the stream runs or not: alerts when
-    retention headroom is low or already lost (a stopped stream is where it matters)."""
+    """The watch_<pipeline> DAG's check, running whether the stream runs or not (outside the task
+    that can die): alerts when retention headroom is low or already lost, when a table is halted,
+    and when a stream has committed nothing for alerts.stalled_after_minutes while Kafka holds
+    events for it — dead, stuck in retries, failed or never started, it is said."""
     import psycopg2
 
     from tideline import coverage
@@ -161,17 +165,30 @@ def watch(pipeline: str) -> dict:
         state.migrate(conn)
         tables = [t.name for t in cfg.tables if t.mode == "cdc"]
         send = alerts.once_per(conn, cfg, alert_sender(cfg))
-        lost = coverage.review(cfg, conn, connections.get(cfg.kafka.conn_id).kafka_bootstrap, tables, send, mark=False)
-        halted = []
-        for table in tables:   # a halted table waits for a person: say so until they act
+        bootstrap = connections.get(cfg.kafka.conn_id).kafka_bootstrap
+        checked = coverage.check(cfg, conn, bootstrap, tables)
+        lost = coverage.review(cfg, conn, bootstrap, tables, send, mark=False, checked=checked)
+        pending = {r.table: r.pending for r in checked}
+        halted, stalled = [], []
+        now = datetime.now(timezone.utc)
+        for table in tables:
             st = state.get(conn, cfg.name, table)
             conn.rollback()
-            if st is not None and st.phase == "halted":
+            if st is not None and st.phase == "halted":   # waits for a person: said until they act
                 halted.append(table)
                 send(alerts.TABLE_HALTED, f"{table} is HALTED: {st.last_error}", subject=table)
+            elif st is not None and table in pending:
+                progress = max((t for t in (st.raw.get("last_batch_at"), st.raw.get("snapshot_at")) if t),
+                               default=None)
+                idle = watchdog.stalled_for(pending[table], progress, now, cfg.alerts.stalled_after_minutes * 60)
+                if idle is not None:
+                    stalled.append(table)
+                    send(alerts.STREAM_STALLED, watchdog.describe(cfg.name, table, pending[table], idle,
+                                                                  st.last_error, st.raw.get("last_error_at")),
+                         subject=table)
     finally:
         conn.close()
-    return {"not_covered": lost, "halted": halted}
+    return {"not_covered": lost, "halted": halted, "stalled": stalled}
 
 
 def _pipeline_of(dag_id: str) -> str:

@@ -112,6 +112,9 @@ class AlertSettings(_Model):
     check_every_minutes: int = Field(default=30, ge=1, le=1440, description="how often the watch_<name> DAG "
                                                                             "checks headroom, stream running "
                                                                             "or not")
+    stalled_after_minutes: float = Field(default=15, gt=0, description="alert when a table's stream has "
+                                                                       "committed nothing for this long while "
+                                                                       "Kafka holds events for it")
 
 
 class TableConfig(_Model):
