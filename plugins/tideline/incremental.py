@@ -99,6 +99,13 @@ def compact(events):
                     F.col("e.partition").alias("partition"), F.col("e.offset").alias("offset")))
 
 
+def connection_lost(exc: BaseException) -> bool:
+    """A failure of the connection or the server's availability (not of the data): worth waiting
+    out. psycopg2 gives no SQLSTATE when the connection itself broke."""
+    code = getattr(exc, "pgcode", None)
+    return code is None or code[:2] in ("08", "57", "53", "40")
+
+
 class IncrementalRun:
     def __init__(self, cfg: PipelineConfig, spark, mode: str = "continuous", tables: list[str] | None = None,
                  environ=None):
@@ -329,7 +336,7 @@ class IncrementalRun:
         finally:
             events.unpersist()
         spark_s = time.monotonic() - started
-        figures = self._commit(spark_batch_id, per_partition, bad_rows, truncates, rows)
+        figures = self._commit_through_outages(spark_batch_id, per_partition, bad_rows, truncates, rows)
         if figures is None:
             return
         self.batches += 1
@@ -342,6 +349,42 @@ class IncrementalRun:
                  "%.2fs (read+compact %.2fs, commit %.2fs)", figures.batch_id, f"{figures.events:,}",
                  f"{figures.skipped:,}", figures.dead_letters, tables or "no row changes", age, took, spark_s,
                  took - spark_s)
+
+    def _commit_through_outages(self, *batch) -> BatchFigures | None:
+        """Commits the batch, waiting out a database that restarts or refuses connections for up
+        to stream.outage_wait_minutes: the failed attempt committed nothing, so the batch is simply
+        run again on new connections (its offsets decide what applies). Then the stream catches up
+        by itself, with no task restart."""
+        deadline = time.monotonic() + self.cfg.stream.outage_wait_minutes * 60
+        delay, lost_at = 1.0, None
+        while True:
+            try:
+                if lost_at is not None:
+                    self._reconnect()
+                figures = self._commit(*batch)
+                if lost_at is not None:
+                    log.warning("connection back after %.0fs; batch committed", time.monotonic() - lost_at)
+                return figures
+            except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
+                if not connection_lost(exc) or time.monotonic() + delay > deadline:
+                    raise
+                lost_at = lost_at or time.monotonic()
+                log.warning("database connection lost during the batch (%s); nothing of it committed; trying "
+                            "again in %.0fs (gives up after stream.outage_wait_minutes=%g)",
+                            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, delay,
+                            self.cfg.stream.outage_wait_minutes)
+                time.sleep(delay)
+                delay = min(delay * 2, 15.0)
+
+    def _reconnect(self) -> None:
+        for conn in (self._tgt, self._src):
+            try:
+                conn.close()
+            except Exception:   # already broken: nothing to close
+                pass
+        self._tgt = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=10)
+        self._src = psycopg2.connect(self.source.postgres_dsn(), connect_timeout=10)
+        self._src.autocommit = True
 
     def _commit(self, spark_batch_id, per_partition, bad_rows, truncates, rows: pa.Table) -> BatchFigures | None:
         cfg, conn = self.cfg, self._tgt

@@ -114,7 +114,10 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
         incremental = TidelineSparkSubmitOperator(
             task_id="incremental", job="incremental.py", name=f"tideline-incremental-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--mode", "{{ params.stream_mode }}"],
-            trigger_rule=NONE_FAILED, **spark)
+            trigger_rule=NONE_FAILED,
+            # the stream outlives short outages by itself; a longer one (or a killed worker) is
+            # retried for about an hour before the task fails and the watch DAG's alert is all
+            retries=10, max_retry_delay=pendulum.duration(minutes=10), **spark)
         after_stream = BranchPythonOperator(task_id="after_stream", python_callable=_branch_after_stream)
         restart = TriggerDagRunOperator(task_id="restart", trigger_dag_id=f"sync_{cfg.name}",
                                         conf={"action": "auto", "stream_mode": "{{ params.stream_mode }}",

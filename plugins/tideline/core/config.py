@@ -89,6 +89,9 @@ class SparkSettings(_Model):
 class StreamSettings(_Model):
     max_offsets_per_trigger: int = Field(default=200_000, ge=100, description="events per batch at most")
     trigger_interval_s: float = Field(default=1.0, ge=0.1, le=3600)
+    outage_wait_minutes: float = Field(default=10, ge=0, description="a database that restarts or refuses "
+                                                                     "connections is waited out this long by a "
+                                                                     "running stream before its task fails")
     on_bad_message: Literal["stop", "dead_letter"] = Field(
         default="stop", description="stop: halt with topic/partition/offset; dead_letter: record it and go on")
 
