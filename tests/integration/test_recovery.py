@@ -1,0 +1,349 @@
+"""Every part of the stack killed under load, recovered with no person acting.
+
+The demo pipeline streams continuously through the real Airflow scheduler (the sync_demo DAG)
+while a workload keeps changing the source; each test injects one fault, measures how long until
+a change made right after the fault reaches the target, then checks that the target equals the
+source row for row and that the committed batches are gap-free. Recovery times are printed as
+`[measure] recovery ...` lines (the README's reliability section quotes them)."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import psycopg2
+import pytest
+
+import stackctl
+from helpers import table_digest
+from test_dags import airflow_env  # noqa: F401 — fixture
+
+pytestmark = pytest.mark.integration
+TABLES = (("customers", "id"), ("orders", "id"), ("order_items", "order_id, line_no"))
+SOURCE_URL = stackctl.pg_url(stackctl.DATABASES["source"])
+TARGET_URL = stackctl.pg_url(stackctl.DATABASES["target"])
+SUPER_URL = stackctl.pg_url("postgres", stackctl.PG_SUPERUSER, stackctl.PG_SUPERPASS)
+MEASURES = stackctl.VAR / "reliability.json"
+
+
+def _connect(url: str, timeout: float = 120):
+    """A connection, waiting while the database restarts or refuses."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            conn = psycopg2.connect(url, connect_timeout=3)
+            conn.autocommit = True
+            return conn
+        except psycopg2.OperationalError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _query(url: str, sql: str, args=()):
+    conn = _connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall() if cur.description else None
+    finally:
+        conn.close()
+
+
+class ResilientWorkload(threading.Thread):
+    """The demo workload (stack/workload.py), carrying on through outages: a lost connection is
+    reconnected; the transaction it was in never happened, so the source stays consistent."""
+
+    def __init__(self, seed: int):
+        super().__init__(daemon=True)
+        sys.path.insert(0, str(stackctl.STACK))
+        import workload
+        self.workload_mod, self.rng = workload, random.Random(seed)
+        self.stop_event, self.steps, self.outages = threading.Event(), 0, 0
+
+    def run(self):
+        conn = None
+        while not self.stop_event.is_set():
+            try:
+                if conn is None:
+                    conn = psycopg2.connect(SOURCE_URL, connect_timeout=3)
+                    work = self.workload_mod.Workload(conn, self.rng)
+                work.step()
+                self.steps += 1
+                time.sleep(0.02)
+            except (psycopg2.OperationalError, psycopg2.InterfaceError):
+                self.outages += 1
+                conn = None
+                time.sleep(0.5)
+            except psycopg2.Error:   # a business rule of the demo (e.g. a row deleted meanwhile)
+                conn.rollback()
+
+    def stop(self):
+        self.stop_event.set()
+        self.join(30)
+
+
+def _running_runs() -> list[dict]:
+    runs = stackctl.airflow_api("GET", "dags/sync_demo/dagRuns?state=running&state=queued")["dag_runs"]
+    return runs
+
+
+def _stop_runs() -> None:
+    for run in _running_runs():
+        stackctl.airflow_api("PATCH", f"dags/sync_demo/dagRuns/{run['dag_run_id']}", {"state": "failed"})
+
+
+def _last_batch() -> int:
+    return _query(TARGET_URL, "SELECT coalesce(max(batch_id), 0) FROM tideline.batches WHERE pipeline = 'demo'")[0][0]
+
+
+def _wait(check, timeout: float, what: str, every: float = 1.0):
+    deadline = time.time() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except psycopg2.OperationalError:
+            pass
+        if time.time() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+@pytest.fixture(scope="module")
+def streaming_demo(stack):
+    """sync_demo streaming continuously through the scheduler, a batch committed."""
+    sys.path.insert(0, str(stackctl.STACK))
+    import workload
+    if not _query(SOURCE_URL, "SELECT to_regclass('public.customers') IS NOT NULL")[0][0]:
+        workload.main(["--seed-customers", "50", "--seed-orders", "200", "--seed", "3"])
+    stackctl.airflow_api("PATCH", "dags/sync_demo", {"is_paused": False})
+    _stop_runs()
+    before = _last_batch()
+    stackctl.airflow_api("POST", "dags/sync_demo/dagRuns",
+                         {"logical_date": None, "conf": {"stream_mode": "continuous"}})
+    writes = ResilientWorkload(seed=1)
+    writes.start()
+    try:
+        _wait(lambda: _last_batch() > before, 420, "sync_demo to stream a batch")
+    finally:
+        writes.stop()
+    yield
+    _stop_runs()
+
+
+def _marker_arrives(started: float) -> float:
+    """Inserts a customer right after the fault (retrying while the source is down) and returns
+    the seconds from the fault until it is in the target."""
+    email = f"probe-{uuid.uuid4().hex[:12]}@recovery.test"
+    _query(SOURCE_URL, "INSERT INTO customers (email, full_name) VALUES (%s, 'recovery probe')", (email,))
+    _wait(lambda: _query(TARGET_URL, "SELECT count(*) FROM demo.customers WHERE email = %s", (email,))[0][0] == 1
+          or not _query(SOURCE_URL, "SELECT count(*) FROM customers WHERE email = %s", (email,))[0][0],
+          600, "a change made after the fault to reach the target", every=0.5)
+    return time.time() - started
+
+
+def _assert_gap_free(since_batch: int) -> None:
+    """Per topic partition, each batch starts where the one before it ended — except right after
+    a full load, which sets the position itself."""
+    rows = _query(TARGET_URL, "SELECT batch_id, committed_at, start_offsets, end_offsets FROM tideline.batches "
+                              "WHERE pipeline = 'demo' AND batch_id > %s ORDER BY batch_id", (since_batch,))
+    assert [r[0] for r in rows] == list(range(since_batch + 1, since_batch + 1 + len(rows)))
+    loads = _query(TARGET_URL, "SELECT table_name, ended_at FROM tideline.runs WHERE pipeline = 'demo' "
+                               "AND kind = 'full_load' AND outcome = 'succeeded' AND ended_at IS NOT NULL")
+    position: dict[tuple[str, str], tuple[int, object]] = {}
+    for batch_id, committed, start, end in rows:
+        for topic, parts in start.items():
+            table = topic.rsplit(".", 1)[-1]
+            for p, first in parts.items():
+                prev = position.get((topic, p))
+                if prev is not None:
+                    reloaded = any(t == table and prev[1] < ended < committed for t, ended in loads)
+                    assert reloaded or first == prev[0], (batch_id, topic, p, first, prev)
+                position[(topic, p)] = (end[topic][p], committed)
+
+
+def _converges(timeout: float = 300) -> None:
+    def equal():
+        src, tgt = _connect(SOURCE_URL), _connect(TARGET_URL)
+        try:
+            return all(table_digest(src, "public", t, o) == table_digest(tgt, "demo", t, o) for t, o in TABLES)
+        finally:
+            src.close()
+            tgt.close()
+    _wait(equal, timeout, "the target to equal the source row for row", every=2)
+
+
+def _record(scenario: str, seconds: float, recovered_by: str) -> None:
+    print(f"\n[measure] recovery {scenario}: {seconds:.1f}s — {recovered_by}")
+    seen = json.loads(MEASURES.read_text()) if MEASURES.exists() else {}
+    seen[scenario] = {"seconds": round(seconds, 1), "recovered_by": recovered_by, "at": time.strftime("%F %T")}
+    MEASURES.write_text(json.dumps(seen, indent=2))
+
+
+def _scenario(name: str, fault, recovered_by: str, settle: float = 10) -> None:
+    since = _last_batch()
+    writes = ResilientWorkload(seed=hash(name) % 1000)
+    writes.start()
+    try:
+        time.sleep(3)
+        started = time.time()
+        fault()
+        took = _marker_arrives(started)
+        time.sleep(settle)
+    finally:
+        writes.stop()
+    _converges()
+    _assert_gap_free(since)
+    assert writes.steps > 50, "the workload did not run"
+    _record(name, took, recovered_by)
+
+
+def _java_pid(job: str) -> int | None:
+    """The Spark driver (spark-submit JVM) running spark_jobs/<job> for the demo pipeline."""
+    out = subprocess.run(["pgrep", "-f", f"spark_jobs/{job}.*--pipeline demo"], capture_output=True, text=True)
+    pids = [int(p) for p in out.stdout.split()]
+    java = [p for p in pids if "java" in open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")[0].decode()]
+    return java[0] if java else None
+
+
+def _restarted_by_supervisor(part: str, before: int) -> None:
+    _wait(lambda: stackctl.restarts().get(part, {}).get("count", 0) > before and
+          stackctl.supervised_state(part) == "RUNNING", 180, f"supervisord to restart {part}")
+
+
+def test_kafka_broker_killed(streaming_demo):
+    count = stackctl.restarts().get("kafka", {}).get("count", 0)
+
+    def fault():
+        os.kill(stackctl.supervised_pid("kafka"), signal.SIGKILL)
+    _scenario("kill -9 Kafka broker", fault, "supervisord restarted the broker; producers and the stream's "
+                                             "consumer reconnected")
+    _restarted_by_supervisor("kafka", count)
+
+
+def test_postgres_fast_restart(streaming_demo):
+    count = stackctl.restarts().get("postgres", {}).get("count", 0)
+
+    def fault():   # SIGINT = fast shutdown of source, target and Airflow's metadata database together
+        pid = int((stackctl.VAR / "pg" / "data" / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGINT)
+    _scenario("PostgreSQL fast restart", fault, "supervisord restarted PostgreSQL; the stream waited out the "
+                                                "outage and re-ran its batch; Debezium and Airflow reconnected")
+    _restarted_by_supervisor("postgres", count)
+    _wait(stackctl.airflow_healthy, 180, "every Airflow component healthy again")
+
+
+def test_kafka_connect_killed(streaming_demo):
+    count = stackctl.restarts().get("connect", {}).get("count", 0)
+
+    def fault():
+        os.kill(stackctl.supervised_pid("connect"), signal.SIGKILL)
+    _scenario("kill -9 Kafka Connect", fault, "supervisord restarted Connect; Debezium resumed from its stored "
+                                              "source position (replayed events are skipped by their offsets)")
+    _restarted_by_supervisor("connect", count)
+
+
+def test_airflow_scheduler_killed(streaming_demo):
+    count = stackctl.restarts().get("airflow-scheduler", {}).get("count", 0)
+
+    def fault():
+        os.kill(stackctl.supervised_pid("airflow-scheduler"), signal.SIGKILL)
+    _scenario("kill -9 Airflow scheduler", fault, "supervisord restarted the scheduler; the stream task went on "
+                                                  "(or was retried by the new scheduler)")
+    _restarted_by_supervisor("airflow-scheduler", count)
+
+
+def test_stream_task_worker_killed(streaming_demo):
+    def fault():
+        driver = _java_pid("incremental.py")
+        assert driver, "no stream driver running"
+        worker = int(open(f"/proc/{driver}/stat").read().split(")")[1].split()[1])   # its parent: the task
+        os.kill(worker, signal.SIGKILL)
+    _scenario("kill -9 the Airflow task process running the stream", fault,
+              "Airflow retried the task; the new stream claimed a newer epoch and the orphaned driver fenced "
+              "itself out at its next batch")
+
+
+def test_stream_spark_driver_killed(streaming_demo):
+    def fault():
+        os.kill(_java_pid("incremental.py"), signal.SIGKILL)
+    _scenario("kill -9 the stream's Spark driver", fault, "Airflow retried the stream task; it resumed from the "
+                                                          "offsets committed in the target")
+
+
+def test_target_refuses_connections_for_a_minute(streaming_demo):
+    hba = stackctl.VAR / "pg" / "data" / "pg_hba.conf"
+    original = hba.read_text()
+
+    def fault():
+        hba.write_text(f"host {stackctl.DATABASES['target']} all 127.0.0.1/32 reject\n" + original)
+        _query(SUPER_URL, "SELECT pg_reload_conf()")
+        _query(SUPER_URL,
+               "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+               (stackctl.DATABASES["target"],))
+
+        def restore():
+            time.sleep(60)
+            hba.write_text(original)
+            _query(SUPER_URL, "SELECT pg_reload_conf()")
+        threading.Thread(target=restore, daemon=True).start()
+    try:
+        _scenario("target refuses connections for 60 s", fault, "the running stream waited and retried its batch "
+                                                                "on new connections, then caught up")
+    finally:
+        hba.write_text(original)
+        _query(SUPER_URL, "SELECT pg_reload_conf()")
+
+
+def test_full_load_driver_killed_mid_copy(streaming_demo):
+    # enough rows that the reload's COPY lasts a few seconds
+    _query(SOURCE_URL, "INSERT INTO orders (customer_id, status, total, note) SELECT (SELECT min(id) FROM customers), "
+                       "'new', g % 1000, repeat('bulk order ', 20) FROM generate_series(1, 400000) g")
+
+    def fault():
+        stackctl.airflow_api("POST", "dags/sync_demo/dagRuns", {"logical_date": None, "conf": {
+            "action": "full_reload", "tables": ["orders"], "stream_mode": "continuous"}})
+        _wait(lambda: _java_pid("full_load.py") is not None and _query(
+            TARGET_URL, "SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'COPY %%orders%%FROM STDIN%%'")[0][0],
+            300, "the full load of orders to be copying", every=0.2)
+        os.kill(_java_pid("full_load.py"), signal.SIGKILL)
+    _scenario("kill -9 a full load's Spark driver mid-COPY", fault,
+              "Airflow retried the full load, which reloaded the table from a new snapshot; nothing of the killed "
+              "load was swapped in")
+    outcomes = _query(TARGET_URL, "SELECT outcome FROM tideline.runs WHERE pipeline = 'demo' AND table_name = "
+                                  "'orders' AND kind = 'full_load' ORDER BY run_id DESC LIMIT 2")
+    assert outcomes[0][0] == "succeeded"
+
+
+def test_watchdog_alerts_when_a_stream_commits_nothing_while_events_wait(
+        spark, airflow_env, webhook, source_db, target_db, pipelines, unique_name):
+    """The watch DAG, not the stream task, says so: the stream is not running at all here (as when
+    its task died, sits in retries or failed), Kafka holds events, no batch for longer than the bound."""
+    from helpers import drop_source
+    from test_dags import make_table, run_dag
+    from tideline import state
+    from tideline.full_load import FullLoad
+    t = f"{unique_name}_stall"
+    make_table(source_db, t, 50)
+    try:
+        cfg = pipelines.make([{"name": t}], capture=True, alerts={"webhook_conn_id": "tideline_test_hook",
+                                                                  "stalled_after_minutes": 0.05})
+        FullLoad(cfg, spark).run([t])
+        state.record_error(target_db, cfg.name, t, "stream stopped: OperationalError: the target went away")
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE {t} SET qty = qty + 1 WHERE id <= 10")
+        time.sleep(4)
+        _wait(lambda: run_dag(f"watch_{cfg.name}")["headroom"] == "success" and any(
+            "has committed no batch" in m["text"] for m in webhook), 60, "the stall alert", every=2)
+        text = next(m["text"] for m in webhook if "has committed no batch" in m["text"])
+        assert f"{t}: the stream of pipeline {cfg.name}" in text and "events for it" in text
+        assert "the target went away" in text and f"trigger sync_{cfg.name}" in text
+    finally:
+        drop_source(source_db, t)
