@@ -255,7 +255,7 @@ logfile_backups=2
 pidfile={RUN / "supervisord.pid"}
 childlogdir={LOGS}
 directory={ROOT}
-minfds=65536
+minfds=4096
 
 [rpcinterface:supervisor]
 supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface

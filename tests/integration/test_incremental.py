@@ -330,8 +330,8 @@ def test_partitions_added_to_a_change_topic_reload_the_table_instead_of_misorder
         assert first is not None, "the change to key 7 did not reach Kafka"
         # an operator adds partitions; the producer now hashes key 7 to another partition, where its
         # next change lands at an offset lower than the first one's
-        AdminClient({"bootstrap.servers": stack.kafka_bootstrap()}).create_partitions(
-            [NewPartitions(topic, 3)])[topic].result(30)
+        admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap()})
+        admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
         with source_db.cursor() as cur:
             cur.execute(f"UPDATE {t} SET qty = 600 WHERE id = 7")
         later = json.loads(first.value())

@@ -65,6 +65,7 @@ MATRIX: list[tuple[str, str, list[str]]] = [
     ("c_tstzrange", "tstzrange", ["'[2020-01-01 00:00+00,infinity)'"]),
     ("c_daterange", "daterange", ["'[4713-01-01 BC,infinity)'"]),
     ("c_multi", "int4multirange", ["'{[1,3), [5,7)}'", "'{}'"]),
+    ("c_datemulti", "datemultirange", ["'{[4713-01-01 BC,2000-01-01), [2020-01-01,infinity)}'"]),
     ("c_tsvector", "tsvector", ["'a fat cat:1A sat:2B'", "''"]),
     ("c_tsquery", "tsquery", ["'fat & (rat | cat)'"]),
     ("c_point", "point", ["'(1.5,-2.25)'", "'(NaN,Infinity)'"]),
@@ -219,9 +220,11 @@ def _uncovered_builtin_types(conn, table: str) -> set[str]:
         cur.execute("SELECT typname FROM pg_type WHERE typnamespace = 'pg_catalog'::regnamespace "
                     "AND typtype IN ('b', 'r', 'm') AND typcategory NOT IN ('A', 'P')")
         builtin = {r[0] for r in cur.fetchall()}
+        # a column's type, its domain's base type, or an array's element type
         cur.execute("SELECT coalesce(e.typname, b.typname, t.typname) FROM pg_attribute a "
                     "JOIN pg_type t ON t.oid = a.atttypid LEFT JOIN pg_type b ON b.oid = t.typbasetype "
-                    "LEFT JOIN pg_type e ON e.oid = coalesce(b.typelem, t.typelem) AND e.oid <> 0 "
+                    "LEFT JOIN pg_type e ON e.oid = coalesce(b.typelem, t.typelem) "
+                    "AND coalesce(b.typcategory, t.typcategory) = 'A' "
                     "WHERE a.attrelid = %s::regclass AND a.attnum > 0", (f"public.{table}",))
         covered = {r[0] for r in cur.fetchall()}
     return builtin - covered - NOT_STORABLE
