@@ -41,6 +41,7 @@ _EVENT = "op:string, after:string, source:struct<ts_ms:bigint>"
 VALUE_SCHEMA = f"struct<payload:struct<{_EVENT}>, {_EVENT}>"
 KEY_SCHEMA = "struct<payload:string, schema:string>"
 OPS = ("c", "u", "d", "r", "t")
+FENCE_CHECK_S = 10.0   # how soon an idle stream notices that a newer run took its tables
 
 
 @dataclass
@@ -207,6 +208,7 @@ class IncrementalRun:
         """Streams until stopped (continuous) or until caught up (available_now). Raises the
         TidelineError that ended it, after recording what it means in the state."""
         checkpoint, previous = None, None
+        fence_watch = threading.Event()
         try:
             start = self.prepare()
             checkpoint = tempfile.mkdtemp(prefix=f"tideline-{self.cfg.name}-")
@@ -226,6 +228,8 @@ class IncrementalRun:
                       else writer.trigger(processingTime=f"{stream.trigger_interval_s} seconds"))
             previous = self._install_sigterm()
             self.query = writer.queryName(f"tideline_{self.cfg.name}").start()
+            threading.Thread(target=self._watch_fence, args=(fence_watch,), daemon=True,
+                             name="tideline-fence-watch").start()
             log.info("streaming %d table(s) of pipeline %s (%s mode)", len(self.tables), self.cfg.name, self.mode)
             try:
                 self.query.awaitTermination()
@@ -242,6 +246,7 @@ class IncrementalRun:
             self._record_failure(exc)
             raise
         finally:
+            fence_watch.set()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
             if checkpoint is not None:
@@ -252,6 +257,33 @@ class IncrementalRun:
             if self._consumer is not None:
                 self._consumer.close()
         log.info("pipeline %s: stream stopped after %d committed batches", self.cfg.name, self.batches)
+
+    def _watch_fence(self, stopped: threading.Event) -> None:
+        """A stream with nothing to apply never reaches the fence in a batch: an orphan (its task
+        killed, a newer attempt streaming) would idle on forever. Every FENCE_CHECK_S it looks
+        whether a newer run took its tables, and stops this one if so."""
+        while not stopped.wait(FENCE_CHECK_S):
+            live = {n: t.epoch for n, t in self.tables.items() if n not in self.halted}
+            try:
+                conn = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=5)
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute("SELECT table_name, epoch, epoch_owner FROM tideline.table_state "
+                                    "WHERE pipeline = %s AND table_name = ANY(%s)", (self.cfg.name, list(live)))
+                        taken = [(n, e, o) for n, e, o in cur.fetchall() if e != live[n]]
+                finally:
+                    conn.close()
+            except psycopg2.Error:
+                continue   # the target is away: the batch path waits outages out
+            if taken and self.query is not None:
+                name, epoch, owner = taken[0]
+                self.failure = FencedError(
+                    f"{self.cfg.name}.{name}: this run holds fencing epoch {live[name]} but the table's epoch is now "
+                    f"{epoch} (claimed by {owner}). A newer run replaced this one; it stops while idle.",
+                    table=name)
+                log.warning("%s", self.failure)
+                self.query.stop()
+                return
 
     def _record_failure(self, exc: BaseException) -> None:
         """The error that stopped the stream, on each of its tables (best effort: the target may be

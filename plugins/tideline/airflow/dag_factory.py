@@ -115,9 +115,10 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             task_id="incremental", job="incremental.py", name=f"tideline-incremental-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--mode", "{{ params.stream_mode }}"],
             trigger_rule=NONE_FAILED,
-            # the stream outlives short outages by itself; a longer one (or a killed worker) is
-            # retried for about an hour before the task fails and the watch DAG's alert is all
-            retries=10, max_retry_delay=pendulum.duration(minutes=10), **spark)
+            # the stream outlives short database outages by itself; a killed driver or worker, or a
+            # longer outage, is retried soon and evenly (a continuous run's tries add up over its
+            # life: no exponential backoff), then the task fails and the alerts say so
+            retries=20, retry_delay=pendulum.duration(seconds=15), retry_exponential_backoff=False, **spark)
         after_stream = BranchPythonOperator(task_id="after_stream", python_callable=_branch_after_stream)
         restart = TriggerDagRunOperator(task_id="restart", trigger_dag_id=f"sync_{cfg.name}",
                                         conf={"action": "auto", "stream_mode": "{{ params.stream_mode }}",
