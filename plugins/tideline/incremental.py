@@ -127,6 +127,8 @@ class IncrementalRun:
         self._src = None
         self._consumer = None
         self.halted: dict[str, str] = {}   # tables halted by this run: name -> why (the others go on)
+        self.run_ids: dict[str, int] = {}
+        self.applied: dict[str, int] = {}  # events applied per table by this run
 
     # ------------------------------------------------------------------ start
 
@@ -164,6 +166,10 @@ class IncrementalRun:
         self.by_topic = {t.topic: t for t in self.tables.values()}
         for t in self.tables.values():
             t.epoch = state.claim_epoch(self._tgt, cfg.name, t.name, self.owner, t.topic)
+            # the run history: a stream killed before it could close its row is closed as
+            # abandoned, with the epoch of the run that took over, when the next stream starts
+            self.run_ids[t.name] = state.run_start(self._tgt, cfg.name, t.name, "incremental", t.epoch,
+                                                   f"{self.mode} stream by {self.owner}")
         return self._check_coverage(self._tgt)
 
     def _check_coverage(self, conn) -> dict[str, dict[str, int]]:
@@ -240,11 +246,15 @@ class IncrementalRun:
             if self.halted:
                 raise HaltedError(f"pipeline {self.cfg.name}: {len(self.halted)} table(s) halted, the others were "
                                   f"applied: " + " | ".join(self.halted.values()), table=next(iter(self.halted)))
-        except (FencedError, HaltedError, ResnapshotRequired):
+        except (FencedError, HaltedError, ResnapshotRequired) as exc:
+            self._close_runs(exc)
             raise   # the state already says what these mean
         except BaseException as exc:
             self._record_failure(exc)
+            self._close_runs(exc)
             raise
+        else:
+            self._close_runs(None)
         finally:
             fence_watch.set()
             if previous is not None:
@@ -284,6 +294,29 @@ class IncrementalRun:
                 log.warning("%s", self.failure)
                 self.query.stop()
                 return
+
+    def _close_runs(self, exc: BaseException | None) -> None:
+        """Each table's row in the run history: how this stream ended (best effort: the target may
+        be what failed; then the next stream closes the row as abandoned)."""
+        if not self.run_ids:
+            return
+        outcome = "succeeded" if exc is None else "fenced" if isinstance(exc, FencedError) else "failed"
+        try:
+            conn = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=5)
+        except Exception:
+            return
+        try:
+            with conn, conn.cursor() as cur:
+                for name, run_id in self.run_ids.items():
+                    why = self.halted.get(name) or (f"{type(exc).__name__}: {str(exc).strip()[:1500]}" if exc else "")
+                    state.run_end(cur, run_id, "failed" if name in self.halted else outcome,
+                                  self.applied.get(name, 0),
+                                  f"{self.mode} stream by {self.owner}: {self.batches} batches" + (f"; {why}" if why
+                                                                                                 else ""))
+        except Exception as cannot:
+            log.warning("could not close the stream's run history rows: %s", cannot)
+        finally:
+            conn.close()
 
     def _record_failure(self, exc: BaseException) -> None:
         """The error that stopped the stream, on each of its tables (best effort: the target may be
@@ -372,6 +405,8 @@ class IncrementalRun:
         if figures is None:
             return
         self.batches += 1
+        for name, (u, d) in figures.per_table.items():
+            self.applied[name] = self.applied.get(name, 0) + u + d
         self._commit_consumer_group(figures.end_offsets)
         newest = max((r["ts_ms"] or 0) for r in per_partition)
         age = time.time() - newest / 1000 if newest else 0.0
