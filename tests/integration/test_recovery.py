@@ -286,10 +286,17 @@ def test_stream_task_worker_killed(streaming_demo):
 
 
 def test_stream_spark_driver_killed(streaming_demo):
+    killed_at = []
+
     def fault():
+        killed_at.append(_query(TARGET_URL, "SELECT now()")[0][0])
         os.kill(_java_pid("incremental.py"), signal.SIGKILL)
     _scenario("kill -9 the stream's Spark driver", fault, "Airflow retried the stream task; it resumed from the "
                                                           "offsets committed in the target")
+    # the run history says what died, when, and what took over
+    rows = _query(TARGET_URL, "SELECT started_at, ended_at, detail FROM tideline.runs WHERE pipeline = 'demo' AND "
+                              "kind = 'incremental' AND outcome = 'failed' AND ended_at > %s", (killed_at[0],))
+    assert any("abandoned: did not finish before a newer run (epoch" in d for _, _, d in rows), rows
 
 
 def test_target_refuses_connections_for_a_minute(streaming_demo):
