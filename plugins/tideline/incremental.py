@@ -369,7 +369,8 @@ class IncrementalRun:
         try:
             self._apply_batch_inner(df, spark_batch_id)
         except BaseException as exc:
-            self.failure = exc
+            if not isinstance(self.failure, FencedError):   # fenced: what the batch met after is noise
+                self.failure = exc
             if isinstance(exc, ResnapshotRequired) and exc.table:
                 self._needs_resnapshot(exc.table, str(exc))
             if not isinstance(exc, HaltedError):   # a halt is raised after its batch committed
