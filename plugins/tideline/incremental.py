@@ -308,7 +308,7 @@ class IncrementalRun:
         try:
             with conn, conn.cursor() as cur:
                 for name, run_id in self.run_ids.items():
-                    why = self.halted.get(name) or (f"{type(exc).__name__}: {str(exc).strip()[:1500]}" if exc else "")
+                    why = self.halted.get(name) or (_describe_end(exc) if exc else "")
                     state.run_end(cur, run_id, "failed" if name in self.halted else outcome,
                                   self.applied.get(name, 0),
                                   f"{self.mode} stream by {self.owner}: {self.batches} batches" + (f"; {why}" if why
@@ -322,7 +322,7 @@ class IncrementalRun:
         """The error that stopped the stream, on each of its tables (best effort: the target may be
         what failed) — the watch DAG's stall alert and `make status` show it; the next committed
         batch clears it."""
-        why = f"stream stopped: {type(exc).__name__}: {str(exc).strip()[:1500]}"
+        why = f"stream stopped: {_describe_end(exc)}"
         try:
             conn = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=5)
         except Exception as cannot:
@@ -669,3 +669,12 @@ class IncrementalRun:
         except Exception as exc:
             log.warning("could not commit offsets to consumer group tideline-%s (lag tools will lag): %s",
                         self.cfg.name, exc)
+
+
+def _describe_end(exc: BaseException) -> str:
+    """What ended a stream, in words: a py4j connection refused means the Spark driver JVM is gone
+    (killed or crashed), which the bare exception does not say."""
+    text = f"{type(exc).__name__}: {str(exc).strip()[:1500]}"
+    if isinstance(exc, ConnectionError) or type(exc).__name__ == "Py4JNetworkError":
+        return f"the Spark driver (JVM) died under the stream ({text}); the task's retry resumes from the committed offsets"
+    return text

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import threading
@@ -13,6 +14,10 @@ import psycopg2
 import pytest
 
 import stackctl
+
+# py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after pytest
+# closed its capture stream: a harmless but alarming "--- Logging error ---" at the end of the run
+logging.getLogger("py4j.clientserver").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
