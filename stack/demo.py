@@ -31,6 +31,31 @@ def wait_for_dag(dag_id: str, timeout: float = 120) -> None:
     raise SystemExit(f"[demo] Airflow did not list {dag_id} within {timeout}s; see {stackctl.log_file('airflow-dag-processor')}")
 
 
+def trigger(dag_id: str) -> None:
+    """Unpauses the pipeline's sync DAG and starts a continuous run, unless one is running."""
+    wait_for_dag(dag_id)
+    stackctl.airflow_api("PATCH", f"dags/{dag_id}", {"is_paused": False})
+    active = stackctl.airflow_api("GET", f"dags/{dag_id}/dagRuns?state=running&state=queued")["dag_runs"]
+    if active:
+        print(f"[demo] {dag_id} is already running ({active[0]['dag_run_id']})", flush=True)
+        return
+    run = stackctl.airflow_api("POST", f"dags/{dag_id}/dagRuns", {"logical_date": None,
+                                                                "conf": {"action": "auto", "stream_mode": "continuous"}})
+    print(f"[demo] triggered {dag_id}: {run['dag_run_id']}", flush=True)
+
+
+def seed_mariadb() -> None:
+    """The MariaDB demo shop (sql/demo/mariadb_shop.sql), once."""
+    conn = stackctl.mariadb_connect(stackctl.MARIADB_DATABASE, autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            for statement in (ROOT / "sql" / "demo" / "mariadb_shop.sql").read_text().split(";\n"):
+                if statement.strip() and not all(line.startswith("--") for line in statement.strip().splitlines()):
+                    cur.execute(statement)
+    finally:
+        conn.close()
+
+
 def main() -> int:
     stackctl.cmd_up([])
     os.environ.update(stackctl.environment())
@@ -45,36 +70,35 @@ def main() -> int:
                                  "--seed-orders", "10000", "--seed", "42"], check=True, env=stackctl.full_env())
     if not stackctl.running_pid("workload"):
         stackctl.spawn("workload", [py, str(stackctl.STACK / "workload.py"), "--rate", "5"])
-    wait_for_dag("sync_demo")
-    stackctl.airflow_api("PATCH", "dags/sync_demo", {"is_paused": False})
-    active = stackctl.airflow_api("GET", "dags/sync_demo/dagRuns?state=running&state=queued")["dag_runs"]
-    if active:
-        print(f"[demo] sync_demo is already running ({active[0]['dag_run_id']})", flush=True)
-    else:
-        run = stackctl.airflow_api("POST", "dags/sync_demo/dagRuns", {"logical_date": None,
-                                                            "conf": {"action": "auto", "stream_mode": "continuous"}})
-        print(f"[demo] triggered sync_demo: {run['dag_run_id']}", flush=True)
+    seed_mariadb()
+    for dag_id in ("sync_demo", "sync_shop_mariadb"):
+        trigger(dag_id)
     print(f"""
 [demo] Airflow UI : {stackctl.airflow_url()}/dags/sync_demo   login {stackctl.AIRFLOW_ADMIN} / {stackctl.AIRFLOW_ADMIN_PASS}
+[demo]              {stackctl.airflow_url()}/dags/sync_shop_mariadb   (the MariaDB shop)
 [demo] workload   : ~5 transactions/s on customers, orders, order_items (log {stackctl.log_file('workload')})
-[demo] waiting for the target to catch up with the source ...
+[demo] waiting for the target to catch up with the sources ...
 """, flush=True)
     from tideline.core.config import load_pipeline
     from tideline.status import pipeline_status, render
-    cfg = load_pipeline(ROOT / "pipelines" / "demo.yaml")
+    cfgs = [load_pipeline(ROOT / "pipelines" / f) for f in ("demo.yaml", "shop_mariadb.yaml")]
     deadline = time.time() + 900
     while time.time() < deadline:
-        rows = pipeline_status(cfg)
-        print(render(cfg, rows), flush=True)
-        streamed = [r for r in rows if cfg.table(r.table).mode == "cdc"]   # batch tables land nightly
-        if all(r.phase == "streaming" and r.last_batch_age_s is not None and r.last_batch_age_s < 30
-               and r.lag_total < 100 for r in streamed):
+        caught_up = True
+        for cfg in cfgs:
+            rows = pipeline_status(cfg)
+            print(render(cfg, rows), flush=True)
+            streamed = [r for r in rows if cfg.table(r.table).mode == "cdc"]   # batch tables land nightly
+            caught_up &= all(r.phase == "streaming" and r.last_batch_age_s is not None and r.last_batch_age_s < 30
+                             and r.lag_total < 100 for r in streamed)
+        if caught_up:
             print("\n[demo] caught up: every table streams live, less than 100 events behind. It keeps running:\n"
                   "       `make status` for this view, the Airflow UI for the DAG, `make down` to stop all.",
                   flush=True)
             return 0
         time.sleep(5)
-    print("[demo] the target did not catch up within 15 minutes; look at the sync_demo run in the Airflow UI "
+    print("[demo] the target did not catch up within 15 minutes; look at the sync_demo and sync_shop_mariadb runs "
+          "in the Airflow UI "
           f"and at {stackctl.LOGS}", flush=True)
     return 1
 

@@ -19,6 +19,13 @@ apt_install() {
 if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
   apt_install postgresql postgresql-contrib
 fi
+if [ ! -x /usr/sbin/mariadbd ]; then
+  # the stack runs the server as its own process: keep the package from starting a service
+  POLICY=/usr/sbin/policy-rc.d; MADE_POLICY=""
+  if [ ! -e $POLICY ]; then printf '#!/bin/sh\nexit 101\n' | $SUDO tee $POLICY >/dev/null; $SUDO chmod +x $POLICY; MADE_POLICY=1; fi
+  apt_install --no-install-recommends mariadb-server mariadb-client
+  [ -z "$MADE_POLICY" ] || $SUDO rm -f $POLICY
+fi
 command -v java >/dev/null || apt_install openjdk-17-jre-headless
 command -v mvn >/dev/null || apt_install maven
 command -v runuser >/dev/null || apt_install util-linux
@@ -50,4 +57,4 @@ if [ "$(cat stack/lib/.poms 2>/dev/null)" != "$POM_HASH" ]; then
   mvn -q -B -f stack/jvm/pom.xml package
   echo "$POM_HASH" > stack/lib/.poms
 fi
-say "ready: $(ls stack/lib/kafka | wc -l) Kafka/Connect jars, $(ls stack/lib/connect-plugins/debezium-connector-postgres | wc -l) Debezium jars, $(ls stack/lib/connect-plugins/debezium-connector-jdbc | wc -l) JDBC sink jars, $(ls stack/lib/spark | wc -l) Spark jars"
+say "ready: $(ls stack/lib/kafka | wc -l) Kafka/Connect jars, $(ls stack/lib/connect-plugins/debezium-connector-postgres | wc -l)+$(ls stack/lib/connect-plugins/debezium-connector-mariadb | wc -l) Debezium jars (PostgreSQL+MariaDB), $(ls stack/lib/connect-plugins/debezium-connector-jdbc | wc -l) JDBC sink jars, $(ls stack/lib/spark | wc -l) Spark jars"

@@ -168,7 +168,7 @@ class TableApply:
                 raw = sql.SQL("s.after->>{}").format(sql.Literal(c.name))
                 cur.execute(sql.SQL("SELECT {} FROM {} s WHERE s.tbl = %s AND s.part = %s AND s.off = %s "
                                     "AND {} IS DISTINCT FROM {}").format(   # a TOAST placeholder is never cast
-                    value_expr(raw, c.type), sql.Identifier(apply_sql.STAGE), raw, sql.Literal(UNAVAILABLE)),
+                    value_expr(raw, c.type, c.encoding), sql.Identifier(apply_sql.STAGE), raw, sql.Literal(UNAVAILABLE)),
                     (self.table, part, off))
                 cur.execute("RELEASE SAVEPOINT tl_cast")
             except psycopg2.Error:

@@ -14,7 +14,7 @@ from datetime import datetime
 import psycopg2
 from psycopg2 import sql
 
-from tideline import source_catalog, sqlfiles, state
+from tideline import engines, sqlfiles, state
 from tideline.core import schema_drift
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
@@ -41,6 +41,7 @@ class BatchSync:
     def __init__(self, cfg: PipelineConfig, spark, environ=None):
         self.cfg, self.spark = cfg, spark
         self.source = get_connection(cfg.source.conn_id, environ)
+        self.engine = engines.for_source(self.source)
         self.target = get_connection(cfg.target.conn_id, environ)
 
     def run(self, start: datetime, end: datetime, tables: list[str] | None = None) -> list[BatchResult]:
@@ -58,14 +59,13 @@ class BatchSync:
     def sync_table(self, table: str, start: datetime, end: datetime) -> BatchResult:
         cfg, tcfg = self.cfg, self.cfg.table(table)
         label, started = f"{cfg.name}.{table}", time.monotonic()
-        src = psycopg2.connect(self.source.postgres_dsn())
-        src.autocommit = True
+        src = self.engine.postgres_connection("batch mode", autocommit=True)
         tgt = psycopg2.connect(self.target.postgres_dsn())
         stage = f"{table[:46]}__tl_batch"
         schema = cfg.target.schema_
         run_id = None
         try:
-            shape = source_catalog.describe(src, cfg.source.schema_, table, tcfg)
+            shape = self.engine.describe(src, cfg.source.schema_, table, tcfg)
             if not shape.primary_key:
                 raise SourceError(f"{label}: batch mode upserts by primary key; the source table has none. "
                                   f"Add one at the source.")
@@ -86,8 +86,9 @@ class BatchSync:
             rows = 0
             if where is not None:
                 preds = [p.as_string(src) for p in hash_predicates(shape, cfg.spark.parallelism)]
-                figures = copy_source_rows(self.spark, self.source, src, self.target.postgres_dsn(), shape,
-                                           read_query(shape, where), preds, schema, stage, label, started=started)
+                figures = copy_source_rows(self.spark, self.engine, tgt, self.target.postgres_dsn(), shape,
+                                           read_query(shape, where).as_string(src), preds, schema, stage, label,
+                                           started=started)
                 rows = sum(f["copied"] for f in figures)
                 if rows != sum(f["rows"] for f in figures):
                     raise LoadVerificationError(f"{label}: rows read and rows staged differ; nothing was applied")

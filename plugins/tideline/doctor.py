@@ -13,7 +13,7 @@ from typing import Callable
 import psycopg2
 from confluent_kafka.admin import ConfigResource
 
-from tideline import source_catalog, sqlfiles
+from tideline import engines, sqlfiles
 from tideline.connector import ConnectClient
 from tideline.core import doctor_checks as dc
 from tideline.core.config import PipelineConfig, load_pipelines
@@ -36,57 +36,19 @@ def _unreachable(part: str, what: str, exc: Exception) -> dc.Check:
 
 
 def source_checks(cfg: PipelineConfig, source: Conn, streaming: int) -> list[dc.Check]:
-    cdc = [t.name for t in cfg.tables if t.mode == "cdc"]
-    with psycopg2.connect(source.postgres_dsn()) as conn, conn.cursor() as cur:
-        cur.execute("SHOW wal_level")
-        out = [dc.wal_level(cur.fetchone()[0])]
-        for name in cdc:
-            cur.execute("SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid "
-                        "AND i.indisprimary) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                        "WHERE n.nspname = %s AND c.relname = %s", (cfg.source.schema_, name))
-            row = cur.fetchone()
-            if row is None:
-                out.append(dc.Check("source", f"table {name}", dc.FAIL, f"{cfg.source.schema_}.{name} does not exist",
-                                    "create it, or remove it from the pipeline config"))
-            else:
-                out.append(dc.replica_identity(f"{cfg.source.schema_}.{name}", row[1], row[0]))
-                out.append(_columns_check(conn, cfg, name))
-        if not cdc:
-            return out
-        cur.execute("SELECT wal_status, active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "
-                    "FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
-        row = cur.fetchone()
-        slot = dict(zip(("wal_status", "active", "retained_bytes"), row)) if row else None
-        out.append(dc.slot(cfg.slot_name, slot, streaming))
-        cur.execute("SELECT setting::int FROM pg_settings WHERE name = 'max_slot_wal_keep_size'")
-        out.append(dc.max_slot_wal_keep_size(cur.fetchone()[0], slot["retained_bytes"] if slot else None))
-        out.append(dc.heartbeat(cfg.source.heartbeat_table, _heartbeat_age(cur, cfg)))
-    conn.close()
-    return out
+    """The source's own checks, by its engine (capture settings, tables, columns, log retention)."""
+    return engines.for_source(source).doctor_checks(cfg, streaming)
 
 
-def _columns_check(conn, cfg: PipelineConfig, name: str) -> dc.Check:
+def columns_check(engine, conn, cfg: PipelineConfig, name: str) -> dc.Check:
     """Every synced column can be carried by the stream exactly (or the table is refused now)."""
     try:
-        shape = source_catalog.describe(conn, cfg.source.schema_, name, cfg.table(name), check_key=False,
-                                        for_stream=True)
+        shape = engine.describe(conn, cfg.source.schema_, name, cfg.table(name), check_key=False, for_stream=True)
     except SourceError as exc:
         return dc.Check("source", f"columns {name}", dc.FAIL, str(exc), "see the options in the message")
     finally:
         conn.rollback()
     return dc.Check("source", f"columns {name}", dc.PASS, f"{len(shape.columns)} column(s), all streamable exactly")
-
-
-def _heartbeat_age(cur, cfg: PipelineConfig) -> float | None:
-    if not cfg.source.heartbeat_table:
-        return None
-    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (f'"{cfg.source.schema_}"."{cfg.source.heartbeat_table}"',))
-    if not cur.fetchone()[0]:
-        return None
-    cur.execute(f'SELECT extract(epoch FROM now() - beat_at)::float FROM "{cfg.source.schema_}".'
-                f'"{cfg.source.heartbeat_table}" WHERE pipeline = %s', (cfg.name,))
-    row = cur.fetchone()
-    return row[0] if row else None
 
 
 def kafka_checks(cfg: PipelineConfig, bootstrap: str) -> list[dc.Check]:

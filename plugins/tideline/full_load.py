@@ -18,20 +18,15 @@ from datetime import datetime
 import psycopg2
 from psycopg2 import sql
 
-from tideline import dependents, kafka_offsets, source_catalog, state
+from tideline import dependents, engines, kafka_offsets, state
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
 from tideline.core.copy_text import CopyStream
 from tideline.core.errors import FencedError, LoadVerificationError, TargetError, TidelineError
-from tideline.core.table_shape import (TableShape, boundaries_query, copy_into, create_table, ctid_predicates,
-                                       key_range_predicates, read_query)
+from tideline.core.table_shape import TableShape, copy_into, create_table
+from tideline.engines import SourceEngine
 
 log = logging.getLogger("tideline.full_load")
-
-# Above this many rows the partition boundaries come from a block sample, not the whole index.
-SAMPLE_ABOVE_ROWS = 500_000
-SAMPLE_TARGET_ROWS = 100_000
-FETCH_SIZE = 10_000
 
 
 @dataclass
@@ -135,28 +130,19 @@ def prepare_target_schema(tgt, schema: str, label: str) -> None:
                           f"Create it, or grant CREATE on the database.") from None
 
 
-def copy_source_rows(spark, source: Conn, src_conn, target_dsn: str, shape: TableShape, query: sql.Composable,
-                     predicates: list[str], schema: str, table: str, label: str, snapshot_id: str | None = None,
+def copy_source_rows(spark, engine: SourceEngine, tgt, target_dsn: str, shape: TableShape, query: str,
+                     predicates: list[str], schema: str, table: str, label: str, session_init: str | None = None,
                      started: float | None = None) -> list[dict]:
     """Reads `query` from the source with Spark JDBC, one partition per predicate, and COPYs the
-    rows into schema.table of the target; returns each partition's figures. With `snapshot_id`
-    every partition's session joins that exported snapshot."""
-    init = None
-    if snapshot_id is not None:
-        # Spark's PostgreSQL dialect turns autocommit off when fetchsize > 0, so these run as the
-        # first statements of the read's transaction; the DO block fails the read loudly if that
-        # ever stops being true.
-        init = ("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
-                f"SET TRANSACTION SNAPSHOT {sql.Literal(snapshot_id).as_string(src_conn)}; "
-                "DO $$ BEGIN IF current_setting('transaction_isolation') <> 'repeatable read' THEN "
-                "RAISE EXCEPTION 'tideline: partition read is not inside the exported snapshot'; END IF; END $$")
-    props = {"user": source.login or "", "password": source.password or "", "driver": "org.postgresql.Driver",
-             "fetchsize": str(FETCH_SIZE)}
-    if init:
-        props["sessionInitStatement"] = init
-    df = spark.read.jdbc(source.jdbc_url(), query.as_string(src_conn), predicates=predicates, properties=props)
+    rows into schema.table of the target (`tgt` renders the COPY statement); returns each
+    partition's figures. Each partition's session runs `session_init` first (joining the
+    snapshot of a full load)."""
+    props = engine.jdbc_properties()
+    if session_init:
+        props["sessionInitStatement"] = session_init
+    df = spark.read.jdbc(engine.jdbc_url(), query, predicates=predicates, properties=props)
     df = df.select(*[f"`{c}`" for c in shape.written_columns])
-    copy_sql = copy_into(schema, table, shape.written_columns).as_string(src_conn)
+    copy_sql = copy_into(schema, table, shape.written_columns).as_string(tgt)
     writer = make_copy_writer(target_dsn, copy_sql, shape.escape_flags, label)
     progress = _Progress(spark, label, len(predicates), started or time.monotonic())
     progress.start()
@@ -173,6 +159,7 @@ class FullLoad:
         self.cfg = cfg
         self.spark = spark
         self.source: Conn = get_connection(cfg.source.conn_id, environ)
+        self.engine: SourceEngine = engines.for_source(self.source)
         self.target: Conn = get_connection(cfg.target.conn_id, environ)
         self.kafka: Conn = get_connection(cfg.kafka.conn_id, environ)
 
@@ -181,8 +168,11 @@ class FullLoad:
     def run(self, tables: list[str]) -> list[LoadResult]:
         for name in tables:
             self.cfg.table(name)  # unknown table -> ConfigError naming the pipeline's tables
-        with psycopg2.connect(self.source.postgres_dsn()) as conn:
-            source_catalog.check_logical_decoding(conn, f"source of pipeline {self.cfg.name}")
+        conn = self.engine.connect()
+        try:
+            self.engine.check_capture(conn, f"source of pipeline {self.cfg.name}")
+        finally:
+            conn.close()
         conn = psycopg2.connect(self.target.postgres_dsn())
         try:
             state.migrate(conn)
@@ -195,12 +185,12 @@ class FullLoad:
         label = f"{cfg.name}.{table}"
         topic = cfg.topic(table)
         started = time.monotonic()
-        src = psycopg2.connect(self.source.postgres_dsn())
+        src = self.engine.connect()
         tgt = psycopg2.connect(self.target.postgres_dsn())
         shadow = shadow_name(table)
         run_id = None
         try:
-            shape = source_catalog.describe(src, cfg.source.schema_, table, tcfg)
+            shape = self.engine.describe(src, cfg.source.schema_, table, tcfg)
             src.rollback()
             prepare_target_schema(tgt, cfg.target.schema_, label)
             epoch = state.claim_epoch(tgt, cfg.name, table, run_owner("full_load"), topic)
@@ -208,27 +198,21 @@ class FullLoad:
             # 1. the handover position, before the snapshot opens
             offsets = kafka_offsets.end_offsets(self.kafka.kafka_bootstrap, topic)
             log.info("%s: epoch %d; stream will resume from %s offsets %s", label, epoch, topic, offsets)
-            # 2. one consistent snapshot, held open for the whole read
-            src.set_session(isolation_level="REPEATABLE READ", readonly=True)
-            with src.cursor() as cur:
-                cur.execute("SELECT pg_export_snapshot(), now(), pg_current_snapshot()::text")
-                snapshot_id, snapshot_at, snapshot_xmin = cur.fetchone()
-                cur.execute(sql.SQL("SELECT count(*) FROM {}").format(shape.qualified()))
-                snapshot_rows = cur.fetchone()[0]
-                predicates = self._partition_predicates(cur, shape, snapshot_rows)
-            rendered = [p.as_string(src) for p in predicates]
-            log.info("%s: snapshot %s has %s rows; reading in %d partitions by %s", label, snapshot_id,
-                     f"{snapshot_rows:,}", len(rendered),
+            # 2. the consistent read (the engine says how), held open for the whole read
+            snap = self.engine.open_snapshot(src, shape, cfg.spark.parallelism)
+            log.info("%s: snapshot %s%s; reading in %d partitions by %s", label, snap.snapshot_id,
+                     f" has {snap.rows:,} rows" if snap.rows is not None else "", len(snap.predicates),
                      f"key ({', '.join(shape.primary_key)})" if shape.primary_key else "block range (no key)")
             # 3. shadow table, COPY from every partition
             self._create_shadow(tgt, shape, shadow)
-            figures = copy_source_rows(self.spark, self.source, src, self.target.postgres_dsn(), shape,
-                                       read_query(shape), rendered, cfg.target.schema_, shadow, label,
-                                       snapshot_id=snapshot_id, started=started)
-            src.rollback()  # the snapshot may close now: every partition has read
+            figures = copy_source_rows(self.spark, self.engine, tgt, self.target.postgres_dsn(), shape,
+                                       self.engine.read_query(src, shape), snap.predicates, cfg.target.schema_,
+                                       shadow, label, session_init=snap.session_init, started=started)
+            self.engine.close_snapshot(src)  # the snapshot may close now: every partition has read
             copy_secs = time.monotonic() - started
             read = sum(f["rows"] for f in figures)
             landed = sum(f["copied"] for f in figures)
+            snapshot_rows = read if snap.rows is None else snap.rows
             if not (snapshot_rows == read == landed):
                 raise LoadVerificationError(
                     f"{label}: the snapshot holds {snapshot_rows:,} rows but {read:,} were read and "
@@ -240,13 +224,13 @@ class FullLoad:
                 state.check_epoch(cur, cfg.name, table, epoch)
                 self._swap(cur, shape, shadow)
                 state.finish_full_load(cur, pipeline=cfg.name, table=table, epoch=epoch, topic=topic,
-                                       offsets=offsets, snapshot_id=snapshot_id, snapshot_at=snapshot_at,
-                                       snapshot_xmin=snapshot_xmin, rows=snapshot_rows)
+                                       offsets=offsets, snapshot_id=snap.snapshot_id, snapshot_at=snap.snapshot_at,
+                                       snapshot_xmin=snap.position, rows=snapshot_rows)
                 secs = time.monotonic() - started
                 state.run_end(cur, run_id, "succeeded", snapshot_rows,
-                              f"{len(rendered)} partitions, {secs:.1f}s (read+copy {copy_secs:.1f}s), "
-                              f"resume offsets {offsets}")
-            result = LoadResult(table, snapshot_rows, secs, len(rendered), epoch, offsets)
+                              f"{len(snap.predicates)} partitions, {secs:.1f}s (read+copy {copy_secs:.1f}s), "
+                              f"resume offsets {offsets}, {self.engine.label} snapshot {snap.snapshot_id}")
+            result = LoadResult(table, snapshot_rows, secs, len(snap.predicates), epoch, offsets)
             log.info("%s: loaded %s rows in %.1fs (%s rows/s; read+copy %.1fs); live table swapped; "
                      "stream resumes from %s", label, f"{result.rows:,}", secs, f"{result.rows_per_s:,.0f}",
                      copy_secs, offsets)
@@ -257,21 +241,6 @@ class FullLoad:
         finally:
             src.close()
             tgt.close()
-
-    def _partition_predicates(self, cur, shape: TableShape, rows: int):
-        parts = self.cfg.spark.parallelism
-        if rows == 0 or parts == 1:
-            return key_range_predicates(shape, []) if shape.primary_key else ctid_predicates(0, 1)
-        if not shape.primary_key:
-            cur.execute("SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int",
-                        (f"{shape.schema}.{shape.name}",))
-            return ctid_predicates(cur.fetchone()[0], parts)
-        sample = None
-        if rows > SAMPLE_ABOVE_ROWS:
-            sample = min(100.0, round(100.0 * SAMPLE_TARGET_ROWS / rows, 3))
-        cur.execute(boundaries_query(shape, parts, sample))
-        boundaries = [tuple(r) for r in cur.fetchall()]
-        return key_range_predicates(shape, boundaries)
 
     def _create_shadow(self, tgt, shape: TableShape, shadow: str) -> None:
         schema = self.cfg.target.schema_

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg2 import sql
 
-from tideline import kafka_offsets, source_catalog, sqlfiles, state
+from tideline import engines, kafka_offsets, sqlfiles, state
 from tideline.core import apply_sql, schema_drift
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
@@ -52,6 +52,7 @@ class StreamTable:
     primary_key: list[str]
     columns: list[Column] = field(default_factory=list)
     partitions: int | None = None   # the change topic's partition count at the full load
+    encodings: dict[str, str] = field(default_factory=dict)   # how events carry each column (source engine)
 
 
 @dataclass
@@ -115,6 +116,7 @@ class IncrementalRun:
         self.cfg, self.spark, self.mode = cfg, spark, mode
         self.requested = tables
         self.source = get_connection(cfg.source.conn_id, environ)
+        self.engine = engines.for_source(self.source)
         self.target = get_connection(cfg.target.conn_id, environ)
         self.bootstrap = get_connection(cfg.kafka.conn_id, environ).kafka_bootstrap
         self.owner = run_owner("incremental")
@@ -136,8 +138,7 @@ class IncrementalRun:
         """Claims the tables, checks Kafka still covers their positions; returns startingOffsets."""
         cfg = self.cfg
         self._tgt = psycopg2.connect(self.target.postgres_dsn())
-        self._src = psycopg2.connect(self.source.postgres_dsn())
-        self._src.autocommit = True
+        self._src = self.engine.connect(autocommit=True)
         state.migrate(self._tgt)
         names = self.requested or [t.name for t in cfg.tables if t.mode == "cdc"]
         waiting = []
@@ -153,12 +154,13 @@ class IncrementalRun:
                             cfg.name, name, phase, why)
                 waiting.append(f"{name} ({phase}{why})")
                 continue
-            shape = source_catalog.describe(self._src, cfg.source.schema_, name, tcfg, for_stream=True)
+            shape = self.engine.describe(self._src, cfg.source.schema_, name, tcfg, for_stream=True)
             if not shape.primary_key:
                 raise SourceError(f"{cfg.name}.{name}: tables without a primary key can be loaded but not streamed "
                                   f"yet. Add a primary key at the source, or put the table in batch mode.")
+            encodings = {c.name: c.encoding for c in shape.columns}
             self.tables[name] = StreamTable(name, cfg.topic(name), 0, list(shape.primary_key),
-                                            self._target_columns(name))
+                                            self._target_columns(name, encodings), encodings=encodings)
         if not self.tables:
             raise SourceError(f"pipeline {cfg.name}: no table is ready to stream: {'; '.join(waiting)}. "
                               f"A table streams once a full load put it in phase 'streaming' (the sync DAG does "
@@ -194,10 +196,9 @@ class IncrementalRun:
                      t.topic, dict(sorted(st.resume_offsets.items())), f"{lag:,}")
         return start
 
-    def _target_columns(self, table: str) -> list[Column]:
+    def _target_columns(self, table: str, encodings: dict[str, str]) -> list[Column]:
         with self._tgt.cursor() as cur:
-            cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{self.cfg.target.schema_}"."{table}"'})
-            cols = [Column(n, t, nn, generated=g) for n, t, nn, g in cur.fetchall()]
+            cols = self._columns_in_txn(cur, table, encodings)
         self._tgt.rollback()
         return cols
 
@@ -451,8 +452,7 @@ class IncrementalRun:
             except Exception:   # already broken: nothing to close
                 pass
         self._tgt = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=10)
-        self._src = psycopg2.connect(self.source.postgres_dsn(), connect_timeout=10)
-        self._src.autocommit = True
+        self._src = self.engine.connect(autocommit=True, connect_timeout=10)
 
     def _commit(self, spark_batch_id, per_partition, bad_rows, truncates, rows: pa.Table) -> BatchFigures | None:
         cfg, conn = self.cfg, self._tgt
@@ -623,7 +623,7 @@ class IncrementalRun:
 
     def _evolve(self, cur, table: StreamTable) -> None:
         """Source catalog vs target: add/widen in this transaction, or stop with the reason."""
-        shape = source_catalog.describe(self._src, self.cfg.source.schema_, table.name,
+        shape = self.engine.describe(self._src, self.cfg.source.schema_, table.name,
                                         self.cfg.table(table.name), check_key=False, for_stream=True)
         try:
             drift = schema_drift.plan(f"{self.cfg.name}.{table.name}", list(shape.columns), table.columns)
@@ -635,11 +635,13 @@ class IncrementalRun:
                 cur.execute(stmt)
             log.info("%s.%s: schema change applied: added %s, widened %s", self.cfg.name, table.name,
                      [c.name for c in drift.add] or "-", [f"{c}: {o} -> {n}" for c, o, n in drift.widen] or "-")
-            table.columns = self._columns_in_txn(cur, table.name)
+            table.encodings = {c.name: c.encoding for c in shape.columns}
+            table.columns = self._columns_in_txn(cur, table.name, table.encodings)
 
-    def _columns_in_txn(self, cur, table: str) -> list[Column]:
+    def _columns_in_txn(self, cur, table: str, encodings: dict[str, str]) -> list[Column]:
+        """The target's columns, each with how the source's events carry it."""
         cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{self.cfg.target.schema_}"."{table}"'})
-        return [Column(n, t, nn, generated=g) for n, t, nn, g in cur.fetchall()]
+        return [Column(n, t, nn, generated=g, encoding=encodings.get(n, "pgtext")) for n, t, nn, g in cur.fetchall()]
 
     def _stage(self, cur, rows: pa.Table) -> None:
         topics = pc.dictionary_encode(rows.column("topic").combine_chunks())

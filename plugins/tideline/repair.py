@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import psycopg2
 from psycopg2 import sql
 
-from tideline import source_catalog, state
+from tideline import engines, state
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import TerminalError
@@ -105,7 +105,9 @@ def apply_from_source(cfg: PipelineConfig, shape: TableShape, src, tgt, where: s
 
 
 def _connections(source: Conn, target: Conn):
-    return psycopg2.connect(source.postgres_dsn()), psycopg2.connect(target.postgres_dsn())
+    """The source's engine and connection (repair reads it with PostgreSQL SQL), and the target."""
+    engine = engines.for_source(source)
+    return engine, engine.postgres_connection("repair"), psycopg2.connect(target.postgres_dsn())
 
 
 def _key_column(cfg: PipelineConfig, shape: TableShape):
@@ -122,9 +124,10 @@ def _key_column(cfg: PipelineConfig, shape: TableShape):
 def check_key_range(cfg: PipelineConfig, source: Conn, table: str, key_from: str, key_to: str) -> None:
     """Before any work: both ends are values of the key's type (cast by the source itself) and in
     order; the error names the param."""
-    src = psycopg2.connect(source.postgres_dsn())
+    engine = engines.for_source(source)
+    src = engine.postgres_connection("repair")
     try:
-        col = _key_column(cfg, source_catalog.describe(src, cfg.source.schema_, table, cfg.table(table)))
+        col = _key_column(cfg, engine.describe(src, cfg.source.schema_, table, cfg.table(table)))
         with src.cursor() as cur:
             for param, value in (("repair_key_from", key_from), ("repair_key_to", key_to)):
                 try:
@@ -147,9 +150,9 @@ def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_f
            time_to: str | None = None) -> RepairResult:
     """Repair of a range a person names: a key range (one-column keys) or an update-time range."""
     tcfg = cfg.table(table)
-    src, tgt = _connections(source, target)
+    engine, src, tgt = _connections(source, target)
     try:
-        shape = source_catalog.describe(src, cfg.source.schema_, table, tcfg)
+        shape = engine.describe(src, cfg.source.schema_, table, tcfg)
         if not shape.primary_key:
             raise RepairError(f"{cfg.name}.{table} has no primary key; repair needs one", table=table)
         if key_from is not None:
@@ -189,7 +192,7 @@ def repair_verified(cfg: PipelineConfig, source: Conn, target: Conn, table: str,
     """Re-reads exactly the key ranges the table's last verify found different."""
     from tideline.core.verify_plan import range_predicate
     from tideline.verify import last_differences
-    src, tgt = _connections(source, target)
+    engine, src, tgt = _connections(source, target)
     try:
         run_id, ranges = last_differences(tgt, cfg.name, table)
         tgt.rollback()
@@ -201,8 +204,8 @@ def repair_verified(cfg: PipelineConfig, source: Conn, target: Conn, table: str,
             log.info("%s.%s: its last verify (run %d) found no differences; nothing to repair", cfg.name, table,
                      run_id)
             return total
-        shape = source_catalog.describe(src, cfg.source.schema_, table, cfg.table(table))
-        collatable = source_catalog.collatable_keys(src, shape)
+        shape = engine.describe(src, cfg.source.schema_, table, cfg.table(table))
+        collatable = engine.collatable_keys(src, shape)
         src.rollback()
         for i in range(0, len(ranges), ranges_per_transaction):
             chunk = ranges[i:i + ranges_per_transaction]

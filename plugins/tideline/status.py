@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import psycopg2
 from psycopg2 import sql
 
-from tideline import coverage, state
+from tideline import coverage, engines, state
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import get_connection
 from tideline.core.errors import TidelineError
@@ -69,7 +69,8 @@ def _last_verify(conn, pipeline: str, table: str) -> str | None:
 
 def pipeline_status(cfg: PipelineConfig, environ=None) -> list[TableStatus]:
     target = psycopg2.connect(get_connection(cfg.target.conn_id, environ).postgres_dsn())
-    source = psycopg2.connect(get_connection(cfg.source.conn_id, environ).postgres_dsn())
+    engine = engines.for_source(get_connection(cfg.source.conn_id, environ))
+    source = engine.connect(autocommit=True)
     bootstrap = get_connection(cfg.kafka.conn_id, environ).kafka_bootstrap
     out = []
     try:
@@ -86,7 +87,8 @@ def pipeline_status(cfg: PipelineConfig, environ=None) -> list[TableStatus]:
             age = (datetime.now(timezone.utc) - at).total_seconds() if at else None
             last = f"#{st.last_batch_id} {_ago(age)}" if st and st.last_batch_id else "-"
             out.append(TableStatus(t.name, st.phase if st else "new", st.epoch if st else None,
-                                   _count(target, cfg.target.schema_, t.name), _count(source, cfg.source.schema_, t.name),
+                                   _count(target, cfg.target.schema_, t.name),
+                                   engine.row_count(source, cfg.source.schema_, t.name),
                                    last, lag, headroom, st.last_error if st else None, age,
                                    _last_verify(target, cfg.name, t.name)))
     finally:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import psycopg2
 from psycopg2 import sql
 
-from tideline import kafka_offsets, source_catalog, sqlfiles, state
+from tideline import engines, kafka_offsets, sqlfiles, state
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import SourceError, TargetError, TidelineError
@@ -55,8 +55,8 @@ class _Side:
     """One database of the comparison: a connection with fixed text settings."""
 
     def __init__(self, conn: Conn, schema: str, label: str):
-        self.conn = psycopg2.connect(conn.postgres_dsn())
-        self.conn.autocommit = True
+        self.engine = engines.for_source(conn)   # both sides are read with PostgreSQL SQL
+        self.conn = self.engine.postgres_connection("verify", autocommit=True)
         self.schema, self.label = schema, label
         with self.conn.cursor() as cur:
             cur.execute(SESSION_SETTINGS)
@@ -94,7 +94,7 @@ class TableVerifier:
     # ---------------------------------------------------------------- setup
 
     def _shape(self, table: str) -> TableShape:
-        shape = source_catalog.describe(self.src.conn, self.cfg.source.schema_, table, self.cfg.table(table),
+        shape = self.src.engine.describe(self.src.conn, self.cfg.source.schema_, table, self.cfg.table(table),
                                         check_key=False)
         try:
             cols = {r[0] for r in self.tgt.all(sqlfiles.load("full_load/target_columns"),
@@ -137,7 +137,7 @@ class TableVerifier:
         if not binary:
             log.warning("%s: source and target hash values differently (byte order or version); fingerprinting "
                         "row text instead (slower)", table)
-        self.shape, self.collatable = shape, source_catalog.collatable_keys(self.src.conn, shape)
+        self.shape, self.collatable = shape, self.src.engine.collatable_keys(self.src.conn, shape)
         self.hash = row_hash(shape, self._text_columns(shape), binary)
         whole = KeyRange()
         (s_count, s_sum), (t_count, t_sum) = self._both(self._fingerprint, whole)

@@ -104,14 +104,18 @@ class Pipelines:
             from tideline.connector import ensure_capture
             from tideline.core.connections import get_connection
             ensure_capture(cfg, get_connection("tideline_kafka"), get_connection("tideline_connect"),
-                           get_connection("tideline_source"))
+                           get_connection(cfg.source.conn_id))
             self.captured = cfg
         return cfg
 
     captured = None
 
     def _heartbeat_topic(self, cfg) -> list[str]:
-        return [cfg.topic(cfg.source.heartbeat_table)] if cfg.source.heartbeat_table else []
+        """The heartbeat topic and the engine's own (a MariaDB connector's schema history)."""
+        from tideline import engines
+        from tideline.core.connections import get_connection
+        own = list(engines.for_source(get_connection(cfg.source.conn_id)).capture_topics(cfg))
+        return ([cfg.topic(cfg.source.heartbeat_table)] if cfg.source.heartbeat_table else []) + own
 
     def adopt(self, cfg):
         """The DAG's ensure_connector creates topics and connector: clean them up after the test."""
@@ -136,7 +140,7 @@ class Pipelines:
     def _drop_capture(self, cfg):
         from tideline.connector import drop_capture
         from tideline.core.connections import get_connection
-        drop_capture(cfg, get_connection("tideline_connect"), get_connection("tideline_source"))
+        drop_capture(cfg, get_connection("tideline_connect"), get_connection(cfg.source.conn_id))
 
 
 @pytest.fixture

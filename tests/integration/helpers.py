@@ -64,26 +64,30 @@ def let_retention_delete(bootstrap: str, topic: str, needed: int, touch: Callabl
 
 
 class Writer(threading.Thread):
-    """Keeps changing the source (inserts, updates, deletes, key updates) until stopped."""
+    """Keeps changing the source (inserts, updates, deletes, key updates) until stopped. `connect`
+    opens the source connection (PostgreSQL by default; a PyMySQL one for MariaDB sources)."""
 
-    def __init__(self, table: str, first_id: int, seed: int = 1, pause: float = 0.002, max_id: int | None = None):
+    def __init__(self, table: str, first_id: int, seed: int = 1, pause: float = 0.002, max_id: int | None = None,
+                 connect: Callable[[], object] | None = None):
         super().__init__(daemon=True)
         self.table, self.next_id, self.rng, self.pause = table, first_id, random.Random(seed), pause
         self.max_id = max_id  # changes (other than inserts) only touch ids below this one
+        self.connect = connect or (lambda: psycopg2.connect(SOURCE_URL))
         self.stop_event, self.errors, self.count = threading.Event(), [], 0
 
     def run(self):
-        conn = psycopg2.connect(SOURCE_URL)
+        conn = self.connect()
         try:
             while not self.stop_event.is_set():
                 r = self.rng.random()
-                with conn, conn.cursor() as cur:
+                cur = conn.cursor()
+                try:
                     if r < 0.45:
                         cur.execute(f"INSERT INTO {self.table} (id, qty, note) VALUES (%s, %s, %s)",
-                                    (self.next_id, self.rng.randint(0, 99), f"n{self.next_id} ü"))
+                                    (self.next_id, self.rng.randint(0, 99), f"n{self.next_id} ü😀"))
                         self.next_id += 1
                     elif r < 0.8:
-                        cur.execute(f"UPDATE {self.table} SET qty = qty + 1, note = note || '!' WHERE id = %s",
+                        cur.execute(f"UPDATE {self.table} SET qty = qty + 1, note = CONCAT(note, '!') WHERE id = %s",
                                     (self._existing(),))
                     elif r < 0.95:
                         cur.execute(f"DELETE FROM {self.table} WHERE id = %s", (self._existing(),))
@@ -91,6 +95,12 @@ class Writer(threading.Thread):
                         cur.execute(f"UPDATE {self.table} SET id = %s WHERE id = %s",
                                     (self.next_id, self._existing()))
                         self.next_id += 1
+                    conn.commit()
+                except Exception:
+                    conn.rollback()
+                    raise
+                finally:
+                    cur.close()
                 self.count += 1
                 time.sleep(self.pause)
         except Exception as exc:

@@ -31,7 +31,8 @@ def _field(doc: str, col: str) -> sql.Composable:
 
 def _key_match(columns: dict[str, Column], pk: list[str], doc: str) -> sql.Composable:
     return sql.SQL(" AND ").join(
-        sql.SQL("t.{} = {}").format(sql.Identifier(k), value_expr(_field(doc, k), columns[k].type)) for k in pk)
+        sql.SQL("t.{} = {}").format(sql.Identifier(k), value_expr(_field(doc, k), columns[k].type,
+                                                                  columns[k].encoding)) for k in pk)
 
 
 def _written(columns: list[Column]) -> list[Column]:
@@ -69,8 +70,8 @@ def update_sql(schema: str, table: str, columns: list[Column], pk: list[str],
         if c.name in pk:
             continue
         raw = _field("after", c.name)
-        new = value_expr(raw, c.type)
-        if may_be_unavailable(c.type):
+        new = value_expr(raw, c.type, c.encoding)
+        if may_be_unavailable(c.type, c.encoding):
             new = sql.SQL("CASE WHEN {test} THEN t.{col} ELSE {new} END").format(
                 test=unavailable_test(raw, c.type), col=sql.Identifier(c.name), new=new)
         sets.append(sql.SQL("{} = {}").format(sql.Identifier(c.name), new))
@@ -91,7 +92,7 @@ def _missing(schema: str, table: str, columns: list[Column], pk: list[str]) -> s
 def insert_sql(schema: str, table: str, columns: list[Column], pk: list[str],
                only: sql.Composable | None = None) -> sql.Composed:
     columns = _written(columns)
-    values = [value_expr(_field("after", c.name), c.type) for c in columns]
+    values = [value_expr(_field("after", c.name), c.type, c.encoding) for c in columns]
     return sql.SQL("INSERT INTO {t} ({cols}) SELECT {vals} FROM {stage} AS s "
                    "WHERE s.tbl = {tbl} AND s.op <> 'd'{only} AND {missing}").format(
         t=_target(schema, table), cols=sql.SQL(", ").join(sql.Identifier(c.name) for c in columns),
@@ -102,7 +103,8 @@ def insert_sql(schema: str, table: str, columns: list[Column], pk: list[str],
 def unavailable_on_insert_sql(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composed:
     """Rows about to be inserted that carry a TOAST placeholder: the target lacks a row the source
     has, so the value cannot be known. Returns (part, off, key) of the first few."""
-    tests = [unavailable_test(_field("after", c.name), c.type) for c in _written(columns) if may_be_unavailable(c.type)]
+    tests = [unavailable_test(_field("after", c.name), c.type) for c in _written(columns)
+             if may_be_unavailable(c.type, c.encoding)]
     if not tests:
         return sql.SQL("SELECT NULL::int, NULL::bigint, NULL::text WHERE false")
     return sql.SQL("SELECT s.part, s.off, s.key::text FROM {stage} AS s WHERE s.tbl = {tbl} AND s.op <> 'd' "

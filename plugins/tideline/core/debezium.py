@@ -10,6 +10,7 @@ import re
 
 from psycopg2 import sql
 
+from tideline.core import mariadb_types as mt
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 
@@ -97,16 +98,45 @@ def heartbeat_table_ddl(cfg: PipelineConfig) -> str:
 
 # ----------------------------------------------------------------------------- values
 
-def value_expr(raw: sql.Composable, pg_type: str) -> sql.Composable:
-    """SQL turning a change event's value (`raw`, e.g. after->>'col': the column's PostgreSQL text
-    form, as the converter wrote it) into the target column's type: the same input function COPY
-    applies to the full load's text. NULL stays NULL."""
-    return sql.SQL("({})::{}").format(raw, sql.SQL(pg_type))
+def value_expr(raw: sql.Composable, pg_type: str, encoding: str = mt.PG_TEXT) -> sql.Composable:
+    """SQL turning a change event's value (`raw`, e.g. after->>'col') into the target column's
+    type. From PostgreSQL sources it is the column's PostgreSQL text form (our converter), read by
+    the same input function COPY applies to the full load's text; from MariaDB it is Debezium's
+    representation (`encoding`, see core.mariadb_types), decoded exactly. NULL stays NULL."""
+    t = sql.SQL(pg_type)
+    if encoding in (mt.PG_TEXT, mt.TEXT, mt.ZONED):
+        return sql.SQL("({})::{}").format(raw, t)
+    if encoding == mt.EPOCH_DAYS:
+        return sql.SQL("(date '1970-01-01' + ({})::int)").format(raw)
+    if encoding in (mt.EPOCH_MILLIS, mt.EPOCH_MICROS):
+        # whole days and the rest apart: interval * bigint multiplies in float8, exact only
+        # below 2^53 units (a day of µs is), not for centuries of them
+        per_day, unit = (86_400_000, "1 millisecond") if encoding == mt.EPOCH_MILLIS else \
+            (86_400_000_000, "1 microsecond")
+        return sql.SQL("(timestamp '1970-01-01' + make_interval(days => div(({r})::bigint, {d})::int) "
+                       "+ mod(({r})::bigint, {d}) * interval {u})::{t}").format(
+            r=raw, d=sql.Literal(per_day), u=sql.Literal(unit), t=t)
+    if encoding == mt.MICRO_DURATION:
+        return sql.SQL("(({})::bigint * interval '1 microsecond')").format(raw)
+    if encoding == mt.HEX:
+        return sql.SQL("decode({}, 'hex')").format(raw)
+    if encoding == mt.BOOL_BIT:
+        return sql.SQL("(CASE {} WHEN 'true' THEN B'1' WHEN 'false' THEN B'0' END)").format(raw)
+    if encoding == mt.BITS_LE_HEX:
+        # io.debezium.data.Bits: little-endian bytes (base64 in JSON); reversed to big-endian,
+        # read as a bit string, cut to the column's width
+        n = int(pg_type[pg_type.index("(") + 1:-1])
+        return sql.SQL(
+            "(SELECT substring(v from length(v) - {n} + 1)::{t} FROM (SELECT ('x' || string_agg(substr(h, i, 2), '' "
+            "ORDER BY i DESC))::bit varying AS v FROM (SELECT encode(decode({r}, 'base64'), 'hex') AS h) q, "
+            "generate_series(1, length(h), 2) i) w)").format(n=sql.Literal(n), t=t, r=raw)
+    raise ValueError(f"unknown event encoding {encoding!r}")
 
 
-def may_be_unavailable(pg_type: str) -> bool:
-    """Types stored out of line (TOAST) whose unchanged value Debezium may not have."""
-    return (pg_type.endswith("]") or pg_type.startswith(("text", "character", "json", "jsonb", "bytea", "xml",
+def may_be_unavailable(pg_type: str, encoding: str = mt.PG_TEXT) -> bool:
+    """Types stored out of line (TOAST) whose unchanged value Debezium may not have (PostgreSQL
+    only: a MariaDB binlog with full row images always carries every column)."""
+    return encoding == mt.PG_TEXT and (pg_type.endswith("]") or pg_type.startswith(("text", "character", "json", "jsonb", "bytea", "xml",
                                                          "numeric", "tsvector", "citext", "hstore", "bit varying",
                                                          "path", "polygon")))
 

@@ -24,6 +24,8 @@ class Column:
     has_missing: bool = False    # PostgreSQL gave existing rows a stored value (no rewrite)...
     missing_value: str | None = None  # ...this one, as text
     generated: str | None = None      # GENERATED ALWAYS AS (this) STORED: computed, never written
+    encoding: str = "pgtext"          # how change events carry it (core.mariadb_types)
+    read: str | None = None           # the source's expression for its exact text (MariaDB sources)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,122 @@
+"""MariaDB/MySQL → PostgreSQL: one rule per source type, used by the full load, the stream and
+schema drift alike, so a value lands the same whichever way it arrives.
+
+Each rule gives
+- the target column type (exact: nothing is narrowed, rounded or re-zoned);
+- how the full load reads it: a MariaDB expression whose text is what PostgreSQL's input
+  function of the target type reads back to the same value (COPY text, as for PostgreSQL sources);
+- how the stream carries it: Debezium's representation in the change event (`Encoding`), which
+  `core.debezium.value_expr` turns into the same target value.
+
+The rules, in words (README "MariaDB sources" repeats them):
+- integers: signed keep their width; unsigned take the next wider type (bigint unsigned →
+  numeric(20,0), it does not fit bigint). tinyint(1)/BOOLEAN is a number in MariaDB (it holds 2 or
+  -5 as well): it becomes smallint, not boolean, so no value is lost.
+- decimal(p,s) → numeric(p,s); float → real; double → double precision (same IEEE values).
+- bit(n) → bit(n).
+- char(n) → character(n), varchar(n) → character varying(n), *text → text (utf8mb4: emoji kept).
+- binary/varbinary/*blob → bytea.
+- date → date; datetime(p) → timestamp(p) without time zone; timestamp(p) → timestamp(p) with
+  time zone (MariaDB stores it in UTC; read in UTC).
+- time(p) → interval: MariaDB's time is a duration (-838:59:59 … 838:59:59), PostgreSQL's time
+  cannot hold negative or > 24 h values; interval holds them all exactly.
+- year → smallint; enum and set → text (the label / the comma-separated labels); json → json
+  (MariaDB keeps JSON as text; json keeps it byte for byte).
+- zero dates (0000-00-00 …): NULL; in a NOT NULL column, which cannot hold NULL, 1970-01-01
+  (00:00:00) — what Debezium's binlog reader emits for them, so both paths agree.
+- anything else (geometry, …) is refused with the column named.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# How a column's value travels in a Debezium change event (JSON, without schemas).
+PG_TEXT = "pgtext"              # PostgreSQL sources: the column's PostgreSQL text (our converter)
+TEXT = "text"                   # a JSON string or number whose text is the value's input form
+EPOCH_DAYS = "epoch_days"       # io.debezium.time.Date: days since 1970-01-01
+EPOCH_MILLIS = "epoch_millis"   # io.debezium.time.Timestamp: ms since 1970-01-01T00:00 (no zone)
+EPOCH_MICROS = "epoch_micros"   # io.debezium.time.MicroTimestamp
+MICRO_DURATION = "micro_duration"  # io.debezium.time.MicroTime: µs, negative and > 24 h allowed
+ZONED = "zoned"                 # io.debezium.time.ZonedTimestamp: ISO-8601 text in UTC
+HEX = "hex"                     # bytes as hex (binary.handling.mode=hex)
+BITS_LE_HEX = "bits_le_hex"     # io.debezium.data.Bits: little-endian bytes, hex
+BOOL_BIT = "bool_bit"           # bit(1): a JSON boolean
+
+
+@dataclass(frozen=True)
+class Mapping:
+    pg_type: str
+    encoding: str
+    read: str          # MariaDB expression, {c} = the quoted column, {zero} = the zero-date stand-in
+
+
+class UnsupportedType(ValueError):
+    """A source type with no exact PostgreSQL counterpart."""
+
+
+_INT = {"tinyint": ("smallint", "smallint"), "smallint": ("smallint", "integer"),
+        "mediumint": ("integer", "integer"), "int": ("integer", "bigint"), "integer": ("integer", "bigint"),
+        "bigint": ("bigint", "numeric(20,0)")}
+_CAST = "CAST({c} AS CHAR)"
+_HEX_READ = "CONCAT('\\\\x', HEX({c}))"
+
+
+def _zero_date_read(stand_in_zero: str) -> str:
+    return "CASE WHEN {c} IS NULL THEN NULL WHEN CAST({c} AS CHAR) LIKE '0000-00-00%' THEN " + stand_in_zero \
+        + " ELSE CAST({c} AS CHAR) END"
+
+
+def map_column(column_type: str, not_null: bool) -> Mapping:
+    """The rule for one column, from information_schema.COLUMNS.COLUMN_TYPE (e.g. `int(10) unsigned`,
+    `datetime(3)`, `enum('a','b')`)."""
+    ct = column_type.strip().lower()
+    m = re.match(r"([a-z]+)\s*(?:\(([^)]*)\))?\s*(.*)$", ct)
+    if not m:
+        raise UnsupportedType(column_type)
+    base, args, rest = m.group(1), m.group(2), m.group(3)
+    unsigned = "unsigned" in rest
+    if base in _INT:
+        return Mapping(_INT[base][1 if unsigned else 0], TEXT, _CAST)
+    if base in ("decimal", "numeric", "dec", "fixed"):
+        p, _, s = (args or "10,0").partition(",")
+        return Mapping(f"numeric({int(p)},{int(s or 0)})", TEXT, _CAST)
+    if base == "float":
+        return Mapping("real", TEXT, "CAST(CAST({c} AS DOUBLE) AS CHAR)")
+    if base in ("double", "real"):
+        return Mapping("double precision", TEXT, "CAST({c} AS CHAR)")
+    if base == "bit":
+        n = int(args or 1)
+        return Mapping(f"bit({n})", BOOL_BIT if n == 1 else BITS_LE_HEX, f"LPAD(BIN({{c}}), {n}, '0')")
+    if base == "char":
+        return Mapping(f"character({int(args or 1)})", TEXT, "{c}")
+    if base == "varchar":
+        return Mapping(f"character varying({int(args)})", TEXT, "{c}")
+    if base in ("tinytext", "text", "mediumtext", "longtext"):
+        return Mapping("text", TEXT, "{c}")
+    if base in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"):
+        return Mapping("bytea", HEX, _HEX_READ)
+    if base == "date":
+        return Mapping("date", EPOCH_DAYS, _zero_date_read("'1970-01-01'" if not_null else "NULL"))
+    if base == "datetime":
+        p = int(args or 0)
+        return Mapping(f"timestamp({p}) without time zone", EPOCH_MILLIS if p <= 3 else EPOCH_MICROS,
+                       _zero_date_read("'1970-01-01 00:00:00'" if not_null else "NULL"))
+    if base == "timestamp":
+        p = int(args or 0)
+        return Mapping(f"timestamp({p}) with time zone", ZONED,
+                       _zero_date_read("'1970-01-01 00:00:00+00'" if not_null else "NULL")
+                       .replace("ELSE CAST({c} AS CHAR) END", "ELSE CONCAT(CAST({c} AS CHAR), '+00') END"))
+    if base == "time":
+        return Mapping("interval", MICRO_DURATION, _CAST)
+    if base == "year":
+        return Mapping("smallint", TEXT, _CAST)
+    if base in ("enum", "set"):
+        return Mapping("text", TEXT, "{c}")
+    if base == "json":
+        return Mapping("json", TEXT, "{c}")
+    raise UnsupportedType(column_type)
+
+
+def read_expr(mapping: Mapping, quoted_column: str) -> str:
+    return mapping.read.format(c=quoted_column)

@@ -1,0 +1,125 @@
+"""The one interface of a source engine (see tideline.engines)."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from tideline.core.connections import Conn
+from tideline.core.table_shape import TableShape
+
+
+@dataclass
+class Snapshot:
+    """A consistent read of one table, planned: the partitions' predicates (rendered SQL) and the
+    statement each partition's session runs first to join the read."""
+    snapshot_id: str            # what identifies the read in the state (exported snapshot, GTID set)
+    snapshot_at: object         # the source's clock when it opened
+    position: str | None        # the source's log position at that time (xmin, GTID set)
+    rows: int | None            # rows in the snapshot, when one count can see all of it
+    predicates: list[str] = field(default_factory=list)
+    session_init: str | None = None
+
+
+class SourceEngine(ABC):
+    kind: str = ""
+    label: str = ""
+
+    def __init__(self, source: Conn):
+        self.source = source
+
+    # ---------------------------------------------------------------- connections
+    @abstractmethod
+    def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
+        """A DB-API connection to the source."""
+
+    def postgres_connection(self, feature: str, autocommit: bool = False):
+        """A psycopg2 connection, for the features that run PostgreSQL SQL on the source itself
+        (batch mode, verify, repair); an engine without them refuses, naming the feature."""
+        from tideline.core.errors import SourceError
+        raise SourceError(f"{feature} is not available for {self.label} sources yet (source connection "
+                          f"{self.source.conn_id!r}). Sync the table in cdc mode; run action=full_reload to "
+                          f"re-copy a table whose target you doubt.")
+
+    @abstractmethod
+    def jdbc_url(self) -> str: ...
+
+    @abstractmethod
+    def jdbc_properties(self) -> dict[str, str]:
+        """Spark JDBC read properties (driver, credentials, fetch size)."""
+
+    def row_count(self, conn, schema: str, table: str) -> int | None:
+        """Rows in a source table now (None when it cannot be read): for status lines."""
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT count(*) FROM {self.quote(schema)}.{self.quote(table)}")
+                return cur.fetchone()[0]
+        except Exception:   # status shows "-" for a table it cannot count; the doctor says why
+            conn.rollback()
+            return None
+
+    @staticmethod
+    def quote(name: str) -> str:
+        """An identifier quoted for this engine's SQL."""
+        return '"' + name.replace('"', '""') + '"'
+
+    # ---------------------------------------------------------------- catalog
+    @abstractmethod
+    def check_capture(self, conn, what: str) -> None:
+        """Refuses, naming the setting and the fix, a source that change capture cannot read."""
+
+    @abstractmethod
+    def describe(self, conn, schema: str, table: str, tcfg=None, check_key: bool = True,
+                 for_stream: bool = False) -> TableShape:
+        """The table as the pipeline syncs it: columns typed for the target, key, how each is read
+        and carried. for_stream: also refuse columns the change stream cannot carry exactly."""
+
+    # ---------------------------------------------------------------- full load
+    @abstractmethod
+    def read_query(self, conn, shape: TableShape) -> str:
+        """A derived table for Spark JDBC: every written column as the exact text COPY reads."""
+
+    @abstractmethod
+    def open_snapshot(self, conn, shape: TableShape, parts: int) -> Snapshot:
+        """Opens the consistent read on `conn` (kept open until the partitions have read) and
+        plans `parts` partitions."""
+
+    def close_snapshot(self, conn) -> None:
+        conn.rollback()
+
+    # ---------------------------------------------------------------- capture
+    @abstractmethod
+    def connector_config(self, cfg, bootstrap: str | None = None) -> dict[str, str]:
+        """The Debezium connector's config, generated from the pipeline."""
+
+    @abstractmethod
+    def capture_topics(self, cfg) -> dict[str, dict[str, str]]:
+        """Topics the connector needs besides the change topics: name -> config overrides."""
+
+    @abstractmethod
+    def position_holder(self, cfg) -> str:
+        """What keeps the connector's place in the source's log, in words (slot, binlog position)."""
+
+    @abstractmethod
+    def ensure_heartbeat_table(self, cfg) -> None:
+        """The source table the connector's heartbeats write to exists."""
+
+    @abstractmethod
+    def wait_capture_ready(self, cfg, client, connector: str, deadline: float) -> None:
+        """Returns once every change committed from now on is sure to reach Kafka."""
+
+    @abstractmethod
+    def lost_capture(self, cfg, client, connector: str) -> str | None:
+        """Why changes were missed at the source side (the position capture needs is gone), or None."""
+
+    @abstractmethod
+    def reset_capture(self, cfg) -> None:
+        """Clears the source's side of a lost position so capture can start afresh."""
+
+    @abstractmethod
+    def drop_capture(self, cfg) -> None:
+        """Removes what the source holds for the pipeline's capture."""
+
+    # ---------------------------------------------------------------- doctor
+    @abstractmethod
+    def doctor_checks(self, cfg, streaming: int) -> list:
+        """pass / warn / fail of everything the source must provide (tideline.core.doctor_checks)."""

@@ -1,0 +1,382 @@
+"""MariaDB (and MySQL) sources: information_schema catalog, per-partition consistent snapshots,
+binlog capture by Debezium's MariaDB connector. Types follow core.mariadb_types.
+
+The full-load handover without a shared snapshot
+------------------------------------------------
+MariaDB cannot export a snapshot to other connections, so each Spark partition opens its own
+`START TRANSACTION WITH CONSISTENT SNAPSHOT`, at its own moment. The result is exact anyway:
+
+1. Before the load, the connector is streaming, and its position is proven to be at or before a
+   marker row written then (`wait_capture_ready`): every change committed after the marker
+   reaches the topic.
+2. The full load records the topic's end offsets *before* any partition opens its snapshot
+   (FullLoad.load_table does this for every engine). Every change committed after a partition's
+   snapshot T_p was committed after the offsets were recorded, so its event sits at or above
+   them: the stream replays it.
+3. Every key lives in exactly one key-range partition, and all events of a key are in one Kafka
+   partition, in commit order. Each event carries the full row (binlog_row_image=FULL) or the key
+   of a delete. Replaying a key's events from the recorded offsets therefore ends in the state of
+   its last event — or, if it had none after T_p, in the row as partition p read it. Events older
+   than T_p that are replayed as well are overwritten by the later ones (or by the snapshot's
+   row when the last of them is older: its effect is then exactly what the snapshot holds).
+
+So each key converges to the source, whatever the partitions' snapshot moments. The GTID set at
+the start is recorded in the state beside the offsets (source_position) for a person to correlate.
+"""
+from __future__ import annotations
+
+import time
+import zlib
+
+from tideline import sqlfiles
+from tideline.core import mariadb_types as mt
+from tideline.core.errors import ConfigError, SourceError, TransientError
+from tideline.core.table_shape import KEY_ALIAS, Column, TableShape
+from tideline.engines.base import Snapshot, SourceEngine
+from tideline.engines.postgres import finish_shape
+
+FETCH_SIZE = 10_000
+# The connector's binlog client id: unique per pipeline, away from the servers' own ids.
+SERVER_ID_BASE = 5_400_000
+
+
+def q(name: str) -> str:
+    """A MariaDB identifier, quoted."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+class MariaDbEngine(SourceEngine):
+    kind, label = "mariadb", "MariaDB"
+    quote = staticmethod(q)
+
+    def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
+        import pymysql
+        s = self.source
+        try:
+            return pymysql.connect(host=s.host or "localhost", port=s.port or 3306, user=s.login or "",
+                                   password=s.password or "", database=s.schema, charset="utf8mb4",
+                                   autocommit=autocommit, connect_timeout=connect_timeout or 10,
+                                   init_command="SET time_zone = '+00:00'")
+        except pymysql.err.OperationalError as exc:
+            raise TransientError(f"MariaDB source {s.conn_id!r} at {s.host}:{s.port}: {exc.args[-1]}") from None
+
+    def jdbc_url(self) -> str:
+        # jdbc:mysql (with permitMysqlScheme) so Spark picks its MySQL dialect: backtick quoting
+        s = self.source
+        return (f"jdbc:mysql://{s.host or 'localhost'}:{s.port or 3306}/{s.schema or ''}"
+                f"?permitMysqlScheme&allowMultiQueries=true")
+
+    def jdbc_properties(self) -> dict[str, str]:
+        return {"user": self.source.login or "", "password": self.source.password or "",
+                "driver": "org.mariadb.jdbc.Driver", "fetchsize": str(FETCH_SIZE)}
+
+    # ---------------------------------------------------------------- catalog
+
+    def capture_settings(self, conn) -> dict:
+        with conn.cursor() as cur:
+            cur.execute(sqlfiles.load("mariadb/capture_settings"))
+            log_bin, fmt, image, expire, gtid, server_id = cur.fetchone()
+        return {"log_bin": bool(log_bin), "binlog_format": fmt, "binlog_row_image": image,
+                "binlog_expire_logs_seconds": int(expire or 0), "gtid_binlog_pos": gtid, "server_id": server_id}
+
+    def check_capture(self, conn, what: str) -> None:
+        problems = capture_problems(self.capture_settings(conn))
+        if problems:
+            raise SourceError(f"{what}: MariaDB cannot be captured as configured: " + "; ".join(problems))
+
+    def describe(self, conn, schema: str, table: str, tcfg=None, check_key: bool = True,
+                 for_stream: bool = False) -> TableShape:
+        label = f"source table {schema}.{table}"
+        params = {"schema": schema, "table": table}
+        with conn.cursor() as cur:
+            cur.execute(sqlfiles.load("mariadb/source_table"), params)
+            row = cur.fetchone()
+            if row is None:
+                raise SourceError(f"{label} does not exist, or the source connection's user may not read it. "
+                                  f"Check the table name and source.schema (the database, {schema!r}); "
+                                  f"GRANT SELECT ON {schema}.* TO <the source user>;")
+            if row[0] != "BASE TABLE":
+                raise SourceError(f"{label} is not a table ({row[0]}); only tables can be synced.")
+            cur.execute(sqlfiles.load("mariadb/source_columns"), params)
+            raw_columns = cur.fetchall()
+            cur.execute(sqlfiles.load("mariadb/source_primary_key"), params)
+            pk = tuple(r[0] for r in cur.fetchall())
+        excluded = set(tcfg.exclude_columns) if tcfg is not None else set()
+        columns, refused = [], []
+        for name, column_type, not_null, _default, extra, generation in raw_columns:
+            if name in excluded:   # never read: kept only so the column selection can name it
+                columns.append(Column(name, "text", False))
+                continue
+            if "GENERATED" in (extra or "").upper():
+                refused.append(f"{name} ({column_type}, generated as {generation}): generated columns are not "
+                               f"synced from MariaDB; leave it out with exclude_columns")
+                continue
+            try:
+                m = mt.map_column(column_type, bool(not_null))
+            except mt.UnsupportedType:
+                refused.append(f"{name} ({column_type}): no exact PostgreSQL type; leave it out with "
+                               f"exclude_columns, or convert it at the source")
+                continue
+            columns.append(Column(name, m.pg_type, bool(not_null), encoding=m.encoding,
+                                  read=mt.read_expr(m, q(name))))
+        if refused:
+            raise SourceError(f"{label}: column(s) cannot be synced: " + "; ".join(refused), table=table)
+        configured_pk = tcfg.primary_key if (tcfg is not None and check_key) else None
+        return finish_shape(label, TableShape(schema, table, tuple(columns), pk), configured_pk, tcfg)
+
+    # ---------------------------------------------------------------- full load
+
+    def read_query(self, conn, shape: TableShape) -> str:
+        keys = [f"t.{q(k)} AS {q(KEY_ALIAS.format(i))}" for i, k in enumerate(shape.primary_key)]
+        cols = [f"{c.read.replace(q(c.name), 't.' + q(c.name))} AS {q(c.name)}" for c in shape.columns
+                if c.generated is None]
+        return f"(SELECT {', '.join(keys + cols)} FROM {q(shape.schema)}.{q(shape.name)} t) AS tideline_read"
+
+    def open_snapshot(self, conn, shape: TableShape, parts: int) -> Snapshot:
+        """No shared snapshot: each partition opens its own after the offsets were recorded (see
+        the module docstring); this records the GTID set and plans the key ranges."""
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos, UTC_TIMESTAMP(6)")
+            gtid, at = cur.fetchone()
+            predicates = self._partition_predicates(conn, cur, shape, parts)
+        conn.rollback()
+        init = ("SET time_zone = '+00:00'; SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
+                "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        return Snapshot(f"gtid {gtid or '(empty)'}", at, gtid or "", None, predicates, init)
+
+    def _partition_predicates(self, conn, cur, shape: TableShape, parts: int) -> list[str]:
+        if not shape.primary_key or parts <= 1:
+            return ["1=1"]
+        keys = ", ".join(q(k) for k in shape.primary_key)
+        cur.execute(
+            f"SELECT {keys} FROM (SELECT {keys}, b, ROW_NUMBER() OVER (PARTITION BY b ORDER BY {keys}) AS rn "
+            f"FROM (SELECT {keys}, NTILE({int(parts)}) OVER (ORDER BY {keys}) AS b "
+            f"FROM {q(shape.schema)}.{q(shape.name)}) x) y WHERE rn = 1 AND b > 1 ORDER BY b")
+        bounds = [tuple(conn.escape(v) for v in r) for r in cur.fetchall()]
+        if not bounds:
+            return ["1=1"]
+        k = "(" + ", ".join(q(KEY_ALIAS.format(i)) for i in range(len(shape.primary_key))) + ")"
+        tup = ["(" + ", ".join(b) + ")" for b in bounds]
+        preds = [f"{k} < {tup[0]}"]
+        preds += [f"{k} >= {lo} AND {k} < {hi}" for lo, hi in zip(tup, tup[1:])]
+        preds.append(f"{k} >= {tup[-1]}")
+        return preds
+
+    # ---------------------------------------------------------------- capture
+
+    def server_id(self, cfg) -> int:
+        return SERVER_ID_BASE + zlib.crc32(cfg.name.encode()) % 1_000_000
+
+    def schema_history_topic(self, cfg) -> str:
+        return f"__tideline-schema-history.{cfg.kafka.topic_prefix}"
+
+    def connector_config(self, cfg, bootstrap: str | None = None) -> dict[str, str]:
+        from tideline.core import debezium
+        if not cfg.source.heartbeat_table:
+            raise ConfigError(f"pipeline {cfg.name}", [("source.heartbeat_table", (
+                "is required for a MariaDB source: its marker row proves the connector streams before a full "
+                "load starts (see tideline.engines.mariadb)"))])
+        base = debezium.connector_config(cfg, self.source)
+        for k in ("plugin.name", "slot.name", "publication.name", "publication.autocreate.mode", "database.dbname",
+                  "converters", "pgtext.type", "include.unknown.datatypes"):
+            base.pop(k, None)
+        db = cfg.source.schema_
+        captured = [t.name for t in cfg.tables if t.mode == "cdc"] + [cfg.source.heartbeat_table]
+        base.update({
+            "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
+            "database.port": str(self.source.port or 3306),
+            "database.server.id": str(self.server_id(cfg)),
+            "database.include.list": db,
+            "table.include.list": ",".join(f"{debezium._regex_literal(db)}\\.{debezium._regex_literal(t)}"
+                                           for t in captured),
+            # Tideline snapshots; the connector reads the schema and streams from the current position
+            "snapshot.mode": "no_data",
+            "snapshot.locking.mode": "minimal",
+            "schema.history.internal.kafka.bootstrap.servers": bootstrap or "",
+            "schema.history.internal.kafka.topic": self.schema_history_topic(cfg),
+            "schema.history.internal.store.only.captured.tables.ddl": "true",
+            "schema.history.internal.producer.acks": "all",
+            "schema.history.internal.producer.enable.idempotence": "true",
+            "include.schema.changes": "false",
+            # exact representations, decoded by core.debezium.value_expr (see core.mariadb_types)
+            "decimal.handling.mode": "string",
+            "bigint.unsigned.handling.mode": "precise",
+            "binary.handling.mode": "hex",
+            "time.precision.mode": "adaptive_time_microseconds",
+            "value.converter.decimal.format": "NUMERIC",
+            "key.converter.decimal.format": "NUMERIC",
+            "heartbeat.action.query": (
+                f"INSERT INTO {q(db)}.{q(cfg.source.heartbeat_table)} (pipeline, beat_at) VALUES ('{cfg.name}', "
+                f"UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE beat_at = UTC_TIMESTAMP(6)"),
+        })
+        return base
+
+    def capture_topics(self, cfg) -> dict[str, dict[str, str]]:
+        """The schema history topic: kept forever (the connector rebuilds table schemas from it),
+        with the pipeline's replication."""
+        return {self.schema_history_topic(cfg): {"retention.ms": "-1", "retention.bytes": "-1"}}
+
+    def position_holder(self, cfg) -> str:
+        return "the binlog position stored by its connector"
+
+    def heartbeat_table_ddl(self, cfg) -> str:
+        return (f"CREATE TABLE IF NOT EXISTS {q(cfg.source.schema_)}.{q(cfg.source.heartbeat_table)} "
+                f"(pipeline varchar(200) PRIMARY KEY, beat_at datetime(6) NOT NULL)")
+
+    def ensure_heartbeat_table(self, cfg) -> None:
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(self.heartbeat_table_ddl(cfg))
+        except Exception as exc:
+            raise SourceError(f"cannot create the heartbeat table {cfg.source.schema_}.{cfg.source.heartbeat_table} "
+                              f"on the source ({exc}). Create it as a privileged user: {self.heartbeat_table_ddl(cfg)}; "
+                              f"and GRANT INSERT, UPDATE on it to the source user") from None
+        finally:
+            conn.close()
+
+    def wait_capture_ready(self, cfg, client, connector: str, deadline: float) -> None:
+        """Proves the connector reads the binlog from a position at or before now: writes a marker
+        to the heartbeat table and waits until Connect has stored an offset past its GTID (offsets
+        are stored only once the events before them are in Kafka)."""
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"INSERT INTO {q(cfg.source.schema_)}.{q(cfg.source.heartbeat_table)} (pipeline, beat_at) "
+                            f"VALUES (%s, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE beat_at = UTC_TIMESTAMP(6)",
+                            (cfg.name,))
+                cur.execute("SELECT @@last_gtid")
+                marker = cur.fetchone()[0]
+        finally:
+            conn.close()
+        want = parse_gtids(marker)
+        seen = None
+        while time.time() < deadline:
+            stored = client.offsets(connector) or {}
+            for entry in stored.get("offsets", []):
+                seen = (entry.get("offset") or {}).get("gtids")
+                if seen and gtids_cover(parse_gtids(seen), want):
+                    return
+            time.sleep(0.5)
+        raise TransientError(f"connector {connector} did not reach the marker written to "
+                             f"{cfg.source.schema_}.{cfg.source.heartbeat_table} (GTID {marker}; its stored position: "
+                             f"{seen or 'none yet'}); see the Kafka Connect log")
+
+    def lost_capture(self, cfg, client, connector: str) -> str | None:
+        """The binlog file the connector stopped at was purged: changes were missed (this
+        source's slot loss)."""
+        stored = client.offsets(connector) if client.status(connector) is not None else None
+        files = [(e.get("offset") or {}).get("file") for e in (stored or {}).get("offsets", [])]
+        files = [f for f in files if f]
+        if not files:
+            return None
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW BINARY LOGS")
+                present = {r[0] for r in cur.fetchall()}
+        finally:
+            conn.close()
+        missing = [f for f in files if f not in present]
+        if not missing:
+            return None
+        return (f"binlog {missing[0]}, where connector {connector} stopped reading, was purged from the MariaDB "
+                f"source (binlog_expire_logs_seconds or PURGE BINARY LOGS): changes made since were never captured")
+
+    def reset_capture(self, cfg) -> None:
+        """Nothing on the server holds a position for the connector (unlike a slot)."""
+
+    def drop_capture(self, cfg) -> None:
+        """Nothing on the server to drop; the connector and its offsets are removed by the caller."""
+
+    # ---------------------------------------------------------------- doctor
+
+    def doctor_checks(self, cfg, streaming: int) -> list:
+        from tideline.core import doctor_checks as dc
+        from tideline.doctor import columns_check
+        conn = self.connect()
+        try:
+            settings = self.capture_settings(conn)
+            out = mariadb_capture_checks(settings, cfg.kafka.allowed_downtime_hours)
+            with conn.cursor() as cur:
+                cur.execute("SHOW GRANTS")
+                grants = " ".join(r[0] for r in cur.fetchall()).upper()
+            out.append(mariadb_privileges(grants))
+            for t in cfg.tables:
+                if t.mode != "cdc":
+                    continue
+                try:
+                    shape = self.describe(conn, cfg.source.schema_, t.name, t, check_key=False, for_stream=True)
+                except SourceError as exc:
+                    out.append(dc.Check("source", f"table {t.name}", dc.FAIL, str(exc), "see the message"))
+                    continue
+                out.append(dc.Check("source", f"primary key {t.name}", dc.PASS if shape.primary_key else dc.FAIL,
+                                    ", ".join(shape.primary_key) or "none: changes cannot be applied by key",
+                                    "" if shape.primary_key else
+                                    f"ALTER TABLE {t.name} ADD PRIMARY KEY (...), or mode: batch"))
+                out.append(columns_check(self, conn, cfg, t.name))
+        finally:
+            conn.close()
+        return out
+
+
+def capture_problems(s: dict) -> list[str]:
+    """Each binlog setting capture needs that the server lacks, with the fix (pure)."""
+    out = []
+    if not s["log_bin"]:
+        out.append("the binary log is off (log_bin): set log-bin = <path> in the server's config and restart it")
+    if s["binlog_format"] != "ROW":
+        out.append(f"binlog_format is {s['binlog_format']}, capture needs ROW: SET GLOBAL binlog_format = 'ROW' "
+                   f"and binlog_format = ROW in the server's config")
+    if s["binlog_row_image"] != "FULL":
+        out.append(f"binlog_row_image is {s['binlog_row_image']}, capture needs FULL (every event must carry the "
+                   f"whole row): SET GLOBAL binlog_row_image = 'FULL' and the same in the server's config")
+    return out
+
+
+def mariadb_capture_checks(s: dict, allowed_downtime_hours: float) -> list:
+    """Binlog settings and retention against the pipeline's allowed downtime (pure)."""
+    from tideline.core import doctor_checks as dc
+    problems = capture_problems(s)
+    out = [dc.Check("source", "binlog", dc.FAIL if problems else dc.PASS,
+                    "; ".join(problems) if problems else f"row-based, full row images, GTID {s['gtid_binlog_pos']}",
+                    "see the setting named" if problems else "")]
+    expire = s["binlog_expire_logs_seconds"]
+    need = allowed_downtime_hours * 3600
+    if expire and expire < need:
+        out.append(dc.Check("source", "binlog retention", dc.WARN,
+                            f"binlogs expire after {expire / 3600:.1f} h, less than kafka.allowed_downtime_hours "
+                            f"({allowed_downtime_hours:g} h): a connector stopped that long misses changes",
+                            f"SET GLOBAL binlog_expire_logs_seconds = {int(need)} (and in the server's config)"))
+    else:
+        out.append(dc.Check("source", "binlog retention", dc.PASS,
+                            "binlogs never expire" if not expire else f"{expire / 3600:.1f} h"))
+    return out
+
+
+def mariadb_privileges(grants: str) -> object:
+    """REPLICATION SLAVE (read the binlog) and REPLICATION CLIENT / BINLOG MONITOR (its position)."""
+    from tideline.core import doctor_checks as dc
+    grants = grants.upper()
+    allp = "ALL PRIVILEGES ON *.*" in grants
+    missing = [p for p, alts in (("REPLICATION SLAVE", ("REPLICATION SLAVE", "REPLICATION REPLICA")),
+                                 ("REPLICATION CLIENT", ("REPLICATION CLIENT", "BINLOG MONITOR")))
+               if not allp and not any(a in grants for a in alts)]
+    if missing:
+        return dc.Check("source", "privileges", dc.FAIL, f"the source user lacks {', '.join(missing)}",
+                        f"GRANT {', '.join(missing)} ON *.* TO <the source user>")
+    return dc.Check("source", "privileges", dc.PASS, "REPLICATION SLAVE, REPLICATION CLIENT")
+
+
+def parse_gtids(text: str | None) -> dict[int, int]:
+    """MariaDB GTID set 'domain-server-seq,...' → {domain: highest seq} (pure)."""
+    out: dict[int, int] = {}
+    for part in (text or "").replace(" ", "").split(","):
+        if part.count("-") == 2:
+            domain, _server, seq = part.split("-")
+            out[int(domain)] = max(out.get(int(domain), 0), int(seq))
+    return out
+
+
+def gtids_cover(seen: dict[int, int], want: dict[int, int]) -> bool:
+    return all(seen.get(d, -1) >= s for d, s in want.items())

@@ -1,0 +1,290 @@
+"""PostgreSQL sources: catalog, exported-snapshot full load, pgoutput capture."""
+from __future__ import annotations
+
+import time
+
+import psycopg2
+from psycopg2 import sql
+
+from tideline import sqlfiles
+from tideline.core import debezium
+from tideline.core.errors import SourceError, TransientError
+from tideline.core.table_shape import (Column, TableShape, boundaries_query, ctid_predicates, key_range_predicates,
+                                       read_query, select_columns)
+from tideline.engines.base import Snapshot, SourceEngine
+
+# Above this many rows the partition boundaries come from a block sample, not the whole index.
+SAMPLE_ABOVE_ROWS = 500_000
+SAMPLE_TARGET_ROWS = 100_000
+FETCH_SIZE = 10_000
+
+
+class PostgresEngine(SourceEngine):
+    kind, label = "postgres", "PostgreSQL"
+
+    def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
+        conn = psycopg2.connect(self.source.postgres_dsn(),
+                                **({"connect_timeout": connect_timeout} if connect_timeout else {}))
+        conn.autocommit = autocommit
+        return conn
+
+    def postgres_connection(self, feature: str, autocommit: bool = False):
+        return self.connect(autocommit)
+
+    def jdbc_url(self) -> str:
+        return self.source.jdbc_url()
+
+    def jdbc_properties(self) -> dict[str, str]:
+        return {"user": self.source.login or "", "password": self.source.password or "",
+                "driver": "org.postgresql.Driver", "fetchsize": str(FETCH_SIZE)}
+
+    # ---------------------------------------------------------------- catalog
+
+    def check_capture(self, conn, what: str) -> None:
+        with conn.cursor() as cur:
+            cur.execute("SHOW wal_level")
+            level = cur.fetchone()[0]
+        if level != "logical":
+            raise SourceError(f"{what}: wal_level is {level!r}, change capture needs 'logical'. "
+                              f"Set wal_level = logical in postgresql.conf (or ALTER SYSTEM) and restart PostgreSQL.")
+
+    def describe(self, conn, schema: str, table: str, tcfg=None, check_key: bool = True,
+                 for_stream: bool = False) -> TableShape:
+        label = f"source table {schema}.{table}"
+        configured_pk = tcfg.primary_key if (tcfg is not None and check_key) else None
+        with conn.cursor() as cur:
+            cur.execute(sqlfiles.load("full_load/source_table"), {"schema": schema, "table": table})
+            row = cur.fetchone()
+            if row is None:
+                raise SourceError(f"{label} does not exist. Check the table name in the pipeline config and "
+                                  f"source.schema ({schema!r}).")
+            relid, can_select, relkind = row
+            if relkind not in ("r", "p"):
+                raise SourceError(f"{label} is not a table (relkind {relkind!r}); only tables can be synced.")
+            if not can_select:
+                raise SourceError(f"{label}: the source connection's role has no SELECT privilege. "
+                                  f"Run: GRANT SELECT ON {schema}.{table} TO <the role of the source connection>;")
+            cur.execute(sqlfiles.load("full_load/source_columns"), {"relid": relid})
+            columns = tuple(Column(name, typ, not_null, default, has_missing, missing, generated)
+                            for name, typ, not_null, _schema, _cat, default, has_missing, missing, generated
+                            in cur.fetchall())
+            cur.execute(sqlfiles.load("full_load/source_primary_key"), {"relid": relid})
+            source_pk = tuple(r[0] for r in cur.fetchall())
+        shape = finish_shape(label, TableShape(schema, table, columns, source_pk), configured_pk, tcfg)
+        if for_stream and tcfg is not None and tcfg.mode == "cdc":
+            lossy = debezium.unstreamable(shape.columns)
+            if lossy:
+                raise SourceError(debezium.unstreamable_message(label, lossy), table=table)
+        return shape
+
+    def collatable_keys(self, conn, shape: TableShape) -> frozenset[str]:
+        """Key columns of a collatable type (text-like): key ranges compare them in the "C" collation
+        so both databases order keys the same whatever their default collations."""
+        out = set()
+        with conn.cursor() as cur:
+            for k in shape.primary_key:
+                cur.execute("SELECT typcollation <> 0 FROM pg_type WHERE oid = %s::regtype", (shape.column(k).type,))
+                if cur.fetchone()[0]:
+                    out.add(k)
+        return frozenset(out)
+
+    # ---------------------------------------------------------------- full load
+
+    def read_query(self, conn, shape: TableShape) -> str:
+        return read_query(shape).as_string(conn)
+
+    def open_snapshot(self, conn, shape: TableShape, parts: int) -> Snapshot:
+        """One exported snapshot, held open on `conn`; every partition's session joins it."""
+        conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_export_snapshot(), now(), pg_current_snapshot()::text")
+            snapshot_id, snapshot_at, snapshot_xmin = cur.fetchone()
+            cur.execute(sql.SQL("SELECT count(*) FROM {}").format(shape.qualified()))
+            rows = cur.fetchone()[0]
+            predicates = [p.as_string(conn) for p in self._partition_predicates(cur, shape, rows, parts)]
+        # Spark's PostgreSQL dialect turns autocommit off when fetchsize > 0, so these run as the
+        # first statements of the read's transaction; the DO block fails the read loudly if that
+        # ever stops being true.
+        init = ("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
+                f"SET TRANSACTION SNAPSHOT {sql.Literal(snapshot_id).as_string(conn)}; "
+                "DO $$ BEGIN IF current_setting('transaction_isolation') <> 'repeatable read' THEN "
+                "RAISE EXCEPTION 'tideline: partition read is not inside the exported snapshot'; END IF; END $$")
+        return Snapshot(snapshot_id, snapshot_at, snapshot_xmin, rows, predicates, init)
+
+    def _partition_predicates(self, cur, shape: TableShape, rows: int, parts: int):
+        if rows == 0 or parts == 1:
+            return key_range_predicates(shape, []) if shape.primary_key else ctid_predicates(0, 1)
+        if not shape.primary_key:
+            cur.execute("SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int",
+                        (f"{shape.schema}.{shape.name}",))
+            return ctid_predicates(cur.fetchone()[0], parts)
+        sample = None
+        if rows > SAMPLE_ABOVE_ROWS:
+            sample = min(100.0, round(100.0 * SAMPLE_TARGET_ROWS / rows, 3))
+        cur.execute(boundaries_query(shape, parts, sample))
+        return key_range_predicates(shape, [tuple(r) for r in cur.fetchall()])
+
+    # ---------------------------------------------------------------- capture
+
+    def connector_config(self, cfg, bootstrap: str | None = None) -> dict[str, str]:
+        return debezium.connector_config(cfg, self.source)
+
+    def capture_topics(self, cfg) -> dict[str, dict[str, str]]:
+        return {}
+
+    def position_holder(self, cfg) -> str:
+        return f"replication slot {cfg.slot_name}"
+
+    def ensure_heartbeat_table(self, cfg) -> None:
+        """The source table the connector's heartbeats write to (see source.heartbeat_table)."""
+        if not cfg.source.heartbeat_table:
+            return
+        conn = self.connect()
+        try:
+            for attempt in (1, 2):   # two pipelines creating it at once: the loser sees it exist
+                try:
+                    with conn, conn.cursor() as cur:
+                        cur.execute(debezium.heartbeat_table_ddl(cfg))
+                    return
+                except psycopg2.errors.UniqueViolation:
+                    if attempt == 2:
+                        raise
+                except psycopg2.Error as exc:
+                    raise SourceError(
+                        f"cannot create the heartbeat table {cfg.source.schema_}.{cfg.source.heartbeat_table} on "
+                        f"the source ({str(exc).strip()}). Create it as a privileged user: "
+                        f"{debezium.heartbeat_table_ddl(cfg)}; and GRANT INSERT, UPDATE on it to the source role — "
+                        f"or set source.heartbeat_table: null (then idle synced tables let the slot pin WAL)") from None
+        finally:
+            conn.close()
+
+    def wait_capture_ready(self, cfg, client, connector: str, deadline: float) -> None:
+        """The slot exists: from its creation on, every change is kept for the connector."""
+        with self.connect() as conn, conn.cursor() as cur:
+            while True:
+                cur.execute("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
+                row = cur.fetchone()
+                conn.rollback()
+                if row is not None:
+                    if row[0] == "lost":
+                        raise SourceError(f"replication slot {cfg.slot_name} exists but its WAL is lost; changes "
+                                          f"were missed: drop the slot and run a full reload")
+                    break
+                if time.time() > deadline:
+                    raise TransientError(f"replication slot {cfg.slot_name} did not appear on the source; "
+                                         f"see the Kafka Connect log for the connector's errors")
+                time.sleep(0.5)
+        conn.close()
+
+    def slot_status(self, cfg) -> tuple[str, bool] | None:
+        """(wal_status, active) of the pipeline's replication slot, or None when it does not exist."""
+        with self.connect() as conn, conn.cursor() as cur:
+            cur.execute("SELECT wal_status, active FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
+            row = cur.fetchone()
+        conn.close()
+        return (row[0], row[1]) if row else None
+
+    def lost_capture(self, cfg, client, connector: str) -> str | None:
+        slot = self.slot_status(cfg)
+        if slot is not None and slot[0] != "lost":
+            return None
+        return (f"replication slot {cfg.slot_name} " + ("no longer exists at the source" if slot is None else
+                                                       "lost the WAL it held (wal_status lost)")
+                + ": changes made while it was missing were never captured")
+
+    def reset_capture(self, cfg, timeout: float = 60.0) -> None:
+        """Drops the pipeline's (lost) slot once the stopped connector's walsender has let go of it."""
+        conn = self.connect(autocommit=True)
+        try:
+            deadline = time.time() + timeout
+            with conn.cursor() as cur:
+                while True:
+                    cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
+                    row = cur.fetchone()
+                    if row is None:
+                        return
+                    if not row[0]:
+                        cur.execute("SELECT pg_drop_replication_slot(%s)", (cfg.slot_name,))
+                        return
+                    if time.time() > deadline:
+                        raise TransientError(f"replication slot {cfg.slot_name} is still in use {timeout:.0f}s after "
+                                             f"its connector stopped; it cannot be recreated yet (retry the run)")
+                    time.sleep(0.5)
+        finally:
+            conn.close()
+
+    def drop_capture(self, cfg) -> None:
+        """The slot and the publication, so nothing keeps pinning WAL on the source."""
+        self.reset_capture(cfg)
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f'DROP PUBLICATION IF EXISTS "{cfg.publication_name}"')
+        finally:
+            conn.close()
+
+    # ---------------------------------------------------------------- doctor
+
+    def doctor_checks(self, cfg, streaming: int) -> list:
+        """wal_level, each table's key and replica identity and columns, the slot and the WAL it
+        holds against max_slot_wal_keep_size, the heartbeat."""
+        from tideline.core import doctor_checks as dc
+        from tideline.doctor import columns_check
+        cdc = [t.name for t in cfg.tables if t.mode == "cdc"]
+        with self.connect() as conn, conn.cursor() as cur:
+            cur.execute("SHOW wal_level")
+            out = [dc.wal_level(cur.fetchone()[0])]
+            for name in cdc:
+                cur.execute("SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid "
+                            "AND i.indisprimary) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                            "WHERE n.nspname = %s AND c.relname = %s", (cfg.source.schema_, name))
+                row = cur.fetchone()
+                if row is None:
+                    out.append(dc.Check("source", f"table {name}", dc.FAIL,
+                                        f"{cfg.source.schema_}.{name} does not exist",
+                                        "create it, or remove it from the pipeline config"))
+                else:
+                    out.append(dc.replica_identity(f"{cfg.source.schema_}.{name}", row[1], row[0]))
+                    out.append(columns_check(self, conn, cfg, name))
+            if not cdc:
+                return out
+            cur.execute("SELECT wal_status, active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "
+                        "FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
+            row = cur.fetchone()
+            slot = dict(zip(("wal_status", "active", "retained_bytes"), row)) if row else None
+            out.append(dc.slot(cfg.slot_name, slot, streaming))
+            cur.execute("SELECT setting::int FROM pg_settings WHERE name = 'max_slot_wal_keep_size'")
+            out.append(dc.max_slot_wal_keep_size(cur.fetchone()[0], slot["retained_bytes"] if slot else None))
+            out.append(dc.heartbeat(cfg.source.heartbeat_table, _heartbeat_age(cur, cfg)))
+        conn.close()
+        return out
+
+
+def finish_shape(label: str, shape: TableShape, configured_pk, tcfg) -> TableShape:
+    """Checks the configured key against the source's and applies the column selection (every engine)."""
+    if not shape.columns:
+        raise SourceError(f"{label} has no columns.")
+    if configured_pk is not None:
+        if not shape.primary_key:
+            raise SourceError(
+                f"{label}: the pipeline config says primary_key {configured_pk} but the source table has no "
+                f"primary key. Add it at the source (ALTER TABLE {shape.schema}.{shape.name} ADD PRIMARY KEY "
+                f"(...)), or remove primary_key from the config to load the table as keyless.")
+        if list(shape.primary_key) != list(configured_pk):
+            raise SourceError(f"{label}: the pipeline config says primary_key {configured_pk} but the source's "
+                              f"primary key is {list(shape.primary_key)}. Make the config match the source.")
+    if tcfg is not None and (tcfg.columns is not None or tcfg.exclude_columns):
+        shape = select_columns(shape, tcfg.columns, tcfg.exclude_columns, label)
+    return shape
+
+
+def _heartbeat_age(cur, cfg) -> float | None:
+    if not cfg.source.heartbeat_table:
+        return None
+    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (f'"{cfg.source.schema_}"."{cfg.source.heartbeat_table}"',))
+    if not cur.fetchone()[0]:
+        return None
+    cur.execute(f'SELECT extract(epoch FROM now() - beat_at)::float FROM "{cfg.source.schema_}".'
+                f'"{cfg.source.heartbeat_table}" WHERE pipeline = %s', (cfg.name,))
+    row = cur.fetchone()
+    return row[0] if row else None

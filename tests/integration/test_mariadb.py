@@ -1,0 +1,282 @@
+"""MariaDB sources on the real stack: every mapped type through the full load and the stream,
+writes during the full load, and sources the product must refuse before any work.
+
+The oracle: the source's rows read in one transaction, each value as its mapping's text
+(core.mariadb_types), put into PostgreSQL by its input functions in a scratch table — then the
+target must equal it row for row as `row::text`. Values whose mapping matters most are also
+asserted literally, so the oracle cannot share a mistake with the product.
+"""
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pytest
+from psycopg2 import sql
+
+import stackctl
+from helpers import Writer, rows_as_text, table_digest
+from tideline import engines
+from tideline.core.config import load_pipeline
+from tideline.core.connections import get_connection
+from tideline.core.copy_text import batch_to_copy_text
+from tideline.core.errors import SourceError
+from tideline.core.table_shape import copy_into, create_table
+from tideline.full_load import FullLoad
+from tideline.incremental import IncrementalRun
+
+DB = stackctl.MARIADB_DATABASE
+CONN_ID = "tideline_mariadb_source"
+
+
+@pytest.fixture
+def maria(stack):
+    conn = stackctl.mariadb_connect(DB, autocommit=True)
+    yield conn
+    conn.close()
+
+
+def _exec(conn, *statements, params=None):
+    with conn.cursor() as cur:
+        for s in statements:
+            cur.execute(s, params)
+
+
+def _drop(conn, *tables):
+    _exec(conn, *[f"DROP TABLE IF EXISTS `{t}`" for t in tables])
+
+
+def mariadb_pipeline(pipelines, tables, **kw):
+    return pipelines.make(tables, source={"conn_id": CONN_ID, "schema": DB}, **kw)
+
+
+def oracle(target_db, table: str, scratch: str) -> None:
+    """The source table, read now in one transaction and mapped, as scratch.<table> in the target."""
+    engine = engines.for_source(get_connection(CONN_ID))
+    src = engine.connect()
+    try:
+        shape = engine.describe(src, DB, table)
+        with src.cursor() as cur:
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            cur.execute(f"SELECT * FROM {engine.read_query(src, shape)} ORDER BY "
+                        + ", ".join(f"`__tl_k{i}`" for i in range(len(shape.primary_key))))
+            rows = cur.fetchall()
+        src.rollback()
+    finally:
+        src.close()
+    n_keys = len(shape.primary_key)
+    columns = list(zip(*[r[n_keys:] for r in rows])) if rows else [[] for _ in shape.columns]
+    batch = pa.RecordBatch.from_arrays([pa.array(list(c), pa.string()) for c in columns],
+                                       names=shape.column_names)
+    with target_db.cursor() as cur:
+        cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(scratch)))
+        cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(scratch), sql.Identifier(table)))
+        cur.execute(create_table(shape, scratch, table))
+        import io
+        cur.copy_expert(copy_into(scratch, table, shape.column_names).as_string(target_db),
+                        io.BytesIO(batch_to_copy_text(batch, shape.escape_flags).to_pybytes()))
+
+
+def converge(cfg, spark, target_db, tables: list[str], scratch: str, timeout: float = 120) -> None:
+    """Streams what Kafka holds until the target equals the mapped source (asynchronous capture:
+    equality is reached, not assumed)."""
+    deadline = time.time() + timeout
+    while True:
+        IncrementalRun(cfg, spark, "available_now").run()
+        for t in tables:
+            oracle(target_db, t, scratch)
+        if all(table_digest(target_db, scratch, t, "1") == table_digest(target_db, cfg.name, t, "1")
+               for t in tables):
+            return
+        if time.time() > deadline:
+            raise AssertionError(f"target did not converge within {timeout}s: " + "; ".join(
+                f"{t}: source {table_digest(target_db, scratch, t, '1')} target "
+                f"{table_digest(target_db, cfg.name, t, '1')}" for t in tables))
+        time.sleep(1)
+
+
+TYPES_DDL = """CREATE TABLE `{t}` (
+ id int PRIMARY KEY,
+ c_tiny tinyint, c_tiny_u tinyint unsigned, c_bool boolean, c_small smallint, c_small_u smallint unsigned,
+ c_med mediumint, c_med_u mediumint unsigned, c_int int, c_int_u int unsigned, c_big bigint,
+ c_big_u bigint unsigned, c_dec decimal(30,10), c_dec0 decimal(65,0), c_float float, c_double double,
+ c_bit1 bit(1), c_bit10 bit(10), c_bit64 bit(64),
+ c_char char(5), c_varchar varchar(100), c_text text, c_long longtext,
+ c_binary binary(4), c_varbinary varbinary(20), c_blob blob,
+ c_date date, c_dt datetime, c_dt3 datetime(3), c_dt6 datetime(6), c_ts timestamp(6) NULL, c_time time,
+ c_time6 time(6), c_year year, c_enum enum('a','b','c d'), c_set set('x','y','z'), c_json json,
+ c_date_nn date NOT NULL DEFAULT '2000-01-01', c_dt_nn datetime NOT NULL DEFAULT '2000-01-01 00:00:00'
+) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"""
+
+TYPES_ROWS = [
+    "(1, " + ", ".join(["NULL"] * 36) + ", DEFAULT, DEFAULT)",
+    """(2, -128, 0, 0, -32768, 0, -8388608, 0, -2147483648, 0, -9223372036854775808, 0,
+     '-99999999999999999999.9999999999', -99999999999999999999999999999999999999999999999999999999999999999,
+     -3.40282e38, -1.7976931348623157e308, b'0', b'0000000000', b'0', '', '', '', '', x'00000000', x'', x'',
+     '1000-01-01', '1000-01-01 00:00:00', '1000-01-01 00:00:00.000', '1000-01-01 00:00:00.000000',
+     '1970-01-01 00:00:01', '-838:59:59', '-838:59:59.000000', 1901, 'a', '', '[]', '0000-00-00',
+     '0000-00-00 00:00:00')""",
+    """(3, 127, 255, 1, 32767, 65535, 8388607, 16777215, 2147483647, 4294967295, 9223372036854775807,
+     18446744073709551615, '99999999999999999999.9999999999',
+     99999999999999999999999999999999999999999999999999999999999999999, 3.40282e38, 1.7976931348623157e308,
+     b'1', b'1000000001', b'1111111111111111111111111111111111111111111111111111111111111111', 'abc  ',
+     'x\\'y"z\\\\,\\t\\n😀', 'emoji 😀🎉 ünï', REPEAT('long ', 20000), x'00ff00ff', x'00010203', x'5c78',
+     '9999-12-31', '9999-12-31 23:59:59', '9999-12-31 23:59:59.999', '9999-12-31 23:59:59.999999',
+     '2038-01-19 03:14:07.999999', '838:59:59', '838:59:59.999999', 2155, 'c d', 'x,y,z',
+     '{"b": 1,  "a": [1, 2.50, "x"], "b": 2}', '2024-02-29', '2024-02-29 12:34:56')""",
+    """(4, 2, 7, 2, 0, 1, 0, 1, 0, 1, 0, 1, '0.0000000001', 0, 0.1, 0.1, b'0', b'0000000001',
+     b'1000000000000000000000000000000000000000000000000000000000000000', 'a', 'NULL', '\\\\N',
+     'line1\\r\\nline2', x'0a', x'ff', x'000000', '2000-02-29', '1999-12-31 23:59:59',
+     '2000-01-01 00:00:00.5', '1969-12-31 23:59:59.999999', '1999-12-31 23:59:59.5', '-00:00:01',
+     '-00:00:00.000001', 2000, 'b', 'y', 'null', '1970-01-01', '1969-12-31 23:59:59')""",
+    """(5, -1, 1, -5, -1, 2, -1, 2, -1, 2, -1, 9223372036854775808, '-0.5000000000', -1, -0.0, -0.0, NULL,
+     b'0101010101', NULL, 'zz', 'tab\\there', '', '', x'01', NULL, x'00', '0000-00-00', '0000-00-00 00:00:00',
+     NULL, '2020-01-01 10:00:00.000001', '2020-01-01 10:00:00', '25:00:00', '100:00:00.5', 0, '', 'z,x',
+     '{"k": "v"}', '0000-00-00', '2020-02-02')""",
+    """(6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, '3.1415926535', 12345678901234567890, 1.17549e-38, 4.9e-324, b'1',
+     b'1111111111', b'101', 'ab c', ' lead', 'trail ', '😀', x'ffffffff', x'0000', x'', '0001-01-01',
+     '0001-01-01 00:00:00', '2020-06-01 12:00:00.123', '2020-06-01 12:00:00.123456', NULL, '00:00:00',
+     '12:34:56.789', 1970, NULL, NULL, '{"nested": {"x": [true, false, null]}}', '2020-01-01',
+     '2020-01-01 00:00:00')""",
+]
+
+# A few values stated outright (target column -> {id: PostgreSQL text}), independent of the oracle.
+EXPECTED = {
+    "c_big_u": {3: "18446744073709551615", 5: "9223372036854775808"},
+    "c_bool": {4: "2", 5: "-5"},
+    "c_bit10": {3: "1000000001", 5: "0101010101"},
+    "c_bit64": {6: "0" * 61 + "101"},
+    "c_bit1": {3: "1", 2: "0", 5: None},
+    "c_time": {2: "-838:59:59", 5: "25:00:00", 4: "-00:00:01"},
+    "c_time6": {5: "100:00:00.5", 4: "-00:00:00.000001"},
+    "c_date": {5: None, 6: "0001-01-01", 3: "9999-12-31"},
+    "c_date_nn": {2: "1970-01-01"},
+    "c_dt_nn": {2: "1970-01-01 00:00:00"},
+    "c_ts": {3: "2038-01-19 03:14:07.999999+00"},
+    "c_dt6": {4: "1969-12-31 23:59:59.999999"},
+    "c_binary": {4: "\\x0a000000"},
+    "c_blob": {6: "\\x", 4: "\\x000000"},
+    "c_text": {3: "emoji 😀🎉 ünï"},
+    "c_varchar": {3: "x'y\"z\\,\t\n😀"},
+    "c_json": {3: '{"b": 1,  "a": [1, 2.50, "x"], "b": 2}'},
+    "c_set": {3: "x,y,z"},
+    "c_float": {4: "0.1", 2: "-3.40282e+38"},
+    "c_double": {2: "-1.7976931348623157e+308", 6: "5e-324"},
+}
+
+
+def _assert_expected(target_db, schema: str, table: str) -> None:
+    with target_db.cursor() as cur:
+        for col, by_id in EXPECTED.items():
+            cur.execute(sql.SQL("SELECT id, {}::text FROM {}.{}").format(
+                sql.Identifier(col), sql.Identifier(schema), sql.Identifier(table)))
+            got = dict(cur.fetchall())
+            for i, want in by_id.items():
+                assert got[i] == want, (col, i, got[i], want)
+
+
+def test_every_mapped_type_through_full_load_and_stream(stack, spark, maria, target_db, pipelines, unique_name):
+    t, scratch = f"{unique_name}_types", f"{unique_name}_oracle"
+    _exec(maria, "SET SESSION sql_mode = ''", "SET time_zone = '+00:00'", TYPES_DDL.format(t=t))
+    _exec(maria, f"INSERT INTO `{t}` VALUES " + ", ".join(TYPES_ROWS))
+    try:
+        cfg = mariadb_pipeline(pipelines, [{"name": t}], capture=True)
+        [loaded] = FullLoad(cfg, spark).run([t])
+        assert loaded.rows == len(TYPES_ROWS)
+        oracle(target_db, t, scratch)
+        by_load = rows_as_text(target_db, cfg.name, t)
+        assert by_load == rows_as_text(target_db, scratch, t)
+        _assert_expected(target_db, cfg.name, t)
+        # every value again, through the stream: rows deleted and inserted anew, then updated
+        _exec(maria, "SET SESSION sql_mode = ''", "SET time_zone = '+00:00'", f"DELETE FROM `{t}`")
+        converge(cfg, spark, target_db, [t], scratch)
+        assert rows_as_text(target_db, cfg.name, t) == []
+        _exec(maria, "SET SESSION sql_mode = ''", "SET time_zone = '+00:00'",
+              f"INSERT INTO `{t}` VALUES " + ", ".join(TYPES_ROWS))
+        converge(cfg, spark, target_db, [t], scratch)
+        assert rows_as_text(target_db, cfg.name, t) == by_load, "the stream must carry what the full load carries"
+        _assert_expected(target_db, cfg.name, t)
+        _exec(maria, "SET SESSION sql_mode = ''", f"UPDATE `{t}` SET id = id + 100, c_text = CONCAT(c_text, '✓') "
+                                                  f"WHERE id IN (3, 5)")
+        converge(cfg, spark, target_db, [t], scratch)
+        with target_db.cursor() as cur:
+            cur.execute(sql.SQL("SELECT state.source_position FROM tideline.table_state state WHERE pipeline = %s"),
+                        (cfg.name,))
+            assert cur.fetchone()[0].startswith("0-1-"), "the GTID set at the full load is in the state"
+    finally:
+        _drop(maria, t)
+        with target_db.cursor() as cur:
+            cur.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
+
+
+def test_writes_during_the_full_load_converge_exactly(stack, spark, maria, target_db, pipelines, unique_name):
+    t, scratch = f"{unique_name}_load", f"{unique_name}_oracle"
+    _exec(maria, f"CREATE TABLE `{t}` (id bigint PRIMARY KEY, qty int NOT NULL, note varchar(400), "
+                 f"price decimal(12,2) DEFAULT 1.50) CHARACTER SET utf8mb4",
+          f"INSERT INTO `{t}` (id, qty, note) SELECT seq, seq % 100, CONCAT('row ', seq) FROM seq_1_to_60000")
+    writer = Writer(f"`{t}`", 60_001, seed=7, pause=0.001, connect=lambda: stackctl.mariadb_connect(DB))
+    try:
+        cfg = mariadb_pipeline(pipelines, [{"name": t}], partitions=3, parallelism=4, capture=True)
+        writer.start()
+        time.sleep(1)
+        before = writer.count
+        [loaded] = FullLoad(cfg, spark).run([t])
+        assert loaded.partitions == 4
+        assert writer.count - before > 50, "the writer must keep writing through the partitions' snapshots"
+        IncrementalRun(cfg, spark, "available_now").run()
+        writer.stop()
+        assert not writer.errors, writer.errors
+        converge(cfg, spark, target_db, [t], scratch)
+    finally:
+        writer.stop_event.set()
+        _drop(maria, t)
+        with target_db.cursor() as cur:
+            cur.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
+
+
+def test_sources_that_cannot_be_captured_are_refused_before_any_work(stack, spark, maria, pipelines, unique_name):
+    geo, nokey = f"{unique_name}_geo", f"{unique_name}_nokey"
+    _exec(maria, f"CREATE TABLE `{geo}` (id int PRIMARY KEY, place point, note text)",
+          f"CREATE TABLE `{nokey}` (a int, b text)")
+    engine = engines.for_source(get_connection(CONN_ID))
+    conn = engine.connect()
+    try:
+        with pytest.raises(SourceError, match=r"place \(point\): no exact PostgreSQL type.*exclude_columns"):
+            engine.describe(conn, DB, geo)
+        cfg = mariadb_pipeline(pipelines, [{"name": geo, "exclude_columns": ["place"]}], create_topics=False)
+        assert engine.describe(conn, DB, geo, cfg.table(geo)).column_names == ["id", "note"]
+        # a statement-based binlog cannot be captured: refused naming the setting and the fix
+        _exec(maria, "SET GLOBAL binlog_format = 'STATEMENT'")
+        try:
+            check = engines.for_source(get_connection(CONN_ID)).connect()
+            with pytest.raises(SourceError, match=r"binlog_format is STATEMENT, capture needs ROW"):
+                engine.check_capture(check, "source of pipeline x")
+            check.close()
+        finally:
+            _exec(maria, "SET GLOBAL binlog_format = 'ROW'")
+        # a table without a key cannot stream; missing replication privileges fail the doctor
+        cfg = mariadb_pipeline(pipelines, [{"name": nokey}], create_topics=False)
+        from tideline import doctor
+        checks = {c.name: c for c in doctor.source_checks(cfg, get_connection(CONN_ID), 0)}
+        assert checks[f"primary key {nokey}"].status == "fail"
+        assert checks["binlog"].status == "pass" and checks["privileges"].status == "pass"
+        _exec(maria, f"CREATE USER IF NOT EXISTS 'plain_{unique_name}'@'127.0.0.1' IDENTIFIED BY 'x'",
+              f"GRANT SELECT ON `{DB}`.* TO 'plain_{unique_name}'@'127.0.0.1'")
+        import os
+        os.environ[f"AIRFLOW_CONN_PLAIN_{unique_name.upper()}"] = stackctl.mariadb_url(
+            user=f"plain_{unique_name}", password="x")
+        checks = {c.name: c for c in doctor.source_checks(cfg, get_connection(f"plain_{unique_name}"), 0)}
+        assert checks["privileges"].status == "fail" and "REPLICATION SLAVE" in checks["privileges"].fix
+    finally:
+        conn.close()
+        _exec(maria, f"DROP USER IF EXISTS 'plain_{unique_name}'@'127.0.0.1'")
+        _drop(maria, geo, nokey)
+
+
+def test_config_from_a_mariadb_connection(stack, pipelines, tmp_path):
+    cfg = load_pipeline(stackctl.ROOT / "pipelines" / "shop_mariadb.yaml")
+    engine = engines.for_source(get_connection(cfg.source.conn_id))
+    assert engine.kind == "mariadb"
+    config = engine.connector_config(cfg, stackctl.kafka_bootstrap())
+    assert config["connector.class"] == "io.debezium.connector.mariadb.MariaDbConnector"
+    assert config["snapshot.mode"] == "no_data" and config["database.include.list"] == DB

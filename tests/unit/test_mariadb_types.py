@@ -1,0 +1,80 @@
+"""The MariaDB → PostgreSQL type rules and the binlog checks, pure."""
+from __future__ import annotations
+
+import pytest
+
+from tideline.core import mariadb_types as mt
+from tideline.engines.mariadb import capture_problems, gtids_cover, mariadb_privileges, parse_gtids
+
+
+@pytest.mark.parametrize("column_type, pg_type, encoding", [
+    ("tinyint(4)", "smallint", mt.TEXT),
+    ("tinyint(1)", "smallint", mt.TEXT),                 # BOOLEAN holds 2 and -5 too: a number, not boolean
+    ("tinyint(3) unsigned", "smallint", mt.TEXT),
+    ("smallint(5) unsigned", "integer", mt.TEXT),
+    ("mediumint(8) unsigned", "integer", mt.TEXT),
+    ("int(11)", "integer", mt.TEXT),
+    ("int(10) unsigned", "bigint", mt.TEXT),
+    ("bigint(20)", "bigint", mt.TEXT),
+    ("bigint(20) unsigned", "numeric(20,0)", mt.TEXT),    # 18446744073709551615 does not fit bigint
+    ("decimal(65,30)", "numeric(65,30)", mt.TEXT),
+    ("decimal(10,0) unsigned zerofill", "numeric(10,0)", mt.TEXT),
+    ("float", "real", mt.TEXT),
+    ("double", "double precision", mt.TEXT),
+    ("bit(1)", "bit(1)", mt.BOOL_BIT),
+    ("bit(64)", "bit(64)", mt.BITS_LE_HEX),
+    ("char(3)", "character(3)", mt.TEXT),
+    ("varchar(255)", "character varying(255)", mt.TEXT),
+    ("mediumtext", "text", mt.TEXT),
+    ("varbinary(16)", "bytea", mt.HEX),
+    ("longblob", "bytea", mt.HEX),
+    ("date", "date", mt.EPOCH_DAYS),
+    ("datetime", "timestamp(0) without time zone", mt.EPOCH_MILLIS),
+    ("datetime(3)", "timestamp(3) without time zone", mt.EPOCH_MILLIS),
+    ("datetime(6)", "timestamp(6) without time zone", mt.EPOCH_MICROS),
+    ("timestamp(6)", "timestamp(6) with time zone", mt.ZONED),
+    ("time(6)", "interval", mt.MICRO_DURATION),           # -838:59:59 .. 838:59:59 do not fit time
+    ("year(4)", "smallint", mt.TEXT),
+    ("enum('a','b c')", "text", mt.TEXT),
+    ("set('x','y')", "text", mt.TEXT),
+    ("json", "json", mt.TEXT),
+])
+def test_each_type_has_one_exact_rule(column_type, pg_type, encoding):
+    m = mt.map_column(column_type, not_null=False)
+    assert (m.pg_type, m.encoding) == (pg_type, encoding)
+
+
+def test_zero_dates_are_null_or_the_epoch_in_not_null_columns_as_debezium_emits_them():
+    assert "THEN NULL ELSE" in mt.read_expr(mt.map_column("date", not_null=False), "`d`")
+    assert "THEN '1970-01-01' ELSE" in mt.read_expr(mt.map_column("date", not_null=True), "`d`")
+    assert "'1970-01-01 00:00:00+00'" in mt.read_expr(mt.map_column("timestamp", not_null=True), "`t`")
+    assert "CONCAT(CAST(`t` AS CHAR), '+00')" in mt.read_expr(mt.map_column("timestamp(3)", not_null=False), "`t`")
+
+
+@pytest.mark.parametrize("column_type", ["point", "geometry", "linestring", "polygon", "vector(3)"])
+def test_types_without_an_exact_counterpart_are_refused(column_type):
+    with pytest.raises(mt.UnsupportedType):
+        mt.map_column(column_type, not_null=False)
+
+
+def test_binlog_settings_capture_needs_are_named_with_their_fix():
+    good = {"log_bin": True, "binlog_format": "ROW", "binlog_row_image": "FULL"}
+    assert capture_problems(good) == []
+    bad = capture_problems({"log_bin": False, "binlog_format": "MIXED", "binlog_row_image": "MINIMAL"})
+    assert len(bad) == 3
+    assert "log_bin" in bad[0] and "binlog_format is MIXED" in bad[1] and "binlog_row_image is MINIMAL" in bad[2]
+
+
+def test_replication_privileges():
+    assert mariadb_privileges("GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO x").status == "pass"
+    assert mariadb_privileges("GRANT ALL PRIVILEGES ON *.* TO `admin`@`%`").status == "pass"
+    check = mariadb_privileges("GRANT SELECT ON `shop`.* TO x")
+    assert check.status == "fail" and "REPLICATION SLAVE, REPLICATION CLIENT" in check.fix
+
+
+def test_gtid_sets():
+    assert parse_gtids("0-1-15,1-2-7") == {0: 15, 1: 7}
+    assert parse_gtids("") == {}
+    assert gtids_cover(parse_gtids("0-1-15,1-2-7"), parse_gtids("0-1-15"))
+    assert not gtids_cover(parse_gtids("0-1-14"), parse_gtids("0-1-15"))
+    assert not gtids_cover(parse_gtids("1-1-99"), parse_gtids("0-1-1"))
