@@ -18,7 +18,7 @@ from tideline.connector import ConnectClient
 from tideline.core import doctor_checks as dc
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import Conn, get_connection
-from tideline.core.errors import SourceError
+from tideline.core.errors import SourceError, TransientError
 from tideline.core.debezium import connector_name
 from tideline.kafka_offsets import admin_client
 
@@ -122,9 +122,10 @@ def run(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection) ->
         except psycopg2.Error as exc:
             checks.append(_unreachable("target", "database", exc))
     if source is not None:
+        engine = engines.for_source(source)
         try:
-            checks += source_checks(cfg, source, streaming)
-        except psycopg2.Error as exc:
+            checks += engine.doctor_checks(cfg, streaming)
+        except (TransientError, *engine.errors) as exc:
             checks.append(_unreachable("source", "database", exc))
     has_cdc = any(t.mode == "cdc" for t in cfg.tables)
     if kafka is not None and has_cdc:

@@ -234,6 +234,54 @@ def test_writes_during_the_full_load_converge_exactly(stack, spark, maria, targe
             cur.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
 
 
+def test_added_column_and_purged_binlogs_recover_without_a_person(stack, spark, maria, target_db, pipelines,
+                                                                   unique_name):
+    """An added column mid-stream appears in the target; binlogs purged while the connector was
+    stopped (this source's slot loss) mark the table for a reload, capture is recreated, and the
+    reload converges — what the sync DAG's ensure_connector and decide do by themselves."""
+    from tideline import state
+    from tideline.connector import ConnectClient, ensure_capture
+    from tideline.core.debezium import connector_name
+    t, scratch = f"{unique_name}_drift", f"{unique_name}_oracle"
+    _exec(maria, f"CREATE TABLE `{t}` (id int PRIMARY KEY, qty int NOT NULL, note varchar(100)) CHARACTER SET utf8mb4",
+          f"INSERT INTO `{t}` SELECT seq, seq, CONCAT('n', seq) FROM seq_1_to_500")
+    try:
+        cfg = mariadb_pipeline(pipelines, [{"name": t}], capture=True)
+        FullLoad(cfg, spark).run([t])
+        _exec(maria, f"ALTER TABLE `{t}` ADD COLUMN price decimal(8,2) DEFAULT 1.25, ADD COLUMN seen datetime(6)",
+              f"UPDATE `{t}` SET qty = qty + 1, seen = '2026-01-02 03:04:05.678901' WHERE id <= 50",
+              f"INSERT INTO `{t}` VALUES (1000, 1, 'new', 9.99, NULL)")
+        converge(cfg, spark, target_db, [t], scratch)
+        with target_db.cursor() as cur:
+            cur.execute(sql.SQL("SELECT price::text, seen::text FROM {}.{} WHERE id = 7").format(
+                sql.Identifier(cfg.name), sql.Identifier(t)))
+            assert cur.fetchone() == ("1.25", "2026-01-02 03:04:05.678901")
+        # the connector stops; changes land in a binlog that is then purged before it reads them
+        client, name = ConnectClient(get_connection("tideline_connect").http_base_url()), connector_name(cfg)
+        client.stop(name)
+        deadline = time.time() + 60
+        while client.status(name)["connector"]["state"] != "STOPPED" and time.time() < deadline:
+            time.sleep(0.5)
+        _exec(maria, f"DELETE FROM `{t}` WHERE id BETWEEN 100 AND 199", f"UPDATE `{t}` SET note = 'missed'",
+              "FLUSH BINARY LOGS")
+        with maria.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            current = cur.fetchone()[0]
+            cur.execute(f"PURGE BINARY LOGS TO '{current}'")
+        marked = ensure_capture(cfg, get_connection("tideline_kafka"), get_connection("tideline_connect"),
+                                get_connection(CONN_ID), get_connection("tideline_target"))
+        assert marked == [t]
+        st = state.get(target_db, cfg.name, t)
+        assert st.phase == "needs_resnapshot" and "was purged from the MariaDB source" in st.last_error
+        FullLoad(cfg, spark).run([t])
+        _exec(maria, f"UPDATE `{t}` SET qty = 0 WHERE id > 900")
+        converge(cfg, spark, target_db, [t], scratch)
+    finally:
+        _drop(maria, t)
+        with target_db.cursor() as cur:
+            cur.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
+
+
 def test_sources_that_cannot_be_captured_are_refused_before_any_work(stack, spark, maria, pipelines, unique_name):
     geo, nokey = f"{unique_name}_geo", f"{unique_name}_nokey"
     _exec(maria, f"CREATE TABLE `{geo}` (id int PRIMARY KEY, place point, note text)",

@@ -23,6 +23,7 @@ class Snapshot:
 class SourceEngine(ABC):
     kind: str = ""
     label: str = ""
+    errors: tuple[type[BaseException], ...] = ()   # the driver's error classes (the database said no)
 
     def __init__(self, source: Conn):
         self.source = source
@@ -53,7 +54,7 @@ class SourceEngine(ABC):
             with conn.cursor() as cur:
                 cur.execute(f"SELECT count(*) FROM {self.quote(schema)}.{self.quote(table)}")
                 return cur.fetchone()[0]
-        except Exception:   # status shows "-" for a table it cannot count; the doctor says why
+        except self.errors:   # status shows "-" for a table it cannot count; the doctor says why
             conn.rollback()
             return None
 

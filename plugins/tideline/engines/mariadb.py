@@ -49,6 +49,11 @@ class MariaDbEngine(SourceEngine):
     kind, label = "mariadb", "MariaDB"
     quote = staticmethod(q)
 
+    @property
+    def errors(self):
+        import pymysql
+        return (pymysql.err.Error,)
+
     def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
         import pymysql
         s = self.source

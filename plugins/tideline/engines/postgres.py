@@ -21,6 +21,7 @@ FETCH_SIZE = 10_000
 
 class PostgresEngine(SourceEngine):
     kind, label = "postgres", "PostgreSQL"
+    errors = (psycopg2.Error,)
 
     def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
         conn = psycopg2.connect(self.source.postgres_dsn(),
