@@ -77,6 +77,22 @@ def oracle(target_db, table: str, scratch: str) -> None:
                         io.BytesIO(batch_to_copy_text(batch, shape.escape_flags).to_pybytes()))
 
 
+def column_differences(target_db, schema: str, scratch: str, table: str, limit: int = 20) -> list[tuple]:
+    """(column, id, target text, source text) of the values that differ: a readable failure."""
+    with target_db.cursor() as cur:
+        cur.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                    "ORDER BY ordinal_position", (scratch, table))
+        out = []
+        for (c,) in cur.fetchall():
+            cur.execute(sql.SQL("SELECT {c}, a.id, a.{col}::text, b.{col}::text FROM {a} a FULL JOIN {b} b USING (id) "
+                                "WHERE a.{col}::text IS DISTINCT FROM b.{col}::text LIMIT 5").format(
+                c=sql.Literal(c), col=sql.Identifier(c), a=sql.SQL("{}.{}").format(sql.Identifier(schema),
+                                                                                 sql.Identifier(table)),
+                b=sql.SQL("{}.{}").format(sql.Identifier(scratch), sql.Identifier(table))))
+            out += cur.fetchall()
+        return out[:limit]
+
+
 def converge(cfg, spark, target_db, tables: list[str], scratch: str, timeout: float = 120) -> None:
     """Streams what Kafka holds until the target equals the mapped source (asynchronous capture:
     equality is reached, not assumed)."""
@@ -85,13 +101,18 @@ def converge(cfg, spark, target_db, tables: list[str], scratch: str, timeout: fl
         IncrementalRun(cfg, spark, "available_now").run()
         for t in tables:
             oracle(target_db, t, scratch)
-        if all(table_digest(target_db, scratch, t, "1") == table_digest(target_db, cfg.name, t, "1")
+        if all(table_digest(target_db, scratch, t, "id") == table_digest(target_db, cfg.name, t, "id")
                for t in tables):
             return
         if time.time() > deadline:
             raise AssertionError(f"target did not converge within {timeout}s: " + "; ".join(
-                f"{t}: source {table_digest(target_db, scratch, t, '1')} target "
-                f"{table_digest(target_db, cfg.name, t, '1')}" for t in tables))
+                f"{t}: source {table_digest(target_db, scratch, t, 'id')} target "
+                f"{table_digest(target_db, cfg.name, t, 'id')}; (column, id, target, source): "
+                f"{column_differences(target_db, cfg.name, scratch, t)}; rows only in the target: "
+                f"{sorted(set(rows_as_text(target_db, cfg.name, t)) - set(rows_as_text(target_db, scratch, t)))[:3]}"
+                f"; only in the source: "
+                f"{sorted(set(rows_as_text(target_db, scratch, t)) - set(rows_as_text(target_db, cfg.name, t)))[:3]}"
+                for t in tables))
         time.sleep(1)
 
 
@@ -105,17 +126,18 @@ TYPES_DDL = """CREATE TABLE `{t}` (
  c_binary binary(4), c_varbinary varbinary(20), c_blob blob,
  c_date date, c_dt datetime, c_dt3 datetime(3), c_dt6 datetime(6), c_ts timestamp(6) NULL, c_time time,
  c_time6 time(6), c_year year, c_enum enum('a','b','c d'), c_set set('x','y','z'), c_json json,
- c_date_nn date NOT NULL DEFAULT '2000-01-01', c_dt_nn datetime NOT NULL DEFAULT '2000-01-01 00:00:00'
+ c_date_nn date NOT NULL DEFAULT '2000-01-01', c_dt_nn datetime NOT NULL DEFAULT '2000-01-01 00:00:00',
+ c_date_nd date NOT NULL
 ) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"""
 
 TYPES_ROWS = [
-    "(1, " + ", ".join(["NULL"] * 36) + ", DEFAULT, DEFAULT)",
+    "(1, " + ", ".join(["NULL"] * 36) + ", DEFAULT, DEFAULT, DEFAULT)",
     """(2, -128, 0, 0, -32768, 0, -8388608, 0, -2147483648, 0, -9223372036854775808, 0,
      '-99999999999999999999.9999999999', -99999999999999999999999999999999999999999999999999999999999999999,
      -3.40282e38, -1.7976931348623157e308, b'0', b'0000000000', b'0', '', '', '', '', x'00000000', x'', x'',
      '1000-01-01', '1000-01-01 00:00:00', '1000-01-01 00:00:00.000', '1000-01-01 00:00:00.000000',
      '1970-01-01 00:00:01', '-838:59:59', '-838:59:59.000000', 1901, 'a', '', '[]', '0000-00-00',
-     '0000-00-00 00:00:00')""",
+     '0000-00-00 00:00:00', '0000-00-00')""",
     """(3, 127, 255, 1, 32767, 65535, 8388607, 16777215, 2147483647, 4294967295, 9223372036854775807,
      18446744073709551615, '99999999999999999999.9999999999',
      99999999999999999999999999999999999999999999999999999999999999999, 3.40282e38, 1.7976931348623157e308,
@@ -123,21 +145,21 @@ TYPES_ROWS = [
      'x\\'y"z\\\\,\\t\\n😀', 'emoji 😀🎉 ünï', REPEAT('long ', 20000), x'00ff00ff', x'00010203', x'5c78',
      '9999-12-31', '9999-12-31 23:59:59', '9999-12-31 23:59:59.999', '9999-12-31 23:59:59.999999',
      '2038-01-19 03:14:07.999999', '838:59:59', '838:59:59.999999', 2155, 'c d', 'x,y,z',
-     '{"b": 1,  "a": [1, 2.50, "x"], "b": 2}', '2024-02-29', '2024-02-29 12:34:56')""",
+     '{"b": 1,  "a": [1, 2.50, "x"], "b": 2}', '2024-02-29', '2024-02-29 12:34:56', '0099-05-06')""",
     """(4, 2, 7, 2, 0, 1, 0, 1, 0, 1, 0, 1, '0.0000000001', 0, 0.1, 0.1, b'0', b'0000000001',
      b'1000000000000000000000000000000000000000000000000000000000000000', 'a', 'NULL', '\\\\N',
      'line1\\r\\nline2', x'0a', x'ff', x'000000', '2000-02-29', '1999-12-31 23:59:59',
      '2000-01-01 00:00:00.5', '1969-12-31 23:59:59.999999', '1999-12-31 23:59:59.5', '-00:00:01',
-     '-00:00:00.000001', 2000, 'b', 'y', 'null', '1970-01-01', '1969-12-31 23:59:59')""",
+     '-00:00:00.000001', 2000, 'b', 'y', 'null', '1970-01-01', '1969-12-31 23:59:59', '1969-12-31')""",
     """(5, -1, 1, -5, -1, 2, -1, 2, -1, 2, -1, 9223372036854775808, '-0.5000000000', -1, -0.0, -0.0, NULL,
      b'0101010101', NULL, 'zz', 'tab\\there', '', '', x'01', NULL, x'00', '0000-00-00', '0000-00-00 00:00:00',
      NULL, '2020-01-01 10:00:00.000001', '2020-01-01 10:00:00', '25:00:00', '100:00:00.5', 0, '', 'z,x',
-     '{"k": "v"}', '0000-00-00', '2020-02-02')""",
+     '{"k": "v"}', '0000-00-00', '2020-02-02', '2020-02-02')""",
     """(6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, '3.1415926535', 12345678901234567890, 1.17549e-38, 4.9e-324, b'1',
      b'1111111111', b'101', 'ab c', ' lead', 'trail ', '😀', x'ffffffff', x'0000', x'', '0001-01-01',
      '0001-01-01 00:00:00', '2020-06-01 12:00:00.123', '2020-06-01 12:00:00.123456', NULL, '00:00:00',
      '12:34:56.789', 1970, NULL, NULL, '{"nested": {"x": [true, false, null]}}', '2020-01-01',
-     '2020-01-01 00:00:00')""",
+     '2020-01-01 00:00:00', '0001-01-01')""",
 ]
 
 # A few values stated outright (target column -> {id: PostgreSQL text}), independent of the oracle.
@@ -150,8 +172,10 @@ EXPECTED = {
     "c_time": {2: "-838:59:59", 5: "25:00:00", 4: "-00:00:01"},
     "c_time6": {5: "100:00:00.5", 4: "-00:00:00.000001"},
     "c_date": {5: None, 6: "0001-01-01", 3: "9999-12-31"},
-    "c_date_nn": {2: "1970-01-01"},
-    "c_dt_nn": {2: "1970-01-01 00:00:00"},
+    "c_date_nn": {2: "2000-01-01", 5: "2000-01-01"},   # zero date, NOT NULL: the column's default
+    "c_dt_nn": {2: "2000-01-01 00:00:00"},
+    "c_date_nd": {1: "1970-01-01", 2: "1970-01-01", 3: "0099-05-06", 6: "0001-01-01"},   # no default: epoch
+    "c_year": {5: "0", 6: "1970"},
     "c_ts": {3: "2038-01-19 03:14:07.999999+00"},
     "c_dt6": {4: "1969-12-31 23:59:59.999999"},
     "c_binary": {4: "\\x0a000000"},
@@ -185,6 +209,7 @@ def test_every_mapped_type_through_full_load_and_stream(stack, spark, maria, tar
         assert loaded.rows == len(TYPES_ROWS)
         oracle(target_db, t, scratch)
         by_load = rows_as_text(target_db, cfg.name, t)
+        assert not column_differences(target_db, cfg.name, scratch, t)
         assert by_load == rows_as_text(target_db, scratch, t)
         _assert_expected(target_db, cfg.name, t)
         # every value again, through the stream: rows deleted and inserted anew, then updated
@@ -264,10 +289,19 @@ def test_added_column_and_purged_binlogs_recover_without_a_person(stack, spark, 
             time.sleep(0.5)
         _exec(maria, f"DELETE FROM `{t}` WHERE id BETWEEN 100 AND 199", f"UPDATE `{t}` SET note = 'missed'",
               "FLUSH BINARY LOGS")
+        stopped_in = client.offsets(name)["offsets"][0]["offset"]["file"]
         with maria.cursor() as cur:
             cur.execute("SHOW MASTER STATUS")
             current = cur.fetchone()[0]
+            # MariaDB keeps a file a replica connection still reads: wait for the dump thread to go
+            while time.time() < deadline + 60:
+                cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
+                if cur.fetchone()[0] == 0:
+                    break
+                time.sleep(0.5)
             cur.execute(f"PURGE BINARY LOGS TO '{current}'")
+            cur.execute("SHOW BINARY LOGS")
+            assert stopped_in not in [r[0] for r in cur.fetchall()], "the binlog the connector needs is purged"
         marked = ensure_capture(cfg, get_connection("tideline_kafka"), get_connection("tideline_connect"),
                                 get_connection(CONN_ID), get_connection("tideline_target"))
         assert marked == [t]

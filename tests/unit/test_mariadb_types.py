@@ -34,7 +34,7 @@ from tideline.engines.mariadb import capture_problems, gtids_cover, mariadb_priv
     ("datetime(6)", "timestamp(6) without time zone", mt.EPOCH_MICROS),
     ("timestamp(6)", "timestamp(6) with time zone", mt.ZONED),
     ("time(6)", "interval", mt.MICRO_DURATION),           # -838:59:59 .. 838:59:59 do not fit time
-    ("year(4)", "smallint", mt.TEXT),
+    ("year(4)", "smallint", mt.YEAR),
     ("enum('a','b c')", "text", mt.TEXT),
     ("set('x','y')", "text", mt.TEXT),
     ("json", "json", mt.TEXT),
@@ -48,6 +48,11 @@ def test_zero_dates_are_null_or_the_epoch_in_not_null_columns_as_debezium_emits_
     assert "THEN NULL ELSE" in mt.read_expr(mt.map_column("date", not_null=False), "`d`")
     assert "THEN '1970-01-01' ELSE" in mt.read_expr(mt.map_column("date", not_null=True), "`d`")
     assert "'1970-01-01 00:00:00+00'" in mt.read_expr(mt.map_column("timestamp", not_null=True), "`t`")
+    # ...or, in a NOT NULL column with a real default, that default (Debezium's fallback)
+    assert "THEN '2000-01-01' ELSE" in mt.read_expr(mt.map_column("date", True, "'2000-01-01'"), "`d`")
+    assert "THEN '1970-01-01' ELSE" in mt.read_expr(mt.map_column("date", True, "'0000-00-00'"), "`d`")
+    assert "THEN '1970-01-01 00:00:00' ELSE" in mt.read_expr(mt.map_column("datetime", True, "current_timestamp()"),
+                                                             "`d`")
     assert "CONCAT(CAST(`t` AS CHAR), '+00')" in mt.read_expr(mt.map_column("timestamp(3)", not_null=False), "`t`")
 
 
@@ -78,3 +83,15 @@ def test_gtid_sets():
     assert gtids_cover(parse_gtids("0-1-15,1-2-7"), parse_gtids("0-1-15"))
     assert not gtids_cover(parse_gtids("0-1-14"), parse_gtids("0-1-15"))
     assert not gtids_cover(parse_gtids("1-1-99"), parse_gtids("0-1-1"))
+
+
+def test_what_existing_rows_hold_when_a_column_is_added():
+    dec = mt.map_column("decimal(8,2)", False)
+    assert mt.existing_rows_value("1.25", dec) == ("1.25", True, "1.25")
+    assert mt.existing_rows_value("'it''s'", mt.map_column("varchar(9)", False)) == ("'it''s'", True, "it's")
+    assert mt.existing_rows_value("NULL", dec) == (None, False, None)
+    assert mt.existing_rows_value(None, dec) == (None, False, None)
+    ts = mt.map_column("timestamp(6)", False)
+    assert mt.existing_rows_value("'2020-01-01 00:00:00.000000'", ts)[2] == "2020-01-01 00:00:00.000000+00"
+    # an expression: unknown per row, so adding such a column needs a reload
+    assert mt.existing_rows_value("current_timestamp(6)", ts) == ("current_timestamp(6)", False, None)

@@ -116,6 +116,8 @@ def value_expr(raw: sql.Composable, pg_type: str, encoding: str = mt.PG_TEXT) ->
         return sql.SQL("(timestamp '1970-01-01' + make_interval(days => div(({r})::bigint, {d})::int) "
                        "+ mod(({r})::bigint, {d}) * interval {u})::{t}").format(
             r=raw, d=sql.Literal(per_day), u=sql.Literal(unit), t=t)
+    if encoding == mt.YEAR:
+        return sql.SQL("(CASE WHEN {r} = '1900' THEN 0 ELSE ({r})::smallint END)").format(r=raw)
     if encoding == mt.MICRO_DURATION:
         return sql.SQL("(({})::bigint * interval '1 microsecond')").format(raw)
     if encoding == mt.HEX:

@@ -20,10 +20,12 @@ The rules, in words (README "MariaDB sources" repeats them):
   time zone (MariaDB stores it in UTC; read in UTC).
 - time(p) → interval: MariaDB's time is a duration (-838:59:59 … 838:59:59), PostgreSQL's time
   cannot hold negative or > 24 h values; interval holds them all exactly.
-- year → smallint; enum and set → text (the label / the comma-separated labels); json → json
+- year → smallint (0000 → 0); enum and set → text (the label / the comma-separated labels); json → json
   (MariaDB keeps JSON as text; json keeps it byte for byte).
-- zero dates (0000-00-00 …): NULL; in a NOT NULL column, which cannot hold NULL, 1970-01-01
-  (00:00:00) — what Debezium's binlog reader emits for them, so both paths agree.
+- zero dates (0000-00-00 …): NULL; in a NOT NULL column, which cannot hold NULL, the column's
+  default when that is a real date, else 1970-01-01 (00:00:00) — what Debezium's binlog reader
+  emits for them, so both paths agree. Years 0-99 stay years 0-99 (the connector's two-digit-year
+  adjuster is off).
 - anything else (geometry, …) is refused with the column named.
 """
 from __future__ import annotations
@@ -42,6 +44,8 @@ ZONED = "zoned"                 # io.debezium.time.ZonedTimestamp: ISO-8601 text
 HEX = "hex"                     # bytes as hex (binary.handling.mode=hex)
 BITS_LE_HEX = "bits_le_hex"     # io.debezium.data.Bits: little-endian bytes, hex
 BOOL_BIT = "bool_bit"           # bit(1): a JSON boolean
+YEAR = "year"                   # a number; the binlog reader turns year 0000 into 1900 (outside
+                                # YEAR's 1901-2155, so 1900 can only mean 0000)
 
 
 @dataclass(frozen=True)
@@ -67,9 +71,20 @@ def _zero_date_read(stand_in_zero: str) -> str:
         + " ELSE CAST({c} AS CHAR) END"
 
 
-def map_column(column_type: str, not_null: bool) -> Mapping:
-    """The rule for one column, from information_schema.COLUMNS.COLUMN_TYPE (e.g. `int(10) unsigned`,
-    `datetime(3)`, `enum('a','b')`)."""
+def _zero_stand_in(not_null: bool, default: str | None, epoch: str) -> str:
+    """What a zero date reads as: NULL, or in a NOT NULL column its literal default (if a real
+    date), else the epoch — Debezium's fallback for a value its column cannot be null for."""
+    if not not_null:
+        return "NULL"
+    literal = re.fullmatch(r"'(\d{4}-\d{2}-\d{2}[^']*)'", (default or "").strip())
+    if literal and not literal.group(1).startswith("0000"):
+        return f"'{literal.group(1)}'"
+    return f"'{epoch}'"
+
+
+def map_column(column_type: str, not_null: bool, default: str | None = None) -> Mapping:
+    """The rule for one column, from information_schema.COLUMNS (COLUMN_TYPE e.g. `int(10) unsigned`,
+    `datetime(3)`, `enum('a','b')`; COLUMN_DEFAULT as MariaDB quotes it, e.g. `'2000-01-01'`)."""
     ct = column_type.strip().lower()
     m = re.match(r"([a-z]+)\s*(?:\(([^)]*)\))?\s*(.*)$", ct)
     if not m:
@@ -88,8 +103,8 @@ def map_column(column_type: str, not_null: bool) -> Mapping:
     if base == "bit":
         n = int(args or 1)
         return Mapping(f"bit({n})", BOOL_BIT if n == 1 else BITS_LE_HEX, f"LPAD(BIN({{c}}), {n}, '0')")
-    if base == "char":
-        return Mapping(f"character({int(args or 1)})", TEXT, "{c}")
+    if base == "char":   # read as VARCHAR: Spark pads a CHAR(n) result to n itself (readSideCharPadding)
+        return Mapping(f"character({int(args or 1)})", TEXT, _CAST)
     if base == "varchar":
         return Mapping(f"character varying({int(args)})", TEXT, "{c}")
     if base in ("tinytext", "text", "mediumtext", "longtext"):
@@ -97,22 +112,23 @@ def map_column(column_type: str, not_null: bool) -> Mapping:
     if base in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"):
         return Mapping("bytea", HEX, _HEX_READ)
     if base == "date":
-        return Mapping("date", EPOCH_DAYS, _zero_date_read("'1970-01-01'" if not_null else "NULL"))
+        return Mapping("date", EPOCH_DAYS, _zero_date_read(_zero_stand_in(not_null, default, "1970-01-01")))
     if base == "datetime":
         p = int(args or 0)
         return Mapping(f"timestamp({p}) without time zone", EPOCH_MILLIS if p <= 3 else EPOCH_MICROS,
-                       _zero_date_read("'1970-01-01 00:00:00'" if not_null else "NULL"))
+                       _zero_date_read(_zero_stand_in(not_null, default, "1970-01-01 00:00:00")))
     if base == "timestamp":
         p = int(args or 0)
         return Mapping(f"timestamp({p}) with time zone", ZONED,
-                       _zero_date_read("'1970-01-01 00:00:00+00'" if not_null else "NULL")
-                       .replace("ELSE CAST({c} AS CHAR) END", "ELSE CONCAT(CAST({c} AS CHAR), '+00') END"))
+                       _zero_date_read(_zero_stand_in(not_null, default, "1970-01-01 00:00:00"))
+                       .replace("ELSE CAST({c} AS CHAR) END", "ELSE CONCAT(CAST({c} AS CHAR), '+00') END")
+                       .replace("' ELSE CONCAT", "+00' ELSE CONCAT"))
     if base == "time":
         return Mapping("interval", MICRO_DURATION, _CAST)
     if base == "year":
-        return Mapping("smallint", TEXT, _CAST)
-    if base in ("enum", "set"):
-        return Mapping("text", TEXT, "{c}")
+        return Mapping("smallint", YEAR, _CAST)
+    if base in ("enum", "set"):   # reported as CHAR(longest label): read as VARCHAR, unpadded
+        return Mapping("text", TEXT, _CAST)
     if base == "json":
         return Mapping("json", TEXT, "{c}")
     raise UnsupportedType(column_type)
@@ -120,3 +136,23 @@ def map_column(column_type: str, not_null: bool) -> Mapping:
 
 def read_expr(mapping: Mapping, quoted_column: str) -> str:
     return mapping.read.format(c=quoted_column)
+
+
+def existing_rows_value(default: str | None, mapping: Mapping) -> tuple[str | None, bool, str | None]:
+    """(default, has_missing, missing_value) of a column, as schema drift needs them: a column
+    added with a literal default holds that value in every existing row (MariaDB writes no change
+    events for them), which the target's rows get too; an expression default (CURRENT_TIMESTAMP,
+    …) cannot be known, and adding such a column needs a reload."""
+    if default is None or default.upper() == "NULL":
+        return None, False, None
+    text = re.fullmatch(r"'((?:[^']|'')*)'", default)
+    number = re.fullmatch(r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?", default, re.I)
+    if text and not text.group(1).startswith("0000-00-00"):
+        value = text.group(1).replace("''", "'")
+    elif number:
+        value = default
+    else:
+        return default, False, None
+    if mapping.encoding == ZONED:
+        value += "+00"   # TIMESTAMP literals are UTC here (the stack and the reads run in UTC)
+    return default, True, value

@@ -88,7 +88,7 @@ def plan(table: str, source: list[Column], target: list[Column]) -> DriftPlan:
             if col.default is not None and not col.has_missing and not CONSTANT.match(col.default):
                 raise ResnapshotRequired(
                     f"table {table}, column {col.name}: added at the source with the default {col.default}, "
-                    f"which PostgreSQL wrote into the existing rows without change events. Only a full load can "
+                    f"which the source wrote into the existing rows without change events. Only a full load can "
                     f"copy those values; the table needs a re-snapshot.")
             add.append(col)
         elif have.type != col.type:

@@ -108,7 +108,7 @@ class MariaDbEngine(SourceEngine):
             pk = tuple(r[0] for r in cur.fetchall())
         excluded = set(tcfg.exclude_columns) if tcfg is not None else set()
         columns, refused = [], []
-        for name, column_type, not_null, _default, extra, generation in raw_columns:
+        for name, column_type, not_null, default, extra, generation in raw_columns:
             if name in excluded:   # never read: kept only so the column selection can name it
                 columns.append(Column(name, "text", False))
                 continue
@@ -117,13 +117,14 @@ class MariaDbEngine(SourceEngine):
                                f"synced from MariaDB; leave it out with exclude_columns")
                 continue
             try:
-                m = mt.map_column(column_type, bool(not_null))
+                m = mt.map_column(column_type, bool(not_null), default)
             except mt.UnsupportedType:
                 refused.append(f"{name} ({column_type}): no exact PostgreSQL type; leave it out with "
                                f"exclude_columns, or convert it at the source")
                 continue
-            columns.append(Column(name, m.pg_type, bool(not_null), encoding=m.encoding,
-                                  read=mt.read_expr(m, q(name))))
+            default, has_missing, missing = mt.existing_rows_value(default, m)
+            columns.append(Column(name, m.pg_type, bool(not_null), default, has_missing, missing,
+                                  encoding=m.encoding, read=mt.read_expr(m, q(name))))
         if refused:
             raise SourceError(f"{label}: column(s) cannot be synced: " + "; ".join(refused), table=table)
         configured_pk = tcfg.primary_key if (tcfg is not None and check_key) else None
@@ -208,6 +209,8 @@ class MariaDbEngine(SourceEngine):
             "bigint.unsigned.handling.mode": "precise",
             "binary.handling.mode": "hex",
             "time.precision.mode": "adaptive_time_microseconds",
+            # years 0-99 are years 0-99, not 2000-2069 / 1970-1999 (the full load reads them so)
+            "enable.time.adjuster": "false",
             "value.converter.decimal.format": "NUMERIC",
             "key.converter.decimal.format": "NUMERIC",
             "heartbeat.action.query": (
