@@ -93,6 +93,7 @@ class MariaDbEngine(SourceEngine):
                  for_stream: bool = False) -> TableShape:
         label = f"source table {schema}.{table}"
         params = {"schema": schema, "table": table}
+        conn.ping(reconnect=True)   # a stream's idle connection outlives the server's wait_timeout
         with conn.cursor() as cur:
             cur.execute(sqlfiles.load("mariadb/source_table"), params)
             row = cur.fetchone()
