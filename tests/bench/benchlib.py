@@ -1,6 +1,7 @@
 """What the benchmarks share: the stack's environment, autocommit connections, peak memory."""
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 import time
@@ -37,3 +38,40 @@ class PeakRss(threading.Thread):
             except psutil.Error:
                 pass
             time.sleep(0.1)
+
+
+def ensure_topic(topic: str) -> None:
+    """The change topic a full load records its offsets from (one partition), once."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": stackctl.kafka_bootstrap()})
+    for fut in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        try:
+            fut.result(30)
+        except Exception as exc:  # already there from an earlier run
+            if "already exists" not in str(exc):
+                raise
+
+
+def run_full_load(pipeline: str, pipelines: Path, env: dict) -> tuple[float, float]:
+    """spark-submit of the full load job for `pipeline` (configs in `pipelines`), Spark start-up
+    included: (seconds end to end, peak RSS in MB of the job's process tree)."""
+    started = time.monotonic()
+    proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
+                             "--driver-memory", "2g", "--jars", env["TIDELINE_SPARK_JARS"],
+                             "--driver-java-options",
+                             f"-Dlog4j2.configurationFile={ROOT / 'spark_jobs' / 'log4j2.properties'}",
+                             str(ROOT / "spark_jobs" / "full_load.py"), "--pipeline", pipeline,
+                             "--pipelines-dir", str(pipelines)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rss = PeakRss(proc.pid)
+    rss.start()
+    out, _ = proc.communicate()
+    rss.done.set()
+    secs = time.monotonic() - started
+    for line in out.splitlines():
+        if "[tideline]" in line or "tideline.full_load" in line:
+            print("   ", line.strip()[-160:])
+    if proc.returncode != 0:
+        print(out[-4000:])
+        raise SystemExit(f"full load failed with exit status {proc.returncode}")
+    return secs, rss.peak / 1e6

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import ROOT, PeakRss, pg, stackctl
+from benchlib import ensure_topic, pg, run_full_load, stackctl
 
 TABLE = "bench_orders"
 PIPELINE = "bench"
@@ -55,28 +55,6 @@ def ensure_source(rows: int) -> None:
         cur.execute(f"VACUUM ANALYZE {TABLE}")
 
 
-def run_full_load(pipelines: Path, env: dict) -> tuple[float, float]:
-    started = time.monotonic()
-    proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
-                             "--driver-memory", "2g", "--jars", env["TIDELINE_SPARK_JARS"],
-                             "--driver-java-options", f"-Dlog4j2.configurationFile={ROOT / 'spark_jobs' / 'log4j2.properties'}",
-                             str(ROOT / "spark_jobs" / "full_load.py"), "--pipeline", PIPELINE,
-                             "--pipelines-dir", str(pipelines)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    rss = PeakRss(proc.pid)
-    rss.start()
-    out, _ = proc.communicate()
-    rss.done.set()
-    secs = time.monotonic() - started
-    for line in out.splitlines():
-        if "[tideline]" in line or "tideline.full_load" in line:
-            print("   ", line.strip()[-160:])
-    if proc.returncode != 0:
-        print(out[-4000:])
-        raise SystemExit(f"full load failed with exit status {proc.returncode}")
-    return secs, rss.peak / 1e6
-
-
 def run_copy_pipe(schema: str = "bench_pipe", keep: bool = False) -> float:
     """Seconds for `psql COPY TO STDOUT | psql COPY FROM STDIN` of the table into <schema> of the
     target (dropped afterwards unless keep)."""
@@ -103,15 +81,7 @@ def main() -> int:
     args = ap.parse_args()
     env = stackctl.full_env()
     ensure_source(args.rows)
-    from confluent_kafka.admin import AdminClient, NewTopic
-    topic = f"bench.public.{TABLE}"
-    admin = AdminClient({"bootstrap.servers": stackctl.kafka_bootstrap()})
-    for fut in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-        try:
-            fut.result(30)
-        except Exception as exc:  # already there from an earlier run
-            if "already exists" not in str(exc):
-                raise
+    ensure_topic(f"bench.public.{TABLE}")
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / f"{PIPELINE}.yaml").write_text(yaml.safe_dump({
             "name": PIPELINE, "source": {"conn_id": "tideline_source"},
@@ -120,7 +90,7 @@ def main() -> int:
             "tables": [{"name": TABLE}]}))
         print(f"[bench] full load job of {args.rows:,} rows (spark-submit, local[2], {args.parallelism} partitions)",
               flush=True)
-        fl_secs, peak_mb = run_full_load(Path(tmp), env)
+        fl_secs, peak_mb = run_full_load(PIPELINE, Path(tmp), env)
     print(f"[bench] full load: {fl_secs:.1f}s end to end, peak RSS {peak_mb:.0f} MB", flush=True)
     print("[bench] baseline: psql COPY TO STDOUT | psql COPY FROM STDIN", flush=True)
     pipe_secs = run_copy_pipe()
