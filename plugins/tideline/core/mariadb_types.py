@@ -66,20 +66,19 @@ _CAST = "CAST({c} AS CHAR)"
 _HEX_READ = "CONCAT('\\\\x', HEX({c}))"
 
 
-def _zero_date_read(stand_in_zero: str) -> str:
-    return "CASE WHEN {c} IS NULL THEN NULL WHEN CAST({c} AS CHAR) LIKE '0000-00-00%' THEN " + stand_in_zero \
-        + " ELSE CAST({c} AS CHAR) END"
-
-
-def _zero_stand_in(not_null: bool, default: str | None, epoch: str) -> str:
-    """What a zero date reads as: NULL, or in a NOT NULL column its literal default (if a real
-    date), else the epoch — Debezium's fallback for a value its column cannot be null for."""
-    if not not_null:
-        return "NULL"
+def _zero_date_read(not_null: bool, default: str | None, epoch: str, zone: str = "") -> str:
+    """The column's text, `zone` appended (TIMESTAMP is read in UTC); a zero date reads as NULL,
+    or in a NOT NULL column as its literal default (if a real date), else the epoch — Debezium's
+    fallback for a value its column cannot be null for."""
     literal = re.fullmatch(r"'(\d{4}-\d{2}-\d{2}[^']*)'", (default or "").strip())
-    if literal and not literal.group(1).startswith("0000"):
-        return f"'{literal.group(1)}'"
-    return f"'{epoch}'"
+    if not not_null:
+        zero = "NULL"
+    elif literal and not literal.group(1).startswith("0000"):
+        zero = f"'{literal.group(1)}{zone}'"
+    else:
+        zero = f"'{epoch}{zone}'"
+    value = f"CONCAT(CAST({{c}} AS CHAR), '{zone}')" if zone else "CAST({c} AS CHAR)"
+    return f"CASE WHEN {{c}} IS NULL THEN NULL WHEN CAST({{c}} AS CHAR) LIKE '0000-00-00%' THEN {zero} ELSE {value} END"
 
 
 def map_column(column_type: str, not_null: bool, default: str | None = None) -> Mapping:
@@ -112,17 +111,15 @@ def map_column(column_type: str, not_null: bool, default: str | None = None) -> 
     if base in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"):
         return Mapping("bytea", HEX, _HEX_READ)
     if base == "date":
-        return Mapping("date", EPOCH_DAYS, _zero_date_read(_zero_stand_in(not_null, default, "1970-01-01")))
+        return Mapping("date", EPOCH_DAYS, _zero_date_read(not_null, default, "1970-01-01"))
     if base == "datetime":
         p = int(args or 0)
         return Mapping(f"timestamp({p}) without time zone", EPOCH_MILLIS if p <= 3 else EPOCH_MICROS,
-                       _zero_date_read(_zero_stand_in(not_null, default, "1970-01-01 00:00:00")))
+                       _zero_date_read(not_null, default, "1970-01-01 00:00:00"))
     if base == "timestamp":
         p = int(args or 0)
         return Mapping(f"timestamp({p}) with time zone", ZONED,
-                       _zero_date_read(_zero_stand_in(not_null, default, "1970-01-01 00:00:00"))
-                       .replace("ELSE CAST({c} AS CHAR) END", "ELSE CONCAT(CAST({c} AS CHAR), '+00') END")
-                       .replace("' ELSE CONCAT", "+00' ELSE CONCAT"))
+                       _zero_date_read(not_null, default, "1970-01-01 00:00:00", zone="+00"))
     if base == "time":
         return Mapping("interval", MICRO_DURATION, _CAST)
     if base == "year":
