@@ -32,42 +32,34 @@ def _regex_literal(name: str) -> str:
     return re.escape(name)
 
 
-def connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]:
-    """The connector's config, generated from the pipeline (never written by hand)."""
-    schema = cfg.source.schema_
-    cdc_tables = [t.name for t in cfg.tables if t.mode == "cdc"]
-    captured = cdc_tables + ([cfg.source.heartbeat_table] if cfg.source.heartbeat_table else [])
+def captured_tables(cfg: PipelineConfig) -> str:
+    """table.include.list: the cdc tables and the heartbeat table, as exact regexes."""
+    names = [t.name for t in cfg.tables if t.mode == "cdc"]
+    names += [cfg.source.heartbeat_table] if cfg.source.heartbeat_table else []
+    schema = _regex_literal(cfg.source.schema_)
+    return ",".join(f"{schema}\\.{_regex_literal(t)}" for t in names)
+
+
+def common_connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]:
+    """What every source engine's connector is given: streaming only (Spark does the snapshot),
+    the captured tables, heartbeats, JSON events, and a producer that loses nothing."""
     return {
-        "connector.class": CONNECTOR_CLASS,
         "tasks.max": "1",
-        "plugin.name": "pgoutput",
         "database.hostname": source.host or "localhost",
-        "database.port": str(source.port or 5432),
         "database.user": source.login or "",
         "database.password": source.password or "",
-        "database.dbname": source.schema or "",
         "topic.prefix": cfg.kafka.topic_prefix,
-        "slot.name": cfg.slot_name,
-        "publication.name": cfg.publication_name,
-        "publication.autocreate.mode": "filtered",
-        "table.include.list": ",".join(f"{_regex_literal(schema)}\\.{_regex_literal(t)}" for t in captured),
-        # Spark does the snapshot; the connector only streams from its slot's position.
+        "table.include.list": captured_tables(cfg),
+        # Spark does the snapshot; the connector only streams from its position.
         "snapshot.mode": "no_data",
         # Truncates are captured so the apply can stop loudly instead of silently diverging.
         "skipped.operations": "none",
         "tombstones.on.delete": "true",
-        # Every column as its PostgreSQL text form (stack/jvm/pg-text-converter): the stream carries
-        # what the full load carries, and the apply casts it back like COPY does. Types Debezium
-        # does not know (composites, geometry, tsquery, ...) reach the converter as their text.
-        "converters": "pgtext",
-        "pgtext.type": TEXT_CONVERTER,
-        "include.unknown.datatypes": "true",
         # Low capture latency: hand changes to Kafka every 100 ms.
         "poll.interval.ms": "100",
-        # Idle tables must not pin WAL on the source: each heartbeat writes a row to the (captured)
-        # heartbeat table, so there is always a recent change whose position the slot can confirm.
+        # Idle tables must not hold the source's log: each heartbeat writes a row to the (captured)
+        # heartbeat table, so there is always a recent change whose position can be confirmed.
         "heartbeat.interval.ms": "10000",
-        **({"heartbeat.action.query": heartbeat_query(cfg)} if cfg.source.heartbeat_table else {}),
         "key.converter": "org.apache.kafka.connect.json.JsonConverter",
         "key.converter.schemas.enable": str(cfg.kafka.json_schemas).lower(),
         "value.converter": "org.apache.kafka.connect.json.JsonConverter",
@@ -82,6 +74,27 @@ def connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]:
         "topic.creation.default.replication.factor": str(cfg.kafka.replication_factor),
         "topic.creation.default.cleanup.policy": "delete",
         "topic.creation.default.retention.ms": str(cfg.kafka.retention_ms),
+    }
+
+
+def connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]:
+    """The PostgreSQL connector's config, generated from the pipeline (never written by hand)."""
+    return {
+        **common_connector_config(cfg, source),
+        "connector.class": CONNECTOR_CLASS,
+        "plugin.name": "pgoutput",
+        "database.port": str(source.port or 5432),
+        "database.dbname": source.schema or "",
+        "slot.name": cfg.slot_name,
+        "publication.name": cfg.publication_name,
+        "publication.autocreate.mode": "filtered",
+        # Every column as its PostgreSQL text form (stack/jvm/pg-text-converter): the stream carries
+        # what the full load carries, and the apply casts it back like COPY does. Types Debezium
+        # does not know (composites, geometry, tsquery, ...) reach the converter as their text.
+        "converters": "pgtext",
+        "pgtext.type": TEXT_CONVERTER,
+        "include.unknown.datatypes": "true",
+        **({"heartbeat.action.query": heartbeat_query(cfg)} if cfg.source.heartbeat_table else {}),
     }
 
 

@@ -183,21 +183,14 @@ class MariaDbEngine(SourceEngine):
             raise ConfigError(f"pipeline {cfg.name}", [("source.heartbeat_table", (
                 "is required for a MariaDB source: its marker row proves the connector streams before a full "
                 "load starts (see tideline.engines.mariadb)"))])
-        base = debezium.connector_config(cfg, self.source)
-        for k in ("plugin.name", "slot.name", "publication.name", "publication.autocreate.mode", "database.dbname",
-                  "converters", "pgtext.type", "include.unknown.datatypes"):
-            base.pop(k, None)
         db = cfg.source.schema_
-        captured = [t.name for t in cfg.tables if t.mode == "cdc"] + [cfg.source.heartbeat_table]
-        base.update({
+        return {
+            **debezium.common_connector_config(cfg, self.source),
             "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
             "database.port": str(self.source.port or 3306),
             "database.server.id": str(self.server_id(cfg)),
             "database.include.list": db,
-            "table.include.list": ",".join(f"{debezium._regex_literal(db)}\\.{debezium._regex_literal(t)}"
-                                           for t in captured),
-            # Tideline snapshots; the connector reads the schema and streams from the current position
-            "snapshot.mode": "no_data",
+            # the connector reads the tables' schema (no rows) and streams from the current position
             "snapshot.locking.mode": "minimal",
             "schema.history.internal.kafka.bootstrap.servers": bootstrap or "",
             "schema.history.internal.kafka.topic": self.schema_history_topic(cfg),
@@ -217,8 +210,7 @@ class MariaDbEngine(SourceEngine):
             "heartbeat.action.query": (
                 f"INSERT INTO {q(db)}.{q(cfg.source.heartbeat_table)} (pipeline, beat_at) VALUES ('{cfg.name}', "
                 f"UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE beat_at = UTC_TIMESTAMP(6)"),
-        })
-        return base
+        }
 
     def capture_topics(self, cfg) -> dict[str, dict[str, str]]:
         """The schema history topic: kept forever (the connector rebuilds table schemas from it),
