@@ -8,6 +8,7 @@ asserted literally, so the oracle cannot share a mistake with the product.
 """
 from __future__ import annotations
 
+import io
 import time
 
 import pyarrow as pa
@@ -16,7 +17,7 @@ from psycopg2 import sql
 
 import stackctl
 from helpers import Writer, rows_as_text, table_digest
-from tideline import engines
+from tideline import doctor, engines
 from tideline.core.config import load_pipeline
 from tideline.core.connections import get_connection
 from tideline.core.copy_text import batch_to_copy_text
@@ -72,7 +73,6 @@ def oracle(target_db, table: str, scratch: str) -> None:
         cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(scratch)))
         cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(scratch), sql.Identifier(table)))
         cur.execute(create_table(shape, scratch, table))
-        import io
         cur.copy_expert(copy_into(scratch, table, shape.column_names).as_string(target_db),
                         io.BytesIO(batch_to_copy_text(batch, shape.escape_flags).to_pybytes()))
 
@@ -319,7 +319,8 @@ def test_added_column_and_purged_binlogs_recover_without_a_person(stack, spark, 
             cur.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
 
 
-def test_sources_that_cannot_be_captured_are_refused_before_any_work(stack, spark, maria, pipelines, unique_name):
+def test_sources_that_cannot_be_captured_are_refused_before_any_work(stack, spark, maria, pipelines, unique_name,
+                                                                     monkeypatch):
     geo, nokey = f"{unique_name}_geo", f"{unique_name}_nokey"
     _exec(maria, f"CREATE TABLE `{geo}` (id int PRIMARY KEY, place point, note text)",
           f"CREATE TABLE `{nokey}` (a int, b text)")
@@ -341,15 +342,13 @@ def test_sources_that_cannot_be_captured_are_refused_before_any_work(stack, spar
             _exec(maria, "SET GLOBAL binlog_format = 'ROW'")
         # a table without a key cannot stream; missing replication privileges fail the doctor
         cfg = mariadb_pipeline(pipelines, [{"name": nokey}], create_topics=False)
-        from tideline import doctor
         checks = {c.name: c for c in doctor.source_checks(cfg, get_connection(CONN_ID), 0)}
         assert checks[f"primary key {nokey}"].status == "fail"
         assert checks["binlog"].status == "pass" and checks["privileges"].status == "pass"
         _exec(maria, f"CREATE USER IF NOT EXISTS 'plain_{unique_name}'@'127.0.0.1' IDENTIFIED BY 'x'",
               f"GRANT SELECT ON `{DB}`.* TO 'plain_{unique_name}'@'127.0.0.1'")
-        import os
-        os.environ[f"AIRFLOW_CONN_PLAIN_{unique_name.upper()}"] = stackctl.mariadb_url(
-            user=f"plain_{unique_name}", password="x")
+        monkeypatch.setenv(f"AIRFLOW_CONN_PLAIN_{unique_name.upper()}",
+                           stackctl.mariadb_url(user=f"plain_{unique_name}", password="x"))
         checks = {c.name: c for c in doctor.source_checks(cfg, get_connection(f"plain_{unique_name}"), 0)}
         assert checks["privileges"].status == "fail" and "REPLICATION SLAVE" in checks["privileges"].fix
     finally:
