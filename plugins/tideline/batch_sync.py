@@ -19,7 +19,7 @@ from tideline.core import schema_drift
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.errors import LoadVerificationError, SourceError
-from tideline.core.table_shape import Column, TableShape, create_table, hash_predicates, read_query
+from tideline.core.table_shape import Column, TableShape, create_table
 from tideline.full_load import copy_source_rows, prepare_target_schema, run_owner
 
 log = logging.getLogger("tideline.batch")
@@ -59,7 +59,7 @@ class BatchSync:
     def sync_table(self, table: str, start: datetime, end: datetime) -> BatchResult:
         cfg, tcfg = self.cfg, self.cfg.table(table)
         label, started = f"{cfg.name}.{table}", time.monotonic()
-        src = self.engine.postgres_connection("batch mode", autocommit=True)
+        src = self.engine.connect(autocommit=True)
         tgt = psycopg2.connect(self.target.postgres_dsn())
         stage = f"{table[:46]}__tl_batch"
         schema = cfg.target.schema_
@@ -78,17 +78,20 @@ class BatchSync:
             run_id = state.run_start(tgt, cfg.name, table, "batch", epoch, f"interval {start} .. {end}")
             current = (state.get(tgt, cfg.name, table).raw or {}).get("cursor_value")
             tgt.rollback()
-            lower, upper, where, new_cursor = self._bounds(src, shape, cursor_col, current, start, end,
-                                                           tcfg.safety_lag_s)
+            if not cursor_col.type.startswith(_TIME_TYPES + _INT_TYPES):
+                raise SourceError(f"{cfg.name}.{table}: cursor_column {cursor_col.name} is {cursor_col.type}; "
+                                  f"use an update-time (timestamp, timestamptz, date) or integer column.")
+            lower, upper, where, new_cursor = self.engine.cursor_bounds(
+                src, shape, cursor_col, current, start, end, tcfg.safety_lag_s,
+                time=cursor_col.type.startswith(_TIME_TYPES))
             with tgt, tgt.cursor() as cur:
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(stage)))
                 cur.execute(create_table(shape, schema, stage, unlogged=True))
             rows = 0
             if where is not None:
-                preds = [p.as_string(src) for p in hash_predicates(shape, cfg.spark.parallelism)]
-                figures = copy_source_rows(self.spark, self.engine, tgt, self.target.postgres_dsn(), shape,
-                                           read_query(shape, where).as_string(src), preds, schema, stage, label,
-                                           started=started)
+                query, preds, init = self.engine.interval_read(src, shape, where, cfg.spark.parallelism)
+                figures = copy_source_rows(self.spark, self.engine, tgt, self.target.postgres_dsn(), shape, query,
+                                           preds, schema, stage, label, session_init=init, started=started)
                 rows = sum(f["copied"] for f in figures)
                 if rows != sum(f["rows"] for f in figures):
                     raise LoadVerificationError(f"{label}: rows read and rows staged differ; nothing was applied")
@@ -120,38 +123,6 @@ class BatchSync:
         finally:
             src.close()
             tgt.close()
-
-    def _bounds(self, src, shape: TableShape, col: Column, current: str | None, start: datetime, end: datetime,
-                lag_s: int):
-        """[lower, upper) of the cursor for this run and the cursor after it, as text (computed by
-        the source, in the column's own type), and the WHERE clause (None: nothing to read yet)."""
-        ident, typ = sql.Identifier(col.name), sql.SQL(col.type)
-        with src.cursor() as cur:
-            if col.type.startswith(_TIME_TYPES):
-                # The run's interval, never closer to now than the safety lag, and from the cursor
-                # when an earlier run could not read up to its interval's end.
-                cur.execute(sql.SQL(
-                    "WITH b AS (SELECT least(%(start)s::timestamptz, coalesce(%(cur)s::timestamptz, 'infinity')) AS lo,"
-                    " least(%(end)s::timestamptz, now() - make_interval(secs => %(lag)s)) AS hi) "
-                    "SELECT lo::{t}::text, hi::{t}::text, hi > lo, "
-                    "greatest(coalesce(%(cur)s::timestamptz, '-infinity'), hi)::{t}::text FROM b").format(t=typ),
-                    {"start": start, "end": end, "cur": current, "lag": lag_s})
-            elif col.type.startswith(_INT_TYPES):
-                # Monotonic ids: everything above the cursor up to the largest id now.
-                cur.execute(sql.SQL(
-                    "WITH b AS (SELECT %(cur)s::numeric AS lo, max({c})::numeric + 1 AS hi FROM {tbl}) "
-                    "SELECT lo::text, hi::text, coalesce(hi > coalesce(lo, hi - 1), false), "
-                    "greatest(lo, hi)::text FROM b").format(c=ident, tbl=shape.qualified()), {"cur": current})
-            else:
-                raise SourceError(f"{self.cfg.name}.{shape.name}: cursor_column {col.name} is {col.type}; "
-                                  f"use an update-time (timestamp, timestamptz, date) or integer column.")
-            lower, upper, any_range, new_cursor = cur.fetchone()
-        if not any_range:
-            return lower, upper, None, new_cursor or current
-        where = sql.SQL("t.{c} < {u}::{t}").format(c=ident, u=sql.Literal(upper), t=typ)
-        if lower is not None:
-            where = sql.SQL("t.{c} >= {l}::{t} AND ").format(c=ident, l=sql.Literal(lower), t=typ) + where
-        return lower, upper, where, new_cursor
 
     def _ensure_target(self, cur, shape: TableShape) -> None:
         schema, table = self.cfg.target.schema_, shape.name

@@ -20,6 +20,7 @@ from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import TerminalError
 from tideline.core.table_shape import TableShape
+from tideline.engines.postgres import between, collatable_keys
 
 log = logging.getLogger("tideline.repair")
 
@@ -56,12 +57,12 @@ def _loaded_epoch(tgt, pipeline: str, table: str) -> int:
     return st.epoch
 
 
-def apply_from_source(cfg: PipelineConfig, shape: TableShape, src, tgt, where: sql.Composable, label: str,
-                      delete_missing: bool = True) -> RepairResult:
-    """Re-reads the rows matching `where` from the source (one consistent COPY) and applies them
-    to the target in one transaction behind the stream's fence: upsert what the source has and,
-    when `where` is over the key, delete what it no longer has. The stream's position is not
-    touched.
+def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, source_where: str,
+                      target_where: sql.Composable, label: str, delete_missing: bool = True) -> RepairResult:
+    """Re-reads the rows matching `source_where` from the source (one consistent read) and applies
+    them to the target in one transaction behind the stream's fence: upsert what the source has
+    and, when the predicate is over the key, delete the target's rows matching `target_where` (the
+    same rows, in PostgreSQL) that the source no longer has. The stream's position is not touched.
 
     Order matters: the fence (the table's state row, which every stream batch locks) is held
     *before* the source is read. A batch committed earlier is then already in the source read;
@@ -75,10 +76,7 @@ def apply_from_source(cfg: PipelineConfig, shape: TableShape, src, tgt, where: s
     with tgt, tgt.cursor() as cur:
         _lock_for_repair(cur, cfg.name, table, epoch)
         buf = io.BytesIO()
-        with src.cursor() as scur:
-            scur.copy_expert(sql.SQL("COPY (SELECT {} FROM {} WHERE {}) TO STDOUT").format(
-                cols, shape.qualified(), where).as_string(src), buf)
-        src.rollback()
+        engine.copy_out(src, shape, source_where, buf)
         buf.seek(0)
         cur.execute(sql.SQL("CREATE TEMP TABLE tl_repair ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
             cols, target_table))
@@ -88,7 +86,7 @@ def apply_from_source(cfg: PipelineConfig, shape: TableShape, src, tgt, where: s
         pk = sql.SQL(", ").join(sql.Identifier(k) for k in shape.primary_key)
         if delete_missing:  # rows gone at the source go from the target too
             cur.execute(sql.SQL("DELETE FROM {t} WHERE ({w}) AND ({pk}) NOT IN (SELECT {pk} FROM tl_repair)").format(
-                t=target_table, w=where, pk=pk))
+                t=target_table, w=target_where, pk=pk))
             deleted = cur.rowcount
         updates = sql.SQL(", ").join(sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
                                      for c in shape.written_columns if c not in shape.primary_key)
@@ -105,9 +103,9 @@ def apply_from_source(cfg: PipelineConfig, shape: TableShape, src, tgt, where: s
 
 
 def _connections(source: Conn, target: Conn):
-    """The source's engine and connection (repair reads it with PostgreSQL SQL), and the target."""
+    """The source's engine and connection, and the target."""
     engine = engines.for_source(source)
-    return engine, engine.postgres_connection("repair"), psycopg2.connect(target.postgres_dsn())
+    return engine, engine.connect(), psycopg2.connect(target.postgres_dsn())
 
 
 def _key_column(cfg: PipelineConfig, shape: TableShape):
@@ -121,28 +119,34 @@ def _key_column(cfg: PipelineConfig, shape: TableShape):
     return shape.column(shape.primary_key[0])
 
 
-def check_key_range(cfg: PipelineConfig, source: Conn, table: str, key_from: str, key_to: str) -> None:
-    """Before any work: both ends are values of the key's type (cast by the source itself) and in
-    order; the error names the param."""
-    engine = engines.for_source(source)
-    src = engine.postgres_connection("repair")
+def _check_range(tgt, table: str, column: str, typ: str, lo: str, hi: str, params: tuple[str, str]) -> None:
+    """Both ends are values of the type (cast by PostgreSQL, which holds the same types in the
+    target whatever the source engine) and in order; the error names the param."""
+    with tgt.cursor() as cur:
+        for param, value in zip(params, (lo, hi)):
+            try:
+                cur.execute(sql.SQL("SELECT {}::{}").format(sql.Literal(value), sql.SQL(typ)))
+            except psycopg2.Error as exc:
+                tgt.rollback()
+                raise RepairError(f"param {param}: {value!r} is not a value of {table}.{column} ({typ}): "
+                                  f"{(exc.diag.message_primary or str(exc)).strip()}", table=table) from None
+        cur.execute(sql.SQL("SELECT {lo}::{t} <= {hi}::{t}").format(lo=sql.Literal(lo), hi=sql.Literal(hi),
+                                                                    t=sql.SQL(typ)))
+        if not cur.fetchone()[0]:
+            raise RepairError(f"params {params[0]}/{params[1]}: the range is inverted ({lo!r} is after {hi!r} in "
+                              f"{typ} order)", table=table)
+    tgt.rollback()
+
+
+def check_key_range(cfg: PipelineConfig, source: Conn, target: Conn, table: str, key_from: str, key_to: str) -> None:
+    """Before any work: the key range names values of the key's type, in order."""
+    engine, src, tgt = _connections(source, target)
     try:
         col = _key_column(cfg, engine.describe(src, cfg.source.schema_, table, cfg.table(table)))
-        with src.cursor() as cur:
-            for param, value in (("repair_key_from", key_from), ("repair_key_to", key_to)):
-                try:
-                    cur.execute(sql.SQL("SELECT {}::{}").format(sql.Literal(value), sql.SQL(col.type)))
-                except psycopg2.Error as exc:
-                    src.rollback()
-                    raise RepairError(f"param {param}: {value!r} is not a value of {table}.{col.name} ({col.type}): "
-                                      f"{(exc.diag.message_primary or str(exc)).strip()}", table=table) from None
-            cur.execute(sql.SQL("SELECT {lo}::{t} <= {hi}::{t}").format(lo=sql.Literal(key_from),
-                                                                        hi=sql.Literal(key_to), t=sql.SQL(col.type)))
-            if not cur.fetchone()[0]:
-                raise RepairError(f"params repair_key_from/to: the range is inverted ({key_from!r} is after "
-                                  f"{key_to!r} in {col.type} order)", table=table)
+        _check_range(tgt, table, col.name, col.type, key_from, key_to, ("repair_key_from", "repair_key_to"))
     finally:
         src.close()
+        tgt.close()
 
 
 def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_from: str | None = None,
@@ -157,31 +161,23 @@ def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_f
             raise RepairError(f"{cfg.name}.{table} has no primary key; repair needs one", table=table)
         if key_from is not None:
             col = _key_column(cfg, shape)
-            where = sql.SQL("{c} BETWEEN {lo}::{t} AND {hi}::{t}").format(
-                c=sql.Identifier(col.name), lo=sql.Literal(key_from), hi=sql.Literal(key_to), t=sql.SQL(col.type))
+            lo, hi, as_time = key_from, key_to, False
+            _check_range(tgt, table, col.name, col.type, lo, hi, ("repair_key_from", "repair_key_to"))
         else:
             if time_column not in shape.column_names:
                 raise RepairError(f"{cfg.name}.{table} has no column {time_column!r} for a time-range repair",
                                   table=table)
-            col = shape.column(time_column)
-            where = sql.SQL("{c} BETWEEN {lo}::timestamptz AND {hi}::timestamptz").format(
-                c=sql.Identifier(col.name), lo=sql.Literal(time_from), hi=sql.Literal(time_to))
-        with src.cursor() as cur:
-            lo_hi = (key_from, key_to) if key_from is not None else (time_from, time_to)
-            try:
-                cur.execute(sql.SQL("SELECT {}::{t} <= {}::{t}").format(
-                    sql.Literal(lo_hi[0]), sql.Literal(lo_hi[1]),
-                    t=sql.SQL(col.type if key_from is not None else "timestamptz")))
-            except psycopg2.Error as exc:
-                raise RepairError(f"repair range {lo_hi[0]!r}..{lo_hi[1]!r} is not a valid {col.type} range for "
-                                  f"{table}.{col.name}: {exc.pgerror.strip() if exc.pgerror else exc}",
-                                  table=table) from None
-            if not cur.fetchone()[0]:
-                raise RepairError(f"repair range is inverted: {lo_hi[0]!r} is after {lo_hi[1]!r}", table=table)
-        src.rollback()
-        label = f"{'key' if key_from is not None else time_column} range {lo_hi[0]}..{lo_hi[1]}"
+            col, as_time = shape.column(time_column), True
+            _check_range(tgt, table, col.name, "timestamptz", time_from, time_to, ("repair_from", "repair_to"))
+            with tgt.cursor() as cur:   # the times in UTC, which every engine's session reads in
+                cur.execute("SELECT (%s::timestamptz AT TIME ZONE 'UTC')::text, (%s::timestamptz AT TIME ZONE "
+                            "'UTC')::text", (time_from, time_to))
+                lo, hi = cur.fetchone()
+            tgt.rollback()
+        label = f"{'key' if key_from is not None else time_column} range {lo}..{hi}"
         # A time range says nothing about rows deleted at the source: only a key range deletes.
-        return apply_from_source(cfg, shape, src, tgt, where, label, delete_missing=key_from is not None)
+        return apply_from_source(cfg, engine, shape, src, tgt, engine.range_where(src, shape, col.name, lo, hi, as_time),
+                                 between(shape, col.name, lo, hi, as_time), label, delete_missing=not as_time)
     finally:
         src.close()
         tgt.close()
@@ -205,13 +201,14 @@ def repair_verified(cfg: PipelineConfig, source: Conn, target: Conn, table: str,
                      run_id)
             return total
         shape = engine.describe(src, cfg.source.schema_, table, cfg.table(table))
-        collatable = engine.collatable_keys(src, shape)
-        src.rollback()
+        collatable = collatable_keys(tgt, shape)
+        tgt.rollback()
         for i in range(0, len(ranges), ranges_per_transaction):
             chunk = ranges[i:i + ranges_per_transaction]
-            where = sql.SQL(" OR ").join(sql.SQL("({})").format(range_predicate(shape, r, collatable)) for r in chunk)
-            r = apply_from_source(cfg, shape, src, tgt, where,
-                                  f"{len(chunk)} key range(s) verify run {run_id} found different")
+            target_where = sql.SQL(" OR ").join(sql.SQL("({})").format(range_predicate(shape, r, collatable))
+                                                for r in chunk)
+            r = apply_from_source(cfg, engine, shape, src, tgt, engine.key_ranges_where(src, shape, chunk),
+                                  target_where, f"{len(chunk)} key range(s) verify run {run_id} found different")
             total = RepairResult(table, total.read + r.read, total.upserted + r.upserted, total.deleted + r.deleted)
         return total
     finally:

@@ -14,6 +14,7 @@ to the run history.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,9 +28,9 @@ from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import SourceError, TargetError, TidelineError
 from tideline.core.table_shape import TableShape
-from tideline.core.verify_plan import (PROBE_HASH_SQL, Candidate, Finding, KeyRange, VerifyReport, boundaries_in_range,
-                                       bucket_expr, classify, fingerprint_query, keys_predicate, range_predicate,
-                                       row_hash, rows_query)
+from tideline.core import verify_canonical
+from tideline.core.verify_canonical import MASK
+from tideline.core.verify_plan import PROBE_HASH_SQL, Candidate, Finding, KeyRange, PgDialect, VerifyReport, classify, row_hash
 
 log = logging.getLogger("tideline.verify")
 
@@ -52,23 +53,29 @@ class VerifySettings:
 
 
 class _Side:
-    """One database of the comparison: a connection with fixed text settings."""
+    """One database of the comparison: a connection with fixed text settings, and the dialect
+    of the table being compared (set per table)."""
 
     def __init__(self, conn: Conn, schema: str, label: str):
-        self.engine = engines.for_source(conn)   # both sides are read with PostgreSQL SQL
-        self.conn = self.engine.postgres_connection("verify", autocommit=True)
+        self.engine = engines.for_source(conn)
+        self.postgres = self.engine.kind == "postgres"
+        self.conn = self.engine.connect(autocommit=True)
         self.schema, self.label = schema, label
-        with self.conn.cursor() as cur:
-            cur.execute(SESSION_SETTINGS)
+        self.dialect = None
+        if self.postgres:
+            with self.conn.cursor() as cur:
+                cur.execute(SESSION_SETTINGS)
 
-    def all(self, query: sql.Composable, params=None) -> list[tuple]:
+    def all(self, query, params=None) -> list[tuple]:
         with self.conn.cursor() as cur:
             cur.execute(query, params)
-            return cur.fetchall()
+            return list(cur.fetchall())
 
-    def grouped(self, query: sql.Composable) -> list[tuple]:
-        """A GROUP BY over few buckets: the planner cannot know there are few, and would sort
-        every row of the range; a hash aggregate is 2-3× faster."""
+    def grouped(self, query) -> list[tuple]:
+        """A GROUP BY over few buckets: the PostgreSQL planner cannot know there are few, and
+        would sort every row of the range; a hash aggregate is 2-3× faster."""
+        if not self.postgres:
+            return self.all(query)
         with self.conn.cursor() as cur:
             cur.execute("SET enable_sort TO off")
             try:
@@ -129,16 +136,42 @@ class TableVerifier:
 
     # ---------------------------------------------------------------- compare
 
+    def _dialects(self, shape: TableShape) -> None:
+        """Each side's fingerprint SQL: typed hashes between two PostgreSQL databases (row text when
+        they hash differently), canonical text across engines (core.verify_canonical)."""
+        if self.src.postgres:
+            binary = self._binary_hashes_agree()
+            if not binary:
+                log.warning("%s: source and target hash values differently (byte order or version); "
+                            "fingerprinting row text instead (slower)", shape.name)
+            collatable = self.src.engine.collatable_keys(self.src.conn, shape)
+            hash_expr = row_hash(shape, self._text_columns(shape), binary)
+            self.src.dialect = PgDialect(shape, self.src.schema, hash_expr, collatable)
+            self.tgt.dialect = PgDialect(shape, self.tgt.schema, hash_expr, collatable)
+            return
+        verify_canonical.check_keys(shape, f"{self.cfg.name}.{shape.name}")
+        target_shape = self._target_typed(shape)
+        self.src.dialect = verify_canonical.MariaDbDialect(shape, self.src.schema, self.src.conn.escape)
+        self.tgt.dialect = PgDialect(target_shape, self.tgt.schema, verify_canonical.pg_row_hash(target_shape),
+                                     frozenset(k for k in shape.primary_key
+                                               if target_shape.column(k).type.startswith(("character", "text"))),
+                                     verify_canonical.pg_key_text(target_shape))
+
+    def _target_typed(self, shape: TableShape) -> TableShape:
+        """The shape with the target's column types (a widened column hashes as it is stored)."""
+        rows = self.tgt.all(sqlfiles.load("full_load/target_columns"),
+                            {"relid": f'"{self.cfg.target.schema_}"."{shape.name}"'})
+        types = {r[0]: r[1] for r in rows}
+        return TableShape(shape.schema, shape.name,
+                          tuple(dataclasses.replace(c, type=types.get(c.name, c.type)) for c in shape.columns),
+                          shape.primary_key)
+
     def run(self, table: str) -> VerifyReport:
         started = time.time()
         report = VerifyReport(table)
         shape = self._shape(table)
-        binary = self._binary_hashes_agree()
-        if not binary:
-            log.warning("%s: source and target hash values differently (byte order or version); fingerprinting "
-                        "row text instead (slower)", table)
-        self.shape, self.collatable = shape, self.src.engine.collatable_keys(self.src.conn, shape)
-        self.hash = row_hash(shape, self._text_columns(shape), binary)
+        self._dialects(shape)
+        self.shape = shape
         whole = KeyRange()
         (s_count, s_sum), (t_count, t_sum) = self._both(self._fingerprint, whole)
         report.source_rows, report.target_rows = s_count, t_count
@@ -154,30 +187,31 @@ class TableVerifier:
         return report
 
     def _fingerprint(self, side: _Side, rng: KeyRange) -> tuple[int, int]:
-        pred = range_predicate(self.shape, rng, self.collatable)
-        _b, count, total = side.all(fingerprint_query(self.shape, side.schema, pred, self.hash))[0]
-        return count, total
+        d = side.dialect
+        _b, count, total = side.all(d.fingerprint_query(d.range_predicate(rng)))[0]
+        return count, int(total or 0) & MASK
 
-    def _buckets(self, side: _Side, rng: KeyRange, boundaries) -> dict[int, tuple[int, str]]:
-        pred = range_predicate(self.shape, rng, self.collatable)
-        q = fingerprint_query(self.shape, side.schema, pred, self.hash,
-                              bucket_expr(self.shape, boundaries, self.collatable))
-        return {b: (c, s) for b, c, s in side.grouped(q)}
+    def _buckets(self, side: _Side, rng: KeyRange, boundaries) -> dict[int, tuple[int, int]]:
+        d = side.dialect
+        return {int(b): (c, int(s or 0) & MASK)
+                for b, c, s in side.grouped(d.fingerprint_query(d.range_predicate(rng), boundaries))}
 
-    def _rows(self, side: _Side, pred: sql.Composable) -> dict[tuple, int]:
-        return {tuple(k): h for k, h in side.all(rows_query(self.shape, side.schema, pred, self.hash))}
+    def _rows(self, side: _Side, keys: list[tuple] | KeyRange) -> dict[tuple, int]:
+        d = side.dialect
+        pred = d.range_predicate(keys) if isinstance(keys, KeyRange) else d.keys_predicate(keys)
+        return {tuple(r[:-1]): int(r[-1]) & MASK for r in side.all(d.rows_query(pred))}
 
     def _boundaries(self, cutter: _Side, rng: KeyRange, parts: int, in_range: int, in_table: int) -> list[tuple]:
         """Cut points inside rng; a block sample of the table when the range is big (exact keys
         are only needed for small ranges, where a sample would miss them)."""
-        pred = range_predicate(self.shape, rng, self.collatable)
-        if in_range > self.s.sample_above_rows and in_table:
+        d = cutter.dialect
+        pred = d.range_predicate(rng)
+        if in_range > self.s.sample_above_rows and in_table and cutter.postgres:
             pct = min(100.0, round(100.0 * self.s.sample_rows_target / in_table, 4))
-            cuts = cutter.all(boundaries_in_range(self.shape, cutter.schema, pred, parts, self.collatable, pct))
+            cuts = cutter.all(d.boundaries_query(pred, parts, pct))
             if cuts:
                 return [tuple(r) for r in cuts]
-        return [tuple(r) for r in cutter.all(
-            boundaries_in_range(self.shape, cutter.schema, pred, parts, self.collatable))]
+        return [tuple(r) for r in cutter.all(d.boundaries_query(pred, parts))]
 
     def _narrow(self, whole: KeyRange, s_count: int, t_count: int, report: VerifyReport) -> list[Candidate]:
         """Depth-first over differing ranges; returns the rows that differed at first look."""
@@ -189,8 +223,7 @@ class TableVerifier:
                 report.truncated = True
                 break
             if max(sc, tc) <= self.s.leaf_rows:
-                pred = range_predicate(self.shape, rng, self.collatable)
-                src_rows, tgt_rows = self._both(self._rows, pred)
+                src_rows, tgt_rows = self._both(self._rows, rng)
                 for key in src_rows.keys() | tgt_rows.keys():
                     s, t = src_rows.get(key), tgt_rows.get(key)
                     kind = classify(s, t)
@@ -243,7 +276,7 @@ class TableVerifier:
     def _current(self, keys: list[tuple]) -> tuple[dict, dict]:
         src, tgt = {}, {}
         for i in range(0, len(keys), 1000):
-            s, t = self._both(self._rows, keys_predicate(self.shape, keys[i:i + 1000]))
+            s, t = self._both(self._rows, keys[i:i + 1000])
             src.update(s)
             tgt.update(t)
         return src, tgt
@@ -297,7 +330,7 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], b
                     continue
                 try:
                     report = verifier.run(table)
-                except psycopg2.Error as exc:
+                except (psycopg2.Error, *src.engine.errors) as exc:
                     raise SourceError(f"{cfg.name}.{table}: verify failed: {str(exc).strip()}", table=table) from None
                 record(tgt.conn, cfg.name, report)
                 (log.info if report.equal else log.error)("%s.%s (%.1fs)", cfg.name, report.summary(),

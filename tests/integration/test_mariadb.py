@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import time
 
-import pyarrow as pa
 import pytest
 from psycopg2 import sql
 
@@ -20,7 +19,6 @@ from helpers import Writer, rows_as_text, table_digest
 from tideline import doctor, engines
 from tideline.core.config import load_pipeline
 from tideline.core.connections import get_connection
-from tideline.core.copy_text import batch_to_copy_text
 from tideline.core.errors import SourceError
 from tideline.core.table_shape import copy_into, create_table
 from tideline.full_load import FullLoad
@@ -52,29 +50,21 @@ def mariadb_pipeline(pipelines, tables, **kw):
 
 
 def oracle(target_db, table: str, scratch: str) -> None:
-    """The source table, read now in one transaction and mapped, as scratch.<table> in the target."""
+    """The source table, read now (one statement) and mapped, as scratch.<table> in the target."""
     engine = engines.for_source(get_connection(CONN_ID))
     src = engine.connect()
+    buf = io.BytesIO()
     try:
         shape = engine.describe(src, DB, table)
-        with src.cursor() as cur:
-            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            cur.execute(f"SELECT * FROM {engine.read_query(src, shape)} ORDER BY "
-                        + ", ".join(f"`__tl_k{i}`" for i in range(len(shape.primary_key))))
-            rows = cur.fetchall()
-        src.rollback()
+        engine.copy_out(src, shape, "TRUE", buf)
     finally:
         src.close()
-    n_keys = len(shape.primary_key)
-    columns = list(zip(*[r[n_keys:] for r in rows])) if rows else [[] for _ in shape.columns]
-    batch = pa.RecordBatch.from_arrays([pa.array(list(c), pa.string()) for c in columns],
-                                       names=shape.column_names)
+    buf.seek(0)
     with target_db.cursor() as cur:
         cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(scratch)))
         cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(scratch), sql.Identifier(table)))
         cur.execute(create_table(shape, scratch, table))
-        cur.copy_expert(copy_into(scratch, table, shape.column_names).as_string(target_db),
-                        io.BytesIO(batch_to_copy_text(batch, shape.escape_flags).to_pybytes()))
+        cur.copy_expert(copy_into(scratch, table, shape.column_names).as_string(target_db), buf)
 
 
 def column_differences(target_db, schema: str, scratch: str, table: str, limit: int = 20) -> list[tuple]:
@@ -199,13 +189,53 @@ def _assert_expected(target_db, schema: str, table: str) -> None:
                 assert got[i] == want, (col, i, got[i], want)
 
 
+# Text keys that order differently by collation, by case, by bytes (verify cuts ranges on them).
+TEXT_KEYS = ["a", "B", "c", "é", "😀", "Z", " x", "a\tb", "", "ab", "Ab-2", "~", "ß", "中文"]
+
+
+def verify_table(cfg, table: str, **settings):
+    """One verify of a table (no stream to wait for), narrowing down to single rows when asked."""
+    from tideline.verify import VerifySettings, verify
+    [report] = verify(cfg, get_connection(CONN_ID), get_connection("tideline_target"), [table], None,
+                      VerifySettings(**settings))
+    return report
+
+
+def tamper_and_repair(target_db, cfg, table: str, scratch: str, change: str, deleted, extra_row: str) -> None:
+    """Changes one target row (`change`: SET … WHERE …), deletes one, adds one: verify must name
+    exactly those keys, and repair must fix exactly them (target == source again)."""
+    from tideline.repair import repair_verified
+    first = verify_table(cfg, table, leaf_rows=1, fanout=3)
+    assert first.equal, first.summary()
+    name = sql.Identifier(cfg.name), sql.Identifier(table)
+    with target_db.cursor() as cur:
+        cur.execute(sql.SQL("UPDATE {}.{} SET " + change).format(*name))
+        assert cur.rowcount == 1
+        cur.execute(sql.SQL("DELETE FROM {}.{} WHERE id = %s").format(*name), (deleted,))
+        assert cur.rowcount == 1
+        cur.execute(sql.SQL("INSERT INTO {}.{} " + extra_row).format(*name))
+    found = verify_table(cfg, table, leaf_rows=1, fanout=3)
+    assert found.counts == {"missing": 1, "extra": 1, "different": 1}, found.summary()
+    result = repair_verified(cfg, get_connection(CONN_ID), get_connection("tideline_target"), table)
+    assert (result.upserted, result.deleted) == (2, 1), result
+    again = verify_table(cfg, table)
+    assert again.equal, again.summary()
+    oracle(target_db, table, scratch)
+    assert table_digest(target_db, scratch, table, "id") == table_digest(target_db, cfg.name, table, "id")
+
+
 def test_every_mapped_type_through_full_load_and_stream(stack, spark, maria, target_db, pipelines, unique_name):
-    t, scratch = f"{unique_name}_types", f"{unique_name}_oracle"
+    t, tk, scratch = f"{unique_name}_types", f"{unique_name}_tkeys", f"{unique_name}_oracle"
     _exec(maria, "SET SESSION sql_mode = ''", "SET time_zone = '+00:00'", TYPES_DDL.format(t=t))
     _exec(maria, f"INSERT INTO `{t}` VALUES " + ", ".join(TYPES_ROWS))
+    _exec(maria, f"CREATE TABLE `{tk}` (id varchar(40) PRIMARY KEY, n int, d double) CHARACTER SET utf8mb4 "
+                 f"COLLATE utf8mb4_general_ci")
+    with maria.cursor() as cur:
+        cur.executemany(f"INSERT INTO `{tk}` VALUES (%s, %s, %s)",
+                        [(k, i, 1 / (i + 1)) for i, k in enumerate(TEXT_KEYS)])
     try:
-        cfg = mariadb_pipeline(pipelines, [{"name": t}], capture=True)
-        [loaded] = FullLoad(cfg, spark).run([t])
+        cfg = mariadb_pipeline(pipelines, [{"name": t}, {"name": tk}], capture=True)
+        [loaded, _] = FullLoad(cfg, spark).run([t, tk])
         assert loaded.rows == len(TYPES_ROWS)
         oracle(target_db, t, scratch)
         by_load = rows_as_text(target_db, cfg.name, t)
@@ -228,8 +258,12 @@ def test_every_mapped_type_through_full_load_and_stream(stack, spark, maria, tar
             cur.execute(sql.SQL("SELECT state.source_position FROM tideline.table_state state WHERE pipeline = %s"),
                         (cfg.name,))
             assert cur.fetchone()[0].startswith("0-1-"), "the GTID set at the full load is in the state"
+        # verify fingerprints every type alike on both sides; it finds tampered rows, repair fixes them
+        tamper_and_repair(target_db, cfg, t, scratch, "c_double = 0.30000000000000004 WHERE id = 4", 6,
+                          "(id, c_date_nn, c_dt_nn, c_date_nd) VALUES (999, '2000-01-01', '2000-01-01', '2000-01-01')")
+        tamper_and_repair(target_db, cfg, tk, scratch, "d = d * 2 WHERE id = 'é'", "😀", "(id, n) VALUES ('zz', 1)")
     finally:
-        _drop(maria, t)
+        _drop(maria, t, tk)
         with target_db.cursor() as cur:
             cur.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
 

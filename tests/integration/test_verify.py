@@ -198,22 +198,22 @@ def test_a_stopped_stream_is_named_in_the_report_instead_of_waited_for(spark, so
         drop_source(source_db, t)
 
 
-def test_a_repair_key_range_is_typed_by_the_source_before_any_work(source_db, pipelines, unique_name):
+def test_a_repair_key_range_is_typed_before_any_work(source_db, pipelines, unique_name):
     from tideline.repair import RepairError, check_key_range
     t = f"{unique_name}_rk"
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{t} (id bigint PRIMARY KEY, v text)")
     try:
         cfg = pipelines.make([{"name": t}], create_topics=False)
-        source = get_connection("tideline_source")
-        check_key_range(cfg, source, t, "1", "100")
+        source, target = get_connection("tideline_source"), get_connection("tideline_target")
+        check_key_range(cfg, source, target, t, "1", "100")
         with pytest.raises(RepairError, match=r"param repair_key_from: '1; DELETE FROM orders' is not a value of "
                                               rf"{t}\.id \(bigint\): invalid input syntax"):
-            check_key_range(cfg, source, t, "1; DELETE FROM orders", "100")
+            check_key_range(cfg, source, target, t, "1; DELETE FROM orders", "100")
         with pytest.raises(RepairError, match="param repair_key_to: 'x'"):
-            check_key_range(cfg, source, t, "1", "x")
+            check_key_range(cfg, source, target, t, "1", "x")
         with pytest.raises(RepairError, match="inverted"):
-            check_key_range(cfg, source, t, "100", "2")
+            check_key_range(cfg, source, target, t, "100", "2")
     finally:
         drop_source(source_db, t)
 

@@ -24,8 +24,9 @@ def check_params(pipeline: str, params: dict) -> dict:
     try:
         checked = check_sync_params(cfg, params)
         key_range = checked.get("repair", {})
-        if "key_from" in key_range:   # typed by the source itself, before any work
-            repair_mod.check_key_range(cfg, connections.get(cfg.source.conn_id), key_range["table"],
+        if "key_from" in key_range:   # typed by PostgreSQL, before any work
+            repair_mod.check_key_range(cfg, connections.get(cfg.source.conn_id),
+                                       connections.get(cfg.target.conn_id), key_range["table"],
                                        key_range["key_from"], key_range["key_to"])
         return checked
     except (ParamError, repair_mod.RepairError) as exc:

@@ -33,6 +33,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+_CAST = "CAST({c} AS CHAR)"   # text in the connection's utf8mb4, whatever the column's character set
+_DATETIME_CANON = "DATE_FORMAT({v}, '%Y-%m-%d %H:%i:%s.%f')"
+
 # How a column's value travels in a Debezium change event (JSON, without schemas).
 PG_TEXT = "pgtext"              # PostgreSQL sources: the column's PostgreSQL text (our converter)
 TEXT = "text"                   # a JSON string or number whose text is the value's input form
@@ -52,7 +55,8 @@ YEAR = "year"                   # a number; the binlog reader turns year 0000 in
 class Mapping:
     pg_type: str
     encoding: str
-    read: str          # MariaDB expression, {c} = the quoted column, {zero} = the zero-date stand-in
+    read: str          # MariaDB expression, {c} = the quoted column
+    canon: str = _CAST  # MariaDB expression of the value's canonical text (verify; see target_canon)
 
 
 class UnsupportedType(ValueError):
@@ -62,7 +66,6 @@ class UnsupportedType(ValueError):
 _INT = {"tinyint": ("smallint", "smallint"), "smallint": ("smallint", "integer"),
         "mediumint": ("integer", "integer"), "int": ("integer", "bigint"), "integer": ("integer", "bigint"),
         "bigint": ("bigint", "numeric(20,0)")}
-_CAST = "CAST({c} AS CHAR)"
 _HEX_READ = "CONCAT('\\\\x', HEX({c}))"
 
 
@@ -96,12 +99,13 @@ def map_column(column_type: str, not_null: bool, default: str | None = None) -> 
         p, _, s = (args or "10,0").partition(",")
         return Mapping(f"numeric({int(p)},{int(s or 0)})", TEXT, _CAST)
     if base == "float":
-        return Mapping("real", TEXT, "CAST(CAST({c} AS DOUBLE) AS CHAR)")
+        return Mapping("real", TEXT, "CAST(CAST({c} AS DOUBLE) AS CHAR)", "CAST(CAST({c} AS DOUBLE) AS CHAR)")
     if base in ("double", "real"):
         return Mapping("double precision", TEXT, "CAST({c} AS CHAR)")
     if base == "bit":
         n = int(args or 1)
-        return Mapping(f"bit({n})", BOOL_BIT if n == 1 else BITS_LE_HEX, f"LPAD(BIN({{c}}), {n}, '0')")
+        return Mapping(f"bit({n})", BOOL_BIT if n == 1 else BITS_LE_HEX, f"LPAD(BIN({{c}}), {n}, '0')",
+                       f"LPAD(BIN({{c}}), {n}, '0')")
     if base == "char":   # read as VARCHAR: Spark pads a CHAR(n) result to n itself (readSideCharPadding)
         return Mapping(f"character({int(args or 1)})", TEXT, _CAST)
     if base == "varchar":
@@ -109,21 +113,24 @@ def map_column(column_type: str, not_null: bool, default: str | None = None) -> 
     if base in ("tinytext", "text", "mediumtext", "longtext"):
         return Mapping("text", TEXT, "{c}")
     if base in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"):
-        return Mapping("bytea", HEX, _HEX_READ)
+        return Mapping("bytea", HEX, _HEX_READ, "CONCAT('\\\\x', LOWER(HEX({c})))")
     if base == "date":
-        return Mapping("date", EPOCH_DAYS, _zero_date_read(not_null, default, "1970-01-01"))
+        zero_read = _zero_date_read(not_null, default, "1970-01-01")
+        return Mapping("date", EPOCH_DAYS, zero_read, zero_read)
     if base == "datetime":
         p = int(args or 0)
+        zero_read = _zero_date_read(not_null, default, "1970-01-01 00:00:00")
         return Mapping(f"timestamp({p}) without time zone", EPOCH_MILLIS if p <= 3 else EPOCH_MICROS,
-                       _zero_date_read(not_null, default, "1970-01-01 00:00:00"))
+                       zero_read, _DATETIME_CANON.replace("{v}", zero_read))
     if base == "timestamp":
         p = int(args or 0)
         return Mapping(f"timestamp({p}) with time zone", ZONED,
-                       _zero_date_read(not_null, default, "1970-01-01 00:00:00", zone="+00"))
+                       _zero_date_read(not_null, default, "1970-01-01 00:00:00", zone="+00"),
+                       _DATETIME_CANON.replace("{v}", _zero_date_read(not_null, default, "1970-01-01 00:00:00")))
     if base == "time":
-        return Mapping("interval", MICRO_DURATION, _CAST)
+        return Mapping("interval", MICRO_DURATION, _CAST, "CAST(CAST(TIME_TO_SEC({c}) * 1000000 AS SIGNED) AS CHAR)")
     if base == "year":
-        return Mapping("smallint", YEAR, _CAST)
+        return Mapping("smallint", YEAR, _CAST, "CAST({c} + 0 AS CHAR)")
     if base in ("enum", "set"):   # reported as CHAR(longest label): read as VARCHAR, unpadded
         return Mapping("text", TEXT, _CAST)
     if base == "json":
@@ -131,8 +138,48 @@ def map_column(column_type: str, not_null: bool, default: str | None = None) -> 
     raise UnsupportedType(column_type)
 
 
+def quote(name: str) -> str:
+    """A MariaDB identifier, quoted."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def read_expr(mapping: Mapping, quoted_column: str) -> str:
     return mapping.read.format(c=quoted_column)
+
+
+def canon_expr(mapping: Mapping, quoted_column: str) -> str:
+    return mapping.canon.format(c=quoted_column)
+
+
+def target_canon(pg_type: str) -> str:
+    """The PostgreSQL expression ({c} = the quoted target column) whose text equals the MariaDB
+    canon expression of the same value: the column's own text, except where the two databases
+    print a value differently — floats (MariaDB's layout, tideline.mysql_double_text),
+    date-times (six fractional digits, UTC) and durations (microseconds)."""
+    if pg_type in ("real", "double precision"):
+        return "tideline.mysql_double_text({c}::float8)"
+    if pg_type.startswith("timestamp"):
+        zone = " AT TIME ZONE 'UTC'" if pg_type.endswith("with time zone") else ""
+        return "to_char({c}" + zone + ", 'YYYY-MM-DD HH24:MI:SS.US')"
+    if pg_type == "interval":
+        return "(extract(epoch FROM {c}) * 1000000)::bigint::text"
+    return "{c}::text"
+
+
+def key_sql(pg_type: str) -> tuple[str, str] | None:
+    """How verify compares a key column in MariaDB, in the order PostgreSQL's target uses for it
+    (numbers by value, text by its UTF-8 bytes as in the "C" collation, date-times by time, bytes
+    by bytes): (the key expression, {c} = the quoted column; a literal of its canonical text,
+    {lit} = the quoted text). None: verify cannot cut ranges on a key of this type."""
+    if pg_type in ("smallint", "integer", "bigint") or pg_type.startswith("numeric"):
+        return "{c}", "CAST({lit} AS DECIMAL(65,30))"
+    if pg_type.startswith(("character", "text")):
+        return "CAST(CONVERT({c} USING utf8mb4) AS BINARY)", "CAST({lit} AS BINARY)"
+    if pg_type == "date" or pg_type.startswith("timestamp"):
+        return "{c}", "{lit}"
+    if pg_type == "bytea":
+        return "{c}", "UNHEX(SUBSTRING({lit}, 3))"
+    return None
 
 
 def existing_rows_value(default: str | None, mapping: Mapping) -> tuple[str | None, bool, str | None]:

@@ -26,6 +26,7 @@ class Column:
     generated: str | None = None      # GENERATED ALWAYS AS (this) STORED: computed, never written
     encoding: str = "pgtext"          # how change events carry it (core.mariadb_types)
     read: str | None = None           # the source's expression for its exact text (MariaDB sources)
+    canon: str | None = None          # ...and for its canonical text, which verify fingerprints
 
 
 @dataclass(frozen=True)

@@ -219,15 +219,23 @@ def bucket_expr(shape: TableShape, boundaries: list[tuple[str, ...]],
     return sql.SQL("CASE {} ELSE {} END").format(sql.SQL(" ").join(whens), sql.Literal(len(boundaries)))
 
 
-def rows_query(shape: TableShape, schema: str, pred: sql.Composable, hash_expr: sql.Composable) -> sql.Composed:
-    """Each row's key (as text) and fingerprint, for a range small enough to compare row by row."""
-    keys = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k)) for k in shape.primary_key)
-    return sql.SQL("SELECT ARRAY[{k}], {h} FROM {s}.{t} WHERE {p}").format(
+def key_text_cast(name: str) -> sql.Composable:
+    """A key column's text, as the verify reports and compares keys (PostgreSQL on both sides)."""
+    return sql.SQL("{}::text").format(sql.Identifier(name))
+
+
+def rows_query(shape: TableShape, schema: str, pred: sql.Composable, hash_expr: sql.Composable,
+               key_text=key_text_cast) -> sql.Composed:
+    """Each row's key columns (as text) and fingerprint, for a range small enough to compare row
+    by row."""
+    keys = sql.SQL(", ").join(key_text(k) for k in shape.primary_key)
+    return sql.SQL("SELECT {k}, {h} FROM {s}.{t} WHERE {p}").format(
         k=keys, h=hash_expr, s=sql.Identifier(schema), t=sql.Identifier(shape.name), p=pred)
 
 
 def boundaries_in_range(shape: TableShape, schema: str, pred: sql.Composable, parts: int,
-                        collatable: frozenset[str] = frozenset(), sample_percent: float | None = None) -> sql.Composed:
+                        collatable: frozenset[str] = frozenset(), sample_percent: float | None = None,
+                        key_text=key_text_cast) -> sql.Composed:
     """First key (as text) of each of `parts` equal buckets of the keys inside a range, in the
     key order the verify uses everywhere (collatable key columns in "C"); from a block sample
     for big ranges (cuts need not be even, only inside the range)."""
@@ -242,6 +250,33 @@ def boundaries_in_range(shape: TableShape, schema: str, pred: sql.Composable, pa
         "SELECT DISTINCT ON (b.bucket) {texts} FROM ("
         " SELECT {keys}, ntile({parts}) OVER (ORDER BY {order}) AS bucket FROM {s}.{t}{sample} WHERE {p}) b"
         " WHERE b.bucket > 1 ORDER BY b.bucket, {border}"
-    ).format(texts=sql.SQL(", ").join(sql.SQL("b.{}::text").format(k) for k in key_ids),
+    ).format(texts=sql.SQL(", ").join(key_text(k) for k in shape.primary_key),
              keys=sql.SQL(", ").join(key_ids), parts=sql.Literal(parts), order=order,
              s=sql.Identifier(schema), t=sql.Identifier(shape.name), p=pred, border=border, sample=sample)
+
+
+class PgDialect:
+    """The fingerprint SQL of one table in a PostgreSQL database (either side of a verify), with
+    its row hash and key text expressions fixed."""
+
+    def __init__(self, shape: TableShape, schema: str, hash_expr: sql.Composable,
+                 collatable: frozenset[str] = frozenset(), key_text=key_text_cast):
+        self.shape, self.schema, self.hash, self.collatable, self.key_text = (shape, schema, hash_expr, collatable,
+                                                                             key_text)
+
+    def range_predicate(self, rng: KeyRange) -> sql.Composable:
+        return range_predicate(self.shape, rng, self.collatable)
+
+    def keys_predicate(self, keys: list[tuple[str, ...]]) -> sql.Composable:
+        return keys_predicate(self.shape, keys)
+
+    def fingerprint_query(self, pred: sql.Composable, boundaries: list[tuple[str, ...]] | None = None):
+        bucket = bucket_expr(self.shape, boundaries, self.collatable) if boundaries is not None else None
+        return fingerprint_query(self.shape, self.schema, pred, self.hash, bucket)
+
+    def rows_query(self, pred: sql.Composable) -> sql.Composed:
+        return rows_query(self.shape, self.schema, pred, self.hash, self.key_text)
+
+    def boundaries_query(self, pred: sql.Composable, parts: int, sample_percent: float | None = None):
+        return boundaries_in_range(self.shape, self.schema, pred, parts, self.collatable, sample_percent,
+                                   self.key_text)

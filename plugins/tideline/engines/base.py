@@ -33,14 +33,6 @@ class SourceEngine(ABC):
     def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
         """A DB-API connection to the source."""
 
-    def postgres_connection(self, feature: str, autocommit: bool = False):
-        """A psycopg2 connection, for the features that run PostgreSQL SQL on the source itself
-        (batch mode, verify, repair); an engine without them refuses, naming the feature."""
-        from tideline.core.errors import SourceError
-        raise SourceError(f"{feature} is not available for {self.label} sources yet (source connection "
-                          f"{self.source.conn_id!r}). Sync the table in cdc mode; run action=full_reload to "
-                          f"re-copy a table whose target you doubt.")
-
     @abstractmethod
     def jdbc_url(self) -> str: ...
 
@@ -76,8 +68,9 @@ class SourceEngine(ABC):
 
     # ---------------------------------------------------------------- full load
     @abstractmethod
-    def read_query(self, conn, shape: TableShape) -> str:
-        """A derived table for Spark JDBC: every written column as the exact text COPY reads."""
+    def read_query(self, conn, shape: TableShape, where: str | None = None) -> str:
+        """A derived table for Spark JDBC: every written column as the exact text COPY reads (of
+        the rows matching `where`, over `t.<column>`, when given)."""
 
     @abstractmethod
     def open_snapshot(self, conn, shape: TableShape, parts: int) -> Snapshot:
@@ -119,6 +112,36 @@ class SourceEngine(ABC):
     @abstractmethod
     def drop_capture(self, cfg) -> None:
         """Removes what the source holds for the pipeline's capture."""
+
+    # ---------------------------------------------------------------- batch mode
+    @abstractmethod
+    def cursor_bounds(self, conn, shape: TableShape, col, current: str | None, start, end, lag_s: int,
+                      time: bool) -> tuple[str | None, str | None, str | None, str | None]:
+        """[lower, upper) of a batch run's cursor column and the cursor after it, as text, and the
+        read's WHERE over `t.<column>` in this engine's SQL (None: nothing to read yet). Times: the
+        run's interval [start, end), never closer to the source's now than lag_s, from the cursor
+        when an earlier run could not read up to its interval's end. Integers: above the cursor,
+        up to the largest value now."""
+
+    @abstractmethod
+    def interval_read(self, conn, shape: TableShape, where: str, parts: int) -> tuple[str, list[str], str | None]:
+        """Spark JDBC read of the rows matching `where`: (query, one predicate per partition,
+        session init). No snapshot: batch mode upserts, so a row read twice is harmless."""
+
+    # ---------------------------------------------------------------- repair
+    @abstractmethod
+    def copy_out(self, conn, shape: TableShape, where: str, out) -> int:
+        """Writes the written columns of the rows matching `where` (this engine's SQL) to `out`
+        as PostgreSQL COPY text, one consistent read; returns the rows."""
+
+    @abstractmethod
+    def key_ranges_where(self, conn, shape: TableShape, ranges: list) -> str:
+        """This engine's predicate for rows in any of the verify's key ranges (target key order)."""
+
+    @abstractmethod
+    def range_where(self, conn, shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> str:
+        """This engine's predicate `column BETWEEN lo AND hi`: key values as their text (checked by
+        the caller), or times as UTC timestamps."""
 
     # ---------------------------------------------------------------- doctor
     @abstractmethod

@@ -40,10 +40,7 @@ FETCH_SIZE = 10_000
 SERVER_ID_BASE = 5_400_000
 
 
-def q(name: str) -> str:
-    """A MariaDB identifier, quoted."""
-    return "`" + name.replace("`", "``") + "`"
-
+q = mt.quote
 
 class MariaDbEngine(SourceEngine):
     kind, label = "mariadb", "MariaDB"
@@ -125,7 +122,8 @@ class MariaDbEngine(SourceEngine):
                 continue
             default, has_missing, missing = mt.existing_rows_value(default, m)
             columns.append(Column(name, m.pg_type, bool(not_null), default, has_missing, missing,
-                                  encoding=m.encoding, read=mt.read_expr(m, q(name))))
+                                  encoding=m.encoding, read=mt.read_expr(m, q(name)),
+                                  canon=mt.canon_expr(m, q(name))))
         if refused:
             raise SourceError(f"{label}: column(s) cannot be synced: " + "; ".join(refused), table=table)
         configured_pk = tcfg.primary_key if (tcfg is not None and check_key) else None
@@ -133,11 +131,12 @@ class MariaDbEngine(SourceEngine):
 
     # ---------------------------------------------------------------- full load
 
-    def read_query(self, conn, shape: TableShape) -> str:
+    def read_query(self, conn, shape: TableShape, where: str | None = None) -> str:
         keys = [f"t.{q(k)} AS {q(KEY_ALIAS.format(i))}" for i, k in enumerate(shape.primary_key)]
         cols = [f"{c.read.replace(q(c.name), 't.' + q(c.name))} AS {q(c.name)}" for c in shape.columns
                 if c.generated is None]
-        return f"(SELECT {', '.join(keys + cols)} FROM {q(shape.schema)}.{q(shape.name)} t) AS tideline_read"
+        filtered = f" WHERE {where}" if where else ""
+        return f"(SELECT {', '.join(keys + cols)} FROM {q(shape.schema)}.{q(shape.name)} t{filtered}) AS tideline_read"
 
     def open_snapshot(self, conn, shape: TableShape, parts: int) -> Snapshot:
         """No shared snapshot: each partition opens its own after the offsets were recorded (see
@@ -168,6 +167,73 @@ class MariaDbEngine(SourceEngine):
         preds += [f"{k} >= {lo} AND {k} < {hi}" for lo, hi in zip(tup, tup[1:])]
         preds.append(f"{k} >= {tup[-1]}")
         return preds
+
+    # ---------------------------------------------------------------- batch mode
+
+    def cursor_bounds(self, conn, shape: TableShape, col, current, start, end, lag_s: int, time: bool):
+        """The source's clock (UTC) and largest cursor value; the arithmetic in batch_bounds."""
+        with conn.cursor() as cur:
+            if time:
+                cur.execute("SELECT UTC_TIMESTAMP(6)")
+            else:
+                cur.execute(f"SELECT MAX({q(col.name)}) FROM {q(shape.schema)}.{q(shape.name)}")
+            now_or_max = cur.fetchone()[0]
+        lower, upper, new_cursor = batch_bounds(current, start, end, lag_s, now_or_max, time)
+        if upper is None or (lower is not None and not _after(upper, lower, time)):
+            return lower, upper, None, new_cursor
+        c = f"t.{q(col.name)}"
+        where = f"{c} < {conn.escape(upper)}"
+        if lower is not None:
+            where = f"{c} >= {conn.escape(lower)} AND {where}"
+        return lower, upper, where, new_cursor
+
+    def interval_read(self, conn, shape: TableShape, where: str, parts: int):
+        query = self.read_query(conn, shape, where)
+        if parts <= 1 or not shape.primary_key:
+            preds = ["1=1"]
+        else:
+            key = ", ".join(q(KEY_ALIAS.format(i)) for i in range(len(shape.primary_key)))
+            preds = [f"MOD(CRC32(CONCAT_WS(0x1f, {key})), {int(parts)}) = {i}" for i in range(parts)]
+        return query, preds, "SET time_zone = '+00:00'"
+
+    # ---------------------------------------------------------------- repair
+
+    def copy_out(self, conn, shape: TableShape, where: str, out) -> int:
+        """The rows' read expressions (the full load's exact text), as COPY text."""
+        import pyarrow as pa
+        from tideline.core.copy_text import batch_to_copy_text
+        cols = [c for c in shape.columns if c.generated is None]
+        names = [c.name for c in cols]
+        rows = 0
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT {', '.join(c.read for c in cols)} FROM {q(shape.schema)}.{q(shape.name)} "
+                        f"WHERE {where}")
+            while True:
+                chunk = cur.fetchmany(FETCH_SIZE)
+                if not chunk:
+                    break
+                batch = pa.RecordBatch.from_arrays(
+                    [pa.array([_text(r[i]) for r in chunk], pa.string()) for i in range(len(cols))], names)
+                out.write(batch_to_copy_text(batch, shape.escape_flags).to_pybytes())
+                rows += len(chunk)
+        conn.rollback()
+        return rows
+
+    def key_ranges_where(self, conn, shape: TableShape, ranges: list) -> str:
+        from tideline.core.verify_canonical import MariaDbDialect
+        dialect = MariaDbDialect(shape, shape.schema, conn.escape)
+        return " OR ".join(f"({dialect.range_predicate(r)})" for r in ranges)
+
+    def range_where(self, conn, shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> str:
+        if as_time:   # lo/hi are UTC; the session's time zone is UTC
+            return f"{q(column)} BETWEEN {conn.escape(lo)} AND {conn.escape(hi)}"
+        key = mt.key_sql(shape.column(column).type)
+        if key is None:
+            raise SourceError(f"{shape.name}.{column} ({shape.column(column).type} in the target) cannot be compared "
+                              f"as a key range; repair a time range or what verify found instead", table=shape.name)
+        expr, lit = key
+        return (f"{expr.format(c=q(column))} BETWEEN {lit.format(lit=conn.escape(lo))} "
+                f"AND {lit.format(lit=conn.escape(hi))}")
 
     # ---------------------------------------------------------------- capture
 
@@ -319,6 +385,43 @@ class MariaDbEngine(SourceEngine):
         finally:
             conn.close()
         return out
+
+
+_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+
+
+def batch_bounds(current: str | None, start, end, lag_s: int, now_or_max, time: bool):
+    """(lower, upper, cursor after the run) as text, from the source's UTC clock (time cursors)
+    or its largest value (integer cursors) — the rule of SourceEngine.cursor_bounds."""
+    from datetime import datetime, timedelta, timezone
+    from decimal import Decimal
+    if time:
+        def naive(d):
+            return d.astimezone(timezone.utc).replace(tzinfo=None) if d.tzinfo else d
+        cur = datetime.fromisoformat(current) if current else None
+        lo = min(naive(start), cur) if cur else naive(start)
+        hi = min(naive(end), now_or_max - timedelta(seconds=lag_s))
+        new = max(cur, hi) if cur else hi
+        return lo.strftime(_TIME_FORMAT), hi.strftime(_TIME_FORMAT), new.strftime(_TIME_FORMAT)
+    if now_or_max is None:   # an empty table: nothing to read, the cursor stays
+        return current, None, current
+    hi = Decimal(now_or_max) + 1
+    lo = Decimal(current) if current is not None else None
+    return (str(lo) if lo is not None else None), str(hi), str(max(lo, hi) if lo is not None else hi)
+
+
+def _after(upper: str, lower: str, time: bool) -> bool:
+    from decimal import Decimal
+    return upper > lower if time else Decimal(upper) > Decimal(lower)
+
+
+def _text(value) -> str | None:
+    """A read expression's value as text (the driver hands back bytes for binary-collated text)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("utf-8")
+    return str(value)
 
 
 def capture_problems(s: dict) -> list[str]:

@@ -9,14 +9,35 @@ from psycopg2 import sql
 from tideline import sqlfiles
 from tideline.core import debezium
 from tideline.core.errors import SourceError, TransientError
-from tideline.core.table_shape import (Column, TableShape, boundaries_query, ctid_predicates, key_range_predicates,
-                                       read_query, select_columns)
+from tideline.core.table_shape import (Column, TableShape, boundaries_query, ctid_predicates, hash_predicates,
+                                       key_range_predicates, read_query, select_columns)
 from tideline.engines.base import Snapshot, SourceEngine
 
 # Above this many rows the partition boundaries come from a block sample, not the whole index.
 SAMPLE_ABOVE_ROWS = 500_000
 SAMPLE_TARGET_ROWS = 100_000
 FETCH_SIZE = 10_000
+
+
+def collatable_keys(conn, shape: TableShape) -> frozenset[str]:
+    """Key columns of a collatable type (text-like): key ranges compare them in the "C" collation
+    so both databases order keys the same whatever their default collations."""
+    out = set()
+    with conn.cursor() as cur:
+        for k in shape.primary_key:
+            cur.execute("SELECT typcollation <> 0 FROM pg_type WHERE oid = %s::regtype", (shape.column(k).type,))
+            if cur.fetchone()[0]:
+                out.add(k)
+    return frozenset(out)
+
+
+def between(shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> sql.Composed:
+    """`column BETWEEN lo AND hi` in PostgreSQL: values of the column's type, or UTC times."""
+    if as_time:
+        return sql.SQL("{c} BETWEEN ({lo}::timestamp AT TIME ZONE 'UTC') AND ({hi}::timestamp AT TIME ZONE 'UTC')").format(
+            c=sql.Identifier(column), lo=sql.Literal(lo), hi=sql.Literal(hi))
+    return sql.SQL("{c} BETWEEN {lo}::{t} AND {hi}::{t}").format(
+        c=sql.Identifier(column), lo=sql.Literal(lo), hi=sql.Literal(hi), t=sql.SQL(shape.column(column).type))
 
 
 class PostgresEngine(SourceEngine):
@@ -28,9 +49,6 @@ class PostgresEngine(SourceEngine):
                                 **({"connect_timeout": connect_timeout} if connect_timeout else {}))
         conn.autocommit = autocommit
         return conn
-
-    def postgres_connection(self, feature: str, autocommit: bool = False):
-        return self.connect(autocommit)
 
     def jdbc_url(self) -> str:
         return self.source.jdbc_url()
@@ -79,20 +97,64 @@ class PostgresEngine(SourceEngine):
         return shape
 
     def collatable_keys(self, conn, shape: TableShape) -> frozenset[str]:
-        """Key columns of a collatable type (text-like): key ranges compare them in the "C" collation
-        so both databases order keys the same whatever their default collations."""
-        out = set()
+        return collatable_keys(conn, shape)
+
+    # ---------------------------------------------------------------- batch mode
+
+    def cursor_bounds(self, conn, shape: TableShape, col, current, start, end, lag_s: int, time: bool):
+        """Computed by the source, in the column's own type."""
+        ident, typ = sql.Identifier(col.name), sql.SQL(col.type)
         with conn.cursor() as cur:
-            for k in shape.primary_key:
-                cur.execute("SELECT typcollation <> 0 FROM pg_type WHERE oid = %s::regtype", (shape.column(k).type,))
-                if cur.fetchone()[0]:
-                    out.add(k)
-        return frozenset(out)
+            if time:
+                # The run's interval, never closer to now than the safety lag, and from the cursor
+                # when an earlier run could not read up to its interval's end.
+                cur.execute(sql.SQL(
+                    "WITH b AS (SELECT least(%(start)s::timestamptz, coalesce(%(cur)s::timestamptz, 'infinity')) AS lo,"
+                    " least(%(end)s::timestamptz, now() - make_interval(secs => %(lag)s)) AS hi) "
+                    "SELECT lo::{t}::text, hi::{t}::text, hi > lo, "
+                    "greatest(coalesce(%(cur)s::timestamptz, '-infinity'), hi)::{t}::text FROM b").format(t=typ),
+                    {"start": start, "end": end, "cur": current, "lag": lag_s})
+            else:
+                # Monotonic ids: everything above the cursor up to the largest id now.
+                cur.execute(sql.SQL(
+                    "WITH b AS (SELECT %(cur)s::numeric AS lo, max({c})::numeric + 1 AS hi FROM {tbl}) "
+                    "SELECT lo::text, hi::text, coalesce(hi > coalesce(lo, hi - 1), false), "
+                    "greatest(lo, hi)::text FROM b").format(c=ident, tbl=shape.qualified()), {"cur": current})
+            lower, upper, any_range, new_cursor = cur.fetchone()
+        if not any_range:
+            return lower, upper, None, new_cursor or current
+        where = sql.SQL("t.{c} < {u}::{t}").format(c=ident, u=sql.Literal(upper), t=typ)
+        if lower is not None:
+            where = sql.SQL("t.{c} >= {l}::{t} AND ").format(c=ident, l=sql.Literal(lower), t=typ) + where
+        return lower, upper, where.as_string(conn), new_cursor
+
+    def interval_read(self, conn, shape: TableShape, where: str, parts: int):
+        return (self.read_query(conn, shape, where),
+                [p.as_string(conn) for p in hash_predicates(shape, parts)], None)
+
+    # ---------------------------------------------------------------- repair
+
+    def copy_out(self, conn, shape: TableShape, where: str, out) -> int:
+        cols = sql.SQL(", ").join(sql.Identifier(c) for c in shape.written_columns)
+        head = sql.SQL("COPY (SELECT {} FROM {} WHERE ").format(cols, shape.qualified()).as_string(conn)
+        with conn.cursor() as cur:
+            cur.copy_expert(f"{head}{where}) TO STDOUT", out)
+            rows = cur.rowcount
+        conn.rollback()
+        return rows
+
+    def key_ranges_where(self, conn, shape: TableShape, ranges: list) -> str:
+        from tideline.core.verify_plan import range_predicate
+        collatable = collatable_keys(conn, shape)
+        return " OR ".join(f"({range_predicate(shape, r, collatable).as_string(conn)})" for r in ranges)
+
+    def range_where(self, conn, shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> str:
+        return between(shape, column, lo, hi, as_time).as_string(conn)
 
     # ---------------------------------------------------------------- full load
 
-    def read_query(self, conn, shape: TableShape) -> str:
-        return read_query(shape).as_string(conn)
+    def read_query(self, conn, shape: TableShape, where: str | None = None) -> str:
+        return read_query(shape, sql.SQL(where) if where else None).as_string(conn)
 
     def open_snapshot(self, conn, shape: TableShape, parts: int) -> Snapshot:
         """One exported snapshot, held open on `conn`; every partition's session joins it."""
