@@ -353,6 +353,70 @@ def test_added_column_and_purged_binlogs_recover_without_a_person(stack, spark, 
             cur.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
 
 
+def test_batch_mode_reads_intervals_by_the_cursor_and_reruns_change_nothing(stack, spark, maria, target_db,
+                                                                            pipelines, unique_name):
+    from datetime import datetime, timedelta, timezone
+
+    from tideline import state
+    from tideline.batch_sync import BatchSync
+    t, scratch = f"{unique_name}_batch", f"{unique_name}_oracle"
+    day0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    _exec(maria, f"CREATE TABLE `{t}` (id varchar(20) PRIMARY KEY, updated_at datetime(6) NOT NULL, v text, "
+                 f"amount decimal(10,2), at timestamp(3) NULL) CHARACTER SET utf8mb4",
+          f"INSERT INTO `{t}` SELECT CONCAT('k', seq), '2026-11-01' + INTERVAL seq * 30 MINUTE, "
+          f"CONCAT('😀 ', seq), seq / 4, '2026-11-01 00:00:00.125' FROM seq_1_to_96")
+    try:
+        cfg = mariadb_pipeline(pipelines, [{"name": t, "mode": "batch", "cursor_column": "updated_at",
+                                            "safety_lag_s": 5}], create_topics=False)
+        sync = BatchSync(cfg, spark)
+        [r1] = sync.run(day0, day0 + timedelta(days=1))
+        assert r1.rows == 47   # 00:30 … 23:30 of the first day
+        [r2] = sync.run(day0 + timedelta(days=1), day0 + timedelta(days=2))
+        assert r2.rows == 48   # 2026-11-02 00:00 … 23:30
+        before = table_digest(target_db, cfg.name, t, "id")
+        sync.run(day0, day0 + timedelta(days=1))     # re-running an interval changes nothing
+        assert table_digest(target_db, cfg.name, t, "id") == before
+        # an update moves a row into a later interval; the run of that interval carries it
+        _exec(maria, f"UPDATE `{t}` SET v = 'changed', updated_at = '2026-11-03 01:00:00' WHERE id = 'k5'")
+        [r3] = sync.run(day0 + timedelta(days=2), day0 + timedelta(days=3))
+        assert r3.rows == 2   # k5 and k96 (2026-11-03 00:00)
+        oracle(target_db, t, scratch)
+        assert rows_as_text(target_db, cfg.name, t) == rows_as_text(target_db, scratch, t)
+        st = state.get(target_db, cfg.name, t)
+        assert st.phase == "batch" and st.raw["cursor_value"] == "2026-11-04 00:00:00.000000"
+    finally:
+        _drop(maria, t)
+        with target_db.cursor() as cur:
+            cur.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
+
+
+def test_doubles_print_alike_in_both_databases(stack, maria, target_db):
+    """Verify hashes a float column by MariaDB's text of it; PostgreSQL's tideline.mysql_double_text
+    must print every double the same (random bit patterns, powers of ten, the extremes)."""
+    import random
+    import struct
+    rng = random.Random(7)
+    values = [struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0] for _ in range(20_000)]
+    values += [float(f"{m}e{e}") for e in range(-320, 308) for m in ("1", "1.5", "123456789")]
+    values += [1.7976931348623157e308, 2.2250738585072014e-308, 5e-324, 0.1 + 0.2, 2.0 ** 53 + 2, 1e15, 1e16]
+    values = [v for v in values if v == v and abs(v) != float("inf")]
+    values += [-v for v in values[-200:]]
+    with maria.cursor() as cur:
+        cur.execute("CREATE TEMPORARY TABLE dbl (i int PRIMARY KEY, v double, f float)")
+        cur.executemany("INSERT INTO dbl VALUES (%s, %s, %s)",
+                        [(i, v, v if abs(v) < 3.4e38 else None) for i, v in enumerate(values)])
+        cur.execute("SELECT i, CAST(v AS CHAR), CAST(CAST(f AS DOUBLE) AS CHAR), CAST(f AS DOUBLE) FROM dbl")
+        maria_text = {i: (v, f, fv) for i, v, f, fv in cur.fetchall()}
+    with target_db.cursor() as cur:
+        cur.execute("SELECT i, tideline.mysql_double_text(v), tideline.mysql_double_text(f) FROM "
+                    "unnest(%s::float8[], %s::float8[]) WITH ORDINALITY AS x(v, f, i)",
+                    ([repr(v) for v in values], [repr(maria_text[i][2]) if maria_text[i][2] is not None else None
+                                                  for i in range(len(values))]))
+        differ = [(values[i - 1], maria_text[i - 1][:2], (v, f)) for i, v, f in cur.fetchall()
+                  if (v, f) != maria_text[i - 1][:2]]
+    assert not differ, differ[:10]
+
+
 def test_sources_that_cannot_be_captured_are_refused_before_any_work(stack, spark, maria, pipelines, unique_name,
                                                                      monkeypatch):
     geo, nokey = f"{unique_name}_geo", f"{unique_name}_nokey"
