@@ -9,6 +9,9 @@ asserted literally, so the oracle cannot share a mistake with the product.
 from __future__ import annotations
 
 import io
+import os
+import random
+import signal
 import time
 
 import pytest
@@ -415,6 +418,65 @@ def test_doubles_print_alike_in_both_databases(stack, maria, target_db):
         differ = [(values[i - 1], maria_text[i - 1][:2], (v, f)) for i, v, f in cur.fetchall()
                   if (v, f) != maria_text[i - 1][:2]]
     assert not differ, differ[:10]
+
+
+def test_stream_killed_three_times_and_a_zombie_copy_lose_and_double_nothing(stack, spark, maria, target_db,
+                                                                             pipelines, unique_name):
+    """kill -9 of the incremental job at random moments under writes, three times; then a second
+    copy started beside a running one: the older is fenced out. Batches stay contiguous from the
+    full load's offsets and the target ends equal to the source."""
+    from test_incremental import assert_batches_contiguous, batches, spark_submit
+    from tideline.core.errors import EXIT_FENCED
+    t, scratch = f"{unique_name}_crash", f"{unique_name}_oracle"
+    _exec(maria, f"CREATE TABLE `{t}` (id bigint PRIMARY KEY, qty int NOT NULL, note varchar(400), "
+                 f"price decimal(12,2) DEFAULT 1.50) CHARACTER SET utf8mb4",
+          f"INSERT INTO `{t}` (id, qty, note) SELECT seq, seq % 100, CONCAT('row ', seq) FROM seq_1_to_20000")
+    writer = Writer(f"`{t}`", 20_001, seed=5, pause=0.001, connect=lambda: stackctl.mariadb_connect(DB))
+    rng = random.Random(42)
+    procs = []
+
+    def committed_once_more(proc, timeout=120):
+        n, deadline = len(batches(target_db, cfg.name)), time.time() + timeout
+        while len(batches(target_db, cfg.name)) == n:
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            assert time.time() < deadline, "the stream committed nothing"
+            time.sleep(0.2)
+
+    try:
+        cfg = mariadb_pipeline(pipelines, [{"name": t}], capture=True,
+                               stream={"max_offsets_per_trigger": 500, "trigger_interval_s": 0.5})
+        [loaded] = FullLoad(cfg, spark).run([t])
+        writer.start()
+        env = {"TIDELINE_PIPELINES": str(pipelines.dir)}
+        for _ in range(3):
+            procs.append(spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env))
+            committed_once_more(procs[-1])
+            time.sleep(rng.uniform(0.0, 2.0))
+            os.killpg(procs[-1].pid, signal.SIGKILL)
+            procs[-1].wait(30)
+        first = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env)
+        procs.append(first)
+        committed_once_more(first)
+        second = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env)
+        procs.append(second)
+        out, _ = first.communicate(timeout=180)
+        assert first.returncode == EXIT_FENCED, out[-3000:]
+        committed_once_more(second)
+        writer.stop()
+        assert not writer.errors, writer.errors
+        os.killpg(second.pid, signal.SIGTERM)
+        second.wait(60)
+        converge(cfg, spark, target_db, [t], scratch)
+        assert len(batches(target_db, cfg.name)) >= 5
+        assert_batches_contiguous(target_db, cfg.name, {cfg.topic(t): loaded.offsets})
+    finally:
+        writer.stop_event.set()
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        _drop(maria, t)
+        with target_db.cursor() as cur:
+            cur.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
 
 
 def test_sources_that_cannot_be_captured_are_refused_before_any_work(stack, spark, maria, pipelines, unique_name,
