@@ -193,8 +193,12 @@ class FullLoad:
             shape = self.engine.describe(src, cfg.source.schema_, table, tcfg)
             src.rollback()
             prepare_target_schema(tgt, cfg.target.schema_, label)
+            before = state.get(tgt, cfg.name, table)
+            tgt.rollback()
             epoch = state.claim_epoch(tgt, cfg.name, table, run_owner("full_load"), topic)
-            run_id = state.run_start(tgt, cfg.name, table, "full_load", epoch, f"topic {topic}")
+            why = (f"re-snapshot because: {before.last_error}; " if before is not None
+                   and before.phase == "needs_resnapshot" and before.last_error else "")
+            run_id = state.run_start(tgt, cfg.name, table, "full_load", epoch, f"{why}topic {topic}")
             # 1. the handover position, before the snapshot opens
             offsets = kafka_offsets.end_offsets(self.kafka.kafka_bootstrap, topic)
             log.info("%s: epoch %d; stream will resume from %s offsets %s", label, epoch, topic, offsets)
@@ -228,7 +232,7 @@ class FullLoad:
                                        snapshot_xmin=snap.position, rows=snapshot_rows)
                 secs = time.monotonic() - started
                 state.run_end(cur, run_id, "succeeded", snapshot_rows,
-                              f"{len(snap.predicates)} partitions, {secs:.1f}s (read+copy {copy_secs:.1f}s), "
+                              f"{why}{len(snap.predicates)} partitions, {secs:.1f}s (read+copy {copy_secs:.1f}s), "
                               f"resume offsets {offsets}, {self.engine.label} snapshot {snap.snapshot_id}")
             result = LoadResult(table, snapshot_rows, secs, len(snap.predicates), epoch, offsets)
             log.info("%s: loaded %s rows in %.1fs (%s rows/s; read+copy %.1fs); live table swapped; "

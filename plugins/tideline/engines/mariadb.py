@@ -305,26 +305,29 @@ class MariaDbEngine(SourceEngine):
     def wait_capture_ready(self, cfg, client, connector: str, deadline: float) -> None:
         """Proves the connector reads the binlog from a position at or before now: writes a marker
         to the heartbeat table and waits until Connect has stored an offset past its GTID (offsets
-        are stored only once the events before them are in Kafka)."""
+        are stored only once the events before them are in Kafka). The connector's stored GTID set
+        counts a transaction once it has met the next one, so the marker row is written again
+        while waiting: an idle database would otherwise leave it waiting for the next heartbeat."""
         conn = self.connect(autocommit=True)
+        beat = (f"INSERT INTO {q(cfg.source.schema_)}.{q(cfg.source.heartbeat_table)} (pipeline, beat_at) "
+                f"VALUES (%s, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE beat_at = UTC_TIMESTAMP(6)")
+        seen, marker = None, None
         try:
             with conn.cursor() as cur:
-                cur.execute(f"INSERT INTO {q(cfg.source.schema_)}.{q(cfg.source.heartbeat_table)} (pipeline, beat_at) "
-                            f"VALUES (%s, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE beat_at = UTC_TIMESTAMP(6)",
-                            (cfg.name,))
+                cur.execute(beat, (cfg.name,))
                 cur.execute("SELECT @@last_gtid")
                 marker = cur.fetchone()[0]
+                want = parse_gtids(marker)
+                while time.time() < deadline:
+                    stored = client.offsets(connector) or {}
+                    for entry in stored.get("offsets", []):
+                        seen = (entry.get("offset") or {}).get("gtids")
+                        if seen and gtids_cover(parse_gtids(seen), want):
+                            return
+                    time.sleep(0.5)
+                    cur.execute(beat, (cfg.name,))
         finally:
             conn.close()
-        want = parse_gtids(marker)
-        seen = None
-        while time.time() < deadline:
-            stored = client.offsets(connector) or {}
-            for entry in stored.get("offsets", []):
-                seen = (entry.get("offset") or {}).get("gtids")
-                if seen and gtids_cover(parse_gtids(seen), want):
-                    return
-            time.sleep(0.5)
         raise TransientError(f"connector {connector} did not reach the marker written to "
                              f"{cfg.source.schema_}.{cfg.source.heartbeat_table} (GTID {marker}; its stored position: "
                              f"{seen or 'none yet'}); see the Kafka Connect log")
