@@ -52,7 +52,8 @@ class StreamTable:
     primary_key: list[str]
     columns: list[Column] = field(default_factory=list)
     partitions: int | None = None   # the change topic's partition count at the full load
-    encodings: dict[str, str] = field(default_factory=dict)   # how events carry each column (source engine)
+    source: dict[str, Column] = field(default_factory=dict)   # the source's columns: how events carry
+                                                               # each, what existing rows hold
 
 
 @dataclass
@@ -158,9 +159,9 @@ class IncrementalRun:
             if not shape.primary_key:
                 raise SourceError(f"{cfg.name}.{name}: tables without a primary key can be loaded but not streamed "
                                   f"yet. Add a primary key at the source, or put the table in batch mode.")
-            encodings = {c.name: c.encoding for c in shape.columns}
+            source = {c.name: c for c in shape.columns}
             self.tables[name] = StreamTable(name, cfg.topic(name), 0, list(shape.primary_key),
-                                            self._target_columns(name, encodings), encodings=encodings)
+                                            self._target_columns(name, source), source=source)
         if not self.tables:
             raise SourceError(f"pipeline {cfg.name}: no table is ready to stream: {'; '.join(waiting)}. "
                               f"A table streams once a full load put it in phase 'streaming' (the sync DAG does "
@@ -196,9 +197,9 @@ class IncrementalRun:
                      t.topic, dict(sorted(st.resume_offsets.items())), f"{lag:,}")
         return start
 
-    def _target_columns(self, table: str, encodings: dict[str, str]) -> list[Column]:
+    def _target_columns(self, table: str, source: dict[str, Column]) -> list[Column]:
         with self._tgt.cursor() as cur:
-            cols = self._columns_in_txn(cur, table, encodings)
+            cols = self._columns_in_txn(cur, table, source)
         self._tgt.rollback()
         return cols
 
@@ -635,13 +636,20 @@ class IncrementalRun:
                 cur.execute(stmt)
             log.info("%s.%s: schema change applied: added %s, widened %s", self.cfg.name, table.name,
                      [c.name for c in drift.add] or "-", [f"{c}: {o} -> {n}" for c, o, n in drift.widen] or "-")
-            table.encodings = {c.name: c.encoding for c in shape.columns}
-            table.columns = self._columns_in_txn(cur, table.name, table.encodings)
+            table.source = {c.name: c for c in shape.columns}
+            table.columns = self._columns_in_txn(cur, table.name, table.source)
 
-    def _columns_in_txn(self, cur, table: str, encodings: dict[str, str]) -> list[Column]:
-        """The target's columns, each with how the source's events carry it."""
+    def _columns_in_txn(self, cur, table: str, source: dict[str, Column]) -> list[Column]:
+        """The target's columns, each with how the source's events carry it and what the source's
+        existing rows hold for it (core.apply_sql: an event from before the column was added)."""
         cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{self.cfg.target.schema_}"."{table}"'})
-        return [Column(n, t, nn, generated=g, encoding=encodings.get(n, "pgtext")) for n, t, nn, g in cur.fetchall()]
+        out = []
+        for n, t, nn, g in cur.fetchall():
+            src = source.get(n)
+            out.append(Column(n, t, nn, generated=g, encoding=src.encoding if src else "pgtext",
+                              has_missing=bool(src and src.has_missing),
+                              missing_value=src.missing_value if src else None))
+        return out
 
     def _stage(self, cur, rows: pa.Table) -> None:
         topics = pc.dictionary_encode(rows.column("topic").combine_chunks())

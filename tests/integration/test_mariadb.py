@@ -18,7 +18,8 @@ import pytest
 from psycopg2 import sql
 
 import stackctl
-from helpers import Writer, rows_as_text, table_digest
+from test_dags import airflow_env  # noqa: F401 — fixture
+from helpers import Writer, let_retention_delete, rows_as_text, table_digest
 from tideline import doctor, engines
 from tideline.core.config import load_pipeline
 from tideline.core.connections import get_connection
@@ -296,60 +297,97 @@ def test_writes_during_the_full_load_converge_exactly(stack, spark, maria, targe
             cur.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
 
 
-def test_added_column_and_purged_binlogs_recover_without_a_person(stack, spark, maria, target_db, pipelines,
-                                                                   unique_name):
-    """An added column mid-stream appears in the target; binlogs purged while the connector was
-    stopped (this source's slot loss) mark the table for a reload, capture is recreated, and the
-    reload converges — what the sync DAG's ensure_connector and decide do by themselves."""
+def purge_binlogs_the_connector_needs(maria, client, connector: str) -> None:
+    """Flushes to a new binlog and purges until the file the stopped connector would resume in
+    is gone. MariaDB keeps a file that a replica connection still reads, or that InnoDB's crash
+    recovery still needs (until its binlog checkpoint): purge until it lets go."""
+    stopped_in = client.offsets(connector)["offsets"][0]["offset"]["file"]
+    with maria.cursor() as cur:
+        cur.execute("FLUSH BINARY LOGS")
+        cur.execute("SHOW MASTER STATUS")
+        current = cur.fetchone()[0]
+        deadline = time.time() + 90
+        while True:
+            cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
+            if cur.fetchone()[0] == 0:
+                cur.execute(f"PURGE BINARY LOGS TO '{current}'")
+            cur.execute("SHOW BINARY LOGS")
+            if stopped_in not in [r[0] for r in cur.fetchall()]:
+                return
+            assert time.time() < deadline, f"MariaDB did not purge {stopped_in} within 90 s"
+            time.sleep(0.5)
+
+
+def test_sync_dag_reloads_by_itself_after_retention_loss_and_purged_binlogs(airflow_env, stack, maria, target_db,
+                                                                            pipelines, unique_name):
+    """The seed cases on a MariaDB source, through the sync DAG alone: (1) the stream is stopped,
+    the source changes (its schema too), Kafka retention deletes offsets it still needs → the
+    sensor notices and re-snapshots; (2) the connector is stopped and the binlogs it needs are
+    purged → ensure_connector marks the table, recreates capture, and the run reloads it."""
+    from test_dags import run_dag
     from tideline import state
-    from tideline.connector import ConnectClient, ensure_capture
+    from tideline.connector import ConnectClient
     from tideline.core.debezium import connector_name
-    t, scratch = f"{unique_name}_drift", f"{unique_name}_oracle"
+    t, scratch = f"{unique_name}_tide", f"{unique_name}_oracle"
     _exec(maria, f"CREATE TABLE `{t}` (id int PRIMARY KEY, qty int NOT NULL, note varchar(100)) CHARACTER SET utf8mb4",
-          f"INSERT INTO `{t}` SELECT seq, seq, CONCAT('n', seq) FROM seq_1_to_500")
-    try:
-        cfg = mariadb_pipeline(pipelines, [{"name": t}], capture=True)
-        FullLoad(cfg, spark).run([t])
-        _exec(maria, f"ALTER TABLE `{t}` ADD COLUMN price decimal(8,2) DEFAULT 1.25, ADD COLUMN seen datetime(6)",
-              f"UPDATE `{t}` SET qty = qty + 1, seen = '2026-01-02 03:04:05.678901' WHERE id <= 50",
-              f"INSERT INTO `{t}` VALUES (1000, 1, 'new', 9.99, NULL)")
-        converge(cfg, spark, target_db, [t], scratch)
+          f"INSERT INTO `{t}` SELECT seq, seq % 10, CONCAT('n', seq) FROM seq_1_to_2000")
+
+    def converged() -> bool:
+        oracle(target_db, t, scratch)
+        return table_digest(target_db, scratch, t, "id") == table_digest(target_db, cfg.name, t, "id")
+
+    def run_until_converged(timeout: float = 120) -> None:
+        deadline = time.time() + timeout
+        while not converged():
+            assert time.time() < deadline, "target did not converge"
+            states = run_dag(dag_id, stream_mode="available_now")
+            assert states["__run__"] == "success", states
+
+    def full_loads() -> int:
         with target_db.cursor() as cur:
-            cur.execute(sql.SQL("SELECT price::text, seen::text FROM {}.{} WHERE id = 7").format(
-                sql.Identifier(cfg.name), sql.Identifier(t)))
-            assert cur.fetchone() == ("1.25", "2026-01-02 03:04:05.678901")
-        # the connector stops; changes land in a binlog that is then purged before it reads them
+            cur.execute("SELECT count(*) FROM tideline.runs WHERE pipeline = %s AND kind = 'full_load' "
+                        "AND outcome = 'succeeded'", (cfg.name,))
+            return cur.fetchone()[0]
+
+    try:
+        cfg = pipelines.adopt(mariadb_pipeline(pipelines, [{"name": t}], create_topics=False, partitions=1))
+        dag_id = f"sync_{cfg.name}"
+        states = run_dag(dag_id, stream_mode="available_now")
+        assert states["__run__"] == "success" and states["full_load"] == "success", states
+        run_until_converged()
+        # (1) retention deletes what the stopped stream still needs
+        resume = state.get(target_db, cfg.name, t).resume_offsets
+        _exec(maria, f"ALTER TABLE `{t}` ADD COLUMN added_later varchar(20)",
+              f"UPDATE `{t}` SET added_later = CONCAT('x', id), qty = qty + 1 WHERE id <= 500",
+              f"INSERT INTO `{t}` (id, qty, note, added_later) SELECT seq, 1, 'new', 'y' FROM seq_3001_to_3500")
+        let_retention_delete(stack.kafka_bootstrap(), cfg.topic(t), resume[0],
+                             lambda: _exec(maria, f"UPDATE `{t}` SET qty = qty + 1 WHERE id = 1"))
+        states = run_dag(dag_id, stream_mode="available_now")
+        assert states["__run__"] == "success", states
+        assert states["full_load"] == "skipped" and states["resnapshot"] == "success", states
+        assert full_loads() == 2
+        _exec(maria, f"UPDATE `{t}` SET added_later = 'after' WHERE id = 2")
+        run_until_converged()
+        # (2) binlogs purged while the connector was stopped
         client, name = ConnectClient(get_connection("tideline_connect").http_base_url()), connector_name(cfg)
         client.stop(name)
         deadline = time.time() + 60
-        while client.status(name)["connector"]["state"] != "STOPPED" and time.time() < deadline:
+        while client.status(name)["connector"]["state"] != "STOPPED":
+            assert time.time() < deadline, "the connector did not stop"
             time.sleep(0.5)
-        _exec(maria, f"DELETE FROM `{t}` WHERE id BETWEEN 100 AND 199", f"UPDATE `{t}` SET note = 'missed'",
-              "FLUSH BINARY LOGS")
-        stopped_in = client.offsets(name)["offsets"][0]["offset"]["file"]
-        with maria.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            current = cur.fetchone()[0]
-            # MariaDB keeps a file that a replica connection still reads, or that InnoDB's crash
-            # recovery still needs (until its binlog checkpoint): purge until the file is gone
-            purge_by = time.time() + 90
-            while True:
-                cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
-                if cur.fetchone()[0] == 0:
-                    cur.execute(f"PURGE BINARY LOGS TO '{current}'")
-                cur.execute("SHOW BINARY LOGS")
-                if stopped_in not in [r[0] for r in cur.fetchall()]:
-                    break
-                assert time.time() < purge_by, f"MariaDB did not purge {stopped_in} within 90 s"
-                time.sleep(0.5)
-        marked = ensure_capture(cfg, get_connection("tideline_kafka"), get_connection("tideline_connect"),
-                                get_connection(CONN_ID), get_connection("tideline_target"))
-        assert marked == [t]
-        st = state.get(target_db, cfg.name, t)
-        assert st.phase == "needs_resnapshot" and "was purged from the MariaDB source" in st.last_error
-        FullLoad(cfg, spark).run([t])
-        _exec(maria, f"UPDATE `{t}` SET qty = 0 WHERE id > 900")
-        converge(cfg, spark, target_db, [t], scratch)
+        _exec(maria, f"DELETE FROM `{t}` WHERE id BETWEEN 100 AND 199", f"UPDATE `{t}` SET note = 'missed'")
+        purge_binlogs_the_connector_needs(maria, client, name)
+        states = run_dag(dag_id, stream_mode="available_now")
+        assert states["__run__"] == "success" and states["full_load"] == "success", states
+        assert full_loads() == 3
+        with target_db.cursor() as cur:
+            cur.execute("SELECT detail FROM tideline.runs WHERE pipeline = %s AND kind = 'full_load' "
+                        "ORDER BY run_id DESC LIMIT 1", (cfg.name,))
+            detail = cur.fetchone()[0]
+            assert detail.startswith("re-snapshot because: ") and "was purged from the MariaDB source" in detail, detail
+        _exec(maria, f"UPDATE `{t}` SET qty = 0 WHERE id > 3400")
+        run_until_converged()
+        assert state.get(target_db, cfg.name, t).phase == "streaming"
     finally:
         _drop(maria, t)
         with target_db.cursor() as cur:
@@ -422,16 +460,17 @@ def test_doubles_print_alike_in_both_databases(stack, maria, target_db):
 
 def test_stream_killed_three_times_and_a_zombie_copy_lose_and_double_nothing(stack, spark, maria, target_db,
                                                                              pipelines, unique_name):
-    """kill -9 of the incremental job at random moments under writes, three times; then a second
-    copy started beside a running one: the older is fenced out. Batches stay contiguous from the
-    full load's offsets and the target ends equal to the source."""
+    """kill -9 of the incremental job at random moments under writes, three times, with columns
+    added at the source in between (existing rows hold the literal default: MariaDB writes no
+    events for them); then a second copy started beside a running one: the older is fenced out.
+    Batches stay contiguous from the full load's offsets and the target ends equal to the source."""
     from test_incremental import assert_batches_contiguous, batches, spark_submit
     from tideline.core.errors import EXIT_FENCED
     t, scratch = f"{unique_name}_crash", f"{unique_name}_oracle"
     _exec(maria, f"CREATE TABLE `{t}` (id bigint PRIMARY KEY, qty int NOT NULL, note varchar(400), "
                  f"price decimal(12,2) DEFAULT 1.50) CHARACTER SET utf8mb4",
-          f"INSERT INTO `{t}` (id, qty, note) SELECT seq, seq % 100, CONCAT('row ', seq) FROM seq_1_to_20000")
-    writer = Writer(f"`{t}`", 20_001, seed=5, pause=0.001, connect=lambda: stackctl.mariadb_connect(DB))
+          f"INSERT INTO `{t}` (id, qty, note) SELECT seq, seq % 100, CONCAT('row ', seq) FROM seq_1_to_10000")
+    writer = Writer(f"`{t}`", 10_001, seed=5, pause=0.002, connect=lambda: stackctl.mariadb_connect(DB))
     rng = random.Random(42)
     procs = []
 
@@ -444,11 +483,14 @@ def test_stream_killed_three_times_and_a_zombie_copy_lose_and_double_nothing(sta
 
     try:
         cfg = mariadb_pipeline(pipelines, [{"name": t}], capture=True,
-                               stream={"max_offsets_per_trigger": 500, "trigger_interval_s": 0.5})
+                               stream={"max_offsets_per_trigger": 2000, "trigger_interval_s": 0.5})
         [loaded] = FullLoad(cfg, spark).run([t])
         writer.start()
         env = {"TIDELINE_PIPELINES": str(pipelines.dir)}
-        for _ in range(3):
+        for kill in range(3):
+            if kill == 1:
+                _exec(maria, f"ALTER TABLE `{t}` ADD COLUMN added decimal(8,2) DEFAULT 1.25, ADD COLUMN seen datetime(6)",
+                      f"UPDATE `{t}` SET seen = '2026-01-02 03:04:05.678901' WHERE id <= 50")
             procs.append(spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env))
             committed_once_more(procs[-1])
             time.sleep(rng.uniform(0.0, 2.0))
@@ -467,6 +509,11 @@ def test_stream_killed_three_times_and_a_zombie_copy_lose_and_double_nothing(sta
         os.killpg(second.pid, signal.SIGTERM)
         second.wait(60)
         converge(cfg, spark, target_db, [t], scratch)
+        with target_db.cursor() as cur:
+            cur.execute(sql.SQL("SELECT count(*), count(*) FILTER (WHERE added = 1.25), count(DISTINCT seen::text) "
+                                "FILTER (WHERE id <= 50) FROM {}.{}").format(sql.Identifier(cfg.name), sql.Identifier(t)))
+            rows, with_default, seen = cur.fetchone()
+            assert rows == with_default and seen == 1
         assert len(batches(target_db, cfg.name)) >= 5
         assert_batches_contiguous(target_db, cfg.name, {cfg.topic(t): loaded.offsets})
     finally:

@@ -2,7 +2,11 @@
 
 The staging table holds the last event per key: (tbl, op, key jsonb, after jsonb, part, off).
 Deletes use the message key; upserts use the row image. A column whose value Debezium did not
-have (unchanged TOAST) keeps the target's value; it can never overwrite it.
+have (unchanged TOAST) keeps the target's value; it can never overwrite it. A column absent from
+an event (the change happened before the column was added: MariaDB's connector decodes each event
+with the schema of its time) gets what the source's existing rows hold for it: the literal default
+they were given, else NULL. (PostgreSQL's connector fills such a column with null instead, which
+cannot be told from a real NULL: there the event's null is applied.)
 """
 from __future__ import annotations
 
@@ -27,6 +31,15 @@ COPY_STAGE = sql.SQL("COPY {} (tbl, op, key, after, part, off) FROM STDIN").form
 
 def _field(doc: str, col: str) -> sql.Composable:
     return sql.SQL("s.{}->>{}").format(sql.Identifier(doc), sql.Literal(col))
+
+
+def _row_value(c: Column) -> sql.Composable:
+    """The column's value from the event's row image (see the module docstring for an absent one)."""
+    new = value_expr(_field("after", c.name), c.type, c.encoding)
+    if not c.has_missing:   # absent: ->> gives NULL, which is what existing rows hold
+        return new
+    return sql.SQL("CASE WHEN s.after ? {name} THEN {new} ELSE {missing}::{t} END").format(
+        name=sql.Literal(c.name), new=new, missing=sql.Literal(c.missing_value), t=sql.SQL(c.type))
 
 
 def _key_match(columns: dict[str, Column], pk: list[str], doc: str) -> sql.Composable:
@@ -70,7 +83,7 @@ def update_sql(schema: str, table: str, columns: list[Column], pk: list[str],
         if c.name in pk:
             continue
         raw = _field("after", c.name)
-        new = value_expr(raw, c.type, c.encoding)
+        new = _row_value(c)
         if may_be_unavailable(c.type, c.encoding):
             new = sql.SQL("CASE WHEN {test} THEN t.{col} ELSE {new} END").format(
                 test=unavailable_test(raw, c.type), col=sql.Identifier(c.name), new=new)
@@ -92,7 +105,7 @@ def _missing(schema: str, table: str, columns: list[Column], pk: list[str]) -> s
 def insert_sql(schema: str, table: str, columns: list[Column], pk: list[str],
                only: sql.Composable | None = None) -> sql.Composed:
     columns = _written(columns)
-    values = [value_expr(_field("after", c.name), c.type, c.encoding) for c in columns]
+    values = [_row_value(c) for c in columns]
     return sql.SQL("INSERT INTO {t} ({cols}) SELECT {vals} FROM {stage} AS s "
                    "WHERE s.tbl = {tbl} AND s.op <> 'd'{only} AND {missing}").format(
         t=_target(schema, table), cols=sql.SQL(", ").join(sql.Identifier(c.name) for c in columns),
