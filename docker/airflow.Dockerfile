@@ -1,4 +1,5 @@
-# Airflow 3 + the Tideline library + pyspark (local mode) with the Kafka connector and JDBC jars.
+# Airflow 3 + the Tideline library + pyspark with the Kafka connector and JDBC jars. The same image
+# runs the Spark master and workers of the compose deployment (spark-class from the PySpark install).
 FROM maven:3.9-eclipse-temurin-17 AS jars
 COPY stack/jvm /build
 RUN mvn -q -B -f /build/pom.xml -pl spark -am package

@@ -1,8 +1,8 @@
-# Kafka Connect (distributed) with the Debezium PostgreSQL plugin, jars from Maven Central, and
+# Kafka Connect (distributed) with the Debezium PostgreSQL and MariaDB plugins, jars from Maven Central, and
 # Tideline's text converter built into the plugin's directory (the connector config names it).
 FROM maven:3.9-eclipse-temurin-17 AS jars
 COPY stack/jvm /build
-RUN mvn -q -B -f /build/pom.xml -pl kafka,debezium,pg-text-converter -am package
+RUN mvn -q -B -f /build/pom.xml -pl kafka,debezium,debezium-mariadb,pg-text-converter -am package
 
 FROM eclipse-temurin:17-jre
 COPY --from=jars /lib /opt/lib

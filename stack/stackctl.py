@@ -47,7 +47,15 @@ PORTS = {
     "kafka_controller": int(os.environ.get("TIDELINE_KAFKA_CONTROLLER_PORT", "59093")),
     "connect": int(os.environ.get("TIDELINE_CONNECT_PORT", "58083")),
     "airflow": int(os.environ.get("TIDELINE_AIRFLOW_PORT", "58080")),
+    "spark_master": int(os.environ.get("TIDELINE_SPARK_MASTER_PORT", "57077")),
+    "spark_master_ui": int(os.environ.get("TIDELINE_SPARK_MASTER_UI_PORT", "58180")),
+    "spark_worker_ui": int(os.environ.get("TIDELINE_SPARK_WORKER_UI_PORT", "58181")),   # +1 per worker
 }
+# The stack's Spark: local mode inside each job (default), or a standalone cluster of a master and
+# SPARK_WORKERS workers (one core each) that every job is submitted to: TIDELINE_SPARK_CLUSTER=1.
+SPARK_CLUSTER = os.environ.get("TIDELINE_SPARK_CLUSTER", "").lower() in ("1", "true", "yes", "on")
+SPARK_WORKERS = 2
+SPARK_WORKER_MEMORY = os.environ.get("TIDELINE_SPARK_WORKER_MEMORY", "2g")
 HOST = "127.0.0.1"
 # Throwaway credentials of the local stack only; production reads Airflow connections.
 PG_SUPERUSER, PG_SUPERPASS = "postgres", "postgres"
@@ -129,8 +137,9 @@ def environment() -> dict[str, str]:
         "AIRFLOW_CONN_TIDELINE_CONNECT": json.dumps(
             {"conn_type": "http", "host": HOST, "port": PORTS["connect"], "schema": "http"}),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
-            {"conn_type": "spark", "host": "local[2]",
+            {"conn_type": "spark", "host": spark_master_url() if SPARK_CLUSTER else "local[2]",
              "extra": {"spark-binary": "spark-submit", "deploy-mode": "client"}}),
+        **({"TIDELINE_SPARK_MASTER": spark_master_url()} if SPARK_CLUSTER else {}),
         # Airflow itself.
         "AIRFLOW_HOME": str(airflow_home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
@@ -228,8 +237,9 @@ def stop(part: str, timeout: float = 30.0) -> bool:
 
 # --------------------------------------------------------------------------- supervision
 
-SUPERVISED = ("postgres", "mariadb", "kafka", "connect", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
-              "airflow-triggerer")
+SPARK_PARTS = ("spark-master", *(f"spark-worker-{i}" for i in range(1, SPARK_WORKERS + 1)))
+SUPERVISED = ("postgres", "mariadb", "kafka", "connect", *SPARK_PARTS, "airflow-api-server", "airflow-scheduler",
+              "airflow-dag-processor", "airflow-triggerer")
 SUP_DIR = VAR / "supervisor"
 SUP_SOCK = RUN / "supervisor.sock"
 RESTARTS = RUN / "restarts.json"
@@ -300,7 +310,7 @@ files={SUP_DIR / "programs"}/*.conf
 
 
 def supervise(part: str, command: str, user: str | None = None, stopsignal: str = "TERM",
-              stopwait: int = 60) -> None:
+              stopwait: int = 60, environment: dict[str, str] | None = None) -> None:
     """Registers `part` with supervisord (restart on any exit, backoff while it fails to stay
     up) and starts it if it is not running."""
     _ensure_supervisord()
@@ -322,6 +332,7 @@ stdout_logfile={log_file(part)}
 stdout_logfile_maxbytes=50MB
 stdout_logfile_backups=2
 {f"user={user}" if user else ""}
+{"environment=" + ",".join(f'{k}="{v}"' for k, v in environment.items()) if environment else ""}
 """)
     link = log_file(part)
     if link.is_symlink():
@@ -852,7 +863,62 @@ def spark_check() -> str:
     if "spark-sql-kafka" not in names or "postgresql" not in names or "mariadb-java-client" not in names:
         raise StackError(f"spark: Kafka connector or JDBC jar missing in {LIB / 'spark'}. Run `make setup`.")
     import pyspark
+    if SPARK_CLUSTER:
+        return spark_cluster_healthy()
     return f"local mode, pyspark {pyspark.__version__}, {len(jars)} extra jars"
+
+
+def spark_master_url() -> str:
+    return f"spark://{HOST}:{PORTS['spark_master']}"
+
+
+def spark_master_json() -> dict:
+    """The master's own JSON view: workers (state, cores, memory) and applications."""
+    return http_json(f"http://{HOST}:{PORTS['spark_master_ui']}/json/")
+
+
+def spark_cluster_healthy() -> str | bool:
+    state = spark_master_json()
+    alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
+    if len(alive) < SPARK_WORKERS:
+        return False
+    return (f"{spark_master_url()}: {len(alive)} workers ({sum(w['cores'] for w in alive)} cores), "
+            f"{len(state.get('activeapps', []))} running application(s)")
+
+
+def _spark_home() -> Path:
+    import pyspark
+    return Path(pyspark.__file__).parent
+
+
+def _spark_daemon(main: str, args: list[str]) -> str:
+    """A Spark master or worker JVM from the installed PySpark distribution."""
+    home = _spark_home()
+    return shlex.join([_java(), "-Xms128m", "-Xmx512m", "-XX:+IgnoreUnrecognizedVMOptions",
+                       "-cp", f"{home / 'conf'}:{home / 'jars'}/*", main, *args])
+
+
+def up_spark() -> None:
+    """Local mode needs no process. The cluster: a master and SPARK_WORKERS workers, supervised.
+    Workers get a clean environment (no PYTHONPATH): executors import Tideline only from the
+    library each job ships (--py-files), never from this checkout."""
+    if not SPARK_CLUSTER:
+        spark_check()
+        return
+    spark_env = {"SPARK_HOME": str(_spark_home()), "PYTHONPATH": "", "SPARK_LOCAL_IP": HOST,
+                 "JAVA_HOME": str(Path(_java()).resolve().parents[1])}
+    supervise("spark-master", _spark_daemon("org.apache.spark.deploy.master.Master", [
+        "--host", HOST, "--port", str(PORTS["spark_master"]), "--webui-port", str(PORTS["spark_master_ui"])]),
+        environment=spark_env)
+    wait_until("spark-master", lambda: "workers" in spark_master_json(), 60,
+               f"the master's status at http://{HOST}:{PORTS['spark_master_ui']}/json/")
+    for i in range(1, SPARK_WORKERS + 1):
+        work = VAR / "spark" / f"worker-{i}"
+        work.mkdir(parents=True, exist_ok=True)
+        supervise(f"spark-worker-{i}", _spark_daemon("org.apache.spark.deploy.worker.Worker", [
+            "--host", HOST, "--cores", "1", "--memory", SPARK_WORKER_MEMORY, "--work-dir", str(work),
+            "--webui-port", str(PORTS["spark_worker_ui"] + i - 1), spark_master_url()]), environment=spark_env)
+    wait_until("spark", spark_cluster_healthy, 90, f"{SPARK_WORKERS} workers registered with {spark_master_url()}")
 
 
 # --------------------------------------------------------------------------- commands
@@ -871,7 +937,8 @@ PARTS = [
     Part("kafka", up_kafka, kafka_healthy, kafka_bootstrap),
     Part("connect", up_connect, connect_healthy, connect_url),
     Part("airflow", up_airflow, airflow_healthy, airflow_url),
-    Part("spark", spark_check, spark_check, lambda: "in-process (pyspark)"),
+    Part("spark", up_spark, spark_check,
+         lambda: spark_master_url() if SPARK_CLUSTER else "in-process (pyspark)"),
 ]
 
 
@@ -947,14 +1014,16 @@ def cmd_status() -> int:
             bad += 1
         pids = {"postgres": [_postgres_pid()], "mariadb": [supervised_pid("mariadb")], "kafka": [supervised_pid("kafka")],
                 "connect": [supervised_pid("connect")],
-                "airflow": [supervised_pid(p) for p in AIRFLOW_PARTS]}.get(part.name, [])
+                "airflow": [supervised_pid(p) for p in AIRFLOW_PARTS],
+                "spark": [supervised_pid(p) for p in SPARK_PARTS] if SPARK_CLUSTER else []}.get(part.name, [])
         mb = sum(_rss_mb(p) for p in pids if p)
         total_mb += mb
         mem = f"{mb:7.0f} MB" if pids else "      - "
-        where = {"airflow": log_file("airflow-scheduler"), "spark": "the Airflow task logs"}.get(part.name,
+        where = {"airflow": log_file("airflow-scheduler"),
+                 "spark": log_file("spark-master") if SPARK_CLUSTER else "the Airflow task logs"}.get(part.name,
                                                                                                   log_file(part.name))
         print(f"{part.name:9s} {state:9s} {mem}  {detail}   log: {where}")
-        for sp in (AIRFLOW_PARTS if part.name == "airflow" else (part.name,)):
+        for sp in {"airflow": AIRFLOW_PARTS, "spark": SPARK_PARTS}.get(part.name, (part.name,)):
             if sp in SUPERVISED:
                 line = _supervision_line(sp)
                 if line:

@@ -9,6 +9,7 @@ offsets already applied, applies schema changes, deletes and upserts, and advanc
 from __future__ import annotations
 
 import json
+import os
 import logging
 import shutil
 import signal
@@ -219,7 +220,9 @@ class IncrementalRun:
         fence_watch = threading.Event()
         try:
             start = self.prepare()
-            checkpoint = tempfile.mkdtemp(prefix=f"tideline-{self.cfg.name}-")
+            if self.cfg.stream.checkpoint_dir:
+                os.makedirs(self.cfg.stream.checkpoint_dir, exist_ok=True)
+            checkpoint = tempfile.mkdtemp(prefix=f"tideline-{self.cfg.name}-", dir=self.cfg.stream.checkpoint_dir)
             stream = self.cfg.stream
             reader = (self.spark.readStream.format("kafka")
                       .option("kafka.bootstrap.servers", self.bootstrap)

@@ -10,6 +10,20 @@ import os
 from pyspark.sql import SparkSession
 
 
+DRIVER_ADDRESS_KEYS = ("spark.driver.host", "spark.driver.bindAddress")
+
+
+def driver_address() -> dict[str, str]:
+    """Where executors reach the driver: TIDELINE_SPARK_DRIVER_HOST (an address the workers can
+    reach; default loopback, for local mode and the one-host stack), bound on
+    TIDELINE_SPARK_DRIVER_BIND_ADDRESS (default: that address when it is loopback, else every
+    interface)."""
+    host = os.environ.get("TIDELINE_SPARK_DRIVER_HOST", "127.0.0.1")
+    bind = os.environ.get("TIDELINE_SPARK_DRIVER_BIND_ADDRESS",
+                          host if host.startswith("127.") or host == "localhost" else "0.0.0.0")
+    return {"spark.driver.host": host, "spark.driver.bindAddress": bind}
+
+
 def get_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
     builder = SparkSession.builder.appName(app_name)
     under_submit = bool(os.environ.get("SPARK_ENV_LOADED"))  # set by spark-submit's launcher
@@ -22,14 +36,13 @@ def get_session(app_name: str, master: str | None = None, conf: dict[str, str] |
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "4",
         "spark.ui.enabled": "false",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
+        **driver_address(),
         "spark.driver.memory": "2g",
         "spark.sql.ansi.enabled": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
     }
     for key, value in {**defaults, **(conf or {})}.items():
-        if under_submit and key.startswith("spark.driver.") and key != "spark.driver.host":
+        if under_submit and key.startswith("spark.driver.") and key not in DRIVER_ADDRESS_KEYS:
             continue  # fixed by spark-submit before the JVM started
         builder = builder.config(key, value)
     session = builder.getOrCreate()

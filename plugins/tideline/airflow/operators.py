@@ -42,11 +42,16 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
 
         from tideline.airflow.connections import spark_env
         from tideline.entrypoints import ERROR_FILE_ENV
+        from tideline.packaging import library_zip
+        from tideline.spark_session import driver_address
         with tempfile.NamedTemporaryFile(prefix="tideline-error-", suffix=".txt") as error_file:
             self.env_vars = {**(self.env_vars or {}), **spark_env(self.pipeline_conn_ids),
                              ERROR_FILE_ENV: error_file.name}
+            # executors import Tideline from the shipped library, never from this host's checkout
+            self.py_files = str(library_zip())
+            self.conf = {**driver_address(), **(self.conf or {})}
             if self._hook is not None:
-                self._hook._env_vars = self.env_vars
+                self._hook._env_vars, self._hook._py_files, self._hook._conf = self.env_vars, self.py_files, self.conf
             try:
                 super().execute(context)
                 return {"exit": 0}

@@ -94,6 +94,10 @@ class StreamSettings(_Model):
                                                                      "running stream before its task fails")
     on_bad_message: Literal["stop", "dead_letter"] = Field(
         default="stop", description="stop: halt with topic/partition/offset; dead_letter: record it and go on")
+    checkpoint_dir: str | None = Field(
+        default=None, description="directory of each run's Spark checkpoint (disposable: the position lives in "
+                                  "the target); default the driver's temp directory. With the driver on a "
+                                  "cluster node, storage the driver host keeps")
 
 
 class VerifyConfig(_Model):
