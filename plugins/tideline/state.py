@@ -20,7 +20,7 @@ MIGRATION_LOCK = 0x71DE11E  # advisory lock key: one migrator at a time
 
 def migrate(conn) -> int:
     """Creates/updates the state schema idempotently; returns the schema version now in place."""
-    files = sorted(p for p in (sqlfiles.SQL_DIR / "state").glob("[0-9][0-9][0-9]_*.sql"))
+    files = [n for n in sqlfiles.names("state") if re.match(r"\d{3}_", n)]
     with conn, conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
         cur.execute("CREATE SCHEMA IF NOT EXISTS tideline")
@@ -28,12 +28,12 @@ def migrate(conn) -> int:
                     " version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
         cur.execute("SELECT coalesce(max(version), 0) FROM tideline.schema_version")
         current = cur.fetchone()[0]
-        for path in files:
-            version = int(re.match(r"(\d+)_", path.name).group(1))
+        for name in files:
+            version = int(re.match(r"(\d+)_", name).group(1))
             if version > current:
-                cur.execute(path.read_text())
+                cur.execute(sqlfiles.load(f"state/{name[:-len('.sql')]}"))
                 cur.execute("INSERT INTO tideline.schema_version (version, name) VALUES (%s, %s)",
-                            (version, path.name))
+                            (version, name))
                 current = version
     return current
 

@@ -1,4 +1,4 @@
-"""The library shipped to executors: every module of the package, importable from the zip alone."""
+"""The library shipped to executors: every module of the package and its SQL, usable from the zip alone."""
 import subprocess
 import sys
 import zipfile
@@ -17,6 +17,22 @@ def test_the_zip_holds_the_whole_package_and_imports_alone(tmp_path):
                          capture_output=True, text=True, check=True, cwd=tmp_path,
                          env={"PATH": "/usr/bin:/bin"}).stdout
     assert out.strip().startswith(str(built))
+
+
+def test_sql_travels_in_the_zip_and_is_read_from_it(tmp_path):
+    """A driver or executor importing Tideline from the zip (no checkout beside it) reads the
+    SQL packed inside — the DAG's jobs failed when sqlfiles looked for sql/ next to the zip."""
+    from tideline import sqlfiles
+    built = packaging.library_zip(tmp_path)
+    out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                          "from tideline import sqlfiles as s; print(s.SQL_DIR); print(s.names('state')); "
+                          "print(s.load('state/claim_epoch'), end='')", str(built)],
+                         capture_output=True, text=True, check=True, cwd=tmp_path,
+                         env={"PATH": "/usr/bin:/bin"}).stdout
+    where, names, text = out.split("\n", 2)
+    assert where.startswith(str(built))
+    assert names == str(sqlfiles.names("state")) and "001_" in names
+    assert text == sqlfiles.load("state/claim_epoch")
 
 
 def test_the_same_sources_give_the_same_file(tmp_path):

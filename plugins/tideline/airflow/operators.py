@@ -41,12 +41,15 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
         import tempfile
 
         from tideline.airflow.connections import spark_env
+        from tideline.airflow.pipelines import pipelines_dir
         from tideline.entrypoints import ERROR_FILE_ENV
         from tideline.packaging import library_zip
         from tideline.spark_session import driver_address
         with tempfile.NamedTemporaryFile(prefix="tideline-error-", suffix=".txt") as error_file:
             self.env_vars = {**(self.env_vars or {}), **spark_env(self.pipeline_conn_ids),
-                             ERROR_FILE_ENV: error_file.name}
+                             # the driver imports Tideline from the shipped zip, so it is told where
+                             # this host keeps the pipeline configs
+                             "TIDELINE_PIPELINES": str(pipelines_dir()), ERROR_FILE_ENV: error_file.name}
             # executors import Tideline from the shipped library, never from this host's checkout
             self.py_files = str(library_zip())
             self.conf = {**driver_address(), **(self.conf or {})}
