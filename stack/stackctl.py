@@ -912,7 +912,10 @@ def spark_master_json() -> dict:
 
 
 def spark_cluster_healthy() -> str | bool:
-    state = spark_master_json()
+    try:
+        state = spark_master_json()
+    except OSError:  # no master listening
+        return False
     alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
     if len(alive) < SPARK_WORKERS:
         return False
@@ -941,6 +944,11 @@ def up_spark() -> None:
             _unsupervise(SPARK_PARTS)
         spark_check()
         return
+    start_spark_cluster()
+
+
+def start_spark_cluster() -> None:
+    """The standalone master and workers, supervised (also what the cluster tests start)."""
     # SPARK_SCALA_VERSION: a worker builds each executor's command with Spark's launcher, which
     # asks for it when it does not run from a release tarball (a PySpark install is not one)
     scala = next(_spark_home().glob("jars/spark-core_*.jar")).name.split("_")[1].split("-")[0]
@@ -958,6 +966,10 @@ def up_spark() -> None:
             "--host", HOST, "--cores", "1", "--memory", SPARK_WORKER_MEMORY, "--work-dir", str(work),
             "--webui-port", str(PORTS["spark_worker_ui"] + i - 1), spark_master_url()]), environment=spark_env)
     wait_until("spark", spark_cluster_healthy, 90, f"{SPARK_WORKERS} workers registered with {spark_master_url()}")
+
+
+def stop_spark_cluster() -> None:
+    _unsupervise(SPARK_PARTS)
 
 
 # --------------------------------------------------------------------------- commands

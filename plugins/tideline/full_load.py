@@ -83,7 +83,8 @@ def make_copy_writer(target_dsn: str, copy_sql: str, escape: list[bool], label: 
             conn.close()
         secs = time.monotonic() - started
         print(f"[tideline] {time.strftime('%H:%M:%S')} {label} partition {part}: {stream.rows:,} rows, {stream.bytes / 1e6:.1f} MB "
-              f"in {secs:.1f}s ({stream.rows / secs if secs else 0:,.0f} rows/s)", file=sys.stderr, flush=True)
+              f"in {secs:.1f}s ({stream.rows / secs if secs else 0:,.0f} rows/s; library "
+              f"{os.path.abspath(sys.modules['tideline'].__file__)})", file=sys.stderr, flush=True)
         yield pa.RecordBatch.from_arrays(
             [pa.array([part], pa.int32()), pa.array([stream.rows], pa.int64()), pa.array([copied], pa.int64()),
              pa.array([secs], pa.float64())],

@@ -45,12 +45,13 @@ def sync_until_equal(cfg, spark, source_db, target_db, tables: dict[str, str], t
         time.sleep(1)
 
 
-def spark_submit(job: str, *args: str, env_extra: dict | None = None) -> subprocess.Popen:
+def spark_submit(job: str, *args: str, env_extra: dict | None = None, master: str = "local[2]",
+                 submit_args: tuple[str, ...] = ()) -> subprocess.Popen:
     env = dict(os.environ, **(env_extra or {}))
-    return subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
+    return subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", master,
                              "--jars", os.environ["TIDELINE_SPARK_JARS"], "--driver-java-options",
                              f"-Dlog4j2.configurationFile={ROOT / 'spark_jobs' / 'log4j2.properties'}",
-                             str(ROOT / "spark_jobs" / job), *args],
+                             *submit_args, str(ROOT / "spark_jobs" / job), *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
 
