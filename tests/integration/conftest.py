@@ -95,9 +95,10 @@ class Pipelines:
         cfg = load_pipeline(path)
         if create_topics:
             from confluent_kafka.admin import AdminClient, NewTopic
-            admin = AdminClient({"bootstrap.servers": self.stack.kafka_bootstrap()})
+            admin = AdminClient({"bootstrap.servers": self.bootstrap()})
             new = [cfg.topic(t.name) for t in cfg.tables]
-            for fut in admin.create_topics([NewTopic(t, partitions, 1) for t in new]).values():
+            for fut in admin.create_topics([NewTopic(t, partitions, cfg.kafka.replication_factor)
+                                            for t in new]).values():
                 fut.result(30)
             self.topics += new
         if capture:
@@ -109,6 +110,13 @@ class Pipelines:
         return cfg
 
     captured = None
+
+    @staticmethod
+    def bootstrap() -> str:
+        """The brokers of the `tideline_kafka` connection (the stack's, unless a test points it
+        at another cluster)."""
+        from tideline.core.connections import get_connection
+        return get_connection("tideline_kafka").kafka_bootstrap
 
     def _heartbeat_topic(self, cfg) -> list[str]:
         """The heartbeat topic and the engine's own (a MariaDB connector's schema history)."""
@@ -129,7 +137,7 @@ class Pipelines:
             self.topics += self._heartbeat_topic(self.captured)
         if self.topics:
             from confluent_kafka.admin import AdminClient
-            admin = AdminClient({"bootstrap.servers": self.stack.kafka_bootstrap()})
+            admin = AdminClient({"bootstrap.servers": self.bootstrap()})
             for fut in admin.delete_topics(self.topics).values():
                 try:
                     fut.result(30)
