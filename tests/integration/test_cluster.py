@@ -1,12 +1,22 @@
-"""Tideline's jobs on a Spark standalone cluster: a master and two one-core workers, started for
-these tests from the installed PySpark (what `TIDELINE_SPARK_CLUSTER=1 make up` runs). A full load,
-a stream under writes with kill -9 of an executor mid-batch, and a batch interval each end with
-target == source; the work ran on both workers (the workers' own JSON status), and executors
-imported Tideline from the library the job shipped (under the worker's work directory) — the
-workers have no PYTHONPATH to this checkout."""
+"""Beyond one machine, with real processes: Tideline's jobs on a Spark standalone cluster (a master
+and two one-core workers started from the installed PySpark — what `TIDELINE_SPARK_CLUSTER=1 make
+up` runs) and a `production`-durability pipeline on a three-broker Kafka (three KRaft nodes:
+replication 3, min.insync.replicas 2, no unclean leader election, with a Kafka Connect worker of
+their own — what `TIDELINE_KAFKA_CLUSTER=1 make up` runs), both started beside the shared stack
+for this module; the pipeline's connections point at them while it runs.
+
+One pipeline goes through the whole production topology so the suite pays for one full load and
+one convergence: the full load runs on both workers with Tideline imported from the library the
+job shipped (under each worker's work directory — the workers have no PYTHONPATH to this
+checkout); the doctor passes the production profile; the stream on the cluster, under writes,
+meets kill -9 of an executor, kill -9 of its topic's partition leader, and two of three brokers
+stopped (Kafka acknowledges no acks=all write, Debezium's producer blocks instead of losing); the
+batches stay contiguous and target == source at the end. A batch interval runs on the cluster too."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -14,15 +24,21 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 
 import stackctl
 from helpers import Writer, drop_source, table_digest
 from test_batch import make_events
 from test_incremental import assert_batches_contiguous, batches, make_items, spark_submit, sync_until_equal
-from tideline.full_load import FullLoad
+from tideline import doctor, state
+from tideline.connector import ConnectClient, connector_name
 from tideline.packaging import library_zip
 
 pytestmark = pytest.mark.integration
+
+HA = stackctl.KafkaCluster("kafka-ha", 3, stackctl.PORTS["kafka"] + 100, stackctl.PORTS["kafka_controller"] + 100,
+                           stackctl.VAR / "kafka-ha", stopwait=10)   # thrown away after the tests
+CONNECT_HA_PORT = stackctl.PORTS["connect"] + 10
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +49,25 @@ def cluster(stack):
     yield stackctl.spark_master_url()
     if started:
         stackctl.stop_spark_cluster()
+
+
+@pytest.fixture(scope="module")
+def ha_kafka(stack):
+    """The three-broker Kafka and its Connect worker, as the connections tideline_kafka and
+    tideline_connect; everything is removed afterwards."""
+    HA.start()
+    url = stackctl.start_connect_worker("connect-ha", CONNECT_HA_PORT, HA, stopwait=10)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AIRFLOW_CONN_TIDELINE_KAFKA", json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": HA.bootstrap()}}))
+    mp.setenv("AIRFLOW_CONN_TIDELINE_CONNECT", json.dumps(
+        {"conn_type": "http", "host": stackctl.HOST, "port": CONNECT_HA_PORT, "schema": "http"}))
+    yield url
+    mp.undo()
+    stackctl._unsupervise(["connect-ha"])
+    HA.stop()
+    for d in (HA.home, stackctl.VAR / "connect-ha"):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def submit(cluster, job: str, *args: str, pipelines) -> subprocess.Popen:
@@ -53,8 +88,8 @@ def executor_logs(app_id: str) -> list[tuple[Path, str]]:
 
 
 def app_ids(name: str) -> list[str]:
-    state = stackctl.spark_master_json()
-    return [a["id"] for a in state.get("activeapps", []) + state.get("completedapps", []) if a["name"] == name]
+    state_ = stackctl.spark_master_json()
+    return [a["id"] for a in state_.get("activeapps", []) + state_.get("completedapps", []) if a["name"] == name]
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
@@ -63,62 +98,121 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
     return out
 
 
-def test_full_load_runs_on_both_workers_with_the_shipped_library(cluster, source_db, target_db, pipelines,
-                                                                 unique_name):
-    t = f"{unique_name}_cl"
+def _wait_batches(target_db, cfg, count: int, stream: subprocess.Popen, what: str, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while len(batches(target_db, cfg.name)) < count:
+        assert stream.poll() is None, stream.stdout.read()[-4000:]
+        assert time.time() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(0.3)
+
+
+def _acknowledged(topic: str) -> str | None:
+    """Produces one record with acks=all (as Debezium's producer does); None if Kafka
+    acknowledged it, else the error it ended with within 8 s."""
+    from confluent_kafka import Producer
+    result: list = []
+    p = Producer({"bootstrap.servers": HA.bootstrap(), "acks": "all", "enable.idempotence": True,
+                  "message.timeout.ms": 8000})
+    p.produce(topic, b"probe", on_delivery=lambda err, _msg: result.append(None if err is None else err.name()))
+    p.flush(15)
+    return None if result == [None] else (result[0] if result else "no delivery report")
+
+
+def _assert_shipped_library_on_both_workers(app: str) -> None:
+    logs = executor_logs(app)
+    assert {d.parents[1].name for d, _ in logs} == {"worker-1", "worker-2"}, logs
+    copied = [(d, line) for d, text in logs for line in text.splitlines() if "[tideline]" in line]
+    assert {d.parents[1].name for d, _ in copied} == {"worker-1", "worker-2"}, "both workers copied partitions"
+    for d, line in copied:
+        library = line.rsplit("library ", 1)[1].rstrip(")")
+        assert library.startswith(str(d)) and ".zip/tideline/__init__.py" in library, (d, line)
+        assert not library.startswith(str(stackctl.ROOT / "plugins"))
+
+
+def test_production_topology_loses_and_doubles_nothing_through_executor_and_broker_faults(
+        cluster, ha_kafka, spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_prod"
     make_items(source_db, t, 40_000)
+    writer = Writer(f"public.{t}", 40_001, seed=11, pause=0.003)
+    stream = None
+    stopped: list[str] = []
     try:
-        cfg = pipelines.make([{"name": t}], parallelism=4, create_topics=True)
+        cfg = pipelines.make([{"name": t}], parallelism=4, capture=True,
+                             stream={"max_offsets_per_trigger": 1000, "trigger_interval_s": 0.5},
+                             kafka={"durability": "production", "replication_factor": 3})
+        topic = cfg.topic(t)
+
+        # the full load on the cluster: partitions on both workers, from the shipped library
         finish(submit(cluster, "full_load.py", "--pipeline", cfg.name, "--tables", t, pipelines=pipelines))
         assert table_digest(source_db, "public", t, "id") == table_digest(target_db, cfg.name, t, "id")
         [app] = app_ids(f"tideline-full-load-{cfg.name}")
-        logs = executor_logs(app)
-        workers = {d.parents[1].name for d, _ in logs}
-        assert workers == {"worker-1", "worker-2"}, logs
-        copied = [(d, line) for d, text in logs for line in text.splitlines() if "[tideline]" in line]
-        assert {d.parents[1].name for d, _ in copied} == {"worker-1", "worker-2"}, "both workers copied partitions"
-        for d, line in copied:
-            library = line.rsplit("library ", 1)[1].rstrip(")")
-            assert library.startswith(str(d)) and ".zip/tideline/__init__.py" in library, (d, line)
-            assert not library.startswith(str(stackctl.ROOT / "plugins"))
-    finally:
-        drop_source(source_db, t)
+        _assert_shipped_library_on_both_workers(app)
+        loaded = state.get(target_db, cfg.name, t).resume_offsets
 
+        checks = doctor.run(cfg)
+        assert not [c for c in checks if c.status == "fail"], doctor.format_checks(checks)
+        topic_check = next(c for c in checks if (c.part, c.name) == ("kafka", f"topic {topic}"))
+        assert topic_check.status == "pass" and "replication 3, min.insync.replicas 2" in topic_check.detail
 
-def test_stream_survives_an_executor_killed_mid_batch(cluster, spark, source_db, target_db, pipelines, unique_name):
-    t = f"{unique_name}_clst"
-    make_items(source_db, t, 5_000)
-    writer = Writer(f"public.{t}", 5_001, seed=3, pause=0.002)
-    stream = None
-    try:
-        cfg = pipelines.make([{"name": t}], capture=True, stream={"max_offsets_per_trigger": 1000,
-                                                                  "trigger_interval_s": 0.5})
-        [loaded] = FullLoad(cfg, spark).run([t])
         writer.start()
         stream = submit(cluster, "incremental.py", "--pipeline", cfg.name, pipelines=pipelines)
-        deadline = time.time() + 180
-        while len(batches(target_db, cfg.name)) < 2:
-            assert stream.poll() is None, stream.stdout.read()[-4000:]
-            assert time.time() < deadline, "the stream committed nothing on the cluster"
-            time.sleep(0.3)
+        _wait_batches(target_db, cfg, 2, stream, "the stream's first batches on the cluster")
+
+        # 1. kill -9 an executor (the worker JVM's child) mid-stream: Spark re-runs its tasks
         executors = subprocess.run(["pgrep", "-f", "CoarseGrainedExecutorBackend"], capture_output=True,
                                    text=True).stdout.split()
         assert executors, "no executor JVM on the workers"
-        os.kill(int(executors[0]), signal.SIGKILL)   # mid-stream: a batch is running or about to
-        n = len(batches(target_db, cfg.name))
-        deadline = time.time() + 180
-        while len(batches(target_db, cfg.name)) < n + 3:
-            assert stream.poll() is None, stream.stdout.read()[-4000:]
-            assert time.time() < deadline, "the stream did not go on after the executor was killed"
-            time.sleep(0.3)
+        os.kill(int(executors[0]), signal.SIGKILL)
+        _wait_batches(target_db, cfg, len(batches(target_db, cfg.name)) + 3, stream,
+                      "the stream to go on after an executor was killed")
+
+        # 2. kill -9 the leader of partition 0: a new leader from the in-sync replicas takes over
+        admin = AdminClient({"bootstrap.servers": HA.bootstrap()})
+        leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+        os.kill(stackctl.supervised_pid(f"kafka-ha-{leader}"), signal.SIGKILL)
+        deadline = time.time() + 60
+        while admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader in (leader, -1):
+            assert time.time() < deadline, "no new leader was elected"
+            time.sleep(0.5)
+        _wait_batches(target_db, cfg, len(batches(target_db, cfg.name)) + 3, stream,
+                      "the stream to go on after the partition leader was killed")
+        stackctl.wait_until("kafka-ha", HA.healthy, 120, "the killed broker back (supervisord restarts it)")
+
+        # 3. stop the two brokers that do not lead partition 0: its leader stays, but with one
+        # replica of three no acks=all write is acknowledged — Debezium's producer must block
+        leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+        probe = f"{topic}.probe"   # a topic led by the same broker: what any acks=all producer gets
+        others = [n for n in (1, 2, 3) if n != leader]
+        admin.create_topics([NewTopic(probe, num_partitions=1, replica_assignment=[[leader, *others]])])[probe].result(30)
+        pipelines.topics.append(probe)
+        assert _acknowledged(probe) is None
+        stopped = [f"kafka-ha-{n}" for n in others]
+        for part in stopped:
+            stackctl._supervisorctl("stop", part)
+        writes_before = writer.count
+        assert _acknowledged(probe) is not None, "Kafka acknowledged an acks=all write with one broker of three"
+        time.sleep(10)
+        assert writer.count > writes_before + 100, "the source kept changing during the outage"
+        status = ConnectClient(ha_kafka).status(connector_name(cfg))
+        assert status["tasks"][0]["state"] == "RUNNING", f"the connector's task gave up instead of blocking: {status}"
+        for part in stopped:
+            stackctl._supervisorctl("start", part)
+        stopped = []
+        stackctl.wait_until("kafka-ha", HA.healthy, 120, "three brokers back")
+        _wait_batches(target_db, cfg, len(batches(target_db, cfg.name)) + 3, stream,
+                      "the stream to go on after the brokers returned")
+
         writer.stop()
         os.killpg(stream.pid, signal.SIGTERM)
         stream.wait(60)
-        sync_until_equal(cfg, spark, source_db, target_db, {t: "id"})
-        assert_batches_contiguous(target_db, cfg.name, {cfg.topic(t): loaded.offsets})
+        sync_until_equal(cfg, spark, source_db, target_db, {t: "id"}, timeout=180)
+        assert_batches_contiguous(target_db, cfg.name, {topic: loaded})
+        assert ConnectClient(ha_kafka).status(connector_name(cfg))["tasks"][0]["state"] == "RUNNING"
         [app] = app_ids(f"tideline-incremental-{cfg.name}")
         assert {d.parents[1].name for d, _ in executor_logs(app)} == {"worker-1", "worker-2"}
     finally:
+        for part in stopped:
+            stackctl._supervisorctl("start", part)
         writer.stop_event.set()
         if stream is not None and stream.poll() is None:
             os.killpg(stream.pid, signal.SIGKILL)
