@@ -52,11 +52,13 @@ def ensure_topic(topic: str) -> None:
                 raise
 
 
-def run_full_load(pipeline: str, pipelines: Path, env: dict) -> tuple[float, float]:
+def run_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "local[2]",
+                  submit_args: tuple[str, ...] = ()) -> tuple[float, float]:
     """spark-submit of the full load job for `pipeline` (configs in `pipelines`), Spark start-up
-    included: (seconds end to end, peak RSS in MB of the job's process tree)."""
+    included: (seconds end to end, peak RSS in MB of the job's process tree — on a cluster, the
+    driver's only; executors run under the workers)."""
     started = time.monotonic()
-    proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
+    proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", master, *submit_args,
                              "--driver-memory", "2g", "--jars", env["TIDELINE_SPARK_JARS"],
                              "--driver-java-options",
                              f"-Dlog4j2.configurationFile={ROOT / 'spark_jobs' / 'log4j2.properties'}",
