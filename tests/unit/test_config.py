@@ -47,6 +47,14 @@ def test_valid_config_loads_with_defaults():
     assert cfg.slot_name == "tideline_shop"
 
 
+def test_jobs_hold_capped_cores_on_a_cluster_and_the_pipeline_conf_wins():
+    cfg = parse_pipeline(VALID, "x")
+    assert cfg.spark.job_conf("stream") == {"spark.cores.max": "1"}
+    assert cfg.spark.job_conf("load") == {"spark.cores.max": "4"}
+    cfg.spark.conf["spark.cores.max"] = "6"
+    assert cfg.spark.job_conf("stream")["spark.cores.max"] == "6"
+
+
 def test_repo_demo_pipeline_is_valid():
     cfg = load_pipeline(ROOT / "pipelines" / "demo.yaml")
     assert [t.name for t in cfg.tables] == ["customers", "orders", "order_items", "audit_log"]

@@ -83,7 +83,18 @@ class ConnectSettings(_Model):
 class SparkSettings(_Model):
     conn_id: str = "spark_default"
     parallelism: int = Field(default=4, ge=1, le=256, description="JDBC partitions per table in a full load")
+    stream_cores: int = Field(default=1, ge=1, le=256,
+                              description="cores a running stream holds on a Spark cluster (its spark.cores.max; "
+                                          "loads and batches hold at most `parallelism`): a cluster needs "
+                                          "streams x stream_cores + the loads' cores, or a job waits for cores")
     conf: dict[str, str] = Field(default_factory=dict)
+
+    def job_conf(self, kind: str) -> dict[str, str]:
+        """The Spark settings of one job kind (stream | load | batch): on a standalone cluster an
+        application takes every free core unless capped, so a first stream would starve the
+        rest; local mode ignores the cap. The pipeline's own `conf` wins."""
+        cores = self.stream_cores if kind == "stream" else self.parallelism
+        return {"spark.cores.max": str(cores), **self.conf}
 
 
 class StreamSettings(_Model):
