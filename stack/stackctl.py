@@ -174,6 +174,9 @@ def environment() -> dict[str, str]:
         # a task whose worker died (kill -9, OOM) is found and retried after 90 s without a
         # heartbeat, not the default 300 s (heartbeats go every 5 s; 18 missed is not a slow machine)
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "90",
+        # a scheduler that died leaves its running tasks orphaned; its successor resets them for
+        # a retry at its next orphan check: every 30 s, not the default 300 s
+        "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "30",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(LOGS / "airflow-tasks"),
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
