@@ -919,8 +919,47 @@ AIRFLOW_COMMANDS = {
 }
 
 
+def orphaned_airflow_workers(idle_only: bool) -> list[int]:
+    """LocalExecutor workers of this stack whose scheduler died (kill -9, OOM): re-parented away
+    from any scheduler, they wait forever on a queue nobody feeds, ~145 MB each. Busy ones still
+    run a task (a stream, say) that reports to the API server; idle ones serve nobody."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if not cmd.startswith("airflow worker -- LocalExecutor") or (idle_only and "<idle>" not in cmd):
+                continue
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent = Path(f"/proc/{ppid}/cmdline").read_bytes() if ppid > 1 else b""
+            # this stack's: supervisord starts its programs in ROOT (the environment is unreadable:
+            # the process title overwrites it)
+            if b"scheduler" in parent or Path(os.readlink(d / "cwd")).resolve() != ROOT.resolve():
+                continue
+        except (OSError, ValueError, IndexError):
+            continue
+        found.append(int(d.name))
+    return found
+
+
+def reap_orphaned_airflow_workers(idle_only: bool) -> int:
+    pids = orphaned_airflow_workers(idle_only)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return len(pids)
+
+
 def exec_part(part: str) -> None:
-    """What supervisord runs for an Airflow component: the command with the stack's environment."""
+    """What supervisord runs for an Airflow component: the command with the stack's environment.
+    A scheduler starting after one that died first removes the idle workers the dead one left."""
+    if part == "airflow-scheduler":
+        reaped = reap_orphaned_airflow_workers(idle_only=True)
+        if reaped:
+            print(f"[stack] removed {reaped} idle LocalExecutor worker(s) left by a scheduler that died", flush=True)
     os.execvpe(str(VENV_BIN / "airflow"), [str(VENV_BIN / "airflow"), *AIRFLOW_COMMANDS[part]], full_env())
 
 
@@ -1076,6 +1115,9 @@ def cmd_down() -> int:
     for part in (*reversed(AIRFLOW_PARTS), "connect", "kafka"):   # left by an older stackctl
         if stop(part, timeout=60):
             print(f"[stack] stopped {part}")
+    reaped = reap_orphaned_airflow_workers(idle_only=False)
+    if reaped:
+        print(f"[stack] stopped {reaped} LocalExecutor worker(s) left by a scheduler that died")
     if _postgres_pid():
         down_postgres()
         print("[stack] stopped postgres")

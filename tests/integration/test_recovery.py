@@ -261,13 +261,20 @@ def test_kafka_connect_killed(streaming_demo):
 
 
 def test_airflow_scheduler_killed(streaming_demo):
+    import psutil
     count = stackctl.restarts().get("airflow-scheduler", {}).get("count", 0)
+    idle = []
 
     def fault():
-        os.kill(stackctl.supervised_pid("airflow-scheduler"), signal.SIGKILL)
+        pid = stackctl.supervised_pid("airflow-scheduler")
+        idle.extend(p.pid for p in psutil.Process(pid).children() if "<idle>" in " ".join(p.cmdline()))
+        os.kill(pid, signal.SIGKILL)
     _scenario("kill -9 Airflow scheduler", fault, "supervisord restarted the scheduler; the stream task went on "
                                                   "(or was retried by the new scheduler)")
     _restarted_by_supervisor("airflow-scheduler", count)
+    # the dead scheduler's idle LocalExecutor workers do not linger (the new one removed them)
+    assert idle, "the scheduler had no idle workers to leave behind"
+    assert not [p for p in idle if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
 def test_stream_task_worker_killed(streaming_demo):
