@@ -86,15 +86,20 @@ def teardown(cfgs) -> None:
             fut.result(30)
 
 
-def submit(job: str, cfg, tmp: Path, conf: list[str], *args: str) -> subprocess.Popen:
+JAVA_OPTIONS: list[str] = []   # --java-options: extra driver JVM options for the streams
+ENV: dict[str, str] = {}        # --env: extra environment for the streams
+
+
+def submit(job: str, cfg, tmp: Path, conf: list[str], *args: str, tuned: bool = False) -> subprocess.Popen:
     """As the DAG's operator submits a job: local[2], Spark's defaults, the shipped library."""
-    env = dict(os.environ, TIDELINE_PIPELINES=str(tmp))
+    env = dict(os.environ, TIDELINE_PIPELINES=str(tmp), **(ENV if tuned else {}))
+    java = " ".join(JAVA_OPTIONS if tuned else [])
     confs = [x for c in ["spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1", *conf]
              for x in ("--conf", c)]
     return subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]", *confs,
                              "--py-files", str(library_zip()), "--jars", env["TIDELINE_SPARK_JARS"],
                              "--driver-java-options",
-                             f"-Dlog4j2.configurationFile={ROOT / 'spark_jobs' / 'log4j2.properties'}",
+                             f"-Dlog4j2.configurationFile={ROOT / 'spark_jobs' / 'log4j2.properties'} {java}".strip(),
                              str(ROOT / "spark_jobs" / job), "--pipeline", cfg.name, *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -131,6 +136,21 @@ def tree(pid: int) -> list[psutil.Process]:
     return [root, *root.children(recursive=True)]
 
 
+def _sum(procs, value) -> float:
+    """Sum of value(p) over processes that still exist (short-lived ones come and go)."""
+    total = 0.0
+    for p in procs:
+        try:
+            total += value(p)
+        except psutil.Error:
+            pass
+    return total
+
+
+def cpu_seconds(pid: int) -> float:
+    return _sum(tree(pid), lambda p: p.cpu_times().user + p.cpu_times().system)
+
+
 def equal(cfg) -> bool:
     q = "SELECT count(*), coalesce(sum(hashtext(t::text)), 0) FROM {} t"
     with closing(pg(stackctl.DATABASES["source"])) as s, s.cursor() as sc, \
@@ -146,7 +166,11 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=200, help="changes per second over all tables")
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value for the streams")
+    ap.add_argument("--java-options", default="", help="extra driver JVM options for the streams")
+    ap.add_argument("--env", action="append", default=[], help="extra KEY=VALUE environment for the streams")
     args = ap.parse_args()
+    JAVA_OPTIONS.extend(args.java_options.split())
+    ENV.update(kv.split("=", 1) for kv in args.env)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         cfgs = setup(args.pipelines, tmp)
@@ -161,8 +185,9 @@ def main() -> int:
                     raise SystemExit(out[-3000:])
             writer.start()
             for cfg in cfgs:
-                streams.append(submit("incremental.py", cfg, tmp, args.conf))
-            log(f"{len(streams)} streams started ({' '.join(args.conf) or 'Spark defaults'}); waiting for batches")
+                streams.append(submit("incremental.py", cfg, tmp, args.conf, tuned=True))
+            log(f"{len(streams)} streams started ({' '.join(args.conf + JAVA_OPTIONS + args.env) or 'Spark defaults'}); "
+                f"waiting for batches")
             deadline = time.time() + 300
             while not all(batches(cfg) >= 3 for cfg in cfgs):
                 for s in streams:
@@ -173,21 +198,20 @@ def main() -> int:
                 time.sleep(1)
             log(f"sampling for {args.seconds:.0f}s")
             jvm, py, total, peak = [], [], [], [0.0] * len(streams)
-            cpu_start = {s.pid: sum(p.cpu_times().user + p.cpu_times().system for p in tree(s.pid)) for s in streams}
+            cpu_start = {s.pid: cpu_seconds(s.pid) for s in streams}
             started = time.monotonic()
             while time.monotonic() - started < args.seconds:
                 for i, s in enumerate(streams):
                     procs = tree(s.pid)
-                    j = sum(p.memory_info().rss for p in procs if p.name() == "java") / 1e6
-                    p_ = sum(p.memory_info().rss for p in procs if p.name().startswith("python")) / 1e6
+                    j = _sum(procs, lambda p: p.memory_info().rss if p.name() == "java" else 0) / 1e6
+                    p_ = _sum(procs, lambda p: p.memory_info().rss if p.name().startswith("python") else 0) / 1e6
                     jvm.append(j)
                     py.append(p_)
                     total.append(j + p_)
                     peak[i] = max(peak[i], j + p_)
                 time.sleep(1)
             secs = time.monotonic() - started
-            cpu = [(sum(p.cpu_times().user + p.cpu_times().system for p in tree(s.pid)) - cpu_start[s.pid]) / secs * 100
-                   for s in streams]
+            cpu = [(cpu_seconds(s.pid) - cpu_start[s.pid]) / secs * 100 for s in streams]
             available = psutil.virtual_memory().available / 1e6
         finally:
             writer.done.set()

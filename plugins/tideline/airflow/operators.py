@@ -31,9 +31,12 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
         kwargs.setdefault("application", str(HOME / "spark_jobs" / job))
         kwargs.setdefault("jars", os.environ.get("TIDELINE_SPARK_JARS", ""))
         conf = dict(kwargs.pop("conf", None) or {})
-        conf.setdefault("spark.driver.extraJavaOptions",
-                        f"-Dlog4j2.configurationFile={HOME / 'spark_jobs' / 'log4j2.properties'}")
-        env = {"PYTHONPATH": os.pathsep.join([str(HOME / "plugins"), str(HOME)]), **(kwargs.pop("env_vars", None) or {})}
+        conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, [
+            conf.get("spark.driver.extraJavaOptions", ""),
+            f"-Dlog4j2.configurationFile={HOME / 'spark_jobs' / 'log4j2.properties'}"]))
+        # MALLOC_ARENA_MAX: glibc gives each JVM thread its own malloc arena; two are plenty
+        env = {"PYTHONPATH": os.pathsep.join([str(HOME / "plugins"), str(HOME)]), "MALLOC_ARENA_MAX": "2",
+               **(kwargs.pop("env_vars", None) or {})}
         super().__init__(conf=conf, env_vars=env, **kwargs)
         self.pipeline_conn_ids = pipeline_conn_ids
 

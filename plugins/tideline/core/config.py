@@ -90,11 +90,16 @@ class SparkSettings(_Model):
     conf: dict[str, str] = Field(default_factory=dict)
 
     def job_conf(self, kind: str) -> dict[str, str]:
-        """The Spark settings of one job kind (stream | load | batch): on a standalone cluster an
+        """The Spark settings of one job kind (stream | load | batch). On a standalone cluster an
         application takes every free core unless capped, so a first stream would starve the
-        rest; local mode ignores the cap. The pipeline's own `conf` wins."""
-        cores = self.stream_cores if kind == "stream" else self.parallelism
-        return {"spark.cores.max": str(cores), **self.conf}
+        rest (local mode ignores the cap). A stream's driver runs the serial collector: it lives
+        for days applying batches one after another, and G1's regions and threads cost it ~250 MB
+        of resident memory and ~10% of a core for nothing (tests/bench/capacity.py). The
+        pipeline's own `conf` wins."""
+        conf = {"spark.cores.max": str(self.stream_cores if kind == "stream" else self.parallelism)}
+        if kind == "stream":
+            conf["spark.driver.extraJavaOptions"] = "-XX:+UseSerialGC"
+        return {**conf, **self.conf}
 
 
 class StreamSettings(_Model):
