@@ -943,13 +943,33 @@ def orphaned_airflow_workers(idle_only: bool) -> list[int]:
     return found
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below pid (children before their own children)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], list(children.get(pid, []))
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
 def reap_orphaned_airflow_workers(idle_only: bool) -> int:
+    """Kills them with what runs under them (a busy one's task and its Spark driver)."""
     pids = orphaned_airflow_workers(idle_only)
     for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+        for p in [pid, *_descendants(pid)]:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
     return len(pids)
 
 
