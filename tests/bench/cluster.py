@@ -20,10 +20,8 @@ import tempfile
 from contextlib import closing
 from pathlib import Path
 
-import yaml
-
 from benchlib import ensure_topic, pg, run_full_load, stackctl
-from full_load import PIPELINE, TABLE, ensure_source
+from full_load import PIPELINE, TABLE, ensure_source, write_pipeline
 
 
 def loaded_rows() -> int:
@@ -59,11 +57,7 @@ def main() -> int:
     try:
         from tideline.packaging import library_zip
         with tempfile.TemporaryDirectory() as tmp:
-            (Path(tmp) / f"{PIPELINE}.yaml").write_text(yaml.safe_dump({
-                "name": PIPELINE, "source": {"conn_id": "tideline_source"},
-                "target": {"conn_id": "tideline_target", "schema": "bench"},
-                "kafka": {"topic_prefix": "bench"}, "spark": {"parallelism": args.parallelism},
-                "tables": [{"name": TABLE}]}))
+            write_pipeline(Path(tmp), args.parallelism)
             print(f"[bench] local[2]: full load of {args.rows:,} rows, {args.parallelism} partitions", flush=True)
             local_secs, _ = run_full_load(PIPELINE, Path(tmp), env)
             assert loaded_rows() == args.rows

@@ -74,6 +74,15 @@ def run_copy_pipe(schema: str = "bench_pipe", keep: bool = False) -> float:
     return secs
 
 
+def write_pipeline(folder: Path, parallelism: int) -> None:
+    """The benchmark pipeline's config (PIPELINE over TABLE into schema bench) in folder."""
+    (folder / f"{PIPELINE}.yaml").write_text(yaml.safe_dump({
+        "name": PIPELINE, "source": {"conn_id": "tideline_source"},
+        "target": {"conn_id": "tideline_target", "schema": "bench"},
+        "kafka": {"topic_prefix": "bench"}, "spark": {"parallelism": parallelism},
+        "tables": [{"name": TABLE}]}))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=2_000_000)
@@ -83,11 +92,7 @@ def main() -> int:
     ensure_source(args.rows)
     ensure_topic(f"bench.public.{TABLE}")
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / f"{PIPELINE}.yaml").write_text(yaml.safe_dump({
-            "name": PIPELINE, "source": {"conn_id": "tideline_source"},
-            "target": {"conn_id": "tideline_target", "schema": "bench"},
-            "kafka": {"topic_prefix": "bench"}, "spark": {"parallelism": args.parallelism},
-            "tables": [{"name": TABLE}]}))
+        write_pipeline(Path(tmp), args.parallelism)
         print(f"[bench] full load job of {args.rows:,} rows (spark-submit, local[2], {args.parallelism} partitions)",
               flush=True)
         fl_secs, peak_mb = run_full_load(PIPELINE, Path(tmp), env)
