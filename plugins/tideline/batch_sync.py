@@ -91,7 +91,8 @@ class BatchSync:
             if where is not None:
                 query, preds, init = self.engine.interval_read(src, shape, where, cfg.spark.parallelism)
                 figures = copy_source_rows(self.spark, self.engine, tgt, self.target.postgres_dsn(), shape, query,
-                                           preds, schema, stage, label, session_init=init, started=started)
+                                           preds, schema, stage, label, session_init=init, started=started,
+                                           where=where)
                 rows = sum(f["copied"] for f in figures)
                 if rows != sum(f["rows"] for f in figures):
                     raise LoadVerificationError(f"{label}: rows read and rows staged differ; nothing was applied")

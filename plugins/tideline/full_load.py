@@ -1,5 +1,6 @@
-"""Full load of one or more tables: one consistent snapshot, parallel key-range reads with Spark
-JDBC, COPY into a shadow table, one-transaction swap together with the state.
+"""Full load of one or more tables: one consistent snapshot, parallel key-range reads as Spark
+tasks (a COPY pipe from a PostgreSQL source, Spark JDBC from others), COPY into a shadow table,
+one-transaction swap together with the state.
 
 Order matters for the handover (see DESIGN.md): claim the fencing epoch, record the topic's end
 offsets, *then* open the snapshot. Everything committed before the snapshot is in it; everything
@@ -93,6 +94,40 @@ def make_copy_writer(target_dsn: str, copy_sql: str, escape: list[bool], label: 
     return write
 
 
+def make_pipe_copier(source_dsn: str, target_dsn: str, session_init: str | None, copy_sql: str, label: str):
+    """The per-partition function of a PostgreSQL source: the partition's `COPY … TO STDOUT`
+    inside the snapshot (session_init joins it) piped into the shadow's `COPY … FROM STDIN`."""
+
+    def copy(items):
+        import sys
+
+        from tideline.copy_pipe import SESSION_OPTIONS, pipe_copy
+
+        for part, read_sql in items:
+            started = time.monotonic()
+            src = psycopg2.connect(source_dsn, options=SESSION_OPTIONS)
+            tgt = psycopg2.connect(target_dsn, options=SESSION_OPTIONS)
+            try:
+                with src.cursor() as scur, tgt.cursor() as tcur:
+                    if session_init:
+                        scur.execute(session_init)
+                    # Durable anyway: the swap commits synchronously after every partition's WAL.
+                    tcur.execute("SET synchronous_commit = off")
+                    moved = pipe_copy(scur, read_sql, tcur, copy_sql)
+                tgt.commit()
+            finally:
+                src.close()
+                tgt.close()
+            secs = time.monotonic() - started
+            print(f"[tideline] {time.strftime('%H:%M:%S')} {label} partition {part}: {moved.read:,} rows, "
+                  f"{moved.bytes / 1e6:.1f} MB in {secs:.1f}s ({moved.read / secs if secs else 0:,.0f} rows/s, "
+                  f"COPY pipe; library {os.path.abspath(sys.modules['tideline'].__file__)})",
+                  file=sys.stderr, flush=True)
+            yield {"partition": part, "rows": moved.read, "copied": moved.stored, "seconds": secs}
+
+    return copy
+
+
 class _Progress(threading.Thread):
     """Logs every few seconds how many partitions of the running load are done."""
 
@@ -133,26 +168,32 @@ def prepare_target_schema(tgt, schema: str, label: str) -> None:
 
 def copy_source_rows(spark, engine: SourceEngine, tgt, target_dsn: str, shape: TableShape, query: str,
                      predicates: list[str], schema: str, table: str, label: str, session_init: str | None = None,
-                     started: float | None = None) -> list[dict]:
-    """Reads `query` from the source with Spark JDBC, one partition per predicate, and COPYs the
-    rows into schema.table of the target (`tgt` renders the COPY statement); returns each
-    partition's figures. Each partition's session runs `session_init` first (joining the
-    snapshot of a full load)."""
-    props = engine.jdbc_properties()
-    if session_init:
-        props["sessionInitStatement"] = session_init
-    df = spark.read.jdbc(engine.jdbc_url(), query, predicates=predicates, properties=props)
-    df = df.select(*[f"`{c}`" for c in shape.written_columns])
+                     started: float | None = None, where: str | None = None) -> list[dict]:
+    """Reads `query` from the source, one Spark task per predicate, and COPYs the rows into
+    schema.table of the target (`tgt` renders the COPY statement); returns each partition's
+    figures. Each partition's session runs `session_init` first (joining the snapshot of a full
+    load). A source that speaks COPY is piped straight into the target (reading the rows of
+    `where`, the filter inside `query`); others go through Spark JDBC and Arrow."""
     copy_sql = copy_into(schema, table, shape.written_columns).as_string(tgt)
-    writer = make_copy_writer(target_dsn, copy_sql, shape.escape_flags, label)
+    reads = [engine.copy_read_sql(tgt, shape, where, p) for p in predicates]
     progress = _Progress(spark, label, len(predicates), started or time.monotonic())
     progress.start()
-    log.info("%s: copying %d partitions into %s.%s", label, len(predicates), schema, table)
     try:
+        if all(reads):
+            log.info("%s: piping %d partitions into %s.%s (COPY)", label, len(predicates), schema, table)
+            copier = make_pipe_copier(engine.source.postgres_dsn(), target_dsn, session_init, copy_sql, label)
+            return spark.sparkContext.parallelize(list(enumerate(reads)), len(reads)).mapPartitions(copier).collect()
+        log.info("%s: copying %d partitions into %s.%s (JDBC)", label, len(predicates), schema, table)
+        props = engine.jdbc_properties()
+        if session_init:
+            props["sessionInitStatement"] = session_init
+        df = spark.read.jdbc(engine.jdbc_url(), query, predicates=predicates, properties=props)
+        df = df.select(*[f"`{c}`" for c in shape.written_columns])
+        writer = make_copy_writer(target_dsn, copy_sql, shape.escape_flags, label)
         rows = df.mapInArrow(writer, "partition int, rows long, copied long, seconds double").collect()
+        return [r.asDict() for r in rows]
     finally:
         progress.stop()
-    return [r.asDict() for r in rows]
 
 
 class FullLoad:

@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""Benchmark: the full load job end to end vs a plain COPY pipe of the same table, same run.
+"""Benchmark: the full load job end to end vs plain COPY pipes of the same table, same run.
 
-    .venv/bin/python tests/bench/full_load.py [--rows 2000000]
+    .venv/bin/python tests/bench/full_load.py [--rows 5000000] [--parallelism 4]
 
-Source: 2,000,000 rows x 10 realistic columns (created once, reused). Tideline: spark-submit of
-spark_jobs/full_load.py (Spark start-up included). Baseline: `psql COPY ... TO STDOUT | psql COPY
-... FROM STDIN` into an empty target table with the same primary key. Last line:
+Source: 5,000,000 rows x 10 realistic columns (created once, reused). Tideline: spark-submit of
+spark_jobs/full_load.py (Spark start-up included). Baselines, each into a table created without
+its key, the key added after the copy (as Tideline does): one `psql COPY ... TO STDOUT | psql
+COPY ... FROM STDIN` pipe, and `--parallelism` such pipes side by side, one per id range. Every
+result is checked equal to the source (row count and an order-independent digest of `t::text`)
+before anything is reported. Last line:
 RESULT full_load_rows_per_s=<n> copy_pipe_rows_per_s=<n> ratio=<full_load/copy_pipe> peak_rss_mb=<n>
+       parallel_pipe_rows_per_s=<n> parallel_ratio=<full_load/parallel_pipe>
 """
 from __future__ import annotations
 
@@ -55,20 +59,49 @@ def ensure_source(rows: int) -> None:
         cur.execute(f"VACUUM ANALYZE {TABLE}")
 
 
-def run_copy_pipe(schema: str = "bench_pipe", keep: bool = False) -> float:
+def table_digest(db: str, qualified: str) -> tuple[int, str]:
+    """(rows, order-independent digest of every row's text) of a table."""
+    with closing(pg(stackctl.DATABASES[db])) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT count(*), coalesce(sum(hashtextextended(t::text, 0)::numeric), 0)::text FROM {qualified} t")
+        return cur.fetchone()
+
+
+def check_equal(what: str, qualified: str, source: tuple[int, str]) -> None:
+    got = table_digest("target", qualified)
+    if got != source:
+        raise SystemExit(f"[bench] {what} is NOT equal to the source: {got} rows/digest vs {source}")
+    print(f"[bench] {what}: {got[0]:,} rows, digest equal to the source", flush=True)
+
+
+def run_copy_pipe(schema: str = "bench_pipe", keep: bool = False, parts: int = 1) -> float:
     """Seconds for `psql COPY TO STDOUT | psql COPY FROM STDIN` of the table into <schema> of the
-    target (dropped afterwards unless keep)."""
+    target — `parts` pipes side by side, one per id range — then its primary key (the table is
+    created without it, as Tideline's shadow is). Dropped afterwards unless keep."""
     with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
         cur.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
         cur.execute(f"DROP TABLE IF EXISTS {schema}.{TABLE}")
-        cur.execute(SCHEMA_SQL.replace(f"CREATE TABLE {TABLE}", f"CREATE TABLE {schema}.{TABLE}"))
+        cur.execute(SCHEMA_SQL.replace(f"CREATE TABLE {TABLE}", f"CREATE TABLE {schema}.{TABLE}")
+                    .replace("id bigint PRIMARY KEY", "id bigint NOT NULL"))
+    with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT min(id), max(id) FROM {TABLE}")
+        lo, hi = cur.fetchone()
+    step = -(-(hi - lo + 1) // parts)
+    ranges = [f"WHERE id >= {lo + i * step} AND id < {lo + (i + 1) * step}" for i in range(parts)] if parts > 1 else [""]
     src = stackctl.pg_url(stackctl.DATABASES["source"])
     tgt = stackctl.pg_url(stackctl.DATABASES["target"])
     started = time.monotonic()
-    subprocess.run(f'psql "{src}" -qc "COPY {TABLE} TO STDOUT" | psql "{tgt}" -qc "COPY {schema}.{TABLE} FROM STDIN"',
-                   shell=True, check=True)
+    pipes = [subprocess.Popen(f'psql "{src}" -qc "COPY (SELECT * FROM {TABLE} {where}) TO STDOUT" | '
+                              f'psql "{tgt}" -qc "COPY {schema}.{TABLE} FROM STDIN"', shell=True)
+             for where in ranges]
+    if any(p.wait() for p in pipes):
+        raise SystemExit("[bench] a baseline COPY pipe failed")
+    with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
+        cur.execute("SET maintenance_work_mem = '512MB'")
+        cur.execute(f"ALTER TABLE {schema}.{TABLE} ADD PRIMARY KEY (id)")
     secs = time.monotonic() - started
     if not keep:
+        check_equal(f"baseline ({parts} pipe{'s' if parts > 1 else ''})", f"{schema}.{TABLE}",
+                    table_digest("source", TABLE))
         with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
             cur.execute(f"DROP SCHEMA {schema} CASCADE")
     return secs
@@ -85,7 +118,7 @@ def write_pipeline(folder: Path, parallelism: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--rows", type=int, default=5_000_000)
     ap.add_argument("--parallelism", type=int, default=4)
     args = ap.parse_args()
     env = stackctl.full_env()
@@ -97,12 +130,18 @@ def main() -> int:
               flush=True)
         fl_secs, peak_mb = run_full_load(PIPELINE, Path(tmp), env)
     print(f"[bench] full load: {fl_secs:.1f}s end to end, peak RSS {peak_mb:.0f} MB", flush=True)
-    print("[bench] baseline: psql COPY TO STDOUT | psql COPY FROM STDIN", flush=True)
+    check_equal("Tideline's load", f"bench.{TABLE}", table_digest("source", TABLE))
+    print("[bench] baseline: psql COPY TO STDOUT | psql COPY FROM STDIN, then the primary key", flush=True)
     pipe_secs = run_copy_pipe()
     print(f"[bench] copy pipe: {pipe_secs:.1f}s", flush=True)
-    fl_rate, pipe_rate = args.rows / fl_secs, args.rows / pipe_secs
+    print(f"[bench] parallel baseline: {args.parallelism} such pipes side by side (one per id range), then the key",
+          flush=True)
+    par_secs = run_copy_pipe(parts=args.parallelism)
+    print(f"[bench] parallel copy pipes: {par_secs:.1f}s", flush=True)
+    fl_rate, pipe_rate, par_rate = args.rows / fl_secs, args.rows / pipe_secs, args.rows / par_secs
     print(f"RESULT full_load_rows_per_s={fl_rate:.0f} copy_pipe_rows_per_s={pipe_rate:.0f} "
-          f"ratio={fl_rate / pipe_rate:.2f} peak_rss_mb={peak_mb:.0f}")
+          f"ratio={fl_rate / pipe_rate:.2f} peak_rss_mb={peak_mb:.0f} parallel_pipe_rows_per_s={par_rate:.0f} "
+          f"parallel_ratio={fl_rate / par_rate:.2f}")
     return 0
 
 

@@ -339,3 +339,42 @@ def test_reload_keeps_grants_comments_and_the_views_built_on_the_table(
         assert "per_qty_qty" in rels
     finally:
         drop_source(source_db, t)
+
+
+def test_copy_pipe_reports_the_side_that_failed_and_stores_nothing(stack, target_db, unique_name):
+    """The COPY pipe of a PostgreSQL source: a source that fails mid-stream raises the source's
+    error even though the target saw a clean end of data (nothing committed); a value the target
+    refuses raises the target's error, not the broken pipe the source then sees."""
+    from tideline.copy_pipe import SESSION_OPTIONS, pipe_copy
+    t = f"{unique_name}_pipe"
+    with target_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (n integer NOT NULL)")
+    src = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"]), options=SESSION_OPTIONS)
+    tgt = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["target"]), options=SESSION_OPTIONS)
+    try:
+        # 1. the source dies after ~200k rows: its error, and the target transaction rolls back
+        with pytest.raises(psycopg2.errors.DivisionByZero):
+            with tgt, src.cursor() as scur, tgt.cursor() as tcur:
+                pipe_copy(scur, "COPY (SELECT CASE WHEN g = 200000 THEN g / 0 ELSE g END "
+                                "FROM generate_series(1, 400000) g) TO STDOUT", tcur, f"COPY public.{t} FROM STDIN")
+        src.rollback()
+        # 2. the target refuses row 300,000 (far beyond the pipe's buffer): the target's error, naming it
+        with pytest.raises(psycopg2.errors.InvalidTextRepresentation, match="not-a-number"):
+            with tgt, src.cursor() as scur, tgt.cursor() as tcur:
+                pipe_copy(scur, "COPY (SELECT CASE WHEN g = 300000 THEN 'not-a-number' ELSE g::text END "
+                                "FROM generate_series(1, 400000) g) TO STDOUT", tcur, f"COPY public.{t} FROM STDIN")
+        src.close()
+        src = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"]), options=SESSION_OPTIONS)
+        # 3. and a whole stream arrives, counted by both sides
+        with tgt, src.cursor() as scur, tgt.cursor() as tcur:
+            moved = pipe_copy(scur, "COPY (SELECT g FROM generate_series(1, 250000) g) TO STDOUT",
+                              tcur, f"COPY public.{t} FROM STDIN")
+        assert (moved.read, moved.stored) == (250000, 250000)
+        with target_db.cursor() as cur:
+            cur.execute(f"SELECT count(*), sum(n) FROM public.{t}")
+            assert cur.fetchone() == (250000, 250000 * 250001 // 2)
+    finally:
+        src.close()
+        tgt.close()
+        with target_db.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS public.{t}")

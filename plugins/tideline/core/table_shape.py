@@ -77,13 +77,15 @@ def select_columns(shape: TableShape, include: list[str] | None, exclude: list[s
     return TableShape(shape.schema, shape.name, tuple(keep), shape.primary_key)
 
 
-def read_query(shape: TableShape, where: sql.Composable | None = None) -> sql.Composed:
-    """A derived table for Spark JDBC: every column as exact text, plus the typed key (or ctid)
-    under an alias so partition predicates compare real key values and use the index."""
+def read_query(shape: TableShape, where: sql.Composable | None = None, typed: bool = False) -> sql.Composed:
+    """A derived table for Spark JDBC: every column as exact text (typed: as it is, for COPY),
+    plus the typed key (or ctid) under an alias so partition predicates compare real key values
+    and use the index."""
     keys = ([sql.SQL("t.{} AS {}").format(sql.Identifier(k), sql.Identifier(KEY_ALIAS.format(i)))
              for i, k in enumerate(shape.primary_key)]
             or [sql.SQL("t.ctid AS {}").format(sql.Identifier(CTID_ALIAS))])
-    cols = [sql.SQL("t.{}::text AS {}").format(sql.Identifier(c), sql.Identifier(c)) for c in shape.written_columns]
+    cast = sql.SQL("" if typed else "::text")
+    cols = [sql.SQL("t.{}{} AS {}").format(sql.Identifier(c), cast, sql.Identifier(c)) for c in shape.written_columns]
     return sql.SQL("(SELECT {} FROM {} t{}) AS tideline_read").format(
         sql.SQL(", ").join(keys + cols), shape.qualified(),
         sql.SQL(" WHERE {}").format(where) if where is not None else sql.SQL(""))

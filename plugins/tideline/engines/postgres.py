@@ -156,6 +156,12 @@ class PostgresEngine(SourceEngine):
     def read_query(self, conn, shape: TableShape, where: str | None = None) -> str:
         return read_query(shape, sql.SQL(where) if where else None).as_string(conn)
 
+    def copy_read_sql(self, conn, shape: TableShape, where: str | None, predicate: str) -> str | None:
+        """Typed columns: COPY prints each with its type's output function, the same text `::text`
+        gives the JDBC path, without a text copy of every value first (30% of the read)."""
+        query = read_query(shape, sql.SQL(where) if where else None, typed=True).as_string(conn)
+        return f"COPY (SELECT {', '.join(map(self.quote, shape.written_columns))} FROM {query} WHERE {predicate}) TO STDOUT"
+
     def open_snapshot(self, conn, shape: TableShape, parts: int) -> Snapshot:
         """One exported snapshot, held open on `conn`; every partition's session joins it."""
         conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
