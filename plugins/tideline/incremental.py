@@ -25,6 +25,7 @@ from psycopg2 import sql
 
 from tideline import engines, kafka_offsets, sqlfiles, state
 from tideline.core import apply_sql, schema_drift
+from tideline.core.batch_events import EVENT_COLUMNS, split_batch
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.copy_text import CopyStream
@@ -90,17 +91,6 @@ def parse_events(df):
     # The raw value is kept only where it is needed (to report a bad message): the batch stays small.
     return out.select("topic", "partition", "offset", "key", F.when(bad, F.col("value")).alias("value"), "op",
                       "after", "ts_ms", tomb.alias("tombstone"), bad.alias("bad"))
-
-
-def compact(events):
-    """The last event per key and table, in Kafka order (a key always lives in one partition, so
-    the highest offset is the latest event). A hash aggregate: no sort of the batch."""
-    from pyspark.sql import functions as F
-    latest = F.max_by(F.struct("op", "after", "partition", "offset"), "offset").alias("e")
-    return (events.filter(~F.col("bad") & ~F.col("tombstone") & (F.col("op") != "t"))
-            .groupBy("topic", "key").agg(latest)
-            .select("topic", F.col("e.op").alias("op"), "key", F.col("e.after").alias("after"),
-                    F.col("e.partition").alias("partition"), F.col("e.offset").alias("offset")))
 
 
 def connection_lost(exc: BaseException) -> bool:
@@ -383,29 +373,13 @@ class IncrementalRun:
             raise
 
     def _apply_batch_inner(self, df, spark_batch_id: int) -> None:
-        from pyspark.sql import functions as F
         started = time.monotonic()
-        events = parse_events(df).persist()
-        try:
-            per_partition = (events.groupBy("topic", "partition")
-                             .agg(F.min("offset").alias("lo"), F.max("offset").alias("hi"),
-                                  F.count("*").alias("n"), F.sum(F.col("bad").cast("int")).alias("bad"),
-                                  F.sum((F.col("op") == "t").cast("int")).alias("truncates"),
-                                  F.max("ts_ms").alias("ts_ms"))
-                             .collect())
-            if not per_partition:
-                return
-            bad_rows = []
-            if any(r["bad"] for r in per_partition):
-                bad_rows = (events.filter("bad").select("topic", "partition", "offset", "key",
-                                                         F.substring("value", 1, 2000).alias("value"))
-                            .orderBy("topic", "partition", "offset").limit(1000).collect())
-            truncates = []
-            if any(r["truncates"] for r in per_partition):
-                truncates = events.filter("op = 't'").select("topic", "partition", "offset").collect()
-            rows = compact(events).toArrow()
-        finally:
-            events.unpersist()
+        events = parse_events(df).select(*EVENT_COLUMNS).toArrow()   # one Spark job: read, parse
+        if not events.num_rows:
+            return
+        batch = split_batch(events)
+        del events
+        per_partition, bad_rows, truncates, rows = batch.per_partition, batch.bad_rows, batch.truncates, batch.rows
         spark_s = time.monotonic() - started
         figures = self._commit_through_outages(spark_batch_id, per_partition, bad_rows, truncates, rows)
         if figures is None:

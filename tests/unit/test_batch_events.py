@@ -1,0 +1,52 @@
+"""Splitting a stream batch in Arrow: figures per partition, bad messages, truncates, last event per key."""
+import pyarrow as pa
+
+from tideline.core.batch_events import BAD_ROWS_KEPT, EVENT_COLUMNS, split_batch
+
+
+def events(rows):
+    cols = {c: [r.get(c) for r in rows] for c in EVENT_COLUMNS}
+    types = {"partition": pa.int32(), "offset": pa.int64(), "ts_ms": pa.int64(), "tombstone": pa.bool_(),
+             "bad": pa.bool_()}
+    return pa.table({c: pa.array(v, types.get(c, pa.string())) for c, v in cols.items()})
+
+
+def ev(topic, part, off, key, op="u", after='{"id": 1}', ts=1000, tombstone=False, bad=False, value=None):
+    return dict(topic=topic, partition=part, offset=off, key=key, op=op, after=after if op != "d" else None,
+                ts_ms=ts, tombstone=tombstone, bad=bad, value=value)
+
+
+def test_the_last_good_event_per_key_wins_whatever_the_input_order():
+    batch = split_batch(events([
+        ev("a", 0, 12, '{"id":1}', after='{"v": 3}'), ev("a", 0, 10, '{"id":1}', op="c", after='{"v": 1}'),
+        ev("a", 0, 11, '{"id":1}', op="d"), ev("a", 1, 5, '{"id":2}', after='{"v": 9}'),
+        ev("b", 0, 7, '{"id":1}', op="d"),                     # same key, other table: its own row
+        ev("a", 1, 6, '{"id":2}', tombstone=True, op=None),    # tombstone after a delete: ignored
+        ev("a", 1, 7, '{"id":2}', bad=True, op=None, value="not json at all"),  # bad: reported, not applied
+    ]))
+    rows = sorted(batch.rows.to_pylist(), key=lambda r: (r["topic"], r["key"]))
+    assert [(r["topic"], r["key"], r["op"], r["offset"], r["after"]) for r in rows] == [
+        ("a", '{"id":1}', "u", 12, '{"v": 3}'), ("a", '{"id":2}', "u", 5, '{"v": 9}'), ("b", '{"id":1}', "d", 7, None)]
+    figures = {(p["topic"], p["partition"]): p for p in batch.per_partition}
+    assert figures[("a", 0)] == {"topic": "a", "partition": 0, "lo": 10, "hi": 12, "n": 3, "bad": 0,
+                                      "truncates": 0, "ts_ms": 1000}
+    assert (figures[("a", 1)]["lo"], figures[("a", 1)]["hi"], figures[("a", 1)]["n"], figures[("a", 1)]["bad"]) == (5, 7, 3, 1)
+    assert batch.bad_rows == [{"topic": "a", "partition": 1, "offset": 7, "key": '{"id":2}', "value": "not json at all"}]
+    assert batch.truncates == []
+
+
+def test_truncates_are_listed_in_kafka_order_and_never_applied_as_rows():
+    batch = split_batch(events([ev("a", 0, 9, None, op="t", after=None), ev("a", 0, 3, None, op="t", after=None),
+                                ev("a", 0, 4, '{"id":1}')]))
+    assert batch.truncates == [{"topic": "a", "partition": 0, "offset": 3}, {"topic": "a", "partition": 0, "offset": 9}]
+    assert batch.per_partition[0]["truncates"] == 2
+    assert [r["offset"] for r in batch.rows.to_pylist()] == [4]
+
+
+def test_bad_messages_are_kept_in_order_up_to_the_limit_and_cut_to_2000_characters():
+    rows = [ev("a", 0, i, None, op=None, bad=True, value="x" * 3000) for i in range(BAD_ROWS_KEPT + 5, 0, -1)]
+    batch = split_batch(events(rows))
+    assert len(batch.bad_rows) == BAD_ROWS_KEPT
+    assert [b["offset"] for b in batch.bad_rows[:3]] == [1, 2, 3]
+    assert len(batch.bad_rows[0]["value"]) == 2000
+    assert batch.rows.num_rows == 0 and batch.per_partition[0]["n"] == BAD_ROWS_KEPT + 5
