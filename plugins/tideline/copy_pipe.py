@@ -20,15 +20,19 @@ class PipeResult:
         self.read, self.stored, self.bytes = read, stored, nbytes
 
 
-class _CountingWriter:
-    """psycopg2 writes one row per call: count bytes on the way into the buffered pipe."""
+class _CountingReader:
+    """Counts the bytes the target's COPY reads (one call per chunk; psycopg2 writes the source's
+    side one row per call, so that side gets the bare buffered pipe)."""
 
     def __init__(self, raw):
         self.raw, self.bytes = raw, 0
 
-    def write(self, data) -> int:
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size)
         self.bytes += len(data)
-        return self.raw.write(data)
+        return data
+
+    readline = read
 
 
 def pipe_copy(source_cur, copy_out_sql: str, target_cur, copy_in_sql: str) -> PipeResult:
@@ -36,8 +40,8 @@ def pipe_copy(source_cur, copy_out_sql: str, target_cur, copy_in_sql: str) -> Pi
     pipe. Neither side commits: the callers decide. When the source fails, its error is raised
     (not the target's view of a truncated stream), so a partial read can never look complete."""
     r, w = os.pipe()
-    reader, raw_writer = os.fdopen(r, "rb", buffering=CHUNK), os.fdopen(w, "wb", buffering=CHUNK)
-    writer = _CountingWriter(raw_writer)
+    raw_reader, writer = os.fdopen(r, "rb", buffering=CHUNK), os.fdopen(w, "wb", buffering=CHUNK)
+    reader = _CountingReader(raw_reader)
     out: dict = {}
 
     def produce() -> None:
@@ -48,7 +52,7 @@ def pipe_copy(source_cur, copy_out_sql: str, target_cur, copy_in_sql: str) -> Pi
             out["error"] = exc
         finally:
             try:
-                raw_writer.close()   # EOF for the target's COPY
+                writer.close()       # EOF for the target's COPY
             except OSError:          # the target stopped reading: its error is the one to raise
                 pass
 
@@ -58,7 +62,7 @@ def pipe_copy(source_cur, copy_out_sql: str, target_cur, copy_in_sql: str) -> Pi
         try:
             target_cur.copy_expert(copy_in_sql, reader, size=CHUNK)
         finally:
-            reader.close()           # a producer still writing gets EPIPE instead of blocking
+            raw_reader.close()       # a producer still writing gets EPIPE instead of blocking
             producer.join()
     except BaseException:
         # The source's own failure explains a truncated stream; a broken pipe only echoes ours.
@@ -67,4 +71,4 @@ def pipe_copy(source_cur, copy_out_sql: str, target_cur, copy_in_sql: str) -> Pi
         raise
     if "error" in out:
         raise out["error"]
-    return PipeResult(out["rows"], target_cur.rowcount, writer.bytes)
+    return PipeResult(out["rows"], target_cur.rowcount, reader.bytes)

@@ -58,8 +58,9 @@ def run_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "loca
     included: (seconds end to end, peak RSS in MB of the job's process tree — on a cluster, the
     driver's only; executors run under the workers)."""
     started = time.monotonic()
+    env = dict(env, MALLOC_ARENA_MAX="2")   # as the DAG's operator submits it (Spark's 1 GB driver heap)
     proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", master, *submit_args,
-                             "--driver-memory", "2g", "--jars", env["TIDELINE_SPARK_JARS"],
+                             "--jars", env["TIDELINE_SPARK_JARS"],
                              "--driver-java-options",
                              f"-Dlog4j2.configurationFile={ROOT / 'spark_jobs' / 'log4j2.properties'}",
                              str(ROOT / "spark_jobs" / "full_load.py"), "--pipeline", pipeline,

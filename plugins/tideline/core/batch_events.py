@@ -26,7 +26,6 @@ class SplitBatch:
 
 
 def split_batch(events: pa.Table) -> SplitBatch:
-    events = events.combine_chunks()
     op = events.column("op")
     bad = pc.fill_null(events.column("bad"), True)
     truncate = pc.fill_null(pc.equal(op, "t"), False)
