@@ -924,21 +924,26 @@ AIRFLOW_COMMANDS = {
 
 def orphaned_airflow_workers(idle_only: bool) -> list[int]:
     """LocalExecutor workers of this stack whose scheduler died (kill -9, OOM): re-parented away
-    from any scheduler, they wait forever on a queue nobody feeds, ~145 MB each. Busy ones still
-    run a task (a stream, say) that reports to the API server; idle ones serve nobody."""
+    from any scheduler, they wait forever on a queue nobody feeds, ~37 MB each of their own. Busy
+    ones still run a task (a stream, say) that reports to the API server; idle ones serve nobody.
+    Also the log servers (`airflow serve-logs`) a stopped scheduler or triggerer left: they serve
+    nobody and keep the log port, so the next scheduler's own log server cannot bind it."""
     found = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if not cmd.startswith("airflow worker -- LocalExecutor") or (idle_only and "<idle>" not in cmd):
+            log_server = cmd.startswith("airflow serve-logs")
+            if not (cmd.startswith("airflow worker -- LocalExecutor") or log_server) or \
+                    (idle_only and not log_server and "<idle>" not in cmd):
                 continue
             ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
             parent = Path(f"/proc/{ppid}/cmdline").read_bytes() if ppid > 1 else b""
             # this stack's: supervisord starts its programs in ROOT (the environment is unreadable:
             # the process title overwrites it)
-            if b"scheduler" in parent or Path(os.readlink(d / "cwd")).resolve() != ROOT.resolve():
+            if b"scheduler" in parent or b"triggerer" in parent or \
+                    Path(os.readlink(d / "cwd")).resolve() != ROOT.resolve():
                 continue
         except (OSError, ValueError, IndexError):
             continue
@@ -978,11 +983,13 @@ def reap_orphaned_airflow_workers(idle_only: bool) -> int:
 
 def exec_part(part: str) -> None:
     """What supervisord runs for an Airflow component: the command with the stack's environment.
-    A scheduler starting after one that died first removes the idle workers the dead one left."""
-    if part == "airflow-scheduler":
+    A scheduler or triggerer starting after one that died first removes the idle workers and the
+    log server the dead one left (the log server keeps the port the new one's must bind)."""
+    if part in ("airflow-scheduler", "airflow-triggerer"):
         reaped = reap_orphaned_airflow_workers(idle_only=True)
         if reaped:
-            print(f"[stack] removed {reaped} idle LocalExecutor worker(s) left by a scheduler that died", flush=True)
+            print(f"[stack] removed {reaped} idle LocalExecutor worker(s) or log server(s) left by a {part[8:]} "
+                  f"that died", flush=True)
     os.execvpe(str(VENV_BIN / "airflow"), [str(VENV_BIN / "airflow"), *AIRFLOW_COMMANDS[part]], full_env())
 
 

@@ -277,6 +277,30 @@ def test_airflow_scheduler_killed(streaming_demo):
     assert not [p for p in idle if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
+def test_airflow_triggerer_killed_leaves_no_log_server_holding_its_port(stack):
+    """A killed triggerer's log server outlived it and kept port 8794, so the restarted triggerer
+    served no logs (found on a CI stack); the restarted one now removes it and serves its own."""
+    import psutil
+    count = stackctl.restarts().get("airflow-triggerer", {}).get("count", 0)
+
+    def log_servers(pid: int | None) -> list[int]:
+        try:   # a triggerer just killed or replaced may be a zombie for a moment
+            return [p.pid for p in psutil.Process(pid).children(recursive=True)
+                    if "serve-logs" in " ".join(p.cmdline())]
+        except (psutil.Error, TypeError, ValueError):
+            return []
+
+    old = stackctl.supervised_pid("airflow-triggerer")
+    _wait(lambda: log_servers(old), 60, "the triggerer's log server to start")
+    left = log_servers(old)
+    os.kill(old, signal.SIGKILL)
+    _restarted_by_supervisor("airflow-triggerer", count)
+    _wait(lambda: not [p for p in left if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+          and log_servers(stackctl.supervised_pid("airflow-triggerer")), 120,
+          "the dead triggerer's log server to be gone and the new triggerer's own to run")
+    assert not stackctl.orphaned_airflow_workers(idle_only=False)
+
+
 def test_stream_task_worker_killed(streaming_demo):
     orphan = _java_pid("incremental.py")
     assert orphan, "no stream driver running"
