@@ -1055,9 +1055,13 @@ def _spark_home() -> Path:
 
 
 def _spark_daemon(main: str, args: list[str]) -> str:
-    """A Spark master or worker JVM from the installed PySpark distribution."""
+    """A Spark master or worker JVM from the installed PySpark distribution. Its ports are the
+    stack's or none: with spark.port.maxRetries=0 a port taken (our ports sit in Linux's ephemeral
+    range, so a client socket can hold one for a while) stops the daemon and supervisord starts it
+    again, instead of Spark moving to the next port, where nothing looks for it (seen in CI: the
+    master's UI on 58181, its status probe on 58180 refused for 60 s)."""
     home = _spark_home()
-    return shlex.join([_java(), "-Xms128m", "-Xmx512m", "-XX:+IgnoreUnrecognizedVMOptions",
+    return shlex.join([_java(), "-Xms128m", "-Xmx512m", "-XX:+IgnoreUnrecognizedVMOptions", "-Dspark.port.maxRetries=0",
                        "-cp", f"{home / 'conf'}:{home / 'jars'}/*", main, *args])
 
 

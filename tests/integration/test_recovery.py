@@ -298,7 +298,9 @@ def test_airflow_triggerer_killed_leaves_no_log_server_holding_its_port(stack):
     _wait(lambda: not [p for p in left if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
           and log_servers(stackctl.supervised_pid("airflow-triggerer")), 120,
           "the dead triggerer's log server to be gone and the new triggerer's own to run")
-    assert not stackctl.orphaned_airflow_workers(idle_only=False)
+    # (busy LocalExecutor workers a killed scheduler left may still run their task: not log servers)
+    assert not [p for p in stackctl.orphaned_airflow_workers(idle_only=False)
+                if "serve-logs" in " ".join(psutil.Process(p).cmdline())]
 
 
 def test_stream_task_worker_killed(streaming_demo):
