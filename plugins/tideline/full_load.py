@@ -55,13 +55,20 @@ def run_owner(kind: str) -> str:
     return f"{kind} pid {os.getpid()} on {socket.gethostname()} at {datetime.now().isoformat(timespec='seconds')}{where}"
 
 
+def report_partition(label: str, part: int, rows: int, nbytes: int, secs: float, how: str) -> None:
+    """One partition's figures on the executor's stderr (in the task log), with where the library
+    was imported from (the shipped zip on a cluster)."""
+    import sys
+    print(f"[tideline] {time.strftime('%H:%M:%S')} {label} partition {part}: {rows:,} rows, {nbytes / 1e6:.1f} MB "
+          f"in {secs:.1f}s ({rows / secs if secs else 0:,.0f} rows/s, {how}; library "
+          f"{os.path.abspath(sys.modules['tideline'].__file__)})", file=sys.stderr, flush=True)
+
+
 def make_copy_writer(target_dsn: str, copy_sql: str, escape: list[bool], label: str):
     """The per-partition function for mapInArrow: streams the partition's rows into the shadow
     table with COPY and yields one row of figures (partition, rows, seconds)."""
 
     def write(batches):
-        import sys
-
         import pyarrow as pa
         from pyspark import TaskContext
 
@@ -83,9 +90,7 @@ def make_copy_writer(target_dsn: str, copy_sql: str, escape: list[bool], label: 
         finally:
             conn.close()
         secs = time.monotonic() - started
-        print(f"[tideline] {time.strftime('%H:%M:%S')} {label} partition {part}: {stream.rows:,} rows, {stream.bytes / 1e6:.1f} MB "
-              f"in {secs:.1f}s ({stream.rows / secs if secs else 0:,.0f} rows/s; library "
-              f"{os.path.abspath(sys.modules['tideline'].__file__)})", file=sys.stderr, flush=True)
+        report_partition(label, part, stream.rows, stream.bytes, secs, "JDBC")
         yield pa.RecordBatch.from_arrays(
             [pa.array([part], pa.int32()), pa.array([stream.rows], pa.int64()), pa.array([copied], pa.int64()),
              pa.array([secs], pa.float64())],
@@ -99,8 +104,6 @@ def make_pipe_copier(source_dsn: str, target_dsn: str, session_init: str | None,
     inside the snapshot (session_init joins it) piped into the shadow's `COPY … FROM STDIN`."""
 
     def copy(items):
-        import sys
-
         from tideline.copy_pipe import SESSION_OPTIONS, pipe_copy
 
         for part, read_sql in items:
@@ -119,10 +122,7 @@ def make_pipe_copier(source_dsn: str, target_dsn: str, session_init: str | None,
                 src.close()
                 tgt.close()
             secs = time.monotonic() - started
-            print(f"[tideline] {time.strftime('%H:%M:%S')} {label} partition {part}: {moved.read:,} rows, "
-                  f"{moved.bytes / 1e6:.1f} MB in {secs:.1f}s ({moved.read / secs if secs else 0:,.0f} rows/s, "
-                  f"COPY pipe; library {os.path.abspath(sys.modules['tideline'].__file__)})",
-                  file=sys.stderr, flush=True)
+            report_partition(label, part, moved.read, moved.bytes, secs, "COPY pipe")
             yield {"partition": part, "rows": moved.read, "copied": moved.stored, "seconds": secs}
 
     return copy
