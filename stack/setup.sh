@@ -29,6 +29,10 @@ fi
 command -v java >/dev/null || apt_install openjdk-17-jre-headless
 command -v mvn >/dev/null || apt_install maven
 command -v runuser >/dev/null || apt_install util-linux
+command -v npm >/dev/null || apt_install npm
+# the view's browser test drives Debian's headless Chromium through its driver
+{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || \
+  apt_install --no-install-recommends chromium chromium-driver
 
 # --- Python venv
 PY=${PYTHON:-python3}
@@ -42,6 +46,15 @@ if [ "$(cat .venv/.requirements 2>/dev/null)" != "$REQ_HASH" ]; then
   .venv/bin/pip install -q --upgrade pip >/dev/null
   .venv/bin/pip install -q -r requirements.txt
   echo "$REQ_HASH" > .venv/.requirements
+fi
+
+# --- the view's charting library (Chart.js), from npm, served by the plugin itself
+VIEW=plugins/tideline/view
+NPM_HASH=$(sha256sum $VIEW/package-lock.json | cut -c1-16)
+if [ "$(cat $VIEW/node_modules/.lock-hash 2>/dev/null)" != "$NPM_HASH" ]; then
+  say "npm ci (Chart.js for the Tideline view)"
+  (cd $VIEW && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  echo "$NPM_HASH" > $VIEW/node_modules/.lock-hash
 fi
 
 # --- JVM parts from Maven Central

@@ -92,7 +92,7 @@ class BatchSync:
                 query, preds, init = self.engine.interval_read(src, shape, where, cfg.spark.parallelism)
                 figures = copy_source_rows(self.spark, self.engine, tgt, self.target.postgres_dsn(), shape, query,
                                            preds, schema, stage, label, session_init=init, started=started,
-                                           where=where)
+                                           where=where, run_id=run_id)
                 rows = sum(f["copied"] for f in figures)
                 if rows != sum(f["rows"] for f in figures):
                     raise LoadVerificationError(f"{label}: rows read and rows staged differ; nothing was applied")

@@ -19,7 +19,7 @@ from datetime import datetime
 import psycopg2
 from psycopg2 import sql
 
-from tideline import dependents, engines, kafka_offsets, state
+from tideline import dependents, engines, kafka_offsets, sqlfiles, state
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
 from tideline.core.copy_text import CopyStream
@@ -129,15 +129,20 @@ def make_pipe_copier(source_dsn: str, target_dsn: str, session_init: str | None,
 
 
 class _Progress(threading.Thread):
-    """Logs every few seconds how many partitions of the running load are done."""
+    """Logs every few seconds how many partitions of the running load are done and, when the load
+    is a run in the history, records the rows stored so far (tideline.load_progress: the view
+    charts a running load from it)."""
 
-    def __init__(self, spark, label: str, total: int, started: float, every: float = 10.0):
+    def __init__(self, spark, label: str, total: int, started: float, every: float = 5.0,
+                 sample: tuple[str, int, str] | None = None):
         super().__init__(daemon=True)
         self.spark, self.label, self.total, self.started, self.every = spark, label, total, started, every
+        self.sample = sample   # (target DSN, run id, schema-qualified table being loaded)
         self.stopped = threading.Event()
 
     def run(self) -> None:
         tracker = self.spark.sparkContext.statusTracker()
+        conn = None
         while not self.stopped.wait(self.every):
             done = running = 0
             for stage_id in tracker.getActiveStageIds():
@@ -147,6 +152,26 @@ class _Progress(threading.Thread):
                     running += info.numActiveTasks
             log.info("%s: %d/%d partitions done, %d running, %.0fs elapsed",
                      self.label, done, self.total, running, time.monotonic() - self.started)
+            if self.sample is not None:
+                conn = self._record(conn)
+        if conn is not None:
+            conn.close()
+
+    def _record(self, conn):
+        dsn, run_id, rel = self.sample
+        try:
+            if conn is None:
+                conn = psycopg2.connect(dsn, connect_timeout=10)
+                conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(sqlfiles.load("state/load_progress"), {"run_id": run_id, "rel": rel})
+            return conn
+        except psycopg2.Error as exc:   # the load itself goes on; only its progress chart misses a point
+            log.warning("%s: could not record the load's progress in tideline.load_progress: %s",
+                        self.label, str(exc).strip())
+            if conn is not None:
+                conn.close()
+            return None
 
     def stop(self) -> None:
         self.stopped.set()
@@ -168,15 +193,18 @@ def prepare_target_schema(tgt, schema: str, label: str) -> None:
 
 def copy_source_rows(spark, engine: SourceEngine, tgt, target_dsn: str, shape: TableShape, query: str,
                      predicates: list[str], schema: str, table: str, label: str, session_init: str | None = None,
-                     started: float | None = None, where: str | None = None) -> list[dict]:
+                     started: float | None = None, where: str | None = None, run_id: int | None = None) -> list[dict]:
     """Reads `query` from the source, one Spark task per predicate, and COPYs the rows into
     schema.table of the target (`tgt` renders the COPY statement); returns each partition's
     figures. Each partition's session runs `session_init` first (joining the snapshot of a full
     load). A source that speaks COPY is piped straight into the target (reading the rows of
-    `where`, the filter inside `query`); others go through Spark JDBC and Arrow."""
+    `where`, the filter inside `query`); others go through Spark JDBC and Arrow. With `run_id`,
+    the rows stored so far are sampled into tideline.load_progress while the copy runs."""
     copy_sql = copy_into(schema, table, shape.written_columns).as_string(tgt)
     reads = [engine.copy_read_sql(tgt, shape, where, p) for p in predicates]
-    progress = _Progress(spark, label, len(predicates), started or time.monotonic())
+    rel = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table)).as_string(tgt)
+    progress = _Progress(spark, label, len(predicates), started or time.monotonic(),
+                         sample=(target_dsn, run_id, rel) if run_id is not None else None)
     progress.start()
     try:
         if all(reads):
@@ -253,7 +281,8 @@ class FullLoad:
             self._create_shadow(tgt, shape, shadow)
             figures = copy_source_rows(self.spark, self.engine, tgt, self.target.postgres_dsn(), shape,
                                        self.engine.read_query(src, shape), snap.predicates, cfg.target.schema_,
-                                       shadow, label, session_init=snap.session_init, started=started)
+                                       shadow, label, session_init=snap.session_init, started=started,
+                                       run_id=run_id)
             self.engine.close_snapshot(src)  # the snapshot may close now: every partition has read
             copy_secs = time.monotonic() - started
             read = sum(f["rows"] for f in figures)

@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 import psycopg2
 import pyarrow as pa
@@ -25,7 +26,7 @@ from psycopg2 import sql
 
 from tideline import engines, kafka_offsets, sqlfiles, state
 from tideline.core import apply_sql, schema_drift
-from tideline.core.batch_events import EVENT_COLUMNS, split_batch
+from tideline.core.batch_events import EVENT_COLUMNS, newest_source_commit, split_batch
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.copy_text import CopyStream
@@ -373,7 +374,7 @@ class IncrementalRun:
             raise
 
     def _apply_batch_inner(self, df, spark_batch_id: int) -> None:
-        started = time.monotonic()
+        started, started_at = time.monotonic(), datetime.now(timezone.utc)
         events = parse_events(df).select(*EVENT_COLUMNS).toArrow()   # one Spark job: read, parse
         if not events.num_rows:
             return
@@ -381,15 +382,16 @@ class IncrementalRun:
         del events
         per_partition, bad_rows, truncates, rows = batch.per_partition, batch.bad_rows, batch.truncates, batch.rows
         spark_s = time.monotonic() - started
-        figures = self._commit_through_outages(spark_batch_id, per_partition, bad_rows, truncates, rows)
+        figures = self._commit_through_outages(spark_batch_id, per_partition, bad_rows, truncates, rows,
+                                               started_at)
         if figures is None:
             return
         self.batches += 1
         for name, (u, d) in figures.per_table.items():
             self.applied[name] = self.applied.get(name, 0) + u + d
         self._commit_consumer_group(figures.end_offsets)
-        newest = max((r["ts_ms"] or 0) for r in per_partition)
-        age = time.time() - newest / 1000 if newest else 0.0
+        newest = newest_source_commit(per_partition)
+        age = (datetime.now(timezone.utc) - newest).total_seconds() if newest else 0.0
         tables = ", ".join(f"{t} +{u:,}/-{d:,}" for t, (u, d) in sorted(figures.per_table.items()))
         took = time.monotonic() - started
         log.info("batch %d: %s events (%s already applied, %s dead letters) -> %s; source-to-target lag %.1fs; "
@@ -432,7 +434,8 @@ class IncrementalRun:
         self._tgt = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=10)
         self._src = self.engine.connect(autocommit=True, connect_timeout=10)
 
-    def _commit(self, spark_batch_id, per_partition, bad_rows, truncates, rows: pa.Table) -> BatchFigures | None:
+    def _commit(self, spark_batch_id, per_partition, bad_rows, truncates, rows: pa.Table,
+                started_at: datetime) -> BatchFigures | None:
         cfg, conn = self.cfg, self._tgt
         live = {t.topic for t in self.tables.values() if t.name not in self.halted}
         per_partition = [r for r in per_partition if r["topic"] in live]   # a halted table keeps its offsets
@@ -502,14 +505,16 @@ class IncrementalRun:
             figures.deletes = sum(d for _, d in figures.per_table.values())
             # 4. the new position, the batch record, all in this transaction
             batch_id = state.next_batch_id(cur, cfg.name)
-            start_offsets, end_offsets = {}, {}
+            start_offsets, end_offsets, table_events = {}, {}, {}
             for t in self.tables.values():
                 batch_max = {r["partition"]: r["hi"] for r in per_partition if r["topic"] == t.topic}
                 if not batch_max or t.name in halting:
                     continue
                 new = merge_committed(current[t.topic], batch_max)
+                table_events[t.name] = sum(r["hi"] - max(r["lo"], current[t.topic].get(r["partition"], 0)) + 1
+                                           for r in fresh if r["topic"] == t.topic)
                 state.advance_stream(cur, pipeline=cfg.name, table=t.name, epoch=t.epoch, offsets=new,
-                                     batch_id=batch_id)
+                                     batch_id=batch_id, events=table_events[t.name])
                 start_offsets[t.topic] = {str(p): current[t.topic].get(p, 0) for p in sorted(batch_max)}
                 end_offsets[t.topic] = {str(p): new[p] for p in sorted(batch_max)}
             if end_offsets:   # a batch whose every table halted applied nothing: no batch record
@@ -519,7 +524,9 @@ class IncrementalRun:
                                    tables=sorted(self.by_topic[tp].name for tp in end_offsets),
                                    start=start_offsets, end=end_offsets, events=figures.events,
                                    upserts=figures.upserts, deletes=figures.deletes,
-                                   dead_letters=figures.dead_letters)
+                                   dead_letters=figures.dead_letters, started_at=started_at,
+                                   source_ts_max=newest_source_commit(per_partition, end_offsets),
+                                   table_events=table_events)
         self._after_halts(halting)
         if not end_offsets:
             return None

@@ -6,6 +6,7 @@ transaction as the data they describe.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -92,15 +93,26 @@ def run_start(conn, pipeline: str, table: str, kind: str, epoch: int | None, det
 
 
 def run_start_in(cur, pipeline: str, table: str, kind: str, epoch: int | None, detail: str = "") -> int:
-    """Opens a run inside the caller's transaction."""
+    """Opens a run inside the caller's transaction, with the Airflow task that runs it (if any)."""
+    ctx = airflow_task(os.environ)
     cur.execute(sqlfiles.load("state/run_start"),
-                {"pipeline": pipeline, "table": table, "kind": kind, "epoch": epoch, "detail": detail})
+                {"pipeline": pipeline, "table": table, "kind": kind, "epoch": epoch, "detail": detail,
+                 "airflow": json.dumps(ctx) if ctx else None})
     return cur.fetchone()[0]
 
 
-def run_end(cur, run_id: int, outcome: str, rows: int | None, detail: str) -> None:
-    cur.execute(sqlfiles.load("state/run_end"),
-                {"run_id": run_id, "outcome": outcome, "rows": rows, "detail": detail})
+def airflow_task(environ) -> dict | None:
+    """The Airflow task instance this process works for: Airflow exports it as AIRFLOW_CTX_* to
+    the task's environment, which spark-submit passes on to the driver."""
+    ctx = {key: environ.get(f"AIRFLOW_CTX_{key.upper()}") for key in ("dag_id", "dag_run_id", "task_id", "try_number")}
+    if not (ctx["dag_id"] and ctx["dag_run_id"] and ctx["task_id"]):
+        return None
+    return {k: v for k, v in ctx.items() if v}
+
+
+def run_end(cur, run_id: int, outcome: str, rows: int | None, detail: str, counts: dict | None = None) -> None:
+    cur.execute(sqlfiles.load("state/run_end"), {"run_id": run_id, "outcome": outcome, "rows": rows,
+                                                 "detail": detail, "counts": json.dumps(counts) if counts else None})
 
 
 def record_error(conn, pipeline: str, table: str, error: str) -> None:
@@ -125,9 +137,10 @@ def set_phase(conn, pipeline: str, table: str, phase: str, error: str | None) ->
                     {"pipeline": pipeline, "table": table, "phase": phase, "error": error[:4000] if error else None})
 
 
-def advance_stream(cur, *, pipeline: str, table: str, epoch: int, offsets: dict[int, int], batch_id: int) -> None:
+def advance_stream(cur, *, pipeline: str, table: str, epoch: int, offsets: dict[int, int], batch_id: int,
+                   events: int) -> None:
     cur.execute(sqlfiles.load("state/advance_stream"), {
-        "pipeline": pipeline, "table": table, "epoch": epoch, "batch_id": batch_id,
+        "pipeline": pipeline, "table": table, "epoch": epoch, "batch_id": batch_id, "events": events,
         "offsets": json.dumps({str(p): o for p, o in sorted(offsets.items())})})
     if cur.rowcount != 1:
         raise FencedError(f"{pipeline}.{table}: the state row changed epoch during the batch; nothing committed")
@@ -150,6 +163,7 @@ def commit_batch(cur, **values) -> None:
     values = dict(values)
     values["start"] = json.dumps(values["start"])
     values["end"] = json.dumps(values["end"])
+    values["table_events"] = json.dumps(values["table_events"])
     cur.execute(sqlfiles.load("state/commit_batch"), values)
 
 

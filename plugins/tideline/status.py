@@ -10,8 +10,9 @@ from datetime import datetime, timezone
 
 import psycopg2
 from psycopg2 import sql
+from psycopg2.extras import RealDictCursor
 
-from tideline import coverage, engines, state
+from tideline import coverage, engines, sqlfiles, state
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import get_connection
 from tideline.core.errors import TidelineError
@@ -31,6 +32,16 @@ class TableStatus:
     error: str | None
     last_batch_age_s: float | None = None
     last_verify: str | None = None   # "3h ago: equal" / "12m ago: <what differed>"
+    # the same figures as numbers, for the view and the metrics
+    headroom_s: float | None = None  # None: nothing pending (or not streaming)
+    covered: bool = True             # False: Kafka no longer holds an offset the stream needs
+    lag_s: float | None = None       # 0 when nothing waits; else seconds since the newest applied source change
+    last_batch_s: float | None = None
+    events_applied: int = 0
+    error_at: datetime | None = None
+    error_event: dict | None = None
+    verify_outcome: str | None = None
+    verify_counts: dict | None = None
 
     @property
     def lag_total(self) -> int:
@@ -55,23 +66,35 @@ def _ago(secs: float | None) -> str:
     return f"{secs / 60:.0f}m ago" if secs < 7200 else f"{secs / 3600:.0f}h ago"
 
 
-def _last_verify(conn, pipeline: str, table: str) -> str | None:
-    with conn.cursor() as cur:
-        cur.execute("SELECT now() - ended_at, detail FROM tideline.runs WHERE pipeline = %s AND table_name = %s "
-                    "AND kind = 'verify' AND outcome <> 'running' ORDER BY run_id DESC LIMIT 1", (pipeline, table))
+def _figures(conn, pipeline: str, table: str) -> dict:
+    with conn.cursor(cursor_factory=RealDictCursor) as cur:
+        cur.execute(sqlfiles.load("state/table_status"), {"pipeline": pipeline, "table": table})
         row = cur.fetchone()
     conn.rollback()
-    if row is None:
+    return dict(row) if row else {}
+
+
+def _verify_line(f: dict) -> str | None:
+    if f.get("verify_outcome") is None:
         return None
-    detail = row[1].split("; ", 1)[1] if "; " in (row[1] or "") else row[1]
-    return f"{_ago(row[0].total_seconds())}: {detail}"
+    detail = f["verify_detail"] or ""
+    return f"{_ago(f['verify_age_s'])}: {detail.split('; ', 1)[1] if '; ' in detail else detail}"
 
 
-def pipeline_status(cfg: PipelineConfig, environ=None) -> list[TableStatus]:
-    target = psycopg2.connect(get_connection(cfg.target.conn_id, environ).postgres_dsn())
-    engine = engines.for_source(get_connection(cfg.source.conn_id, environ))
-    source = engine.connect(autocommit=True)
-    bootstrap = get_connection(cfg.kafka.conn_id, environ).kafka_bootstrap
+def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_timeout: int | None = None
+                    ) -> list[TableStatus]:
+    """Every table of the pipeline. `connection` resolves a connection id (default: the
+    AIRFLOW_CONN_* variables of `environ`; the Airflow view passes Airflow's own lookup)."""
+    resolve = connection or (lambda conn_id: get_connection(conn_id, environ))
+    timeout = {"connect_timeout": connect_timeout} if connect_timeout else {}
+    target = psycopg2.connect(resolve(cfg.target.conn_id).postgres_dsn(), **timeout)
+    try:
+        engine = engines.for_source(resolve(cfg.source.conn_id))
+        source = engine.connect(autocommit=True, connect_timeout=connect_timeout)
+    except BaseException:
+        target.close()
+        raise
+    bootstrap = resolve(cfg.kafka.conn_id).kafka_bootstrap
     out = []
     try:
         state.migrate(target)
@@ -79,18 +102,27 @@ def pipeline_status(cfg: PipelineConfig, environ=None) -> list[TableStatus]:
         for t in cfg.tables:
             st = state.get(target, cfg.name, t.name)
             target.rollback()
+            f = _figures(target, cfg.name, t.name)
             c = cov.get(t.name)  # streaming tables: lag and headroom from one look at Kafka
             lag = c.lag if c else {}
             headroom = ("NOT COVERED: " + "; ".join(g.describe() for g in c.gaps)) if c and c.gaps else \
                 (coverage.describe_headroom(c.headroom_s) if c else "-")
+            now = datetime.now(timezone.utc)
             at = st.raw["last_batch_at"] if st else None
-            age = (datetime.now(timezone.utc) - at).total_seconds() if at else None
+            age = (now - at).total_seconds() if at else None
             last = f"#{st.last_batch_id} {_ago(age)}" if st and st.last_batch_id else "-"
-            out.append(TableStatus(t.name, st.phase if st else "new", st.epoch if st else None,
-                                   _count(target, cfg.target.schema_, t.name),
-                                   engine.row_count(source, cfg.source.schema_, t.name),
-                                   last, lag, headroom, st.last_error if st else None, age,
-                                   _last_verify(target, cfg.name, t.name)))
+            lag_s = None
+            if c is not None:
+                applied = f.get("source_ts_max")
+                lag_s = 0.0 if not sum(lag.values()) else ((now - applied).total_seconds() if applied else None)
+            out.append(TableStatus(
+                t.name, st.phase if st else "new", st.epoch if st else None,
+                _count(target, cfg.target.schema_, t.name), engine.row_count(source, cfg.source.schema_, t.name),
+                last, lag, headroom, st.last_error if st else None, age, _verify_line(f),
+                headroom_s=c.headroom_s if c else None, covered=not (c and c.gaps), lag_s=lag_s,
+                last_batch_s=f.get("last_batch_s"), events_applied=f.get("events_applied") or 0,
+                error_at=f.get("last_error_at"), error_event=f.get("last_error_event"),
+                verify_outcome=f.get("verify_outcome"), verify_counts=f.get("verify_counts")))
     finally:
         target.close()
         source.close()

@@ -401,7 +401,8 @@ def record(conn, pipeline: str, report: VerifyReport) -> int:
     try:
         with conn, conn.cursor() as cur:
             run_id = state.run_start_in(cur, pipeline, report.table, "verify", None)
-            state.run_end(cur, run_id, "succeeded" if report.equal else "failed", report.source_rows, report.summary())
+            state.run_end(cur, run_id, "succeeded" if report.equal else "failed", report.source_rows, report.summary(),
+                          counts=dict(report.counts))
             for f in report.samples:
                 cur.execute("INSERT INTO tideline.verify_findings (run_id, kind, key) VALUES (%s, %s, %s)",
                             (run_id, f.kind, list(f.key)))

@@ -1,2 +1,3 @@
-UPDATE tideline.runs SET ended_at = now(), rows = %(rows)s, outcome = %(outcome)s, detail = %(detail)s
+UPDATE tideline.runs SET ended_at = now(), rows = %(rows)s, outcome = %(outcome)s, detail = %(detail)s,
+       counts = %(counts)s::jsonb
  WHERE run_id = %(run_id)s;

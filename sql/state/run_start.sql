@@ -8,6 +8,6 @@ WITH abandoned AS (
      WHERE pipeline = %(pipeline)s AND table_name = %(table)s AND kind = %(kind)s AND outcome = 'running'
        AND %(epoch)s IS NOT NULL AND epoch < %(epoch)s
 )
-INSERT INTO tideline.runs (pipeline, table_name, kind, epoch, detail)
-VALUES (%(pipeline)s, %(table)s, %(kind)s, %(epoch)s, %(detail)s)
+INSERT INTO tideline.runs (pipeline, table_name, kind, epoch, detail, airflow)
+VALUES (%(pipeline)s, %(table)s, %(kind)s, %(epoch)s, %(detail)s, %(airflow)s::jsonb)
 RETURNING run_id;

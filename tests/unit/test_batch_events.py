@@ -50,3 +50,16 @@ def test_bad_messages_are_kept_in_order_up_to_the_limit_and_cut_to_2000_characte
     assert [b["offset"] for b in batch.bad_rows[:3]] == [1, 2, 3]
     assert len(batch.bad_rows[0]["value"]) == 2000
     assert batch.rows.num_rows == 0 and batch.per_partition[0]["n"] == BAD_ROWS_KEPT + 5
+
+
+def test_newest_source_commit_is_the_latest_event_time_of_the_topics_asked_for():
+    from datetime import datetime, timezone
+
+    from tideline.core.batch_events import newest_source_commit
+    split = split_batch(events([ev("a", 0, 1, "k1", ts=1_700_000_000_000), ev("a", 1, 5, "k2", ts=1_700_000_005_000),
+                                ev("b", 0, 3, "k3", ts=1_700_000_009_000), ev("b", 0, 4, "k4", ts=None)]))
+    at = lambda ms: datetime.fromtimestamp(ms / 1000, timezone.utc)   # noqa: E731
+    assert newest_source_commit(split.per_partition) == at(1_700_000_009_000)
+    assert newest_source_commit(split.per_partition, {"a": {}}) == at(1_700_000_005_000)
+    assert newest_source_commit(split.per_partition, {"c": {}}) is None
+    assert newest_source_commit(split_batch(events([ev("a", 0, 1, "k", ts=None)])).per_partition) is None

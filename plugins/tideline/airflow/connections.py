@@ -23,3 +23,12 @@ def spark_env(conn_ids: list[str]) -> dict[str, str]:
             "conn_type": c.conn_type, "host": c.host, "port": c.port, "login": c.login,
             "password": c.password, "schema": c.schema, "extra": c.extra})
     return env
+
+
+def from_airflow(conn_id: str) -> Conn:
+    """A connection looked up the way Airflow's api-server does (secrets backends, AIRFLOW_CONN_*,
+    the metadata database) — for code that runs in Airflow but outside a task (the view)."""
+    from airflow.models.connection import Connection
+    c = Connection.get_connection_from_secrets(conn_id)
+    return Conn(conn_id, c.conn_type or "", c.host, int(c.port) if c.port else None, c.login, c.password,
+                c.schema, c.extra_dejson or {})

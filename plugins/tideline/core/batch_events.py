@@ -9,6 +9,7 @@ A key always lives in one partition, so its highest offset is its latest event.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -65,3 +66,11 @@ def latest_per_key(rows: pa.Table) -> pa.Table:
     same = pc.and_(pc.equal(topic.slice(1), topic.slice(0, n - 1)), pc.equal(key.slice(1), key.slice(0, n - 1)))
     first = pa.concat_arrays([pa.array([True]), pc.invert(pc.fill_null(same, False))])
     return rows.filter(first)
+
+
+def newest_source_commit(per_partition: list[dict], topics=None) -> datetime | None:
+    """The newest source commit time among a batch's events (of `topics` only, if given): the
+    batch's source-to-target lag is its commit time minus this. None when no event carried one."""
+    newest = max((r["ts_ms"] for r in per_partition
+                  if r.get("ts_ms") and (topics is None or r["topic"] in topics)), default=None)
+    return None if newest is None else datetime.fromtimestamp(newest / 1000, timezone.utc)

@@ -1,0 +1,83 @@
+"""The overview in Prometheus text format (served at /tideline/metrics). Every metric carries the
+pipeline and table labels; README lists them with example alert rules."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from tideline.view.overview import PipelineOverview
+
+PHASES = ("new", "loading", "streaming", "needs_resnapshot", "halted", "batch")
+VERIFY_KINDS = ("missing", "extra", "different")
+
+# name -> help: the documented set (a test checks the endpoint carries every one)
+METRICS = {
+    "tideline_pipeline_up": "1 when the pipeline's target, source and Kafka answered, else 0 (see the view for why)",
+    "tideline_table_phase": "1 for the table's current phase (label phase), 0 for the others",
+    "tideline_table_epoch": "the table's fencing epoch (rises with every run that takes the table over)",
+    "tideline_table_target_rows": "rows in the target table",
+    "tideline_lag_events": "change events on Kafka not yet applied, per partition",
+    "tideline_lag_seconds": "0 when nothing waits, else seconds since the newest source change the target applied",
+    "tideline_retention_headroom_seconds": "seconds until Kafka retention deletes an event the stream still needs "
+                                           "(absent when nothing is pending)",
+    "tideline_retention_covered": "0 when Kafka already deleted an event the stream needs (a reload follows)",
+    "tideline_events_applied": "change events applied to the table since it was first loaded",
+    "tideline_last_batch_duration_seconds": "duration of the last stream batch that changed the table",
+    "tideline_last_batch_age_seconds": "seconds since that batch committed",
+    "tideline_verify_differences": "rows the last verify found missing / extra / different (label kind)",
+    "tideline_verify_equal": "1 when the last verify found source and target equal, 0 when not",
+}
+
+
+class _Collector:
+    def __init__(self, pipelines: list[PipelineOverview]):
+        self.pipelines = pipelines
+
+    def collect(self):
+        fam = {name: GaugeMetricFamily(name, text, labels=_labels(name)) for name, text in METRICS.items()
+               if name != "tideline_events_applied"}
+        applied = CounterMetricFamily("tideline_events_applied", METRICS["tideline_events_applied"],
+                                      labels=["pipeline", "table"])
+        for p in self.pipelines:
+            fam["tideline_pipeline_up"].add_metric([p.name], 1.0 if p.state == "ok" else 0.0)
+            for t in p.tables:
+                key = [p.name, t.table]
+                for phase in PHASES:
+                    fam["tideline_table_phase"].add_metric(key + [phase], 1.0 if t.phase == phase else 0.0)
+                _maybe(fam["tideline_table_epoch"], key, t.epoch)
+                _maybe(fam["tideline_table_target_rows"], key, t.target_rows)
+                for part, n in sorted(t.lag.items()):
+                    fam["tideline_lag_events"].add_metric(key + [str(part)], float(n))
+                _maybe(fam["tideline_lag_seconds"], key, t.lag_s)
+                _maybe(fam["tideline_retention_headroom_seconds"], key, t.headroom_s)
+                if t.lag or not t.covered:
+                    fam["tideline_retention_covered"].add_metric(key, 1.0 if t.covered else 0.0)
+                applied.add_metric(key, float(t.events_applied))
+                _maybe(fam["tideline_last_batch_duration_seconds"], key, t.last_batch_s)
+                _maybe(fam["tideline_last_batch_age_seconds"], key, t.last_batch_age_s)
+                if t.verify_outcome is not None:
+                    counts = t.verify_counts or {}
+                    for kind in VERIFY_KINDS:
+                        fam["tideline_verify_differences"].add_metric(key + [kind], float(counts.get(kind, 0)))
+                    fam["tideline_verify_equal"].add_metric(key, 1.0 if t.verify_outcome == "succeeded" else 0.0)
+        yield from fam.values()
+        yield applied
+
+
+def _labels(name: str) -> list[str]:
+    if name == "tideline_pipeline_up":
+        return ["pipeline"]
+    extra = {"tideline_table_phase": ["phase"], "tideline_lag_events": ["partition"],
+             "tideline_verify_differences": ["kind"]}.get(name, [])
+    return ["pipeline", "table"] + extra
+
+
+def _maybe(family, labels: list[str], value) -> None:
+    if value is not None:
+        family.add_metric(labels, float(value))
+
+
+def render(pipelines: list[PipelineOverview]) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(pipelines))
+    return generate_latest(registry)

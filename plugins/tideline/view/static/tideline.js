@@ -1,0 +1,214 @@
+// The Tideline page: every pipeline's tables (api/pipelines), and for the chosen table its charts
+// over a window (api/pipelines/<p>/tables/<t>/history). Paths are relative to /tideline/; links
+// into Airflow are relative to Airflow's base URL (one level up) and open in the top window.
+"use strict";
+
+const REFRESH_MS = 15000;
+const view = { window: "1h", selected: null, charts: {}, busy: false };
+window.tideline = view;   // the browser test reads the charts from here
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined) continue;
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+async function getJSON(path) {
+  const r = await fetch(path, { credentials: "same-origin", headers: { Accept: "application/json" } });
+  if (r.status === 401 || r.status === 403) { window.top.location.reload(); throw new Error("signed out"); }
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(body.detail ? (typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail)) : `HTTP ${r.status}`);
+  return body;
+}
+
+const fmtInt = (n) => (n === null || n === undefined ? "-" : Number(n).toLocaleString("en-US"));
+function fmtSecs(s) {
+  if (s === null || s === undefined) return "-";
+  const a = Math.abs(s);
+  if (a < 120) return `${s.toFixed(a < 10 ? 2 : 0)}s`;
+  if (a < 7200) return `${(s / 60).toFixed(0)}m`;
+  if (a < 172800) return `${(s / 3600).toFixed(1)}h`;
+  return `${(s / 86400).toFixed(1)}d`;
+}
+const airflowLink = (path) => `../${path}`;
+
+function headroomCell(p, t) {
+  if (!t.covered) return el("span", { class: "headroom-lost", "data-headroom": "lost" }, t.headroom);
+  if (t.headroom_s === null || t.headroom_s === undefined) return el("span", { class: "muted" }, t.headroom);
+  const low = p.headroom_alert_s !== null && t.headroom_s < p.headroom_alert_s;
+  return el("span", { class: low ? "headroom-low" : "headroom-ok", "data-headroom-s": t.headroom_s,
+    title: `alert below ${fmtSecs(p.headroom_alert_s)}` }, t.headroom);
+}
+
+function renderPipelines(pipelines) {
+  const box = document.getElementById("pipelines");
+  box.replaceChildren();
+  if (!pipelines.length) box.append(el("p", { class: "muted" }, "No pipelines: add one under pipelines/ (see pipelines/README.md)."));
+  for (const p of pipelines) {
+    const head = el("h2", {}, p.name,
+      el("span", { class: `phase ${p.state === "ok" ? "phase-streaming" : "phase-halted"}` }, p.state),
+      p.dag_id ? el("a", { href: airflowLink(`dags/${encodeURIComponent(p.dag_id)}`), target: "_top" }, p.dag_id) : null,
+      p.target ? el("span", { class: "muted" }, `target ${p.target}`) : null,
+      p.took_s !== null ? el("span", { class: "muted" }, `read in ${p.took_s}s`) : null);
+    const card = el("div", { class: "pipeline", "data-pipeline": p.name, "data-state": p.state }, head);
+    if (p.error) card.append(el("p", { class: "problem" }, p.error));
+    if (p.tables.length) {
+      const rows = p.tables.map((t) => {
+        const sel = view.selected && view.selected.pipeline === p.name && view.selected.table === t.table;
+        return el("tr", { class: `table-row${sel ? " selected" : ""}`, "data-table": t.table,
+          onclick: () => select(p.name, t.table) },
+          el("td", {}, t.table),
+          el("td", {}, el("span", { class: `phase phase-${t.phase}` }, t.phase)),
+          el("td", { class: "num" }, t.epoch ?? "-"),
+          el("td", { class: "num" }, fmtInt(t.target_rows)),
+          el("td", { class: "num", title: JSON.stringify(t.lag) }, fmtInt(t.lag_total)),
+          el("td", { class: "num" }, fmtSecs(t.lag_s)),
+          el("td", {}, t.last_batch, t.last_batch_s !== null ? el("span", { class: "muted" }, ` (${fmtSecs(t.last_batch_s)})`) : null),
+          el("td", {}, headroomCell(p, t)),
+          el("td", {}, t.last_verify ?? "-"),
+          el("td", { class: "error" }, t.error ? [t.error_at ? el("div", { class: "muted" }, new Date(t.error_at).toLocaleString()) : null, t.error] : ""));
+      });
+      card.append(el("table", { class: "grid" },
+        el("thead", {}, el("tr", {}, ["Table", "Phase", "Epoch", "Target rows", "Lag (events)", "Lag", "Last batch",
+          "Retention headroom", "Last verify", "Last error / what to do"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, rows)));
+    }
+    box.append(card);
+  }
+}
+
+function select(pipeline, table) {
+  view.selected = { pipeline, table };
+  document.querySelectorAll("tr.table-row").forEach((r) => r.classList.toggle("selected",
+    r.dataset.table === table && r.closest(".pipeline").dataset.pipeline === pipeline));
+  renderDetail();
+}
+
+function timeAxis(windowName) {
+  const withDate = windowName === "7d";
+  return { type: "linear", ticks: { maxTicksLimit: 8, callback: (v) => {
+    const d = new Date(v);
+    return withDate ? `${d.getMonth() + 1}/${d.getDate()} ${String(d.getHours()).padStart(2, "0")}h`
+      : d.toTimeString().slice(0, 5);
+  } } };
+}
+
+function lineChart(id, datasets, yTitle) {
+  if (view.charts[id]) view.charts[id].destroy();
+  view.charts[id] = new Chart(document.getElementById(id), {
+    type: "line",
+    data: { datasets: datasets.map((d) => ({ pointRadius: 2, borderWidth: 1.5, tension: 0.2, spanGaps: false, ...d })) },
+    options: { animation: false, maintainAspectRatio: false, parsing: false, normalized: true,
+      scales: { x: timeAxis(view.window), y: { beginAtZero: true, title: { display: !!yTitle, text: yTitle } } },
+      plugins: { legend: { display: datasets.length > 1 } } },
+  });
+}
+
+const KIND_COLOR = { full_load: "#1a56db", "re-snapshot": "#7e22ce", incremental: "#1a7f37", batch: "#0e7490",
+  verify: "#b35900", repair: "#be185d" };
+
+function runsChart(runs, since) {
+  const id = "chart-runs";
+  if (view.charts[id]) view.charts[id].destroy();
+  const now = Date.now();
+  const kinds = [...new Set(runs.map((r) => r.kind))];
+  view.charts[id] = new Chart(document.getElementById(id), {
+    type: "bar",
+    data: { labels: kinds, datasets: [{
+      label: "runs",
+      data: runs.map((r) => ({ x: [Math.max(Date.parse(r.started_at), Date.parse(since)),
+        Math.max(r.ended_at ? Date.parse(r.ended_at) : now, Date.parse(r.started_at) + 1000)], y: r.kind, run: r })),
+      backgroundColor: runs.map((r) => r.outcome === "failed" ? "#c62828" : r.outcome === "fenced" ? "#98a2b3" : KIND_COLOR[r.kind] || "#475467"),
+      borderSkipped: false, barPercentage: 0.6, minBarLength: 3,
+    }] },
+    options: { indexAxis: "y", animation: false, maintainAspectRatio: false,
+      scales: { x: { ...timeAxis(view.window), min: Date.parse(since), max: now } },
+      plugins: { legend: { display: false }, tooltip: { callbacks: {
+        label: (ctx) => { const r = ctx.raw.run; return `#${r.run_id} ${r.kind} ${r.outcome}${r.rows !== null ? `, ${fmtInt(r.rows)} rows` : ""}`; },
+        afterLabel: (ctx) => ctx.raw.run.detail || "" } } } },
+  });
+}
+
+function renderRuns(runs) {
+  const rows = runs.slice(0, 50).map((r) => el("tr", { "data-run": r.run_id },
+    el("td", { class: "num" }, r.run_id), el("td", {}, r.kind), el("td", {}, r.outcome),
+    el("td", {}, new Date(r.started_at).toLocaleString()),
+    el("td", {}, r.ended_at ? fmtSecs((Date.parse(r.ended_at) - Date.parse(r.started_at)) / 1000) : "running"),
+    el("td", { class: "num" }, fmtInt(r.rows)),
+    el("td", {}, r.links ? [el("a", { href: airflowLink(r.links.dag_run), target: "_top" }, "DAG run"), " · ",
+      r.links.task_log ? el("a", { href: airflowLink(r.links.task_log), target: "_top" }, "task log") : null] : el("span", { class: "muted" }, "outside Airflow")),
+    el("td", { class: "error" }, r.outcome === "failed" ? r.detail : el("span", { class: "muted" }, r.detail || ""))));
+  document.getElementById("runs").replaceChildren(
+    el("thead", {}, el("tr", {}, ["Run", "Kind", "Outcome", "Started", "Took", "Rows", "Airflow", "Detail"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, rows));
+}
+
+async function renderDetail() {
+  const sel = view.selected;
+  if (!sel) return;
+  const box = document.getElementById("detail");
+  box.hidden = false;
+  document.getElementById("detail-title").textContent = `${sel.pipeline}.${sel.table}`;
+  document.querySelectorAll(".windows button").forEach((b) => b.classList.toggle("active", b.dataset.window === view.window));
+  const problem = document.getElementById("detail-problem");
+  let h;
+  try {
+    h = await getJSON(`api/pipelines/${encodeURIComponent(sel.pipeline)}/tables/${encodeURIComponent(sel.table)}/history?window=${view.window}`);
+    problem.hidden = true;
+  } catch (e) {
+    problem.textContent = e.message; problem.hidden = false; return;
+  }
+  const pts = (key) => h.series.filter((s) => s[key] !== null).map((s) => ({ x: Date.parse(s.at), y: s[key] }));
+  lineChart("chart-events", [{ label: "events/s", data: pts("events_per_s"), borderColor: "#1a7f37", backgroundColor: "#1a7f37" }], "events/s");
+  lineChart("chart-lag", [{ label: "lag s", data: pts("lag_s"), borderColor: "#b35900", backgroundColor: "#b35900" }], "seconds");
+  lineChart("chart-duration", [
+    { label: "mean", data: pts("batch_s"), borderColor: "#1a56db", backgroundColor: "#1a56db" },
+    { label: "worst", data: pts("batch_max_s"), borderColor: "#98a2b3", backgroundColor: "#98a2b3" }], "seconds");
+  lineChart("chart-load", [
+    { label: "rows stored", data: h.progress.map((p) => ({ x: Date.parse(p.at), y: p.rows })), borderColor: "#1a56db", backgroundColor: "#1a56db", yAxisID: "y" },
+    { label: "rows/s", data: h.progress.filter((p) => p.rows_per_s !== null).map((p) => ({ x: Date.parse(p.at), y: p.rows_per_s })), borderColor: "#7e22ce", backgroundColor: "#7e22ce", yAxisID: "y1" }], "rows");
+  view.charts["chart-load"].options.scales.y1 = { position: "right", beginAtZero: true, grid: { drawOnChartArea: false }, title: { display: true, text: "rows/s" } };
+  view.charts["chart-load"].update();
+  runsChart(h.runs, h.since);
+  renderRuns(h.runs);
+  view.history = h;
+}
+
+async function refresh() {
+  if (view.busy) return;
+  view.busy = true;
+  const problem = document.getElementById("problem");
+  try {
+    const pipelines = await getJSON("api/pipelines");
+    view.pipelines = pipelines;
+    if (!view.selected) {
+      const p = pipelines.find((x) => x.tables.length);
+      if (p) view.selected = { pipeline: p.name, table: p.tables[0].table };
+    }
+    renderPipelines(pipelines);
+    await renderDetail();
+    problem.hidden = true;
+    document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  } catch (e) {
+    problem.textContent = `The view could not be refreshed: ${e.message}`;
+    problem.hidden = false;
+  } finally {
+    view.busy = false;
+    view.refreshed = (view.refreshed || 0) + 1;
+  }
+}
+
+document.querySelectorAll(".windows button").forEach((b) => b.addEventListener("click", () => {
+  view.window = b.dataset.window; renderDetail();
+}));
+refresh();
+setInterval(refresh, REFRESH_MS);
