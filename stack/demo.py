@@ -93,14 +93,21 @@ def main() -> int:
                              and r.lag_total < 100 for r in streamed)
         if caught_up:
             print("\n[demo] caught up: every table streams live, less than 100 events behind. It keeps running:\n"
-                  "       `make status` for this view, the Airflow UI for the DAG, `make down` to stop all.",
+                  "       `make status` for this table, the Airflow UI for the DAG, `make down` to stop all.",
                   flush=True)
+            print(view_address(), flush=True)
             return 0
         time.sleep(5)
     print("[demo] the target did not catch up within 15 minutes; look at the sync_demo and sync_shop_mariadb runs "
           "in the Airflow UI "
           f"and at {stackctl.LOGS}", flush=True)
+    print(view_address(), flush=True)
     return 1
+
+
+def view_address() -> str:
+    return (f"[demo] Tideline view: {stackctl.airflow_url()}/plugin/tideline  (in the Airflow UI's navigation; "
+            f"login {stackctl.AIRFLOW_ADMIN} / {stackctl.AIRFLOW_ADMIN_PASS}); metrics: {stackctl.airflow_url()}/tideline/metrics")
 
 
 if __name__ == "__main__":

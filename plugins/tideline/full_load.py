@@ -142,7 +142,7 @@ class _Progress(threading.Thread):
 
     def run(self) -> None:
         tracker = self.spark.sparkContext.statusTracker()
-        conn = None
+        conn = self._record(None, 0) if self.sample is not None else None
         while not self.stopped.wait(self.every):
             done = running = 0
             for stage_id in tracker.getActiveStageIds():
@@ -152,19 +152,26 @@ class _Progress(threading.Thread):
                     running += info.numActiveTasks
             log.info("%s: %d/%d partitions done, %d running, %.0fs elapsed",
                      self.label, done, self.total, running, time.monotonic() - self.started)
-            if self.sample is not None:
+            if self.sample is not None and not self.stopped.is_set():
                 conn = self._record(conn)
+        if self.sample is not None and self.final_rows is not None:
+            conn = self._record(conn, self.final_rows)
         if conn is not None:
             conn.close()
 
-    def _record(self, conn):
+    def _record(self, conn, rows: int | None = None):
+        """One sample: `rows` when known (the start, the end), else what the target has stored so far."""
         dsn, run_id, rel = self.sample
         try:
             if conn is None:
                 conn = psycopg2.connect(dsn, connect_timeout=10)
                 conn.autocommit = True
             with conn.cursor() as cur:
-                cur.execute(sqlfiles.load("state/load_progress"), {"run_id": run_id, "rel": rel})
+                if rows is None:
+                    cur.execute(sqlfiles.load("state/load_progress"), {"run_id": run_id, "rel": rel})
+                else:
+                    cur.execute("INSERT INTO tideline.load_progress (run_id, rows, bytes) VALUES (%s, %s, 0) "
+                                "ON CONFLICT DO NOTHING", (run_id, rows))
             return conn
         except psycopg2.Error as exc:   # the load itself goes on; only its progress chart misses a point
             log.warning("%s: could not record the load's progress in tideline.load_progress: %s",
@@ -173,8 +180,13 @@ class _Progress(threading.Thread):
                 conn.close()
             return None
 
-    def stop(self) -> None:
+    def stop(self, final_rows: int | None = None) -> None:
+        """Stops the thread; `final_rows` (the rows the copy stored) becomes the last sample."""
+        self.final_rows = final_rows
         self.stopped.set()
+        self.join(timeout=15)
+
+    final_rows: int | None = None
 
 
 def prepare_target_schema(tgt, schema: str, label: str) -> None:
@@ -210,18 +222,22 @@ def copy_source_rows(spark, engine: SourceEngine, tgt, target_dsn: str, shape: T
         if all(reads):
             log.info("%s: piping %d partitions into %s.%s (COPY)", label, len(predicates), schema, table)
             copier = make_pipe_copier(engine.source.postgres_dsn(), target_dsn, session_init, copy_sql, label)
-            return spark.sparkContext.parallelize(list(enumerate(reads)), len(reads)).mapPartitions(copier).collect()
-        log.info("%s: copying %d partitions into %s.%s (JDBC)", label, len(predicates), schema, table)
-        props = engine.jdbc_properties()
-        if session_init:
-            props["sessionInitStatement"] = session_init
-        df = spark.read.jdbc(engine.jdbc_url(), query, predicates=predicates, properties=props)
-        df = df.select(*[f"`{c}`" for c in shape.written_columns])
-        writer = make_copy_writer(target_dsn, copy_sql, shape.escape_flags, label)
-        rows = df.mapInArrow(writer, "partition int, rows long, copied long, seconds double").collect()
-        return [r.asDict() for r in rows]
-    finally:
+            figures = spark.sparkContext.parallelize(list(enumerate(reads)), len(reads)).mapPartitions(copier).collect()
+        else:
+            log.info("%s: copying %d partitions into %s.%s (JDBC)", label, len(predicates), schema, table)
+            props = engine.jdbc_properties()
+            if session_init:
+                props["sessionInitStatement"] = session_init
+            df = spark.read.jdbc(engine.jdbc_url(), query, predicates=predicates, properties=props)
+            df = df.select(*[f"`{c}`" for c in shape.written_columns])
+            writer = make_copy_writer(target_dsn, copy_sql, shape.escape_flags, label)
+            rows = df.mapInArrow(writer, "partition int, rows long, copied long, seconds double").collect()
+            figures = [r.asDict() for r in rows]
+    except BaseException:
         progress.stop()
+        raise
+    progress.stop(final_rows=sum(f["copied"] for f in figures))
+    return figures
 
 
 class FullLoad:

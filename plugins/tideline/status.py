@@ -42,6 +42,7 @@ class TableStatus:
     error_event: dict | None = None
     verify_outcome: str | None = None
     verify_counts: dict | None = None
+    rows_estimated: bool = False     # target_rows from statistics, not counted
 
     @property
     def lag_total(self) -> int:
@@ -56,6 +57,15 @@ def _count(conn, schema: str, table: str) -> int | None:
     except psycopg2.Error:
         conn.rollback()
         return None
+
+
+def _estimate(conn, schema: str, table: str) -> int | None:
+    """Live rows as PostgreSQL's statistics count them: no scan (the view refreshes every few seconds)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT n_live_tup FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s", (schema, table))
+        row = cur.fetchone()
+    conn.rollback()
+    return row[0] if row else None
 
 
 def _ago(secs: float | None) -> str:
@@ -81,10 +91,12 @@ def _verify_line(f: dict) -> str | None:
     return f"{_ago(f['verify_age_s'])}: {detail.split('; ', 1)[1] if '; ' in detail else detail}"
 
 
-def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_timeout: int | None = None
-                    ) -> list[TableStatus]:
+def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_timeout: int | None = None,
+                    exact_counts: bool = True) -> list[TableStatus]:
     """Every table of the pipeline. `connection` resolves a connection id (default: the
-    AIRFLOW_CONN_* variables of `environ`; the Airflow view passes Airflow's own lookup)."""
+    AIRFLOW_CONN_* variables of `environ`; the Airflow view passes Airflow's own lookup). Without
+    `exact_counts` (the view, the metrics) target rows come from statistics and source rows are not
+    counted: a count(*) of both sides on every refresh would scan big tables all day."""
     resolve = connection or (lambda conn_id: get_connection(conn_id, environ))
     timeout = {"connect_timeout": connect_timeout} if connect_timeout else {}
     target = psycopg2.connect(resolve(cfg.target.conn_id).postgres_dsn(), **timeout)
@@ -117,12 +129,14 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 lag_s = 0.0 if not sum(lag.values()) else ((now - applied).total_seconds() if applied else None)
             out.append(TableStatus(
                 t.name, st.phase if st else "new", st.epoch if st else None,
-                _count(target, cfg.target.schema_, t.name), engine.row_count(source, cfg.source.schema_, t.name),
+                (_count if exact_counts else _estimate)(target, cfg.target.schema_, t.name),
+                engine.row_count(source, cfg.source.schema_, t.name) if exact_counts else None,
                 last, lag, headroom, st.last_error if st else None, age, _verify_line(f),
                 headroom_s=c.headroom_s if c else None, covered=not (c and c.gaps), lag_s=lag_s,
                 last_batch_s=f.get("last_batch_s"), events_applied=f.get("events_applied") or 0,
                 error_at=f.get("last_error_at"), error_event=f.get("last_error_event"),
-                verify_outcome=f.get("verify_outcome"), verify_counts=f.get("verify_counts")))
+                verify_outcome=f.get("verify_outcome"), verify_counts=f.get("verify_counts"),
+                rows_estimated=not exact_counts))
     finally:
         target.close()
         source.close()

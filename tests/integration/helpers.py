@@ -115,3 +115,29 @@ class Writer(threading.Thread):
         self.stop_event.set()
         self.join(30)
         assert not self.errors, self.errors
+
+
+def seed_demo(source_db) -> None:
+    """The demo shop in the source, small, unless it is there already."""
+    import sys
+    sys.path.insert(0, str(stackctl.ROOT / "stack"))
+    import workload
+    with source_db.cursor() as cur:
+        cur.execute("SELECT to_regclass('public.customers') IS NOT NULL")
+        if not cur.fetchone()[0]:
+            workload.main(["--seed-customers", "50", "--seed-orders", "200", "--seed", "3"])
+
+
+def run_demo_dag(stack, conf: dict, timeout: float = 420) -> tuple[str, dict, dict[str, str]]:
+    """One sync_demo run through the running api-server and scheduler: (run id, the run, task states)."""
+    stack.airflow_api("PATCH", "dags/sync_demo", {"is_paused": False})
+    run_id = stack.airflow_api("POST", "dags/sync_demo/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        info = stack.airflow_api("GET", f"dags/sync_demo/dagRuns/{run_id}")
+        if info["state"] in ("success", "failed"):
+            break
+        time.sleep(3)
+    tis = {ti["task_id"]: ti["state"]
+           for ti in stack.airflow_api("GET", f"dags/sync_demo/dagRuns/{run_id}/taskInstances")["task_instances"]}
+    return run_id, info, tis

@@ -12,7 +12,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 import stackctl
-from helpers import drop_source, let_retention_delete, table_digest
+from helpers import drop_source, let_retention_delete, run_demo_dag, seed_demo, table_digest
 from tideline import state
 
 pytestmark = pytest.mark.integration
@@ -233,31 +233,13 @@ def test_dag_folder_with_50_pipelines_imports_cleanly(airflow_env, pipelines, un
 def test_rest_api_trigger_runs_the_demo_with_its_params(stack, source_db, target_db):
     """Through the running api-server and scheduler (LocalExecutor): the demo pipeline, in
     available_now mode, loads and streams the demo shop; the run carries the params it was given."""
-    import sys
-    sys.path.insert(0, str(ROOT / "stack"))
-    import workload
-    with source_db.cursor() as cur:
-        cur.execute("SELECT to_regclass('public.customers') IS NOT NULL")
-        if not cur.fetchone()[0]:
-            workload.main(["--seed-customers", "50", "--seed-orders", "200", "--seed", "3"])
+    seed_demo(source_db)
     with pytest.raises(urllib.error.HTTPError) as bad:  # Airflow validates params against the form
         stack.airflow_api("POST", "dags/sync_demo/dagRuns", {"logical_date": None, "conf": {"action": "explode"}})
     assert bad.value.code == 400
-    stack.airflow_api("PATCH", "dags/sync_demo", {"is_paused": False})
     tables = (("customers", "id"), ("orders", "id"), ("order_items", "order_id, line_no"))
     for attempt in range(3):   # Debezium is asynchronous: a change may reach Kafka after a run read it
-        run = stack.airflow_api("POST", "dags/sync_demo/dagRuns",
-                                {"logical_date": None, "conf": {"stream_mode": "available_now",
-                                                                "tables": [t for t, _ in tables]}})
-        run_id = run["dag_run_id"]
-        deadline = time.time() + 420
-        while time.time() < deadline:
-            info = stack.airflow_api("GET", f"dags/sync_demo/dagRuns/{run_id}")
-            if info["state"] in ("success", "failed"):
-                break
-            time.sleep(3)
-        tis = {ti["task_id"]: ti["state"]
-               for ti in stack.airflow_api("GET", f"dags/sync_demo/dagRuns/{run_id}/taskInstances")["task_instances"]}
+        _run_id, info, tis = run_demo_dag(stack, {"stream_mode": "available_now", "tables": [t for t, _ in tables]})
         assert info["state"] == "success", tis
         assert info["conf"]["stream_mode"] == "available_now"
         assert tis["incremental"] == "success"

@@ -15,7 +15,7 @@ METRICS = {
     "tideline_pipeline_up": "1 when the pipeline's target, source and Kafka answered, else 0 (see the view for why)",
     "tideline_table_phase": "1 for the table's current phase (label phase), 0 for the others",
     "tideline_table_epoch": "the table's fencing epoch (rises with every run that takes the table over)",
-    "tideline_table_target_rows": "rows in the target table",
+    "tideline_table_target_rows": "rows in the target table (PostgreSQL's live-row statistic: no count(*) per scrape)",
     "tideline_lag_events": "change events on Kafka not yet applied, per partition",
     "tideline_lag_seconds": "0 when nothing waits, else seconds since the newest source change the target applied",
     "tideline_retention_headroom_seconds": "seconds until Kafka retention deletes an event the stream still needs "

@@ -34,6 +34,7 @@ const fmtInt = (n) => (n === null || n === undefined ? "-" : Number(n).toLocaleS
 function fmtSecs(s) {
   if (s === null || s === undefined) return "-";
   const a = Math.abs(s);
+  if (a === 0) return "0s";
   if (a < 120) return `${s.toFixed(a < 10 ? 2 : 0)}s`;
   if (a < 7200) return `${(s / 60).toFixed(0)}m`;
   if (a < 172800) return `${(s / 3600).toFixed(1)}h`;
@@ -69,7 +70,8 @@ function renderPipelines(pipelines) {
           el("td", {}, t.table),
           el("td", {}, el("span", { class: `phase phase-${t.phase}` }, t.phase)),
           el("td", { class: "num" }, t.epoch ?? "-"),
-          el("td", { class: "num" }, fmtInt(t.target_rows)),
+          el("td", { class: "num", title: t.rows_estimated ? "from PostgreSQL's statistics (no count on every refresh)" : null },
+            t.rows_estimated && t.target_rows !== null ? `≈ ${fmtInt(t.target_rows)}` : fmtInt(t.target_rows)),
           el("td", { class: "num", title: JSON.stringify(t.lag) }, fmtInt(t.lag_total)),
           el("td", { class: "num" }, fmtSecs(t.lag_s)),
           el("td", {}, t.last_batch, t.last_batch_s !== null ? el("span", { class: "muted" }, ` (${fmtSecs(t.last_batch_s)})`) : null),
@@ -173,10 +175,16 @@ async function renderDetail() {
   lineChart("chart-duration", [
     { label: "mean", data: pts("batch_s"), borderColor: "#1a56db", backgroundColor: "#1a56db" },
     { label: "worst", data: pts("batch_max_s"), borderColor: "#98a2b3", backgroundColor: "#98a2b3" }], "seconds");
+  // one line of rows stored per load run; rows/s of the newest load on the right axis
+  const loads = [...new Set(h.progress.map((p) => p.run_id))];
+  const newest = loads[loads.length - 1];
+  const palette = ["#1a56db", "#0e7490", "#4338ca", "#0369a1", "#1e40af"];
   lineChart("chart-load", [
-    { label: "rows stored", data: h.progress.map((p) => ({ x: Date.parse(p.at), y: p.rows })), borderColor: "#1a56db", backgroundColor: "#1a56db", yAxisID: "y" },
-    { label: "rows/s", data: h.progress.filter((p) => p.rows_per_s !== null).map((p) => ({ x: Date.parse(p.at), y: p.rows_per_s })), borderColor: "#7e22ce", backgroundColor: "#7e22ce", yAxisID: "y1" }], "rows");
-  view.charts["chart-load"].options.scales.y1 = { position: "right", beginAtZero: true, grid: { drawOnChartArea: false }, title: { display: true, text: "rows/s" } };
+    ...loads.map((id, i) => ({ label: `load #${id} rows`, data: h.progress.filter((p) => p.run_id === id).map((p) => ({ x: Date.parse(p.at), y: p.rows })),
+      borderColor: palette[i % palette.length], backgroundColor: palette[i % palette.length], yAxisID: "y" })),
+    ...(newest === undefined ? [] : [{ label: `load #${newest} rows/s`, data: h.progress.filter((p) => p.run_id === newest && p.rows_per_s !== null).map((p) => ({ x: Date.parse(p.at), y: p.rows_per_s })),
+      borderColor: "#7e22ce", backgroundColor: "#7e22ce", borderDash: [4, 3], yAxisID: "y1" }])], "rows");
+  view.charts["chart-load"].options.plugins.legend.display = loads.length > 0 && loads.length <= 4;
   view.charts["chart-load"].update();
   runsChart(h.runs, h.since);
   renderRuns(h.runs);

@@ -1,0 +1,260 @@
+"""The Tideline view inside the running Airflow api-server: its JSON API against `tideline.status`,
+its login, its Prometheus metrics, the page in a real browser (headless Chromium), and one target
+that is down or hangs not breaking the others.
+
+The demo pipeline is driven through Airflow as a user would: a full reload of `customers` (a load
+run with progress samples), five changes streamed by a second run, a verify, and one change left
+waiting on Kafka so the table has lag and retention headroom to show."""
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import stackctl
+from helpers import run_demo_dag, seed_demo
+from tideline.kafka_offsets import end_offsets
+
+pytestmark = pytest.mark.integration
+ROOT = stackctl.ROOT
+TOPIC = "tideline.demo.public.customers"
+
+
+def _token() -> str:
+    return stackctl.http_json(f"{stackctl.airflow_url()}/auth/token", "POST",
+                              {"username": stackctl.AIRFLOW_ADMIN, "password": stackctl.AIRFLOW_ADMIN_PASS})["access_token"]
+
+
+def get(path: str, token: str | None = None, raw: bool = False):
+    req = urllib.request.Request(f"{stackctl.airflow_url()}/tideline/{path}",
+                                 headers={"Authorization": f"Bearer {token}"} if token else {})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        body = resp.read()
+    return body if raw else json.loads(body)
+
+
+def _change_customers(source_db, n: int) -> int:
+    """n changed customers, waited for until Debezium put them on Kafka; the topic's event count."""
+    from tideline.core.connections import get_connection
+    bootstrap = get_connection("tideline_kafka").kafka_bootstrap
+    before = sum(end_offsets(bootstrap, TOPIC).values())
+    with source_db.cursor() as cur:
+        cur.execute("UPDATE customers SET full_name = full_name || ' ✓' WHERE id IN "
+                    "(SELECT id FROM customers ORDER BY id LIMIT %s)", (n,))
+    deadline = time.time() + 120
+    while (now := sum(end_offsets(bootstrap, TOPIC).values())) < before + n:
+        assert time.time() < deadline, f"Debezium did not put {n} changes on {TOPIC} within 120s"
+        time.sleep(1)
+    return now
+
+
+@pytest.fixture(scope="module")
+def demo(stack):
+    """The demo pipeline after: a full reload of customers, a run streaming 5 changes, a verify,
+    and 1 change waiting on Kafka. Yields the two DAG run ids and an Airflow token."""
+    import psycopg2
+
+    from tideline import verify
+    source_db = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"]))
+    source_db.autocommit = True
+    try:
+        seed_demo(source_db)
+        load_run, info, tis = run_demo_dag(stack, {"action": "full_reload", "tables": ["customers"],
+                                                   "stream_mode": "available_now"})
+        assert info["state"] == "success", tis
+        _change_customers(source_db, 5)
+        stream_run, info, tis = run_demo_dag(stack, {"tables": ["customers"], "stream_mode": "available_now"})
+        assert info["state"] == "success", tis
+        assert verify.main(["--pipeline", "demo", "--tables", "customers"]) == 0
+        _change_customers(source_db, 1)
+    finally:
+        source_db.close()
+    return {"load_run": load_run, "stream_run": stream_run, "token": _token()}
+
+
+def test_api_shows_every_table_as_tideline_status_does(demo):
+    from tideline.core.config import load_pipeline
+    from tideline.status import pipeline_status
+    [api] = get("api/pipelines?pipeline=demo", demo["token"])
+    expected = {t.table: t for t in pipeline_status(load_pipeline(ROOT / "pipelines" / "demo.yaml"), exact_counts=False)}
+    assert api["state"] == "ok" and api["dag_id"] == "sync_demo" and api["error"] is None
+    assert [t["table"] for t in api["tables"]] == list(expected)
+    for t in api["tables"]:
+        want = expected[t["table"]]
+        for field in ("phase", "epoch", "target_rows", "rows_estimated", "covered", "events_applied", "error",
+                      "verify_outcome", "verify_counts"):
+            assert t[field] == getattr(want, field), (t["table"], field)
+        what = lambda line: line and line.split(": ", 1)[1]   # noqa: E731  ("3s ago: equal": the age moves on)
+        assert what(t["last_verify"]) == what(want.last_verify)
+        assert t["lag"] == {str(p): n for p, n in want.lag.items()} and t["lag_total"] == want.lag_total
+        assert (t["headroom_s"] is None) == (want.headroom_s is None)
+        if want.headroom_s is not None:
+            assert abs(t["headroom_s"] - want.headroom_s) < 300
+    customers = next(t for t in api["tables"] if t["table"] == "customers")
+    assert customers["phase"] == "streaming" and customers["lag_total"] >= 1   # the change left waiting
+    assert customers["headroom_s"] > 0 and customers["lag_s"] > 0 and customers["events_applied"] >= 5
+    assert customers["verify_outcome"] == "succeeded" and customers["last_verify"].endswith("equal")
+    assert api["headroom_alert_s"] == 12 * 3600
+
+
+def test_history_charts_the_stream_and_links_each_run_to_its_airflow_task(demo, target_db):
+    h = get("api/pipelines/demo/tables/customers/history?window=1h", demo["token"])
+    assert sum(p["events"] for p in h["series"]) >= 5
+    assert all(p["events_per_s"] == round(p["events"] / 60, 3) for p in h["series"])
+    assert any(p["lag_s"] is not None and p["batch_s"] is not None for p in h["series"])
+    runs = {(r["kind"], (r["airflow"] or {}).get("dag_run_id")): r for r in h["runs"]}
+    load = runs[("full_load", demo["load_run"])]
+    assert load["outcome"] == "succeeded" and load["airflow"]["task_id"] == "full_load"
+    assert load["links"]["task_log"].startswith(f"dags/sync_demo/runs/{urllib.parse.quote(demo['load_run'], safe='')}"
+                                                f"/tasks/full_load?try_number=")
+    assert runs[("incremental", demo["stream_run"])]["links"]["dag_run"].endswith(
+        urllib.parse.quote(demo["stream_run"], safe=""))
+    progress = [p for p in h["progress"] if p["run_id"] == load["run_id"]]
+    assert len(progress) >= 2 and progress[0]["rows"] == 0 and progress[-1]["rows"] == load["rows"]
+    with target_db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM demo.customers")
+        assert load["rows"] == cur.fetchone()[0]
+    with pytest.raises(urllib.error.HTTPError) as bad:
+        get("api/pipelines/demo/tables/customers/history?window=2h", demo["token"])
+    assert bad.value.code == 422 and "is not one of 1h, 24h, 7d" in bad.value.read().decode()
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        get("api/pipelines/demo/tables/nope/history", demo["token"])
+    assert missing.value.code == 404 and "has no table 'nope'" in missing.value.read().decode()
+
+
+def test_view_is_behind_airflows_login(demo):
+    with pytest.raises(urllib.error.HTTPError) as no_token:
+        get("api/pipelines")
+    assert no_token.value.code == 401
+    with pytest.raises(urllib.error.HTTPError) as forged:
+        get("metrics", token="not.a.jwt")
+    assert forged.value.code in (401, 403)
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+    with pytest.raises(urllib.error.HTTPError) as page:
+        urllib.request.build_opener(NoRedirect).open(f"{stackctl.airflow_url()}/tideline/", timeout=30)
+    assert page.value.code == 302
+    assert urllib.parse.urljoin(f"{stackctl.airflow_url()}/tideline/", page.value.headers["Location"]) == \
+        f"{stackctl.airflow_url()}/auth/login?next={urllib.parse.quote(stackctl.airflow_url() + '/tideline/', safe='')}"
+
+
+def test_metrics_parse_as_prometheus_text_and_carry_every_documented_metric(demo):
+    from tideline.view.metrics import METRICS
+    text = get("metrics", demo["token"], raw=True).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    assert set(METRICS) <= set(fams), sorted(set(METRICS) - set(fams))
+    samples = [s for f in fams.values() for s in f.samples if s.labels.get("pipeline") == "demo"]
+
+    def value(name, **labels):
+        return [s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+    [api] = get("api/pipelines?pipeline=demo", demo["token"])
+    customers = next(t for t in api["tables"] if t["table"] == "customers")
+    assert value("tideline_pipeline_up") == [1.0]
+    assert value("tideline_table_phase", table="customers", phase="streaming") == [1.0]
+    assert sum(value("tideline_lag_events", table="customers")) == customers["lag_total"]
+    assert value("tideline_events_applied_total", table="customers") == [float(customers["events_applied"])]
+    assert value("tideline_verify_equal", table="customers") == [1.0]
+    assert value("tideline_verify_differences", table="customers", kind="different") == [0.0]
+    assert value("tideline_retention_headroom_seconds", table="customers")[0] > 0
+    assert "# HELP tideline_lag_seconds" in text
+
+
+def test_the_page_in_a_real_browser_shows_tables_headroom_and_drawn_charts(demo, tmp_path, record_property):
+    from selenium import webdriver
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1600,1800",
+                "--disable-gpu", f"--user-data-dir={tmp_path / 'chromium'}"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(options=opts, service=webdriver.ChromeService(executable_path="/usr/bin/chromedriver"))
+    shot = tmp_path / "tideline-view.png"
+    try:
+        wait = WebDriverWait(driver, 60)
+        driver.get(f"{stackctl.airflow_url()}/plugin/tideline")   # the view's entry in Airflow's navigation
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "input[name=username]"))   # Airflow's login page
+        driver.find_element(By.CSS_SELECTOR, "input[name=username]").send_keys(stackctl.AIRFLOW_ADMIN)
+        driver.find_element(By.CSS_SELECTOR, "input[name=password]").send_keys(stackctl.AIRFLOW_ADMIN_PASS)
+        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        frame = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "iframe[src*='/tideline/']"))[0]
+        driver.switch_to.frame(frame)
+        wait.until(lambda d: d.execute_script("return !!(window.tideline && window.tideline.history)"))
+        row = driver.find_element(By.CSS_SELECTOR, "[data-pipeline=demo] tr[data-table=customers]")
+        driver.execute_script("arguments[0].click()", row)
+        wait.until(lambda d: d.find_element(By.ID, "detail-title").text == "demo.customers"
+                   and d.execute_script("return !!window.tideline.history && window.tideline.history.series.length > 0"))
+        tables = [e.get_attribute("data-table") for e in driver.find_elements(By.CSS_SELECTOR, "[data-pipeline=demo] tr[data-table]")]
+        from tideline.core.config import load_pipeline
+        assert tables == [t.name for t in load_pipeline(ROOT / "pipelines" / "demo.yaml").tables]
+        headroom = row.find_element(By.CSS_SELECTOR, "[data-headroom-s]")
+        assert float(headroom.get_attribute("data-headroom-s")) > 0 and headroom.text
+        assert "headroom-ok" in headroom.get_attribute("class")   # days of retention: not under the 12 h alert
+        drawn = driver.execute_script("""
+            const out = {};
+            for (const id of ["chart-events", "chart-lag", "chart-duration", "chart-load", "chart-runs"]) {
+              const canvas = document.getElementById(id), chart = Chart.getChart(canvas);
+              const px = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+              let inked = 0; for (let i = 3; i < px.length; i += 4) if (px[i] > 0) inked++;
+              out[id] = {points: chart ? chart.data.datasets.reduce((n, d) => n + d.data.length, 0) : 0, inked};
+            }
+            return out;""")
+        driver.switch_to.default_content()
+        driver.save_screenshot(str(shot))
+    finally:
+        driver.quit()
+    record_property("screenshot", str(shot))
+    print(f"\nscreenshot of the Tideline view: {shot}")
+    for chart, fig in drawn.items():
+        assert fig["points"] > 0 and fig["inked"] > 1000, (chart, fig)
+    assert shot.stat().st_size > 10_000
+
+
+def test_a_target_that_is_down_or_hangs_shows_as_such_and_spares_the_others(stack, pipelines, source_db, monkeypatch):
+    """In-process, the function behind the page: three pipelines, one on the real stack, one whose
+    target refuses connections, one whose target accepts and never answers."""
+    import yaml
+
+    from tideline.core.connections import get_connection
+    from tideline.view.overview import overview
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{pipelines.name} (id bigint PRIMARY KEY)")
+    try:
+        cfg = pipelines.make([{"name": pipelines.name}])
+        hang = socket.socket()
+        hang.bind(("127.0.0.1", 0))
+        hang.listen(8)   # the kernel completes connections; nobody ever answers
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))   # bound, not listening: connections are refused
+        for name, port in (("refused", closed.getsockname()[1]), ("hangs", hang.getsockname()[1])):
+            monkeypatch.setenv(f"AIRFLOW_CONN_TARGET_{name.upper()}", f"postgresql://u:p@127.0.0.1:{port}/db")
+            data = yaml.safe_load((pipelines.dir / f"{cfg.name}.yaml").read_text())
+            data.update(name=f"{cfg.name}_{name}", target={"conn_id": f"target_{name}", "schema": "x"})
+            (pipelines.dir / f"{cfg.name}_{name}.yaml").write_text(yaml.safe_dump(data))
+        (pipelines.dir / "broken.yaml").write_text("name: broken\nsource: {}\n")
+        started = time.monotonic()
+        views = {v.name: v for v in overview(Path(pipelines.dir), get_connection, timeout_s=4)}
+        took = time.monotonic() - started
+        hang.close()
+        closed.close()
+    finally:
+        with source_db.cursor() as cur:
+            cur.execute(f"DROP TABLE public.{pipelines.name}")
+    assert views[cfg.name].state == "ok" and [t.table for t in views[cfg.name].tables] == [cfg.name]
+    assert views[cfg.name].tables[0].phase == "new"
+    refused = views[f"{cfg.name}_refused"]
+    assert refused.state == "error" and "OperationalError" in refused.error and "refused" in refused.error.lower()
+    hung = views[f"{cfg.name}_hangs"]
+    assert hung.state in ("timeout", "error") and hung.tables == []
+    assert ("no answer within 4s" in hung.error) if hung.state == "timeout" else ("timeout" in hung.error.lower())
+    assert views["broken"].state == "invalid" and "source" in views["broken"].error
+    print(f"overview of 4 pipelines (one refusing, one hanging, one invalid) answered in {took:.1f}s")
