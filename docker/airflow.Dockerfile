@@ -4,6 +4,11 @@ FROM maven:3.9-eclipse-temurin-17 AS jars
 COPY stack/jvm /build
 RUN mvn -q -B -f /build/pom.xml -pl spark -am package
 
+# the Tideline view's charting library, pinned by its package-lock.json
+FROM node:20-slim AS charts
+COPY plugins/tideline/view/package.json plugins/tideline/view/package-lock.json /view/
+RUN cd /view && npm ci --no-audit --no-fund
+
 FROM python:3.11-slim
 RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless && rm -rf /var/lib/apt/lists/*
 COPY requirements.txt /opt/tideline/requirements.txt
@@ -14,5 +19,6 @@ COPY spark_jobs /opt/tideline/spark_jobs
 COPY sql /opt/tideline/sql
 COPY pipelines /opt/tideline/pipelines
 COPY --from=jars /lib/spark /opt/tideline/stack/lib/spark
+COPY --from=charts /view/node_modules /opt/tideline/plugins/tideline/view/node_modules
 ENV PYTHONPATH=/opt/tideline/plugins:/opt/tideline AIRFLOW_HOME=/opt/airflow
 ENTRYPOINT ["airflow"]
