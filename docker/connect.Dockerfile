@@ -2,7 +2,7 @@
 # Tideline's text converter built into the plugin's directory (the connector config names it).
 FROM maven:3.9-eclipse-temurin-17 AS jars
 COPY stack/jvm /build
-RUN mvn -q -B -f /build/pom.xml -pl kafka,debezium,debezium-mariadb,pg-text-converter -am package
+RUN mvn -q -B -f /build/pom.xml -pl kafka,debezium,debezium-mariadb,pg-text-converter,slim-source -am package
 
 FROM eclipse-temurin:17-jre
 COPY --from=jars /lib /opt/lib

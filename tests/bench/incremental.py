@@ -154,6 +154,24 @@ def equal_to_source(schema: str) -> bool:
 PROBE_TIMEOUT_S = 30.0
 
 
+def event_bytes(topic: str, sample: int = 2000) -> float:
+    """Mean size (key + value) of the first `sample` events of the topic."""
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": stackctl.kafka_bootstrap(), "group.id": f"bench-size-{time.time()}",
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        sizes = []
+        while len(sizes) < sample:
+            msgs = consumer.consume(500, timeout=5)
+            if not msgs:
+                break
+            sizes += [len(m.key() or b"") + len(m.value() or b"") for m in msgs if not m.error()]
+        return sum(sizes) / len(sizes) if sizes else 0.0
+    finally:
+        consumer.close()
+
+
 def run_jdbc_sink(topic: str, tasks: int) -> float:
     target = get_connection("tideline_target")
     config = {
@@ -261,6 +279,9 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=2_000_000)
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--latency-seconds", type=float, default=120)
+    ap.add_argument("--source-block", choices=("slim", "full"), default="full",
+                    help="events keep Debezium's whole source block (the default) or only source.ts_ms "
+                         "(kafka.source_fields: [ts_ms]), for both Tideline's and the peer's topic")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         pipelines = Path(tmp)
@@ -268,7 +289,8 @@ def main() -> int:
             (pipelines / f"{name}.yaml").write_text(yaml.safe_dump({
                 "name": name, "source": {"conn_id": "tideline_source"},
                 "target": {"conn_id": "tideline_target", "schema": name},
-                "kafka": {"topic_prefix": name, "partitions": 3, "json_schemas": schemas},
+                "kafka": {"topic_prefix": name, "partitions": 3, "json_schemas": schemas,
+                          **({"source_fields": ["ts_ms"]} if args.source_block == "slim" else {})},
                 "tables": [{"name": TABLE}]}))
         cfg = load_pipeline(pipelines / f"{PIPELINE}.yaml")
         peer_cfg = load_pipeline(pipelines / f"{PEER_PIPELINE}.yaml")
@@ -286,7 +308,8 @@ def main() -> int:
         made = generate_changes(args.events, args.keys)
         total = wait_for_topic(topic, made)
         peer_total = wait_for_topic(peer_topic, made)
-        log(f"{total:,} change events in {topic}, {peer_total:,} in {peer_topic}")
+        log(f"{total:,} change events in {topic} ({event_bytes(topic):,.0f} bytes each), {peer_total:,} in "
+            f"{peer_topic} ({event_bytes(peer_topic):,.0f} bytes each); source block: {args.source_block}")
 
         log("Tideline incremental job, availableNow ...")
         started = time.monotonic()

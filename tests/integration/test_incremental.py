@@ -2,11 +2,13 @@
 through crashes, zombies, schema drift, lost offsets and bad messages."""
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
 import subprocess
 import time
+import uuid
 
 import psycopg2
 import pytest
@@ -124,7 +126,8 @@ def test_handover_under_load(spark, source_db, target_db, pipelines, unique_name
     make_items(source_db, t, 200_000)
     writer = Writer(f"public.{t}", 200_001, pause=0.001)
     try:
-        cfg = pipelines.make([{"name": t}], partitions=3, capture=True)
+        # events keep only source.ts_ms (kafka.source_fields, Tideline's SlimSource transform in the connector)
+        cfg = pipelines.make([{"name": t}], partitions=3, capture=True, kafka={"source_fields": ["ts_ms"]})
         writer.start()
         time.sleep(1)
         before = writer.count
@@ -135,9 +138,22 @@ def test_handover_under_load(spark, source_db, target_db, pipelines, unique_name
         writer.stop()
         sync_until_equal(cfg, spark, source_db, target_db, {t: "id"})
         assert_batches_contiguous(target_db, cfg.name, {cfg.topic(t): loaded.offsets})
+        assert set(first_event(pipelines.bootstrap(), cfg.topic(t))["source"]) == {"ts_ms"}
     finally:
         writer.stop_event.set()
         drop_source(source_db, t)
+
+
+def first_event(bootstrap: str, topic: str) -> dict:
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"peek-{uuid.uuid4()}", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        msg = consumer.poll(30)
+        assert msg is not None and not msg.error(), f"no event on {topic} partition 0"
+        return json.loads(msg.value())
+    finally:
+        consumer.close()
 
 
 def test_kill_9_at_random_moments_loses_and_duplicates_nothing(spark, source_db, target_db, pipelines, unique_name):

@@ -147,3 +147,17 @@ def test_a_missing_pipeline_file_names_the_pipelines_that_exist(tmp_path):
     (tmp_path / "shop.yaml").write_text("name: shop\n")
     with pytest.raises(ConfigError, match="no such pipeline config; pipelines in .*: shop"):
         load_pipeline(tmp_path / "shpo.yaml")
+
+
+def test_change_events_keep_the_whole_source_block_unless_told_which_fields():
+    from tideline.core import debezium
+    from tideline.core.connections import Conn
+    src = Conn("src", "postgres", "db", 5432, "u", "p", "shop")
+    assert "transforms" not in debezium.connector_config(parse_pipeline(VALID, "x"), src)   # the whole block
+    slim = debezium.connector_config(parse_pipeline(with_change(["kafka", "source_fields"], ["ts_ms"]), "x"), src)
+    assert (slim["transforms"], slim["transforms.slim.type"], slim["transforms.slim.keep"]) == (
+        "slim", "dev.tideline.connect.SlimSource", "ts_ms")
+    more = parse_pipeline(with_change(["kafka", "source_fields"], ["ts_ms", "lsn"]), "x")
+    assert debezium.connector_config(more, src)["transforms.slim.keep"] == "ts_ms,lsn"
+    [(where, why)] = problems(with_change(["kafka", "source_fields"], ["lsn"]))
+    assert where == "kafka.source_fields" and "must keep ts_ms" in why

@@ -31,7 +31,7 @@ def test_every_service_restarts_by_itself_and_reports_its_health():
 def test_connect_image_builds_the_text_converter_and_both_debezium_plugins():
     dockerfile = (DOCKER / "connect.Dockerfile").read_text()
     modules = re.search(r"-pl (\S+)", dockerfile).group(1).split(",")
-    assert {"pg-text-converter", "debezium", "debezium-mariadb"} <= set(modules)
+    assert {"pg-text-converter", "slim-source", "debezium", "debezium-mariadb"} <= set(modules)
 
 
 def test_jobs_run_on_the_spark_cluster_and_workers_cannot_see_the_checkout():

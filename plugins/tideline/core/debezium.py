@@ -16,6 +16,7 @@ from tideline.core.connections import Conn
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 TEXT_CONVERTER = "dev.tideline.debezium.PgTextConverter"
+SLIM_SOURCE = "dev.tideline.connect.SlimSource"
 # Debezium's stand-in for an unchanged TOASTed column it did not receive (REPLICA IDENTITY DEFAULT).
 UNAVAILABLE = "__debezium_unavailable_value"
 
@@ -69,6 +70,9 @@ def common_connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]
         "producer.override.enable.idempotence": "true",
         "producer.override.max.in.flight.requests.per.connection": "5",
         "errors.tolerance": "none",
+        # kafka.source_fields: only those fields of the `source` block (stack/jvm/slim-source), ~half the bytes.
+        **({"transforms": "slim", "transforms.slim.type": SLIM_SOURCE,
+            "transforms.slim.keep": ",".join(cfg.kafka.source_fields)} if cfg.kafka.source_fields else {}),
         # Topics Tideline did not pre-create (heartbeats) get the pipeline's settings.
         "topic.creation.default.partitions": "1",
         "topic.creation.default.replication.factor": str(cfg.kafka.replication_factor),
