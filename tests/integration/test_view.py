@@ -127,6 +127,10 @@ def test_history_charts_the_stream_and_links_each_run_to_its_airflow_task(demo, 
     with pytest.raises(urllib.error.HTTPError) as missing:
         get("api/pipelines/demo/tables/nope/history", demo["token"])
     assert missing.value.code == 404 and "has no table 'nope'" in missing.value.read().decode()
+    for name in ("nope", "..%2Fpipelines%2Fdemo", "Demo"):
+        with pytest.raises(urllib.error.HTTPError) as unknown:
+            get(f"api/pipelines/{name}/tables/customers/history", demo["token"])
+        assert unknown.value.code == 404, name
 
 
 def test_view_is_behind_airflows_login(demo):

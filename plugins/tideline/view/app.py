@@ -88,11 +88,15 @@ def create_app() -> FastAPI:
     @app.get("/api/pipelines/{pipeline}/tables/{table}/history", dependencies=[Depends(_user)])
     def table_history(pipeline: str, table: str, window: str = "1h"):
         """One table's stream figures in time buckets, its runs, and its loads' progress."""
-        from tideline.core.config import load_pipeline
+        from tideline.core.config import PIPELINE_NAME, load_pipeline
+        from tideline.core.errors import TidelineError
         path = _pipelines_dir() / f"{pipeline}.yaml"
-        if not path.is_file():
+        if not PIPELINE_NAME.match(pipeline) or not path.is_file():
             raise HTTPException(404, f"no pipeline {pipeline!r} in {path.parent}")
-        cfg = load_pipeline(path)
+        try:
+            cfg = load_pipeline(path)
+        except TidelineError as exc:   # the file is there but invalid: say what is wrong with it
+            raise HTTPException(409, str(exc)) from None
         if table not in {t.name for t in cfg.tables}:
             raise HTTPException(404, f"pipeline {pipeline!r} has no table {table!r}")
         try:
