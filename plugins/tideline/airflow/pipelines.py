@@ -1,14 +1,10 @@
 """Where tasks find their pipeline's config at run time (the DAG file only parses it)."""
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from tideline.core.config import PipelineConfig, load_pipeline
+from tideline.entrypoints import pipelines_dir
 
-
-def pipelines_dir() -> Path:
-    return Path(os.environ.get("TIDELINE_PIPELINES", Path(__file__).resolve().parents[3] / "pipelines"))
+__all__ = ["get_pipeline", "pipelines_dir"]
 
 
 def get_pipeline(name: str) -> PipelineConfig:
