@@ -43,6 +43,8 @@ class TableStatus:
     verify_outcome: str | None = None
     verify_counts: dict | None = None
     rows_estimated: bool = False     # target_rows from statistics, not counted
+    load_rows: int | None = None     # a load running now: rows stored so far...
+    load_rows_per_s: float | None = None   # ...and its mean rate since it started copying
 
     @property
     def lag_total(self) -> int:
@@ -136,7 +138,8 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 last_batch_s=f.get("last_batch_s"), events_applied=f.get("events_applied") or 0,
                 error_at=f.get("last_error_at"), error_event=f.get("last_error_event"),
                 verify_outcome=f.get("verify_outcome"), verify_counts=f.get("verify_counts"),
-                rows_estimated=not exact_counts))
+                rows_estimated=not exact_counts, load_rows=f.get("load_rows"),
+                load_rows_per_s=float(f["load_rows_per_s"]) if f.get("load_rows_per_s") is not None else None))
     finally:
         target.close()
         source.close()

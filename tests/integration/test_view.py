@@ -88,7 +88,7 @@ def test_api_shows_every_table_as_tideline_status_does(demo):
     assert [t["table"] for t in api["tables"]] == list(expected)
     for t in api["tables"]:
         want = expected[t["table"]]
-        for field in ("phase", "epoch", "target_rows", "rows_estimated", "covered", "events_applied", "error",
+        for field in ("phase", "epoch", "target_rows", "rows_estimated", "covered", "events_applied", "error", "load_rows",
                       "verify_outcome", "verify_counts"):
             assert t[field] == getattr(want, field), (t["table"], field)
         what = lambda line: line and line.split(": ", 1)[1]   # noqa: E731  ("3s ago: equal": the age moves on)

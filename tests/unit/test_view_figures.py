@@ -55,7 +55,8 @@ def _table(**kw):
 def test_metrics_text_parses_and_carries_each_documented_metric_with_its_labels():
     ok = PipelineOverview("demo", "ok", headroom_alert_s=43200, tables=[
         _table(), _table(table="halted_one", phase="halted", lag={}, headroom_s=None, lag_s=None, verify_outcome=None,
-                         covered=True, last_batch_s=None, error="demo.halted_one: refused", events_applied=0)])
+                         covered=True, last_batch_s=None, error="demo.halted_one: refused", events_applied=0),
+        _table(table="loading_one", phase="loading", load_rows=4200, load_rows_per_s=840.0)])
     down = PipelineOverview("other", "timeout", error="no answer")
     text = metrics.render([ok, down]).decode()
     fams = {f.name: f for f in text_string_to_metric_families(text)}
@@ -74,6 +75,8 @@ def test_metrics_text_parses_and_carries_each_documented_metric_with_its_labels(
     assert val("tideline_verify_differences", table="orders", kind="missing") == [2.0]
     assert val("tideline_verify_equal", table="orders") == [0.0]
     assert val("tideline_last_batch_duration_seconds", table="orders") == [1.25]
+    assert val("tideline_load_rows", table="orders") == [0.0]
+    assert val("tideline_load_rows", table="loading_one") == [4200.0]
     assert fams["tideline_events_applied"].type == "counter"
 
 

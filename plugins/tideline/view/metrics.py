@@ -24,6 +24,7 @@ METRICS = {
     "tideline_events_applied": "change events applied to the table since it was first loaded",
     "tideline_last_batch_duration_seconds": "duration of the last stream batch that changed the table",
     "tideline_last_batch_age_seconds": "seconds since that batch committed",
+    "tideline_load_rows": "rows the table's running full load (or batch run) has stored so far, 0 when none runs",
     "tideline_verify_differences": "rows the last verify found missing / extra / different (label kind)",
     "tideline_verify_equal": "1 when the last verify found source and target equal, 0 when not",
 }
@@ -55,6 +56,7 @@ class _Collector:
                 applied.add_metric(key, float(t.events_applied))
                 _maybe(fam["tideline_last_batch_duration_seconds"], key, t.last_batch_s)
                 _maybe(fam["tideline_last_batch_age_seconds"], key, t.last_batch_age_s)
+                fam["tideline_load_rows"].add_metric(key, float(t.load_rows or 0))
                 if t.verify_outcome is not None:
                     counts = t.verify_counts or {}
                     for kind in VERIFY_KINDS:

@@ -68,7 +68,11 @@ function renderPipelines(pipelines) {
         return el("tr", { class: `table-row${sel ? " selected" : ""}`, "data-table": t.table,
           onclick: () => select(p.name, t.table) },
           el("td", {}, t.table),
-          el("td", {}, el("span", { class: `phase phase-${t.phase}` }, t.phase)),
+          el("td", {}, el("span", { class: `phase phase-${t.phase}` }, t.phase),
+            // the state keeps the table's phase while a load runs (new, or streaming during a reload)
+            t.load_rows !== null ? el("div", { class: "muted", "data-load-rows": t.load_rows },
+              el("span", { class: "phase phase-loading" }, "loading"),
+              ` ${fmtInt(t.load_rows)} rows stored${t.load_rows_per_s !== null ? `, ${fmtInt(Math.round(t.load_rows_per_s))}/s` : ""}`) : null),
           el("td", { class: "num" }, t.epoch ?? "-"),
           el("td", { class: "num", title: t.rows_estimated ? "from PostgreSQL's statistics (no count on every refresh)" : null },
             t.rows_estimated && t.target_rows !== null ? `≈ ${fmtInt(t.target_rows)}` : fmtInt(t.target_rows)),
