@@ -101,6 +101,11 @@ def connection_lost(exc: BaseException) -> bool:
     return code is None or code[:2] in ("08", "57", "53", "40")
 
 
+def _unapplied(part: dict, committed: dict[str, dict[int, int]]) -> int:
+    """Events of one batch partition (offsets lo..hi) at or above the table's committed position."""
+    return part["hi"] - max(part["lo"], committed[part["topic"]].get(part["partition"], 0)) + 1
+
+
 class IncrementalRun:
     def __init__(self, cfg: PipelineConfig, spark, mode: str = "continuous", tables: list[str] | None = None,
                  environ=None):
@@ -463,8 +468,7 @@ class IncrementalRun:
                 log.info("spark batch %d holds only events already applied; skipped", spark_batch_id)
                 return None
             rows = self._filter_applied(rows, current)
-            figures.skipped = figures.events - sum(
-                r["hi"] - max(r["lo"], current[r["topic"]].get(r["partition"], 0)) + 1 for r in fresh)
+            figures.skipped = figures.events - sum(_unapplied(r, current) for r in fresh)
             bad_rows = [b for b in bad_rows if b["offset"] >= current[b["topic"]].get(b["partition"], 0)]
             truncates = [t for t in truncates if t["offset"] >= current[t["topic"]].get(t["partition"], 0)]
             for r in fresh:   # partitions added while the stream runs: see coverage_gaps
@@ -511,8 +515,7 @@ class IncrementalRun:
                 if not batch_max or t.name in halting:
                     continue
                 new = merge_committed(current[t.topic], batch_max)
-                table_events[t.name] = sum(r["hi"] - max(r["lo"], current[t.topic].get(r["partition"], 0)) + 1
-                                           for r in fresh if r["topic"] == t.topic)
+                table_events[t.name] = sum(_unapplied(r, current) for r in fresh if r["topic"] == t.topic)
                 state.advance_stream(cur, pipeline=cfg.name, table=t.name, epoch=t.epoch, offsets=new,
                                      batch_id=batch_id, events=table_events[t.name])
                 start_offsets[t.topic] = {str(p): current[t.topic].get(p, 0) for p in sorted(batch_max)}
