@@ -1,6 +1,8 @@
 -- One table's figures beside its state row, for status, the view and the metrics: the last batch
 -- that moved it (how long it took, the newest source commit it applied), the last verify, and the
--- load running now (rows stored so far, mean rows/s since it started copying).
+-- load running now (rows stored so far, mean rows/s since it started copying). A load's driver
+-- samples every 5 s; a run still marked running whose newest sample is over a minute old was
+-- killed (its row stays 'running' until the next run of the table closes it) and is not shown.
 SELECT s.events_applied, s.last_error_at, s.last_error_event,
        extract(epoch FROM b.committed_at - b.started_at) AS last_batch_s, b.source_ts_max,
        extract(epoch FROM now() - v.ended_at) AS verify_age_s, v.outcome AS verify_outcome,
@@ -19,5 +21,6 @@ SELECT s.events_applied, s.last_error_at, s.last_error_event,
                       WHERE p.run_id = (SELECT max(r.run_id) FROM tideline.runs r
                                          WHERE r.pipeline = s.pipeline AND r.table_name = s.table_name
                                            AND r.kind IN ('full_load', 'batch') AND r.outcome = 'running')
+                     HAVING max(p.at) > now() - interval '1 minute'
                     ) lp ON true
  WHERE s.pipeline = %(pipeline)s AND s.table_name = %(table)s;

@@ -262,3 +262,30 @@ def test_a_target_that_is_down_or_hangs_shows_as_such_and_spares_the_others(stac
     assert ("no answer within 4s" in hung.error) if hung.state == "timeout" else ("timeout" in hung.error.lower())
     assert views["broken"].state == "invalid" and "source" in views["broken"].error
     print(f"overview of 4 pipelines (one refusing, one hanging, one invalid) answered in {took:.1f}s")
+
+
+def test_a_load_shows_as_running_while_it_samples_and_not_after_its_driver_was_killed(
+        stack, pipelines, source_db, target_db):
+    """A killed load leaves its run 'running' (the next run of the table closes it): status shows
+    its rows only while its samples are fresh."""
+    from tideline import state
+    from tideline.status import pipeline_status
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{pipelines.name} (id bigint PRIMARY KEY)")
+    try:
+        cfg = pipelines.make([{"name": pipelines.name}])
+        state.migrate(target_db)
+        epoch = state.claim_epoch(target_db, cfg.name, pipelines.name, "test", cfg.topic(pipelines.name))
+        run_id = state.run_start(target_db, cfg.name, pipelines.name, "full_load", epoch)
+        with target_db.cursor() as cur:
+            cur.execute("INSERT INTO tideline.load_progress (run_id, at, rows, bytes) VALUES "
+                        "(%s, now() - interval '10 seconds', 0, 0), (%s, now(), 50000, 0)", (run_id, run_id))
+        [live] = pipeline_status(cfg, exact_counts=False)
+        assert live.load_rows == 50_000 and 4_000 < live.load_rows_per_s < 6_000
+        with target_db.cursor() as cur:   # the driver died: no sample for two minutes
+            cur.execute("UPDATE tideline.load_progress SET at = at - interval '2 minutes' WHERE run_id = %s", (run_id,))
+        [killed] = pipeline_status(cfg, exact_counts=False)
+        assert killed.load_rows is None and killed.load_rows_per_s is None
+    finally:
+        with source_db.cursor() as cur:
+            cur.execute(f"DROP TABLE public.{pipelines.name}")
