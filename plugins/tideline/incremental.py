@@ -26,7 +26,8 @@ from psycopg2 import sql
 
 from tideline import engines, kafka_offsets, sqlfiles, state
 from tideline.core import apply_sql, schema_drift
-from tideline.core.batch_events import EVENT_COLUMNS, newest_source_commit, split_batch
+from tideline.core.batch_events import newest_source_commit, split_batch
+from tideline.core.change_events import RECORD_COLUMNS, decode_records
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.copy_text import CopyStream
@@ -39,11 +40,6 @@ from tideline.full_load import run_owner
 
 log = logging.getLogger("tideline.incremental")
 
-# Debezium JSON with or without Kafka Connect schemas (then the event sits under "payload").
-_EVENT = "op:string, after:string, source:struct<ts_ms:bigint>"
-VALUE_SCHEMA = f"struct<payload:struct<{_EVENT}>, {_EVENT}>"
-KEY_SCHEMA = "struct<payload:string, schema:string>"
-OPS = ("c", "u", "d", "r", "t")
 FENCE_CHECK_S = 10.0   # how soon an idle stream notices that a newer run took its tables
 
 
@@ -69,29 +65,6 @@ class BatchFigures:
     per_table: dict[str, tuple[int, int]] = field(default_factory=dict)
     batch_id: int | None = None
     end_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
-
-
-def parse_events(df):
-    """Kafka rows -> one row per event: topic, partition, offset, key, op, after (raw JSON), ts_ms,
-    and whether it is a tombstone or a message that cannot be parsed (poison)."""
-    from pyspark.sql import functions as F
-    value = F.col("value").cast("string")
-    raw_key = F.col("key").cast("string")
-    ev = F.from_json(value, VALUE_SCHEMA)
-    wrapped_key = F.from_json(raw_key, KEY_SCHEMA)
-    key = F.when(wrapped_key.schema.isNotNull(), wrapped_key.payload).otherwise(raw_key)
-    out = df.select("topic", "partition", "offset", key.alias("key"), value.alias("value"),
-                    F.coalesce(ev.payload.op, ev.op).alias("op"), F.coalesce(ev.payload.after, ev.after).alias("after"),
-                    F.coalesce(ev.payload.source.ts_ms, ev.source.ts_ms).alias("ts_ms"))
-    tomb = F.col("value").isNull()
-    op = F.col("op")
-    bad = (~tomb) & (op.isNull() | ~op.isin(*OPS)
-                     | ((op != "t") & F.col("key").isNull())
-                     | (op.isin("c", "u", "r") & F.col("after").isNull()))
-    bad = F.coalesce(bad, F.lit(True))
-    # The raw value is kept only where it is needed (to report a bad message): the batch stays small.
-    return out.select("topic", "partition", "offset", "key", F.when(bad, F.col("value")).alias("value"), "op",
-                      "after", "ts_ms", tomb.alias("tombstone"), bad.alias("bad"))
 
 
 def connection_lost(exc: BaseException) -> bool:
@@ -380,7 +353,8 @@ class IncrementalRun:
 
     def _apply_batch_inner(self, df, spark_batch_id: int) -> None:
         started, started_at = time.monotonic(), datetime.now(timezone.utc)
-        events = parse_events(df).select(*EVENT_COLUMNS).toArrow()   # one Spark job: read, parse
+        # one Spark job reads the raw records; the driver decodes them (core.change_events)
+        events = decode_records(df.select(*RECORD_COLUMNS).toArrow())
         if not events.num_rows:
             return
         batch = split_batch(events)

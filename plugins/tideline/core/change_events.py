@@ -1,0 +1,124 @@
+"""Kafka records of a stream batch -> Debezium change events, decoded on the driver.
+
+Spark hands the batch over as raw records (topic, partition, offset, key and value bytes); this
+decodes each value with msgspec against the few fields the apply needs — op, the row image `after`
+and source.ts_ms — and skips the rest. `after` is kept as its raw JSON text (msgspec.Raw: the
+bytes as the connector wrote them, never re-serialised), which PostgreSQL then reads as jsonb.
+Measured on the incremental benchmark's events: ~1 µs per 550-byte event, where Spark's from_json
+took ~9 µs on the same two cores.
+
+A record that is not a Debezium change event (not JSON, fields of the wrong type, an unknown op,
+no key, no row image for an insert/update/read) is flagged `bad` with its value kept for the
+report; a tombstone (null value) is flagged `tombstone`. Events with Kafka Connect schemas carry
+the event under "payload" (each field is taken from there first), and so does their key.
+"""
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+import pyarrow as pa
+
+from tideline.core.batch_events import EVENT_COLUMNS
+
+OPS = frozenset(("c", "u", "d", "r", "t"))
+UPSERT_OPS = frozenset(("c", "u", "r"))
+RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value")
+_NULL = msgspec.Raw(b"null")
+CHUNK_ROWS = 50_000   # records decoded at a time: bounds the Python objects alive at once
+
+EVENT_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                          ("key", pa.string()), ("value", pa.string()), ("op", pa.string()),
+                          ("after", pa.string()), ("ts_ms", pa.int64()), ("tombstone", pa.bool_()),
+                          ("bad", pa.bool_())])
+assert tuple(EVENT_SCHEMA.names) == EVENT_COLUMNS
+
+
+class _Source(msgspec.Struct):
+    ts_ms: Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)] | None = None
+
+
+class _Change(msgspec.Struct):
+    op: str | None = None
+    after: msgspec.Raw = _NULL
+    source: _Source | None = None
+
+
+class _Envelope(_Change):
+    payload: _Change | None = None
+
+
+class _WrappedKey(msgspec.Struct):
+    schema: msgspec.Raw = _NULL
+    payload: msgspec.Raw = _NULL
+
+
+_DECODE_EVENT = msgspec.json.Decoder(_Envelope).decode
+_DECODE_KEY = msgspec.json.Decoder(_WrappedKey).decode
+
+
+def _text(raw: bytes | None) -> str | None:
+    return None if raw is None else raw.decode("utf-8", "replace")
+
+
+def _key(raw: bytes | None) -> str | None:
+    """The message key as text; a key with Kafka Connect schemas is its payload."""
+    if raw is None or b'"schema"' not in raw:
+        return _text(raw)
+    try:
+        wrapped = _DECODE_KEY(raw)
+    except msgspec.DecodeError:
+        return _text(raw)
+    if bytes(wrapped.schema) == b"null":
+        return _text(raw)
+    payload = bytes(wrapped.payload)
+    return None if payload == b"null" else _text(payload)
+
+
+def _decode_chunk(batch: pa.RecordBatch) -> pa.RecordBatch:
+    keys = [_key(k) for k in batch.column("key").to_pylist()]
+    n = len(keys)
+    ops: list[str | None] = [None] * n
+    afters: list[bytes | None] = [None] * n
+    ts: list[int | None] = [None] * n
+    kept: list[str | None] = [None] * n
+    tomb = [False] * n
+    bad = [False] * n
+    for i, value in enumerate(batch.column("value").to_pylist()):
+        if value is None:
+            tomb[i] = True
+            continue
+        try:
+            env = _DECODE_EVENT(value)
+        except msgspec.DecodeError:
+            bad[i], kept[i] = True, _text(value)
+            continue
+        inner = env.payload
+        op = inner.op if inner is not None and inner.op is not None else env.op
+        after = inner.after if inner is not None and bytes(inner.after) != b"null" else env.after
+        source = inner.source if inner is not None and inner.source is not None else env.source
+        after_bytes = bytes(after)
+        after_bytes = None if after_bytes == b"null" else after_bytes
+        ops[i], ts[i] = op, source.ts_ms if source is not None else None
+        if (op not in OPS or (op != "t" and keys[i] is None)
+                or (op in UPSERT_OPS and (after_bytes is None or not after_bytes.startswith(b"{")))):
+            bad[i], kept[i] = True, _text(value)
+            continue
+        afters[i] = after_bytes
+    after_col = pa.array(afters, pa.binary())
+    try:
+        after_col = after_col.cast(pa.string())
+    except pa.ArrowInvalid:   # not UTF-8: msgspec validates JSON strings, so only a broken value gets here
+        after_col = pa.array([_text(a) for a in afters], pa.string())
+    return pa.RecordBatch.from_arrays(
+        [batch.column("topic").cast(pa.string()), batch.column("partition").cast(pa.int32()),
+         batch.column("offset").cast(pa.int64()), pa.array(keys, pa.string()), pa.array(kept, pa.string()),
+         pa.array(ops, pa.string()), after_col, pa.array(ts, pa.int64()), pa.array(tomb, pa.bool_()),
+         pa.array(bad, pa.bool_())], schema=EVENT_SCHEMA)
+
+
+def decode_records(records: pa.Table) -> pa.Table:
+    """Raw Kafka records (RECORD_COLUMNS, key and value as binary) -> events (EVENT_COLUMNS)."""
+    records = records.select(list(RECORD_COLUMNS))
+    return pa.Table.from_batches([_decode_chunk(b) for b in records.to_batches(max_chunksize=CHUNK_ROWS)],
+                                 schema=EVENT_SCHEMA)
