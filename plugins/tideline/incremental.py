@@ -16,6 +16,7 @@ import signal
 import tempfile
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -26,7 +27,7 @@ from psycopg2 import sql
 
 from tideline import engines, kafka_offsets, sqlfiles, state
 from tideline.core import apply_sql, schema_drift
-from tideline.core.batch_events import newest_source_commit, split_batch
+from tideline.core.batch_events import SplitBatch, newest_source_commit, split_batch
 from tideline.core.change_events import RECORD_COLUMNS, decode_records
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
@@ -67,6 +68,16 @@ class BatchFigures:
     end_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
+@dataclass
+class _ReadBatch:
+    """A batch read and decoded by Spark's batch thread, waiting for the committer."""
+    spark_batch_id: int
+    batch: SplitBatch
+    started: float
+    started_at: datetime
+    read_s: float
+
+
 def connection_lost(exc: BaseException) -> bool:
     """A failure of the connection or the server's availability (not of the data): worth waiting
     out. psycopg2 gives no SQLSTATE when the connection itself broke."""
@@ -102,6 +113,9 @@ class IncrementalRun:
         self.halted: dict[str, str] = {}   # tables halted by this run: name -> why (the others go on)
         self.run_ids: dict[str, int] = {}
         self.applied: dict[str, int] = {}  # events applied per table by this run
+        # one thread commits batch N to the target while Spark's batch thread reads N+1
+        self._committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tideline-commit")
+        self._inflight: Future | None = None
 
     # ------------------------------------------------------------------ start
 
@@ -214,7 +228,9 @@ class IncrementalRun:
             try:
                 self.query.awaitTermination()
             except Exception as exc:  # the query died: find out why, record it, raise the meaning
+                self._drain()
                 self._explain_failure(exc)
+            self._drain()
             if self.failure is not None:
                 self._explain_failure(self.failure)
             if self.halted:
@@ -231,6 +247,7 @@ class IncrementalRun:
             self._close_runs(None)
         finally:
             fence_watch.set()
+            self._committer.shutdown(wait=True)   # before its connections close
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
             if checkpoint is not None:
@@ -340,43 +357,81 @@ class IncrementalRun:
     # ------------------------------------------------------------------ one batch
 
     def _apply_batch(self, df, spark_batch_id: int) -> None:
+        """Spark's batch thread: reads and decodes batch N while batch N-1 commits in the committer
+        thread, then waits for that commit (raising its failure) and hands N over. At most one
+        batch commits while the next is read. The target's state stays the only position:
+        Spark's checkpoint may record N-1 before it committed, but a run whose commit failed ends,
+        and the next run resumes from the target."""
         try:
-            self._apply_batch_inner(df, spark_batch_id)
+            read = self._read_batch(df, spark_batch_id)
+            self._wait_for_commit()
+            if read is not None:
+                self._inflight = self._committer.submit(self._commit_batch, read)
         except BaseException as exc:
-            if not isinstance(self.failure, FencedError):   # fenced: what the batch met after is noise
-                self.failure = exc
-            if isinstance(exc, ResnapshotRequired) and exc.table:
-                self._needs_resnapshot(exc.table, str(exc))
-            if not isinstance(exc, HaltedError):   # a halt is raised after its batch committed
-                log.error("batch failed, nothing of it was committed: %s", exc)
+            self._batch_failed(exc)
             raise
 
-    def _apply_batch_inner(self, df, spark_batch_id: int) -> None:
+    def _batch_failed(self, exc: BaseException) -> None:
+        if exc is self.failure:
+            return   # the committer recorded it already
+        if not isinstance(self.failure, FencedError):   # fenced: what the batch met after is noise
+            self.failure = exc
+        if isinstance(exc, ResnapshotRequired) and exc.table:
+            self._needs_resnapshot(exc.table, str(exc))
+        if not isinstance(exc, HaltedError):   # a halt is raised after its batch committed
+            log.error("batch failed, nothing of it was committed: %s", exc)
+
+    def _wait_for_commit(self) -> None:
+        inflight, self._inflight = self._inflight, None
+        if inflight is not None:
+            inflight.result()
+
+    def _drain(self) -> None:
+        """Waits for the batch still committing when the query ends. Its failure is not lost: the
+        committer put it in self.failure, which run() raises."""
+        try:
+            self._wait_for_commit()
+        except BaseException:   # noqa: BLE001 — recorded in self.failure by _commit_batch
+            pass
+
+    def _read_batch(self, df, spark_batch_id: int) -> _ReadBatch | None:
         started, started_at = time.monotonic(), datetime.now(timezone.utc)
         # one Spark job reads the raw records; the driver decodes them (core.change_events)
         events = decode_records(df.select(*RECORD_COLUMNS).toArrow())
         if not events.num_rows:
-            return
+            return None
         batch = split_batch(events)
-        del events
-        per_partition, bad_rows, truncates, rows = batch.per_partition, batch.bad_rows, batch.truncates, batch.rows
-        spark_s = time.monotonic() - started
-        figures = self._commit_through_outages(spark_batch_id, per_partition, bad_rows, truncates, rows,
-                                               started_at)
+        return _ReadBatch(spark_batch_id, batch, started, started_at, time.monotonic() - started)
+
+    def _commit_batch(self, read: _ReadBatch) -> None:
+        """The committer thread: commits one read batch; a failure also stops the query (an idle
+        stream would never call _apply_batch again to hear of it)."""
+        try:
+            self._commit_and_report(read)
+        except BaseException as exc:
+            self._batch_failed(exc)
+            if self.query is not None:
+                threading.Thread(target=self.query.stop, daemon=True, name="tideline-stop").start()
+            raise
+
+    def _commit_and_report(self, read: _ReadBatch) -> None:
+        batch = read.batch
+        commit_started = time.monotonic()
+        figures = self._commit_through_outages(read.spark_batch_id, batch.per_partition, batch.bad_rows,
+                                               batch.truncates, batch.rows, read.started_at)
         if figures is None:
             return
         self.batches += 1
         for name, (u, d) in figures.per_table.items():
             self.applied[name] = self.applied.get(name, 0) + u + d
         self._commit_consumer_group(figures.end_offsets)
-        newest = newest_source_commit(per_partition)
+        newest = newest_source_commit(batch.per_partition)
         age = (datetime.now(timezone.utc) - newest).total_seconds() if newest else 0.0
         tables = ", ".join(f"{t} +{u:,}/-{d:,}" for t, (u, d) in sorted(figures.per_table.items()))
-        took = time.monotonic() - started
         log.info("batch %d: %s events (%s already applied, %s dead letters) -> %s; source-to-target lag %.1fs; "
-                 "%.2fs (read+compact %.2fs, commit %.2fs)", figures.batch_id, f"{figures.events:,}",
-                 f"{figures.skipped:,}", figures.dead_letters, tables or "no row changes", age, took, spark_s,
-                 took - spark_s)
+                 "%.2fs (read+decode %.2fs, commit %.2fs)", figures.batch_id, f"{figures.events:,}",
+                 f"{figures.skipped:,}", figures.dead_letters, tables or "no row changes", age,
+                 time.monotonic() - read.started, read.read_s, time.monotonic() - commit_started)
 
     def _commit_through_outages(self, *batch) -> BatchFigures | None:
         """Commits the batch, waiting out a database that restarts or refuses connections for up
