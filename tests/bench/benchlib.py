@@ -24,17 +24,23 @@ def pg(db: str):
 
 
 class PeakRss(threading.Thread):
-    """Peak resident memory of a process tree, sampled every 100 ms; `done.set()` stops it."""
+    """Peak memory of a process tree, sampled every 100 ms; `done.set()` stops it. `peak` sums
+    each process's resident set (RSS); `peak_pss` sums proportional set sizes, which count a page
+    shared by several processes of the tree once — a JVM that forks a helper (Hadoop's local file
+    system runs chmod for each checkpoint file) shows up twice in the RSS sum for that moment."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, pss: bool = True):
         super().__init__(daemon=True)
-        self.root, self.peak, self.done = psutil.Process(pid), 0, threading.Event()
+        self.root, self.peak, self.peak_pss, self.pss = psutil.Process(pid), 0, 0, pss
+        self.done = threading.Event()
 
     def run(self) -> None:
         while not self.done.is_set():
             try:
-                procs = [self.root, *self.root.children(recursive=True)]
-                self.peak = max(self.peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+                procs = [p for p in [self.root, *self.root.children(recursive=True)] if p.is_running()]
+                self.peak = max(self.peak, sum(p.memory_info().rss for p in procs))
+                if self.pss:
+                    self.peak_pss = max(self.peak_pss, sum(p.memory_full_info().pss for p in procs))
             except psutil.Error:
                 pass
             time.sleep(0.1)
@@ -58,7 +64,8 @@ def run_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "loca
     included: (seconds end to end, peak RSS in MB of the job's process tree — on a cluster, the
     driver's only; executors run under the workers)."""
     started = time.monotonic()
-    env = dict(env, MALLOC_ARENA_MAX="2")   # as the DAG's operator submits it (Spark's 1 GB driver heap)
+    from tideline.core.config import SparkSettings
+    env = dict(env, **SparkSettings.job_env("load"))   # as the sync DAG submits it (Spark's 1 GB driver heap)
     proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", master, *submit_args,
                              "--jars", env["TIDELINE_SPARK_JARS"],
                              "--driver-java-options",

@@ -19,7 +19,8 @@ sink connector on the same Connect worker, same topic, same run; then end-to-end
    rows are committed every 0.5 s and the time until each is visible in the target is recorded (a
    probe not visible within 30 s counts as 30 s, it is not dropped).
 Both targets are checked equal to the source (exit status 1 otherwise). Last line:
-RESULT apply_events_per_s=<n> jdbc_sink_events_per_s=<n> ratio=<apply/jdbc_sink> p50_latency_s=<x> p95_latency_s=<x> peak_rss_mb=<n> p99_latency_s=<x>
+RESULT apply_events_per_s=<n> jdbc_sink_events_per_s=<n> ratio=<apply/jdbc_sink> p50_latency_s=<x> p95_latency_s=<x> peak_rss_mb=<n> p99_latency_s=<x> peak_pss_mb=<n>
+(peak_rss_mb sums the RSS of the job's processes; peak_pss_mb their proportional set sizes: see benchlib.PeakRss)
 """
 from __future__ import annotations
 
@@ -60,9 +61,10 @@ def log(msg: str) -> None:
 
 def spark_submit(pipelines: Path, *args: str) -> subprocess.Popen:
     """As the sync DAG submits the stream: local[2], Spark's default 1 GB driver heap, the
-    stream's settings from the pipeline (spark.job_conf), MALLOC_ARENA_MAX=2 (the operator's)."""
-    env = dict(os.environ, TIDELINE_PIPELINES=str(pipelines), MALLOC_ARENA_MAX="2")
-    conf = load_pipeline(pipelines / f"{PIPELINE}.yaml").spark.job_conf("stream")
+    stream's settings and memory environment from the pipeline (spark.job_conf, spark.job_env)."""
+    spark = load_pipeline(pipelines / f"{PIPELINE}.yaml").spark
+    env = dict(os.environ, TIDELINE_PIPELINES=str(pipelines), **spark.job_env("stream"))
+    conf = spark.job_conf("stream")
     conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, [
         conf.get("spark.driver.extraJavaOptions", ""),
         f"-Dlog4j2.configurationFile={ROOT / 'spark_jobs' / 'log4j2.properties'}"]))
@@ -224,7 +226,7 @@ class SteadyLoad(threading.Thread):
                 time.sleep(0.05)
 
 
-def measure_latency(pipelines: Path, keys: int, seconds: float) -> tuple[list[float], float]:
+def measure_latency(pipelines: Path, keys: int, seconds: float) -> tuple[list[float], float, float]:
     probe_id = keys + 10_000_000
     with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
         cur.execute(f"INSERT INTO {TABLE} (id, qty) VALUES (%s, 0) ON CONFLICT (id) DO UPDATE SET qty = 0",
@@ -271,7 +273,7 @@ def measure_latency(pipelines: Path, keys: int, seconds: float) -> tuple[list[fl
         except subprocess.TimeoutExpired:
             proc.kill()
         rss.done.set()
-    return lat, rss.peak / 1e6
+    return lat, rss.peak / 1e6, rss.peak_pss / 1e6
 
 
 def main() -> int:
@@ -338,7 +340,7 @@ def main() -> int:
 
         log(f"latency: continuous mode, ~1,000 changes/s for {args.latency_seconds:.0f}s ...")
         try:
-            lat, stream_peak = measure_latency(pipelines, args.keys, args.latency_seconds)
+            lat, stream_peak, stream_pss = measure_latency(pipelines, args.keys, args.latency_seconds)
         finally:   # idle slots of a finished benchmark would pin the source's WAL for good
             requests.delete(f"{stackctl.connect_url()}/connectors/{PEER}", timeout=30)
             for c in (cfg, peer_cfg):
@@ -350,10 +352,10 @@ def main() -> int:
     log(f"{len(lat)} probes: p50 {p50:.2f}s p95 {p95:.2f}s p99 {p99:.2f}s max {max(lat) if lat else float('nan'):.2f}s "
         f"({sum(x >= PROBE_TIMEOUT_S for x in lat)} timed out)")
     apply_rate, sink_rate = total / apply_secs, peer_total / sink_secs
-    peak = max(rss.peak / 1e6, stream_peak)
+    peak, peak_pss = max(rss.peak / 1e6, stream_peak), max(rss.peak_pss / 1e6, stream_pss)
     print(f"RESULT apply_events_per_s={apply_rate:.0f} jdbc_sink_events_per_s={sink_rate:.0f} "
           f"ratio={apply_rate / sink_rate:.2f} p50_latency_s={p50:.2f} p95_latency_s={p95:.2f} peak_rss_mb={peak:.0f} "
-          f"p99_latency_s={p99:.2f}")
+          f"p99_latency_s={p99:.2f} peak_pss_mb={peak_pss:.0f}")
     return 0
 
 

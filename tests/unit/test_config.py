@@ -49,7 +49,8 @@ def test_valid_config_loads_with_defaults():
 
 def test_jobs_hold_capped_cores_on_a_cluster_and_the_pipeline_conf_wins():
     cfg = parse_pipeline(VALID, "x")
-    assert cfg.spark.job_conf("stream") == {"spark.cores.max": "1", "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
+    assert cfg.spark.job_conf("stream") == {"spark.cores.max": "1", "spark.driver.extraJavaOptions":
+                                           "-XX:+UseSerialGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"}
     assert cfg.spark.job_conf("load") == {"spark.cores.max": "4"}
     cfg.spark.conf["spark.cores.max"] = "6"
     assert cfg.spark.job_conf("stream")["spark.cores.max"] == "6"
@@ -161,3 +162,10 @@ def test_change_events_keep_the_whole_source_block_unless_told_which_fields():
     assert debezium.connector_config(more, src)["transforms.slim.keep"] == "ts_ms,lsn"
     [(where, why)] = problems(with_change(["kafka", "source_fields"], ["lsn"]))
     assert where == "kafka.source_fields" and "must keep ts_ms" in why
+
+
+def test_job_env_caps_malloc_arenas_for_every_job_and_returns_a_streams_freed_batches():
+    from tideline.core.config import SparkSettings
+    assert SparkSettings.job_env("load") == SparkSettings.job_env("batch") == {"MALLOC_ARENA_MAX": "2"}
+    assert SparkSettings.job_env("stream") == {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072",
+                                               "ARROW_DEFAULT_MEMORY_POOL": "system"}

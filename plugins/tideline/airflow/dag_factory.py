@@ -102,7 +102,8 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             task_id="full_load", job="full_load.py", name=f"tideline-full-load-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--tables",
                               "{{ ti.xcom_pull(task_ids='decide')['full_load'] | join(',') }}"],
-            on_success_callback=tasks.on_reload_success, conf=cfg.spark.job_conf("load"), **spark)
+            on_success_callback=tasks.on_reload_success, conf=cfg.spark.job_conf("load"),
+            env_vars=cfg.spark.job_env("load"), **spark)
         coverage = CoverageSensor(task_id="coverage", pipeline=cfg.name, plan_task_id="decide",
                                   trigger_rule=NONE_FAILED)
         route = BranchPythonOperator(task_id="route_stream", python_callable=_branch_after_coverage)
@@ -110,7 +111,8 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             task_id="resnapshot", job="full_load.py", name=f"tideline-resnapshot-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--tables",
                               "{{ ti.xcom_pull(task_ids='coverage')['resnapshot'] | join(',') }}"],
-            on_success_callback=tasks.on_reload_success, conf=cfg.spark.job_conf("load"), **spark)
+            on_success_callback=tasks.on_reload_success, conf=cfg.spark.job_conf("load"),
+            env_vars=cfg.spark.job_env("load"), **spark)
         incremental = TidelineSparkSubmitOperator(
             task_id="incremental", job="incremental.py", name=f"tideline-incremental-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--mode", "{{ params.stream_mode }}"],
@@ -119,7 +121,8 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             # longer outage, is retried soon and evenly (a continuous run's tries add up over its
             # life: no exponential backoff), then the task fails and the alerts say so
             retries=20, retry_delay=pendulum.duration(seconds=15), retry_exponential_backoff=False,
-            conf=cfg.spark.job_conf("stream"), **spark)
+            conf=cfg.spark.job_conf("stream"),
+            env_vars=cfg.spark.job_env("stream"), **spark)
         after_stream = BranchPythonOperator(task_id="after_stream", python_callable=_branch_after_stream)
         restart = TriggerDagRunOperator(task_id="restart", trigger_dag_id=f"sync_{cfg.name}",
                                         conf={"action": "auto", "stream_mode": "{{ params.stream_mode }}",
@@ -151,7 +154,8 @@ def build_batch_dag(cfg: PipelineConfig) -> DAG:
             task_id="batch_sync", job="batch_sync.py", name=f"tideline-batch-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--start", "{{ data_interval_start.isoformat() }}",
                               "--end", "{{ data_interval_end.isoformat() }}"],
-            conn_id=cfg.spark.conn_id, pipeline_conn_ids=_conn_ids(cfg), conf=cfg.spark.job_conf("batch"))
+            conn_id=cfg.spark.conn_id, pipeline_conn_ids=_conn_ids(cfg), conf=cfg.spark.job_conf("batch"),
+            env_vars=cfg.spark.job_env("batch"))
     return dag
 
 

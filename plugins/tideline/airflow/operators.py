@@ -34,8 +34,8 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
         conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, [
             conf.get("spark.driver.extraJavaOptions", ""),
             f"-Dlog4j2.configurationFile={HOME / 'spark_jobs' / 'log4j2.properties'}"]))
-        # MALLOC_ARENA_MAX: glibc gives each JVM thread its own malloc arena; two are plenty
-        env = {"PYTHONPATH": os.pathsep.join([str(HOME / "plugins"), str(HOME)]), "MALLOC_ARENA_MAX": "2",
+        # env_vars: the job kind's memory settings (SparkSettings.job_env), given by the DAG
+        env = {"PYTHONPATH": os.pathsep.join([str(HOME / "plugins"), str(HOME)]),
                **(kwargs.pop("env_vars", None) or {})}
         super().__init__(conf=conf, env_vars=env, **kwargs)
         self.pipeline_conn_ids = pipeline_conn_ids
