@@ -97,11 +97,14 @@ class ConnectSettings(_Model):
     conn_id: str = "tideline_connect"
 
 
-# A stream's driver JVM: the serial collector (see job_conf), and a heap that grows only while
-# under 10% of it is free after a collection and gives back what is over 30% free — a batch's raw
-# records are garbage right after it, and Java's defaults (40%/70%) kept the heap ~250 MB larger
-# for nothing (tests/bench/incremental.py: driver JVM peak ~960 -> ~800 MB at the same speed).
-STREAM_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+# A stream's driver JVM: the serial collector (see job_conf); a heap that grows only while under
+# 10% of it is free after a collection and gives back what is over 30% free — a batch's raw records
+# are garbage right after it, and Java's defaults (40%/70%) kept the heap larger for nothing; and
+# the client compiler only (C1): C2's compilations cost a 2-core host more than its faster code
+# gives back. Measured on 2 cores: backlog of 2M events, driver JVM peak ~960 -> ~760 MB at the
+# same speed (tests/bench/incremental.py); streams at light load, JVM 592-685 -> 522 MB and 30% ->
+# 17% of a core each (tests/bench/capacity.py). A pipeline's spark.conf can set other options.
+STREAM_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30 -XX:TieredStopAtLevel=1"
 
 
 class SparkSettings(_Model):
