@@ -6,7 +6,7 @@
 
 Starts N pipelines, each over its own table with its own connector, full-loads them, then runs N
 continuous stream jobs at once exactly as the sync DAG submits them (spark-submit, local[2], the
-library shipped as --py-files, Spark's defaults plus any --conf given), while a writer changes
+library shipped as --py-files, the stream's settings and environment plus any --conf given), while a writer changes
 every table at --rate rows/s. Once every stream has committed batches, it samples each job's
 process tree for --seconds: the driver JVM, the Python driver and any Python workers, and the
 CPU they use; and checks every target equals its source at the end. Last line:
@@ -91,15 +91,20 @@ ENV: dict[str, str] = {}        # --env: extra environment for the streams
 
 
 def submit(job: str, cfg, tmp: Path, conf: list[str], *args: str, tuned: bool = False) -> subprocess.Popen:
-    """As the DAG's operator submits a job: local[2], Spark's defaults, the shipped library."""
-    env = dict(os.environ, TIDELINE_PIPELINES=str(tmp), **(ENV if tuned else {}))
-    java = " ".join(JAVA_OPTIONS if tuned else [])
-    confs = [x for c in ["spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1", *conf]
+    """As the DAG's operator submits a job: local[2], the job kind's settings (spark.job_conf,
+    spark.job_env), the shipped library; `tuned` adds --java-options/--env (and conf) to try."""
+    kind = "stream" if job == "incremental.py" else "load"
+    dag_conf = cfg.spark.job_conf(kind)
+    env = dict(os.environ, TIDELINE_PIPELINES=str(tmp), **cfg.spark.job_env(kind), **(ENV if tuned else {}))
+    java = " ".join(filter(None, [dag_conf.pop("spark.driver.extraJavaOptions", ""),
+                                  f"-Dlog4j2.configurationFile={ROOT / 'spark_jobs' / 'log4j2.properties'}",
+                                  *(JAVA_OPTIONS if tuned else [])]))
+    confs = [x for c in ["spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1",
+                         *(f"{k}={v}" for k, v in dag_conf.items()), *conf]
              for x in ("--conf", c)]
     return subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]", *confs,
                              "--py-files", str(library_zip()), "--jars", env["TIDELINE_SPARK_JARS"],
-                             "--driver-java-options",
-                             f"-Dlog4j2.configurationFile={ROOT / 'spark_jobs' / 'log4j2.properties'} {java}".strip(),
+                             "--driver-java-options", java,
                              str(ROOT / "spark_jobs" / job), "--pipeline", cfg.name, *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -186,7 +191,8 @@ def main() -> int:
             writer.start()
             for cfg in cfgs:
                 streams.append(submit("incremental.py", cfg, tmp, args.conf, tuned=True))
-            log(f"{len(streams)} streams started ({' '.join(args.conf + JAVA_OPTIONS + args.env) or 'Spark defaults'}); "
+            tried = " ".join(args.conf + JAVA_OPTIONS + args.env) or "the DAG's settings"
+            log(f"{len(streams)} streams started ({tried}); "
                 f"waiting for batches")
             deadline = time.time() + 300
             while not all(batches(cfg) >= 3 for cfg in cfgs):

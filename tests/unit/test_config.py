@@ -51,7 +51,9 @@ def test_jobs_hold_capped_cores_on_a_cluster_and_the_pipeline_conf_wins():
     cfg = parse_pipeline(VALID, "x")
     assert cfg.spark.job_conf("stream") == {"spark.cores.max": "1", "spark.driver.extraJavaOptions":
                                            "-XX:+UseSerialGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30 "
-                                           "-XX:TieredStopAtLevel=1"}
+                                           "-XX:TieredStopAtLevel=1",
+                                           "spark.sql.streaming.checkpointFileManagerClass":
+                                           "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"}
     assert cfg.spark.job_conf("load") == {"spark.cores.max": "4"}
     cfg.spark.conf["spark.cores.max"] = "6"
     assert cfg.spark.job_conf("stream")["spark.cores.max"] == "6"

@@ -107,6 +107,9 @@ class ConnectSettings(_Model):
 STREAM_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30 -XX:TieredStopAtLevel=1"
 
 
+CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+
+
 class SparkSettings(_Model):
     conn_id: str = "spark_default"
     parallelism: int = Field(default=4, ge=1, le=256, description="JDBC partitions per table in a full load")
@@ -126,6 +129,11 @@ class SparkSettings(_Model):
         conf = {"spark.cores.max": str(self.stream_cores if kind == "stream" else self.parallelism)}
         if kind == "stream":
             conf["spark.driver.extraJavaOptions"] = STREAM_JAVA_OPTIONS
+            # The per-run checkpoint through Hadoop's FileSystem API: the default FileContext one
+            # forks `readlink` (and, for its .crc files, `chmod`) of a driver JVM for every
+            # checkpoint file without Hadoop's native library — several per batch. The checkpoint
+            # is disposable (the target holds the position), so its rename semantics don't matter.
+            conf["spark.sql.streaming.checkpointFileManagerClass"] = CHECKPOINT_FILE_MANAGER
         return {**conf, **self.conf}
 
     @staticmethod
