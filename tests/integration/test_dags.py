@@ -120,8 +120,21 @@ def test_retention_boundary_reloads_by_itself(airflow_env, stack, source_db, tar
         drop_source(source_db, t)
 
 
+@pytest.fixture
+def dag_processor_paused(stack):
+    """The stack's dag-processor parses dags/ with the stack's pipelines, not a test's: every 30 s
+    it deactivates the DAGs that dag.test() synced from the test's pipelines, so a TriggerDagRunOperator
+    (the restart task) that runs after such a parse finds no DAG to trigger. Paused while a test needs
+    its own DAG triggered; dag.test() needs no dag-processor."""
+    stack._supervisorctl("stop", "airflow-dag-processor")
+    try:
+        yield
+    finally:
+        stack._supervisorctl("start", "airflow-dag-processor")
+
+
 def test_running_stream_meeting_lost_offsets_restarts_through_a_reload(
-        airflow_env, stack, source_db, target_db, pipelines, unique_name):
+        airflow_env, stack, source_db, target_db, pipelines, unique_name, dag_processor_paused):
     t = f"{unique_name}_run"
     make_table(source_db, t, 100)
     try:
