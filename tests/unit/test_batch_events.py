@@ -1,14 +1,11 @@
 """Splitting a stream batch in Arrow: figures per partition, bad messages, truncates, last event per key."""
 import pyarrow as pa
 
-from tideline.core.batch_events import BAD_ROWS_KEPT, EVENT_COLUMNS, split_batch
+from tideline.core.batch_events import BAD_ROWS_KEPT, EVENT_SCHEMA, split_batch
 
 
 def events(rows):
-    cols = {c: [r.get(c) for r in rows] for c in EVENT_COLUMNS}
-    types = {"partition": pa.int32(), "offset": pa.int64(), "ts_ms": pa.int64(), "tombstone": pa.bool_(),
-             "bad": pa.bool_()}
-    return pa.table({c: pa.array(v, types.get(c, pa.string())) for c, v in cols.items()})
+    return pa.Table.from_pylist(rows, schema=EVENT_SCHEMA)
 
 
 def ev(topic, part, off, key, op="u", after='{"id": 1}', ts=1000, tombstone=False, bad=False, value=None):

@@ -3,7 +3,7 @@ import json
 
 import pyarrow as pa
 
-from tideline.core.batch_events import EVENT_COLUMNS, split_batch
+from tideline.core.batch_events import EVENT_SCHEMA, split_batch
 from tideline.core.change_events import decode_records
 
 SOURCE = {"version": "3.4.3.Final", "connector": "postgresql", "ts_ms": 1_795_456_928_873, "db": "src",
@@ -21,7 +21,7 @@ def decode(*records):
                       "offset": pa.array(cols["offset"], pa.int64()), "key": pa.array(cols["key"], pa.binary()),
                       "value": pa.array(cols["value"], pa.binary())})
     out = decode_records(table)
-    assert tuple(out.schema.names) == EVENT_COLUMNS
+    assert out.schema == EVENT_SCHEMA
     return out.to_pylist()
 
 

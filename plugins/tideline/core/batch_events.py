@@ -15,7 +15,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 BAD_ROWS_KEPT = 1000
-EVENT_COLUMNS = ("topic", "partition", "offset", "key", "value", "op", "after", "ts_ms", "tombstone", "bad")
+# A batch's events as core.change_events decodes them from the raw Kafka records.
+EVENT_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                          ("key", pa.string()), ("value", pa.string()), ("op", pa.string()),
+                          ("after", pa.string()), ("ts_ms", pa.int64()), ("tombstone", pa.bool_()),
+                          ("bad", pa.bool_())])
 
 
 @dataclass

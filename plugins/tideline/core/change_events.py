@@ -19,7 +19,7 @@ from typing import Annotated
 import msgspec
 import pyarrow as pa
 
-from tideline.core.batch_events import EVENT_COLUMNS
+from tideline.core.batch_events import EVENT_SCHEMA
 
 OPS = frozenset(("c", "u", "d", "r", "t"))
 UPSERT_OPS = frozenset(("c", "u", "r"))
@@ -27,11 +27,6 @@ RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value")
 _NULL = msgspec.Raw(b"null")
 CHUNK_ROWS = 50_000   # records decoded at a time: bounds the Python objects alive at once
 
-EVENT_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-                          ("key", pa.string()), ("value", pa.string()), ("op", pa.string()),
-                          ("after", pa.string()), ("ts_ms", pa.int64()), ("tombstone", pa.bool_()),
-                          ("bad", pa.bool_())])
-assert tuple(EVENT_SCHEMA.names) == EVENT_COLUMNS
 
 
 class _Source(msgspec.Struct):
@@ -95,9 +90,10 @@ def _decode_chunk(batch: pa.RecordBatch) -> pa.RecordBatch:
             continue
         inner = env.payload
         op = inner.op if inner is not None and inner.op is not None else env.op
-        after = inner.after if inner is not None and bytes(inner.after) != b"null" else env.after
         source = inner.source if inner is not None and inner.source is not None else env.source
-        after_bytes = bytes(after)
+        after_bytes = bytes(inner.after) if inner is not None else b"null"
+        if after_bytes == b"null":
+            after_bytes = bytes(env.after)
         after_bytes = None if after_bytes == b"null" else after_bytes
         ops[i], ts[i] = op, source.ts_ms if source is not None else None
         if (op not in OPS or (op != "t" and keys[i] is None)
@@ -118,7 +114,7 @@ def _decode_chunk(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def decode_records(records: pa.Table) -> pa.Table:
-    """Raw Kafka records (RECORD_COLUMNS, key and value as binary) -> events (EVENT_COLUMNS)."""
+    """Raw Kafka records (RECORD_COLUMNS, key and value as binary) -> events (batch_events.EVENT_SCHEMA)."""
     records = records.select(list(RECORD_COLUMNS))
     return pa.Table.from_batches([_decode_chunk(b) for b in records.to_batches(max_chunksize=CHUNK_ROWS)],
                                  schema=EVENT_SCHEMA)
