@@ -7,6 +7,7 @@ import os
 import random
 import signal
 import subprocess
+import threading
 import time
 import uuid
 
@@ -394,6 +395,46 @@ def test_source_truncate_marks_the_table_for_a_reload_and_changes_nothing(
         assert st.resume_offsets == resume
         assert table_digest(target_db, unique_name, t, "id") == before
     finally:
+        drop_source(source_db, t)
+
+
+def test_a_failed_commit_ends_a_continuous_stream_that_then_sits_idle(
+        spark, source_db, target_db, pipelines, unique_name):
+    """Batches commit in a thread of their own while Spark reads the next. A commit that fails (here:
+    the source truncated, one event, then nothing) must end the run although no further batch comes
+    to hear of it, with the meaning recorded and the position untouched."""
+    t = f"{unique_name}_idle"
+    make_items(source_db, t, 20)
+    run, ended = None, {}
+    try:
+        cfg = pipelines.make([{"name": t}], partitions=1, capture=True, stream={"trigger_interval_s": 0.5})
+        FullLoad(cfg, spark).run([t])
+        sync_until_equal(cfg, spark, source_db, target_db, {t: "id"})
+        resume = state.get(target_db, cfg.name, t).resume_offsets
+        run = IncrementalRun(cfg, spark, "continuous")
+
+        def stream():
+            try:
+                run.run()
+            except BaseException as exc:  # noqa: BLE001 — asserted below
+                ended["exc"] = exc
+        thread = threading.Thread(target=stream, daemon=True)
+        thread.start()
+        deadline = time.time() + 90
+        while (run.query is None or not run.query.isActive) and thread.is_alive() and time.time() < deadline:
+            time.sleep(0.2)
+        assert thread.is_alive(), ended
+        with source_db.cursor() as cur:
+            cur.execute(f"TRUNCATE {t}")
+        thread.join(120)
+        assert not thread.is_alive(), "the stream went on idling after its commit failed"
+        assert isinstance(ended.get("exc"), ResnapshotRequired), ended
+        st = state.get(target_db, cfg.name, t)
+        assert st.phase == "needs_resnapshot" and "truncated" in st.last_error
+        assert st.resume_offsets == resume
+    finally:
+        if run is not None and run.query is not None and run.query.isActive:
+            run.query.stop()
         drop_source(source_db, t)
 
 
