@@ -29,9 +29,9 @@ class PeakRss(threading.Thread):
     shared by several processes of the tree once — a JVM that forks a helper (Hadoop's local file
     system runs chmod for each checkpoint file) shows up twice in the RSS sum for that moment."""
 
-    def __init__(self, pid: int, pss: bool = True):
+    def __init__(self, pid: int):
         super().__init__(daemon=True)
-        self.root, self.peak, self.peak_pss, self.pss = psutil.Process(pid), 0, 0, pss
+        self.root, self.peak, self.peak_pss = psutil.Process(pid), 0, 0
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -39,8 +39,7 @@ class PeakRss(threading.Thread):
             try:
                 procs = [p for p in [self.root, *self.root.children(recursive=True)] if p.is_running()]
                 self.peak = max(self.peak, sum(p.memory_info().rss for p in procs))
-                if self.pss:
-                    self.peak_pss = max(self.peak_pss, sum(p.memory_full_info().pss for p in procs))
+                self.peak_pss = max(self.peak_pss, sum(p.memory_full_info().pss for p in procs))
             except psutil.Error:
                 pass
             time.sleep(0.1)

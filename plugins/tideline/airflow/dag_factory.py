@@ -38,6 +38,12 @@ def _conn_ids(cfg: PipelineConfig) -> list[str]:
         ([cfg.alerts.webhook_conn_id] if cfg.alerts.webhook_conn_id else [])
 
 
+def _submit(cfg: PipelineConfig, kind: str) -> dict:
+    """How the DAG submits a Spark job of one kind (load | stream | batch): the pipeline's Spark
+    connection and Airflow connections, the kind's Spark settings and memory environment."""
+    return dict(conn_id=cfg.spark.conn_id, pipeline_conn_ids=_conn_ids(cfg), conf=cfg.spark.job_conf(kind),
+                env_vars=cfg.spark.job_env(kind))
+
 def _default_args() -> dict:
     return {"retries": 2, "retry_delay": pendulum.duration(seconds=30), "retry_exponential_backoff": True,
             "on_failure_callback": tasks.on_task_failure}
@@ -97,13 +103,11 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
         decide = PythonOperator(task_id="decide", python_callable=_decide_from_xcom,
                                 op_kwargs={"pipeline": cfg.name})
         after_decide = BranchPythonOperator(task_id="route_load", python_callable=_branch_after_decide)
-        spark = dict(conn_id=cfg.spark.conn_id, pipeline_conn_ids=_conn_ids(cfg))
         full_load = TidelineSparkSubmitOperator(
             task_id="full_load", job="full_load.py", name=f"tideline-full-load-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--tables",
                               "{{ ti.xcom_pull(task_ids='decide')['full_load'] | join(',') }}"],
-            on_success_callback=tasks.on_reload_success, conf=cfg.spark.job_conf("load"),
-            env_vars=cfg.spark.job_env("load"), **spark)
+            on_success_callback=tasks.on_reload_success, **_submit(cfg, "load"))
         coverage = CoverageSensor(task_id="coverage", pipeline=cfg.name, plan_task_id="decide",
                                   trigger_rule=NONE_FAILED)
         route = BranchPythonOperator(task_id="route_stream", python_callable=_branch_after_coverage)
@@ -111,8 +115,7 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             task_id="resnapshot", job="full_load.py", name=f"tideline-resnapshot-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--tables",
                               "{{ ti.xcom_pull(task_ids='coverage')['resnapshot'] | join(',') }}"],
-            on_success_callback=tasks.on_reload_success, conf=cfg.spark.job_conf("load"),
-            env_vars=cfg.spark.job_env("load"), **spark)
+            on_success_callback=tasks.on_reload_success, **_submit(cfg, "load"))
         incremental = TidelineSparkSubmitOperator(
             task_id="incremental", job="incremental.py", name=f"tideline-incremental-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--mode", "{{ params.stream_mode }}"],
@@ -121,8 +124,7 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             # longer outage, is retried soon and evenly (a continuous run's tries add up over its
             # life: no exponential backoff), then the task fails and the alerts say so
             retries=20, retry_delay=pendulum.duration(seconds=15), retry_exponential_backoff=False,
-            conf=cfg.spark.job_conf("stream"),
-            env_vars=cfg.spark.job_env("stream"), **spark)
+            **_submit(cfg, "stream"))
         after_stream = BranchPythonOperator(task_id="after_stream", python_callable=_branch_after_stream)
         restart = TriggerDagRunOperator(task_id="restart", trigger_dag_id=f"sync_{cfg.name}",
                                         conf={"action": "auto", "stream_mode": "{{ params.stream_mode }}",
@@ -154,8 +156,7 @@ def build_batch_dag(cfg: PipelineConfig) -> DAG:
             task_id="batch_sync", job="batch_sync.py", name=f"tideline-batch-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--start", "{{ data_interval_start.isoformat() }}",
                               "--end", "{{ data_interval_end.isoformat() }}"],
-            conn_id=cfg.spark.conn_id, pipeline_conn_ids=_conn_ids(cfg), conf=cfg.spark.job_conf("batch"),
-            env_vars=cfg.spark.job_env("batch"))
+            **_submit(cfg, "batch"))
     return dag
 
 
