@@ -53,7 +53,8 @@ def test_jobs_hold_capped_cores_on_a_cluster_and_the_pipeline_conf_wins():
                                            "-XX:+UseSerialGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30 "
                                            "-XX:TieredStopAtLevel=1",
                                            "spark.sql.streaming.checkpointFileManagerClass":
-                                           "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"}
+                                           "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
+                                           "spark.task.maxDirectResultSize": str(64 << 20)}
     assert cfg.spark.job_conf("load") == {"spark.cores.max": "4"}
     cfg.spark.conf["spark.cores.max"] = "6"
     assert cfg.spark.job_conf("stream")["spark.cores.max"] == "6"

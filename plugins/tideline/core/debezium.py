@@ -69,6 +69,13 @@ def common_connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]
         "producer.override.acks": "all",
         "producer.override.enable.idempotence": "true",
         "producer.override.max.in.flight.requests.per.connection": "5",
+        # Bigger record batches under load (a batch otherwise closes at 16 KB, ~28 events): the
+        # stream's Kafka reads parse ~1/3 less per event; at most 10 ms more capture latency.
+        "producer.override.batch.size": "524288",
+        "producer.override.linger.ms": "10",
+        # No __debezium.context.* headers (connector name, task, run id) on every record: nothing
+        # reads them, and parsing them was ~1/10 of the stream's read time (tests/bench/incremental.py).
+        "extended.headers.enabled": "false",
         "errors.tolerance": "none",
         # kafka.source_fields: only those fields of the `source` block (stack/jvm/slim-source), ~half the bytes.
         **({"transforms": "slim", "transforms.slim.type": SLIM_SOURCE,
