@@ -133,6 +133,7 @@ def environment() -> dict[str, str]:
     env = {
         "TIDELINE_HOME": str(ROOT),
         "TIDELINE_SPARK_JARS": ",".join(spark_jars()),
+        "TIDELINE_SPARK_CLASS_ARCHIVE": str(CLASS_ARCHIVE),
         "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)]),
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": HOST,  # Spark binds to loopback only
@@ -1068,13 +1069,47 @@ def _spark_daemon(main: str, args: list[str]) -> str:
 def up_spark() -> None:
     """Local mode needs no process. The cluster: a master and SPARK_WORKERS workers, supervised.
     Workers get a clean environment (no PYTHONPATH): executors import Tideline only from the
-    library each job ships (--py-files), never from this checkout."""
+    library each job ships (--py-files), never from this checkout. Either way the drivers start
+    from this host, with its class archive."""
+    build_class_archive()
     if not SPARK_CLUSTER:
         if supervisord_running():
             _unsupervise(SPARK_PARTS)
         spark_check()
         return
     start_spark_cluster()
+
+
+CLASS_ARCHIVE = LIB / "spark-driver-classes.jsa"
+
+
+def _class_archive_stamp() -> str:
+    """What the archive was recorded against: a JVM only maps an archive made by the same JVM
+    build from the same class path (pyspark's jars)."""
+    java = subprocess.run([_java(), "-version"], capture_output=True, text=True).stderr.strip()
+    return json.dumps({"java": java, "jars": sorted(p.name for p in (_spark_home() / "jars").glob("*.jar"))})
+
+
+def build_class_archive() -> None:
+    """Records the Spark driver's class archive (stack/spark_class_archive.py says why) when it is
+    missing or was made for another JVM or pyspark; the jobs use it when it exists
+    (tideline.spark_session.class_archive_option)."""
+    stamp_file = CLASS_ARCHIVE.with_suffix(".stamp")
+    stamp = _class_archive_stamp()
+    if CLASS_ARCHIVE.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
+        return
+    print("[stack] spark     recording the driver's class archive (once, ~20 s) ...", flush=True)
+    partial = CLASS_ARCHIVE.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    res = subprocess.run([str(VENV_BIN / "spark-submit"), "--master", "local[1]", "--conf",
+                          f"spark.driver.extraJavaOptions=-XX:ArchiveClassesAtExit={partial}",
+                          str(STACK / "spark_class_archive.py")],
+                         env={**os.environ, **environment()}, capture_output=True, text=True, timeout=300)
+    if res.returncode != 0 or not partial.exists():
+        raise StackError(f"spark: recording the driver's class archive failed (exit {res.returncode}):\n"
+                         f"{(res.stdout + res.stderr)[-3000:]}")
+    partial.replace(CLASS_ARCHIVE)
+    stamp_file.write_text(stamp)
 
 
 def start_spark_cluster() -> None:

@@ -64,11 +64,11 @@ def run_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "loca
     driver's only; executors run under the workers)."""
     started = time.monotonic()
     from tideline.core.config import SparkSettings
+    from tideline.spark_session import driver_java_options
     env = dict(env, **SparkSettings.job_env("load"))   # as the sync DAG submits it (Spark's 1 GB driver heap)
     proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", master, *submit_args,
                              "--jars", env["TIDELINE_SPARK_JARS"],
-                             "--driver-java-options",
-                             f"-Dlog4j2.configurationFile={ROOT / 'spark_jobs' / 'log4j2.properties'}",
+                             "--driver-java-options", driver_java_options(),
                              str(ROOT / "spark_jobs" / "full_load.py"), "--pipeline", pipeline,
                              "--pipelines-dir", str(pipelines)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

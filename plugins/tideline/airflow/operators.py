@@ -10,6 +10,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from tideline.core import errors
+from tideline.spark_session import driver_java_options
 
 HOME = Path(os.environ.get("TIDELINE_HOME", Path(__file__).resolve().parents[3]))
 
@@ -31,9 +32,7 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
         kwargs.setdefault("application", str(HOME / "spark_jobs" / job))
         kwargs.setdefault("jars", os.environ.get("TIDELINE_SPARK_JARS", ""))
         conf = dict(kwargs.pop("conf", None) or {})
-        conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, [
-            conf.get("spark.driver.extraJavaOptions", ""),
-            f"-Dlog4j2.configurationFile={HOME / 'spark_jobs' / 'log4j2.properties'}"]))
+        conf["spark.driver.extraJavaOptions"] = driver_java_options(conf.get("spark.driver.extraJavaOptions", ""))
         # env_vars: the job kind's memory settings (SparkSettings.job_env), given by the DAG
         env = {"PYTHONPATH": os.pathsep.join([str(HOME / "plugins"), str(HOME)]),
                **(kwargs.pop("env_vars", None) or {})}
