@@ -44,6 +44,14 @@ log = logging.getLogger("tideline.incremental")
 FENCE_CHECK_S = 10.0   # how soon an idle stream notices that a newer run took its tables
 
 
+# Events per Spark task of a batch. Each task's result (its raw records as Arrow, ~3.5 MB at the
+# benchmark's ~570 bytes per event) is held by the driver JVM until Python has collected it; results
+# this small die young, where 25,000-event results overflowed the young generation into the old one
+# and cost ~10 full collections per 200,000-event batch (~1.5 s; tests/bench/incremental.py: 28
+# full GCs per run -> 3). A small batch stays one task per Kafka partition.
+TASK_EVENTS = 6_250
+
+
 @dataclass
 class StreamTable:
     name: str
@@ -213,10 +221,8 @@ class IncrementalRun:
                       .option("startingOffsets", json.dumps(start))
                       .option("failOnDataLoss", "true")
                       .option("maxOffsetsPerTrigger", stream.max_offsets_per_trigger)
-                      # split big partitions: every core has work in a large batch, and each task's
-                      # result (its raw records as Arrow, held by the driver JVM until collected)
-                      # stays small — 4 tasks per core instead of 2: driver JVM peak ~100 MB lower
-                      .option("minPartitions", max(2, 4 * self.spark.sparkContext.defaultParallelism))
+                      # a big batch is read as tasks of at most TASK_EVENTS events (see there)
+                      .option("maxRecordsPerPartition", TASK_EVENTS)
                       .option("kafka.isolation.level", "read_committed")
                       .load())
             writer = reader.writeStream.foreachBatch(self._apply_batch).option("checkpointLocation", checkpoint)
