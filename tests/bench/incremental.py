@@ -309,6 +309,9 @@ def main() -> int:
         made = generate_changes(args.events, args.keys)
         total = wait_for_topic(topic, made)
         peer_total = wait_for_topic(peer_topic, made)
+        with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+            # now, not by autovacuum in the middle of whichever contestant runs first
+            cur.execute(f"VACUUM ANALYZE {TABLE}")
         log(f"{total:,} change events in {topic} ({event_bytes(topic):,.0f} bytes each), {peer_total:,} in "
             f"{peer_topic} ({event_bytes(peer_topic):,.0f} bytes each); source block: {args.source_block}")
 

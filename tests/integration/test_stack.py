@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 import urllib.request
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+import stackctl
+from tideline.spark_session import driver_java_options
 
 pytestmark = pytest.mark.integration
 
@@ -121,3 +126,25 @@ def test_airflow_imports_the_dag_folder_without_errors(stack):
             break
         time.sleep(3)
     assert "sync_demo" in dags
+
+
+def test_spark_drivers_start_from_the_class_archive(stack, tmp_path):
+    """`make up` records the archive; a driver submitted with the jobs' options maps it (-Xshare:on:
+    a JVM that cannot use the archive refuses to start instead of quietly loading every class)."""
+    options = driver_java_options()
+    assert f"-XX:SharedArchiveFile={stackctl.CLASS_ARCHIVE}" in options
+    script = tmp_path / "started.py"
+    script.write_text("print('driver started')\n")
+
+    def submit(java_options: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[1]",
+                               "--driver-java-options", java_options, str(script)],
+                              env=dict(os.environ), capture_output=True, text=True, timeout=120)
+
+    used = submit(f"{options} -Xshare:on")
+    assert used.returncode == 0 and "driver started" in used.stdout, used.stdout + used.stderr
+    # the check can fail: an archive the JVM cannot map stops it under -Xshare:on
+    other = tmp_path / "other.jsa"
+    other.write_bytes(b"not an archive")
+    refused = submit(f"-XX:SharedArchiveFile={other} -Xshare:on")
+    assert refused.returncode != 0, refused.stdout
