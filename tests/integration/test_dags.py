@@ -141,19 +141,22 @@ def test_running_stream_meeting_lost_offsets_restarts_through_a_reload(
         cfg, dag_id = dag_pipeline(pipelines, t, partitions=1,
                                    stream={"max_offsets_per_trigger": 100, "trigger_interval_s": 2})
         assert run_dag(dag_id, stream_mode="available_now")["__run__"] == "success"
-        with source_db.cursor() as cur:  # a backlog the stream reads 100 events at a time
-            for _ in range(20):
+        # A backlog of 8,000 events (~4 MB) the stream reads 100 at a time. Kafka's consumer fetches
+        # ~1 MB ahead (~2,000 events here), and a stream rightly applies what it fetched before the
+        # log was cut: the cut must lie beyond that, or the stream never needs a deleted offset.
+        with source_db.cursor() as cur:
+            for _ in range(80):
                 cur.execute(f"UPDATE {t} SET qty = qty + 1")
         topic = cfg.topic(t)
         deadline = time.time() + 60
         from tideline.kafka_offsets import end_offsets
-        while end_offsets(stack.kafka_bootstrap(), topic)[0] < 2000 and time.time() < deadline:
+        while end_offsets(stack.kafka_bootstrap(), topic)[0] < 8000 and time.time() < deadline:
             time.sleep(0.5)
         first_batch = None
 
         def cut_the_log_under_the_running_stream():
-            """Once the running job has committed a batch, Kafka drops the log below offset 1500
-            (exactly what retention does), while the stream still needs offsets from ~200 on."""
+            """Once the running job has committed a batch, Kafka drops the log below offset 7000
+            (exactly what retention does), while the stream still needs offsets from ~2,000 on."""
             nonlocal first_batch
             conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["target"]))
             conn.autocommit = True
@@ -167,7 +170,7 @@ def test_running_stream_meeting_lost_offsets_restarts_through_a_reload(
                             break
                         time.sleep(0.1)
                 admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap()})
-                for fut in admin.delete_records([TopicPartition(topic, 0, 1500)]).values():
+                for fut in admin.delete_records([TopicPartition(topic, 0, 7000)]).values():
                     fut.result(30)
             finally:
                 conn.close()
