@@ -10,7 +10,6 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from tideline.core import errors
-from tideline.spark_session import driver_java_options
 
 HOME = Path(os.environ.get("TIDELINE_HOME", Path(__file__).resolve().parents[3]))
 
@@ -31,12 +30,10 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
     def __init__(self, *, pipeline_conn_ids: list[str], job: str, **kwargs: Any):
         kwargs.setdefault("application", str(HOME / "spark_jobs" / job))
         kwargs.setdefault("jars", os.environ.get("TIDELINE_SPARK_JARS", ""))
-        conf = dict(kwargs.pop("conf", None) or {})
-        conf["spark.driver.extraJavaOptions"] = driver_java_options(conf.get("spark.driver.extraJavaOptions", ""))
         # env_vars: the job kind's memory settings (SparkSettings.job_env), given by the DAG
         env = {"PYTHONPATH": os.pathsep.join([str(HOME / "plugins"), str(HOME)]),
                **(kwargs.pop("env_vars", None) or {})}
-        super().__init__(conf=conf, env_vars=env, **kwargs)
+        super().__init__(env_vars=env, **kwargs)
         self.pipeline_conn_ids = pipeline_conn_ids
 
     def execute(self, context) -> dict:
@@ -46,7 +43,7 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
         from tideline.airflow.pipelines import pipelines_dir
         from tideline.entrypoints import ERROR_FILE_ENV
         from tideline.packaging import library_zip
-        from tideline.spark_session import driver_address
+        from tideline.spark_session import driver_address, driver_java_options
         with tempfile.NamedTemporaryFile(prefix="tideline-error-", suffix=".txt") as error_file:
             self.env_vars = {**(self.env_vars or {}), **spark_env(self.pipeline_conn_ids),
                              # the driver imports Tideline from the shipped zip, so it is told where
@@ -54,7 +51,10 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
                              "TIDELINE_PIPELINES": str(pipelines_dir()), ERROR_FILE_ENV: error_file.name}
             # executors import Tideline from the shipped library, never from this host's checkout
             self.py_files = str(library_zip())
-            self.conf = {**driver_address(), **(self.conf or {})}
+            # the driver's JVM options on the host that starts it (its class archive, if it has one)
+            conf = {**driver_address(), **(self.conf or {})}
+            conf["spark.driver.extraJavaOptions"] = driver_java_options(conf.get("spark.driver.extraJavaOptions", ""))
+            self.conf = conf
             if self._hook is not None:
                 self._hook._env_vars, self._hook._py_files, self._hook._conf = self.env_vars, self.py_files, self.conf
             try:
