@@ -1093,7 +1093,7 @@ def _class_archive_stamp() -> str:
 def build_class_archive() -> None:
     """Records the Spark driver's class archive (stack/spark_class_archive.py says why) when it is
     missing or was made for another JVM or pyspark; the jobs use it when it exists
-    (tideline.spark_session.class_archive_option)."""
+    (tideline.spark_session.driver_java_options)."""
     stamp_file = CLASS_ARCHIVE.with_suffix(".stamp")
     stamp = _class_archive_stamp()
     if CLASS_ARCHIVE.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:

@@ -48,7 +48,7 @@ FENCE_CHECK_S = 10.0   # how soon an idle stream notices that a newer run took i
 # benchmark's ~570 bytes per event) is held by the driver JVM until Python has collected it; results
 # this small die young, where 25,000-event results overflowed the young generation into the old one
 # and cost ~10 full collections per 200,000-event batch (~1.5 s; tests/bench/incremental.py: 28
-# full GCs per run -> 3). A small batch stays one task per Kafka partition.
+# full GCs per run -> 2). A small batch stays one task per Kafka partition.
 TASK_EVENTS = 6_250
 
 

@@ -148,3 +148,18 @@ def test_spark_drivers_start_from_the_class_archive(stack, tmp_path):
     other.write_bytes(b"not an archive")
     refused = submit(f"-XX:SharedArchiveFile={other} -Xshare:on")
     assert refused.returncode != 0, refused.stdout
+
+
+def test_a_class_archive_recorded_for_another_jvm_or_pyspark_is_recorded_again(stack):
+    """After an upgrade of the JVM or pyspark the old archive would be refused by every driver (each
+    then starting slowly, with a warning); `make up` records it again and drivers map the new one."""
+    stamp = stackctl.CLASS_ARCHIVE.with_suffix(".stamp")
+    current = stamp.read_text()
+    stamp.write_text(current.replace('"jars": [', '"jars": ["pyspark-of-another-version.jar", '))
+    before = stackctl.CLASS_ARCHIVE.stat().st_mtime_ns
+    stackctl.build_class_archive()
+    assert stamp.read_text() == current
+    rebuilt = stackctl.CLASS_ARCHIVE.stat().st_mtime_ns
+    assert rebuilt != before
+    stackctl.build_class_archive()   # up to date now: kept as it is
+    assert stackctl.CLASS_ARCHIVE.stat().st_mtime_ns == rebuilt
