@@ -6,11 +6,10 @@ demo) it is built in local mode with the Kafka connector and JDBC jars from TIDE
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-HOME = Path(os.environ.get("TIDELINE_HOME", Path(__file__).resolve().parents[2]))
+from tideline import HOME
 
 
 DRIVER_ADDRESS_KEYS = ("spark.driver.host", "spark.driver.bindAddress")

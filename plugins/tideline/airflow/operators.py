@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from tideline import HOME
 from tideline.core import errors
 
-HOME = Path(os.environ.get("TIDELINE_HOME", Path(__file__).resolve().parents[3]))
 
 # What each exit status of a Spark entrypoint means to the DAG (see spark_jobs/*.py).
 _TERMINAL = {
