@@ -24,6 +24,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import stackctl
@@ -171,7 +172,14 @@ def test_production_topology_loses_and_doubles_nothing_through_executor_and_brok
         leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
         os.kill(stackctl.supervised_pid(f"kafka-ha-{leader}"), signal.SIGKILL)
         deadline = time.time() + 60
-        while admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader in (leader, -1):
+
+        def partition_leader() -> int:
+            """-1 while the client's own metadata request meets the killed broker and times out."""
+            try:
+                return admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+            except KafkaException:
+                return -1
+        while partition_leader() in (leader, -1):
             assert time.time() < deadline, "no new leader was elected"
             time.sleep(0.5)
         _wait_batches(target_db, cfg, len(batches(target_db, cfg.name)) + 3, stream,
