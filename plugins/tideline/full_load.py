@@ -99,7 +99,8 @@ def make_copy_writer(target_dsn: str, copy_sql: str, escape: list[bool], label: 
     return write
 
 
-def make_pipe_copier(source_dsn: str, target_dsn: str, session_init: str | None, copy_sql: str, label: str):
+def make_pipe_copier(source_dsn: str, target_dsn: str, session_init: str | None, copy_sql: str, label: str,
+                     copy_format: str):
     """The per-partition function of a PostgreSQL source: the partition's `COPY … TO STDOUT`
     inside the snapshot (session_init joins it) piped into the shadow's `COPY … FROM STDIN`."""
 
@@ -122,8 +123,9 @@ def make_pipe_copier(source_dsn: str, target_dsn: str, session_init: str | None,
                 src.close()
                 tgt.close()
             secs = time.monotonic() - started
-            report_partition(label, part, moved.read, moved.bytes, secs, "COPY pipe")
-            yield {"partition": part, "rows": moved.read, "copied": moved.stored, "seconds": secs}
+            how = f"COPY pipe, {copy_format}"
+            report_partition(label, part, moved.read, moved.bytes, secs, how)
+            yield {"partition": part, "rows": moved.read, "copied": moved.stored, "seconds": secs, "how": how}
 
     return copy
 
@@ -208,20 +210,24 @@ def copy_source_rows(spark, engine: SourceEngine, tgt, target_dsn: str, shape: T
                      started: float | None = None, where: str | None = None, run_id: int | None = None) -> list[dict]:
     """Reads `query` from the source, one Spark task per predicate, and COPYs the rows into
     schema.table of the target (`tgt` renders the COPY statement); returns each partition's
-    figures. Each partition's session runs `session_init` first (joining the snapshot of a full
-    load). A source that speaks COPY is piped straight into the target (reading the rows of
-    `where`, the filter inside `query`); others go through Spark JDBC and Arrow. With `run_id`,
+    figures (partition, rows read, rows copied, seconds, how). Each partition's session runs
+    `session_init` first (joining the snapshot of a full load). A source that speaks COPY is piped
+    straight into the target (reading the rows of `where`, the filter inside `query`), in binary
+    where the shape allows; others go through Spark JDBC and Arrow. With `run_id`,
     the rows stored so far are sampled into tideline.load_progress while the copy runs."""
-    copy_sql = copy_into(schema, table, shape.written_columns).as_string(tgt)
     reads = [engine.copy_read_sql(tgt, shape, where, p) for p in predicates]
+    copy_format = shape.copy_format if all(reads) else "text"   # the JDBC path writes COPY text
+    copy_sql = copy_into(schema, table, shape.written_columns, copy_format).as_string(tgt)
     rel = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table)).as_string(tgt)
     progress = _Progress(spark, label, len(predicates), started or time.monotonic(),
                          sample=(target_dsn, run_id, rel) if run_id is not None else None)
     progress.start()
     try:
         if all(reads):
-            log.info("%s: piping %d partitions into %s.%s (COPY)", label, len(predicates), schema, table)
-            copier = make_pipe_copier(engine.source.postgres_dsn(), target_dsn, session_init, copy_sql, label)
+            log.info("%s: piping %d partitions into %s.%s (COPY, %s)", label, len(predicates), schema, table,
+                     copy_format)
+            copier = make_pipe_copier(engine.source.postgres_dsn(), target_dsn, session_init, copy_sql, label,
+                                      copy_format)
             figures = spark.sparkContext.parallelize(list(enumerate(reads)), len(reads)).mapPartitions(copier).collect()
         else:
             log.info("%s: copying %d partitions into %s.%s (JDBC)", label, len(predicates), schema, table)
@@ -232,7 +238,7 @@ def copy_source_rows(spark, engine: SourceEngine, tgt, target_dsn: str, shape: T
             df = df.select(*[f"`{c}`" for c in shape.written_columns])
             writer = make_copy_writer(target_dsn, copy_sql, shape.escape_flags, label)
             rows = df.mapInArrow(writer, "partition int, rows long, copied long, seconds double").collect()
-            figures = [r.asDict() for r in rows]
+            figures = [dict(r.asDict(), how="JDBC") for r in rows]
     except BaseException:
         progress.stop()
         raise
@@ -319,7 +325,8 @@ class FullLoad:
                                        snapshot_xmin=snap.position, rows=snapshot_rows)
                 secs = time.monotonic() - started
                 state.run_end(cur, run_id, "succeeded", snapshot_rows,
-                              f"{why}{len(snap.predicates)} partitions, {secs:.1f}s (read+copy {copy_secs:.1f}s), "
+                              f"{why}{len(snap.predicates)} partitions ({figures[0]['how']}), {secs:.1f}s "
+                              f"(read+copy {copy_secs:.1f}s), "
                               f"resume offsets {offsets}, {self.engine.label} snapshot {snap.snapshot_id}")
             result = LoadResult(table, snapshot_rows, secs, len(snap.predicates), epoch, offsets)
             log.info("%s: loaded %s rows in %.1fs (%s rows/s; read+copy %.1fs); live table swapped; "

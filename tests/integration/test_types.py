@@ -131,21 +131,68 @@ NOT_STORABLE = {"gtsvector", "pg_brin_bloom_summary", "pg_brin_minmax_multi_summ
 ROWS = 7
 
 
-def _create(cur, p: str, table: str) -> None:
+# Columns whose binary COPY form names an OID of the source's catalog (an enum array's element
+# type, a composite's field types, extension types, the reg* types) or that have no binary form
+# (aclitem): a table holding one is piped as COPY text; every other column moves in binary.
+TEXT_ONLY = {"c_enum_arr", "c_comp", "c_hstore", "c_citext", "c_aclitem", "c_regclass", "c_regtype", "c_regproc",
+             "c_regprocedure", "c_regoper", "c_regoperator", "c_regnamespace", "c_regrole", "c_regconfig",
+             "c_regdictionary", "c_regcollation"}
+
+
+def _create(cur, p: str, table: str, matrix=MATRIX) -> None:
     cur.execute(f"CREATE TYPE {p}_mood AS ENUM ('happy', 'sad, really')")
     cur.execute(f"CREATE DOMAIN {p}_positive AS integer CHECK (VALUE > 0)")
     cur.execute(f"CREATE DOMAIN {p}_tags AS text[]")
     cur.execute(f"CREATE TYPE {p}_pair AS (n integer, s text, d date)")
-    cols = ", ".join(f"{c} {t.format(p=p)}" for c, t, _ in MATRIX)
+    cols = ", ".join(f"{c} {t.format(p=p)}" for c, t, _ in matrix)
     cur.execute(f"CREATE TABLE public.{table} (id integer PRIMARY KEY, {cols}, "
                 f"c_gen bigint GENERATED ALWAYS AS (c_int4::bigint * 2) STORED)")
 
 
-def _insert(cur, table: str, ids: range) -> None:
+def _insert(cur, table: str, ids: range, matrix=MATRIX) -> None:
     for n, row_id in enumerate(ids):
-        names = ["id"] + [c for c, _, vals in MATRIX if n % ROWS < len(vals)]
-        values = [str(row_id)] + [vals[n % ROWS] for _, _, vals in MATRIX if n % ROWS < len(vals)]
+        names = ["id"] + [c for c, _, vals in matrix if n % ROWS < len(vals)]
+        values = [str(row_id)] + [vals[n % ROWS] for _, _, vals in matrix if n % ROWS < len(vals)]
         cur.execute(f"INSERT INTO public.{table} ({', '.join(names)}) VALUES ({', '.join(values)})")
+
+
+def _load_method(conn, pipeline: str, table: str) -> str:
+    """How the last full load of the table moved its rows, from its run in the history."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT detail FROM tideline.runs WHERE pipeline = %s AND table_name = %s AND kind = 'full_load' "
+                    "AND outcome = 'succeeded' ORDER BY run_id DESC LIMIT 1", (pipeline, table))
+        detail = cur.fetchone()[0]
+    return detail[detail.index("(") + 1:detail.index(")")]
+
+
+def test_every_type_with_a_portable_binary_form_loads_in_binary_exactly(spark, source_db, target_db, pipelines,
+                                                                        unique_name):
+    """The full load pipes COPY's binary form where each column's means the same in the target
+    (no value printed and parsed again); every edge value must land as the source holds it, and
+    one column without such a form sends the whole table through COPY text."""
+    p, t, mixed = unique_name, f"{unique_name}_bin", f"{unique_name}_mixed"
+    binary = [m for m in MATRIX if m[0] not in TEXT_ONLY]
+    with source_db.cursor() as cur:
+        _create(cur, p, t, binary)
+        _insert(cur, t, range(1, ROWS + 1), binary)
+        cur.execute(f"INSERT INTO public.{t} (id) VALUES (100)")   # every column NULL
+        cur.execute(f"CREATE TABLE public.{mixed} (id bigint PRIMARY KEY, n numeric, r regclass)")
+        cur.execute(f"INSERT INTO public.{mixed} VALUES (1, 'NaN', 'pg_class'), (2, '-0.0', NULL)")
+    try:
+        cfg = pipelines.make([{"name": t}, {"name": mixed}])
+        shape = engines.for_source(get_connection("tideline_source")).describe(source_db, "public", t, cfg.table(t))
+        source_db.rollback()
+        assert [c.name for c in shape.columns if not c.binary_copy] == [] and shape.copy_format == "binary"
+        FullLoad(cfg, spark).run([t, mixed])
+        assert _load_method(target_db, cfg.name, t) == "COPY pipe, binary"
+        assert _load_method(target_db, cfg.name, mixed) == "COPY pipe, text"
+        synced = "id, " + ", ".join(c for c, _, _ in binary) + ", c_gen"
+        assert _rows(source_db, "public", t, synced) == _rows(target_db, p, t, synced)
+        assert rows_as_text(source_db, "public", mixed, "id") == rows_as_text(target_db, p, mixed, "id")
+    finally:
+        drop_source(source_db, t, mixed)
+        with source_db.cursor() as cur:
+            _drop_types(cur, p)
 
 
 def _drop_types(cur, p: str) -> None:
@@ -186,6 +233,11 @@ def test_every_type_streams_exactly_as_the_full_load_copies_it(spark, source_db,
         tables[0]["exclude_columns"] = ["c_timetz"]
         cfg = pipelines.make(tables, create_topics=False, capture=True)
         FullLoad(cfg, spark).run([t, k2, kd])
+        shape = engines.for_source(get_connection("tideline_source")).describe(source_db, "public", t, cfg.table(t))
+        source_db.rollback()
+        assert {c.name for c in shape.columns if not c.binary_copy} == TEXT_ONLY
+        assert _load_method(target_db, cfg.name, t) == "COPY pipe, text"
+        assert _load_method(target_db, cfg.name, k2) == "COPY pipe, binary"
         synced = "id, " + ", ".join(c for c, _, _ in MATRIX if c != "c_timetz") + ", c_gen"
         assert _rows(source_db, "public", t, synced) == _rows(target_db, p, t, synced)
 

@@ -79,9 +79,9 @@ class SourceEngine(ABC):
 
     def copy_read_sql(self, conn, shape: TableShape, where: str | None, predicate: str) -> str | None:
         """`COPY … TO STDOUT` of the written columns of the rows `read_query(conn, shape, where)`
-        reads that match the partition's `predicate`, as PostgreSQL COPY text, when this engine
-        speaks that protocol: a load then pipes each partition source → target without decoding a
-        row. None: read with Spark JDBC."""
+        reads that match the partition's `predicate`, in PostgreSQL COPY's `shape.copy_format`, when
+        this engine speaks that protocol: a load then pipes each partition source → target without
+        decoding a row. None: read with Spark JDBC."""
         return None
 
     def close_snapshot(self, conn) -> None:

@@ -9,8 +9,8 @@ from psycopg2 import sql
 from tideline import sqlfiles
 from tideline.core import debezium
 from tideline.core.errors import SourceError, TransientError
-from tideline.core.table_shape import (Column, TableShape, boundaries_query, ctid_predicates, hash_predicates,
-                                       key_range_predicates, read_query, select_columns)
+from tideline.core.table_shape import (Column, TableShape, boundaries_query, copy_options, ctid_predicates,
+                                       hash_predicates, key_range_predicates, read_query, select_columns)
 from tideline.engines.base import Snapshot, SourceEngine
 
 # Above this many rows the partition boundaries come from a block sample, not the whole index.
@@ -84,8 +84,9 @@ class PostgresEngine(SourceEngine):
                 raise SourceError(f"{label}: the source connection's role has no SELECT privilege. "
                                   f"Run: GRANT SELECT ON {schema}.{table} TO <the role of the source connection>;")
             cur.execute(sqlfiles.load("full_load/source_columns"), {"relid": relid})
-            columns = tuple(Column(name, typ, not_null, default, has_missing, missing, generated)
-                            for name, typ, not_null, _schema, _cat, default, has_missing, missing, generated
+            columns = tuple(Column(name, typ, not_null, default, has_missing, missing, generated,
+                                   binary_copy=binary)
+                            for name, typ, not_null, _schema, _cat, default, has_missing, missing, generated, binary
                             in cur.fetchall())
             cur.execute(sqlfiles.load("full_load/source_primary_key"), {"relid": relid})
             source_pk = tuple(r[0] for r in cur.fetchall())
@@ -158,9 +159,11 @@ class PostgresEngine(SourceEngine):
 
     def copy_read_sql(self, conn, shape: TableShape, where: str | None, predicate: str) -> str | None:
         """Typed columns: COPY prints each with its type's output function, the same text `::text`
-        gives the JDBC path, without a text copy of every value first (30% of the read)."""
+        gives the JDBC path, without a text copy of every value first (30% of the read); in
+        binary when every column's binary form means the same in the target (shape.copy_format)."""
         query = read_query(shape, sql.SQL(where) if where else None, typed=True).as_string(conn)
-        return f"COPY (SELECT {', '.join(map(self.quote, shape.written_columns))} FROM {query} WHERE {predicate}) TO STDOUT"
+        return (f"COPY (SELECT {', '.join(map(self.quote, shape.written_columns))} FROM {query} WHERE {predicate}) "
+                f"TO STDOUT{copy_options(shape.copy_format)}")
 
     def open_snapshot(self, conn, shape: TableShape, parts: int) -> Snapshot:
         """One exported snapshot, held open on `conn`; every partition's session joins it."""
