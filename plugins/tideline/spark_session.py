@@ -15,12 +15,13 @@ from tideline import HOME
 DRIVER_ADDRESS_KEYS = ("spark.driver.host", "spark.driver.bindAddress")
 
 
-def driver_java_options(*first: str) -> str:
+def driver_java_options(*first: str, environ=None) -> str:
     """The driver JVM options a job is submitted with, after `first` (its kind's, from
     SparkSettings.job_conf): Tideline's log4j config, and this host's class archive when it has
-    one — Spark's classes mapped parsed and verified instead of loaded, ~2 s off every job's start
+    one (TIDELINE_SPARK_CLASS_ARCHIVE in `environ`, default this process's environment) — Spark's
+    classes mapped parsed and verified instead of loaded, ~2 s off every job's start
     (stack/spark_class_archive.py). A JVM that cannot use the archive says so and starts without."""
-    archive = os.environ.get("TIDELINE_SPARK_CLASS_ARCHIVE", "")
+    archive = (os.environ if environ is None else environ).get("TIDELINE_SPARK_CLASS_ARCHIVE", "")
     return " ".join(filter(None, [*first, f"-Dlog4j2.configurationFile={HOME / 'spark_jobs' / 'log4j2.properties'}",
                                   f"-XX:SharedArchiveFile={archive}" if archive and os.path.isfile(archive) else ""]))
 

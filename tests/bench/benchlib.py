@@ -68,7 +68,7 @@ def run_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "loca
     env = dict(env, **SparkSettings.job_env("load"))   # as the sync DAG submits it (Spark's 1 GB driver heap)
     proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", master, *submit_args,
                              "--jars", env["TIDELINE_SPARK_JARS"],
-                             "--driver-java-options", driver_java_options(),
+                             "--driver-java-options", driver_java_options(environ=env),
                              str(ROOT / "spark_jobs" / "full_load.py"), "--pipeline", pipeline,
                              "--pipelines-dir", str(pipelines)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
