@@ -23,6 +23,18 @@ def pg(db: str):
     return conn
 
 
+def checkpoint() -> None:
+    """A CHECKPOINT of the stack's PostgreSQL (as its superuser) before a contestant starts: a
+    load writes ~1 GB of WAL, more than max_wal_size, so without it the next contestant pays for
+    the previous one's checkpoint."""
+    conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["target"], stackctl.PG_SUPERUSER, stackctl.PG_SUPERPASS))
+    conn.autocommit = True
+    try:
+        conn.cursor().execute("CHECKPOINT")
+    finally:
+        conn.close()
+
+
 class PeakRss(threading.Thread):
     """Peak memory of a process tree, sampled every 100 ms; `done.set()` stops it. `peak` sums
     each process's resident set (RSS); `peak_pss` sums proportional set sizes, which count a page

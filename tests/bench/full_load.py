@@ -4,13 +4,16 @@
     .venv/bin/python tests/bench/full_load.py [--rows 5000000] [--parallelism 4]
 
 Source: 5,000,000 rows x 10 realistic columns (created once, reused). Tideline: spark-submit of
-spark_jobs/full_load.py (Spark start-up included). Baselines, each into a table created without
-its key, the key added after the copy (as Tideline does): one `psql COPY ... TO STDOUT | psql
-COPY ... FROM STDIN` pipe, and `--parallelism` such pipes side by side, one per id range. Every
-result is checked equal to the source (row count and an order-independent digest of `t::text`)
-before anything is reported. Last line:
+spark_jobs/full_load.py (Spark start-up included), as the sync DAG submits it. Baselines, each
+into a table created without its key, the key added after the copy (as Tideline does): one `psql
+COPY ... TO STDOUT | psql COPY ... FROM STDIN` pipe, `--parallelism` such pipes side by side (one
+per id range), and — because Tideline pipes this table's built-in types in COPY's binary format —
+one pipe with `(FORMAT binary)` on both ends, so the share of the gain that is the format alone
+is visible. Every result is checked equal to the source (row count and an order-independent
+digest of `t::text`) before anything is reported. Last line:
 RESULT full_load_rows_per_s=<n> copy_pipe_rows_per_s=<n> ratio=<full_load/copy_pipe> peak_rss_mb=<n>
        parallel_pipe_rows_per_s=<n> parallel_ratio=<full_load/parallel_pipe>
+       binary_pipe_rows_per_s=<n> binary_ratio=<full_load/binary_pipe>
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import ensure_topic, pg, run_full_load, stackctl
+from benchlib import checkpoint, ensure_topic, pg, run_full_load, stackctl
 
 TABLE = "bench_orders"
 PIPELINE = "bench"
@@ -73,10 +76,11 @@ def check_equal(what: str, qualified: str, source: tuple[int, str]) -> None:
     print(f"[bench] {what}: {got[0]:,} rows, digest equal to the source", flush=True)
 
 
-def run_copy_pipe(schema: str = "bench_pipe", keep: bool = False, parts: int = 1) -> float:
+def run_copy_pipe(schema: str = "bench_pipe", keep: bool = False, parts: int = 1, binary: bool = False) -> float:
     """Seconds for `psql COPY TO STDOUT | psql COPY FROM STDIN` of the table into <schema> of the
-    target — `parts` pipes side by side, one per id range — then its primary key (the table is
-    created without it, as Tideline's shadow is). Dropped afterwards unless keep."""
+    target — `parts` pipes side by side, one per id range; COPY's binary format if `binary` — then
+    its primary key (the table is created without it, as Tideline's shadow is). Dropped afterwards
+    unless keep."""
     with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
         cur.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
         cur.execute(f"DROP TABLE IF EXISTS {schema}.{TABLE}")
@@ -86,12 +90,14 @@ def run_copy_pipe(schema: str = "bench_pipe", keep: bool = False, parts: int = 1
         cur.execute(f"SELECT min(id), max(id) FROM {TABLE}")
         lo, hi = cur.fetchone()
     step = -(-(hi - lo + 1) // parts)
+    checkpoint()
     ranges = [f"WHERE id >= {lo + i * step} AND id < {lo + (i + 1) * step}" for i in range(parts)] if parts > 1 else [""]
     src = stackctl.pg_url(stackctl.DATABASES["source"])
     tgt = stackctl.pg_url(stackctl.DATABASES["target"])
+    fmt = " (FORMAT binary)" if binary else ""
     started = time.monotonic()
-    pipes = [subprocess.Popen(f'psql "{src}" -qc "COPY (SELECT * FROM {TABLE} {where}) TO STDOUT" | '
-                              f'psql "{tgt}" -qc "COPY {schema}.{TABLE} FROM STDIN"', shell=True)
+    pipes = [subprocess.Popen(f'psql "{src}" -qc "COPY (SELECT * FROM {TABLE} {where}) TO STDOUT{fmt}" | '
+                              f'psql "{tgt}" -qc "COPY {schema}.{TABLE} FROM STDIN{fmt}"', shell=True)
              for where in ranges]
     if any(p.wait() for p in pipes):
         raise SystemExit("[bench] a baseline COPY pipe failed")
@@ -100,7 +106,8 @@ def run_copy_pipe(schema: str = "bench_pipe", keep: bool = False, parts: int = 1
         cur.execute(f"ALTER TABLE {schema}.{TABLE} ADD PRIMARY KEY (id)")
     secs = time.monotonic() - started
     if not keep:
-        check_equal(f"baseline ({parts} pipe{'s' if parts > 1 else ''})", f"{schema}.{TABLE}",
+        check_equal(f"baseline ({parts} {'binary ' if binary else ''}pipe{'s' if parts > 1 else ''})",
+                    f"{schema}.{TABLE}",
                     table_digest("source", TABLE))
         with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
             cur.execute(f"DROP SCHEMA {schema} CASCADE")
@@ -126,6 +133,7 @@ def main() -> int:
     ensure_topic(f"bench.public.{TABLE}")
     with tempfile.TemporaryDirectory() as tmp:
         write_pipeline(Path(tmp), args.parallelism)
+        checkpoint()
         print(f"[bench] full load job of {args.rows:,} rows (spark-submit, local[2], {args.parallelism} partitions)",
               flush=True)
         fl_secs, peak_mb = run_full_load(PIPELINE, Path(tmp), env)
@@ -138,10 +146,14 @@ def main() -> int:
           flush=True)
     par_secs = run_copy_pipe(parts=args.parallelism)
     print(f"[bench] parallel copy pipes: {par_secs:.1f}s", flush=True)
-    fl_rate, pipe_rate, par_rate = args.rows / fl_secs, args.rows / pipe_secs, args.rows / par_secs
+    print("[bench] binary baseline: one pipe, COPY (FORMAT binary) on both ends, then the key", flush=True)
+    bin_secs = run_copy_pipe(binary=True)
+    print(f"[bench] binary copy pipe: {bin_secs:.1f}s", flush=True)
+    fl_rate, pipe_rate, par_rate, bin_rate = (args.rows / s for s in (fl_secs, pipe_secs, par_secs, bin_secs))
     print(f"RESULT full_load_rows_per_s={fl_rate:.0f} copy_pipe_rows_per_s={pipe_rate:.0f} "
           f"ratio={fl_rate / pipe_rate:.2f} peak_rss_mb={peak_mb:.0f} parallel_pipe_rows_per_s={par_rate:.0f} "
-          f"parallel_ratio={fl_rate / par_rate:.2f}")
+          f"parallel_ratio={fl_rate / par_rate:.2f} binary_pipe_rows_per_s={bin_rate:.0f} "
+          f"binary_ratio={fl_rate / bin_rate:.2f}")
     return 0
 
 
