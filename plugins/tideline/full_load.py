@@ -20,9 +20,9 @@ import psycopg2
 from psycopg2 import sql
 
 from tideline import dependents, engines, kafka_offsets, sqlfiles, state
+from tideline.copy_pipe import make_copy_writer, make_pipe_copier
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
-from tideline.core.copy_text import CopyStream
 from tideline.core.errors import FencedError, LoadVerificationError, TargetError, TidelineError
 from tideline.core.table_shape import TableShape, copy_into, create_table
 from tideline.engines import SourceEngine
@@ -53,81 +53,6 @@ def run_owner(kind: str) -> str:
     airflow = os.environ.get("AIRFLOW_CTX_DAG_RUN_ID")
     where = f" (dag run {airflow}, try {os.environ.get('AIRFLOW_CTX_TRY_NUMBER', '?')})" if airflow else ""
     return f"{kind} pid {os.getpid()} on {socket.gethostname()} at {datetime.now().isoformat(timespec='seconds')}{where}"
-
-
-def report_partition(label: str, part: int, rows: int, nbytes: int, secs: float, how: str) -> None:
-    """One partition's figures on the executor's stderr (in the task log), with where the library
-    was imported from (the shipped zip on a cluster)."""
-    import sys
-    print(f"[tideline] {time.strftime('%H:%M:%S')} {label} partition {part}: {rows:,} rows, {nbytes / 1e6:.1f} MB "
-          f"in {secs:.1f}s ({rows / secs if secs else 0:,.0f} rows/s, {how}; library "
-          f"{os.path.abspath(sys.modules['tideline'].__file__)})", file=sys.stderr, flush=True)
-
-
-def make_copy_writer(target_dsn: str, copy_sql: str, escape: list[bool], label: str):
-    """The per-partition function for mapInArrow: streams the partition's rows into the shadow
-    table with COPY and yields one row of figures (partition, rows, seconds)."""
-
-    def write(batches):
-        import pyarrow as pa
-        from pyspark import TaskContext
-
-        part = TaskContext.get().partitionId()
-        started = time.monotonic()
-        stream = CopyStream(batches, escape)
-        conn = psycopg2.connect(target_dsn)
-        try:
-            with conn, conn.cursor() as cur:
-                # Durable anyway: the swap commits synchronously after every partition's WAL.
-                cur.execute("SET synchronous_commit = off")
-                try:
-                    cur.copy_expert(copy_sql, stream, size=1 << 20)
-                except psycopg2.Error:
-                    if stream.error is not None:  # reading the source failed, not the COPY
-                        raise stream.error
-                    raise
-                copied = cur.rowcount  # PostgreSQL's own count of the rows COPY stored
-        finally:
-            conn.close()
-        secs = time.monotonic() - started
-        report_partition(label, part, stream.rows, stream.bytes, secs, "JDBC")
-        yield pa.RecordBatch.from_arrays(
-            [pa.array([part], pa.int32()), pa.array([stream.rows], pa.int64()), pa.array([copied], pa.int64()),
-             pa.array([secs], pa.float64())],
-            names=["partition", "rows", "copied", "seconds"])
-
-    return write
-
-
-def make_pipe_copier(source_dsn: str, target_dsn: str, session_init: str | None, copy_sql: str, label: str,
-                     copy_format: str):
-    """The per-partition function of a PostgreSQL source: the partition's `COPY … TO STDOUT`
-    inside the snapshot (session_init joins it) piped into the shadow's `COPY … FROM STDIN`."""
-
-    def copy(items):
-        from tideline.copy_pipe import SESSION_OPTIONS, pipe_copy
-
-        for part, read_sql in items:
-            started = time.monotonic()
-            src = psycopg2.connect(source_dsn, options=SESSION_OPTIONS)
-            tgt = psycopg2.connect(target_dsn, options=SESSION_OPTIONS)
-            try:
-                with src.cursor() as scur, tgt.cursor() as tcur:
-                    if session_init:
-                        scur.execute(session_init)
-                    # Durable anyway: the swap commits synchronously after every partition's WAL.
-                    tcur.execute("SET synchronous_commit = off")
-                    moved = pipe_copy(scur, read_sql, tcur, copy_sql)
-                tgt.commit()
-            finally:
-                src.close()
-                tgt.close()
-            secs = time.monotonic() - started
-            how = f"COPY pipe, {copy_format}"
-            report_partition(label, part, moved.read, moved.bytes, secs, how)
-            yield {"partition": part, "rows": moved.read, "copied": moved.stored, "seconds": secs, "how": how}
-
-    return copy
 
 
 class _Progress(threading.Thread):
