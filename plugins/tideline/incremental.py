@@ -167,6 +167,18 @@ class IncrementalRun:
                                                    f"{self.mode} stream by {self.owner}")
         return self._check_coverage(self._tgt)
 
+    def _batch_events(self) -> int:
+        """Events per batch for this run, from the size of the newest events in the topics
+        (stream.max_batch_mb); logged when the size lowers it."""
+        stream = self.cfg.stream
+        mean = kafka_offsets.mean_event_bytes(self.bootstrap, sorted(self.by_topic))
+        events = stream.batch_events(mean)
+        if events < stream.max_offsets_per_trigger:
+            log.info("batches of at most %s events: the newest events weigh %s bytes on average, and "
+                     "stream.max_batch_mb=%g (stream.max_offsets_per_trigger=%s)", f"{events:,}", f"{mean:,.0f}",
+                     stream.max_batch_mb, f"{stream.max_offsets_per_trigger:,}")
+        return events
+
     def _check_coverage(self, conn) -> dict[str, dict[str, int]]:
         """Kafka must still hold every committed resume offset; otherwise the table needs a reload."""
         start: dict[str, dict[str, int]] = {}
@@ -215,12 +227,13 @@ class IncrementalRun:
                 os.makedirs(self.cfg.stream.checkpoint_dir, exist_ok=True)
             checkpoint = tempfile.mkdtemp(prefix=f"tideline-{self.cfg.name}-", dir=self.cfg.stream.checkpoint_dir)
             stream = self.cfg.stream
+            batch_events = self._batch_events()
             reader = (self.spark.readStream.format("kafka")
                       .option("kafka.bootstrap.servers", self.bootstrap)
                       .option("subscribe", ",".join(sorted(self.by_topic)))
                       .option("startingOffsets", json.dumps(start))
                       .option("failOnDataLoss", "true")
-                      .option("maxOffsetsPerTrigger", stream.max_offsets_per_trigger)
+                      .option("maxOffsetsPerTrigger", batch_events)
                       # a big batch is read as tasks of at most TASK_EVENTS events (see there)
                       .option("maxRecordsPerPartition", TASK_EVENTS)
                       .option("kafka.isolation.level", "read_committed")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -64,3 +65,35 @@ def watermarks(bootstrap: str, topic: str, timeout: float = 15.0) -> tuple[dict[
     parts = partitions(admin, bootstrap, topic, timeout)
     return (_list(admin, bootstrap, topic, parts, OffsetSpec.earliest(), timeout),
             _list(admin, bootstrap, topic, parts, OffsetSpec.latest(), timeout))
+
+
+def mean_event_bytes(bootstrap: str, topics: list[str], sample: int = 200, timeout: float = 10.0) -> float | None:
+    """The largest mean size (key + value bytes) of the newest `sample` events of any partition of
+    `topics`: what a batch's raw records weigh per event. None when the topics hold no events."""
+    from confluent_kafka import Consumer
+
+    ranges: dict[tuple[str, int], tuple[int, int]] = {}
+    for topic in topics:
+        earliest, latest = watermarks(bootstrap, topic)
+        for p, end in latest.items():
+            if end > earliest.get(p, 0):
+                ranges[(topic, p)] = (max(earliest.get(p, 0), end - sample), end)
+    if not ranges:
+        return None
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tideline-event-size", "enable.auto.commit": False,
+                         "enable.partition.eof": True, "isolation.level": "read_committed"}, logger=_quiet)
+    sizes: dict[tuple[str, int], list[int]] = {tp: [] for tp in ranges}
+    try:
+        consumer.assign([TopicPartition(t, p, lo) for (t, p), (lo, _end) in ranges.items()])
+        pending, deadline = set(ranges), time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=500, timeout=1.0):
+                tp = (msg.topic(), msg.partition())
+                if msg.error() is None:
+                    sizes[tp].append(len(msg.key() or b"") + len(msg.value() or b""))
+                if msg.error() is not None or msg.offset() + 1 >= ranges[tp][1]:
+                    pending.discard(tp)
+    finally:
+        consumer.close()
+    means = [sum(s) / len(s) for s in sizes.values() if s]
+    return max(means) if means else None

@@ -497,3 +497,32 @@ def test_excluded_column_never_reaches_the_target(spark, source_db, target_db, p
             assert [r[0] for r in cur.fetchall()] == ["id", "name"]
     finally:
         drop_source(source_db, t)
+
+
+def test_big_events_make_smaller_batches(spark, source_db, target_db, pipelines, unique_name, caplog):
+    """A batch's raw events are held by the driver: with stream.max_batch_mb, a table of big rows
+    streams in batches of fewer events (sized from the newest events at the start), and nothing
+    is lost or applied twice across them."""
+    from tideline import kafka_offsets
+    t = f"{unique_name}_wide"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id bigint PRIMARY KEY, doc text NOT NULL)")
+    try:
+        cfg = pipelines.make([{"name": t}], capture=True, stream={"max_batch_mb": 1})
+        FullLoad(cfg, spark).run([t])
+        resume = {cfg.topic(t): dict(state.get(target_db, cfg.name, t).resume_offsets)}
+        with source_db.cursor() as cur:   # ~4 KB of text per row: each change event is bigger than that
+            cur.execute(f"INSERT INTO public.{t} SELECT g, repeat(md5(g::text), 125) FROM generate_series(1, 1500) g")
+        deadline = time.time() + 60
+        while sum(kafka_offsets.end_offsets(pipelines.bootstrap(), cfg.topic(t)).values()) < 1500:
+            assert time.time() < deadline, "Debezium did not deliver the 1,500 inserts within 60 s"
+            time.sleep(0.5)
+        with caplog.at_level("INFO", logger="tideline.incremental"):
+            sync_until_equal(cfg, spark, source_db, target_db, {t: "id"})
+        assert "stream.max_batch_mb=1" in caplog.text
+        sizes = [sum(end[topic][p] - start[topic][p] for topic in start for p in start[topic])
+                 for _id, start, end in batches(target_db, cfg.name)]
+        assert sum(sizes) == 1500 and len(sizes) >= 6 and max(sizes) <= 1_000_000 // 4_000, sizes
+        assert_batches_contiguous(target_db, cfg.name, resume)
+    finally:
+        drop_source(source_db, t)

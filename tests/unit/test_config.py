@@ -173,3 +173,13 @@ def test_job_env_caps_malloc_arenas_for_every_job_and_returns_a_streams_freed_ba
     assert SparkSettings.job_env("load") == SparkSettings.job_env("batch") == {"MALLOC_ARENA_MAX": "2"}
     assert SparkSettings.job_env("stream") == {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072",
                                                "ARROW_DEFAULT_MEMORY_POOL": "system"}
+
+
+def test_a_batch_of_big_events_holds_fewer_of_them():
+    from tideline.core.config import StreamSettings
+    stream = StreamSettings()
+    assert stream.batch_events(None) == stream.batch_events(0) == 200_000     # nothing seen yet: the count
+    assert stream.batch_events(600) == 200_000                                  # 120 MB: within 128 MB
+    assert stream.batch_events(5_000) == 25_600                                 # 5 KB rows: 128 MB of them
+    assert StreamSettings(max_batch_mb=1).batch_events(4e6) == 1                # never less than one event
+    assert StreamSettings(max_offsets_per_trigger=1_000).batch_events(5_000) == 1_000

@@ -159,6 +159,9 @@ class SparkSettings(_Model):
 
 class StreamSettings(_Model):
     max_offsets_per_trigger: int = Field(default=200_000, ge=100, description="events per batch at most")
+    max_batch_mb: float = Field(default=128, ge=1, description="a batch's raw change events weigh at most about "
+                                                               "this many MB (the driver holds them): fewer events "
+                                                               "per batch when the events are big")
     trigger_interval_s: float = Field(default=1.0, ge=0.1, le=3600)
     outage_wait_minutes: float = Field(default=10, ge=0, description="a database that restarts or refuses "
                                                                      "connections is waited out this long by a "
@@ -169,6 +172,16 @@ class StreamSettings(_Model):
         default=None, description="directory of each run's Spark checkpoint (disposable: the position lives in "
                                   "the target); default the driver's temp directory. With the driver on a "
                                   "cluster node, storage the driver host keeps")
+
+
+    def batch_events(self, mean_event_bytes: float | None) -> int:
+        """Events per batch: max_offsets_per_trigger, or fewer when that many events of the size
+        seen in the topics would weigh more than max_batch_mb. 200,000 events of ~600 bytes are
+        ~120 MB; the same count of 5 KB rows would be 1 GB — past the driver's heap and Spark's
+        1 GB cap on a job's results, a batch that fails every time it is tried."""
+        if not mean_event_bytes:
+            return self.max_offsets_per_trigger
+        return max(1, min(self.max_offsets_per_trigger, int(self.max_batch_mb * 1e6 / mean_event_bytes)))
 
 
 class VerifyConfig(_Model):
