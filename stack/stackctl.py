@@ -134,6 +134,8 @@ def environment() -> dict[str, str]:
         "TIDELINE_HOME": str(ROOT),
         "TIDELINE_SPARK_JARS": ",".join(spark_jars()),
         "TIDELINE_SPARK_CLASS_ARCHIVE": str(CLASS_ARCHIVE),
+        # Hadoop's local file system without a forked chmod per file (stack/jvm/hadoop-nio)
+        "TIDELINE_SPARK_DRIVER_CLASSPATH": ":".join(map(str, _driver_classpath())),
         "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)]),
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": HOST,  # Spark binds to loopback only
@@ -1083,11 +1085,19 @@ def up_spark() -> None:
 CLASS_ARCHIVE = LIB / "spark-driver-classes.jsa"
 
 
+def _driver_classpath() -> list[Path]:
+    """Tideline's jars for the drivers' class path (stack/jvm/hadoop-nio; see
+    tideline.spark_session.driver_conf)."""
+    return sorted((LIB / "driver").glob("*.jar"))
+
+
 def _class_archive_stamp() -> str:
     """What the archive was recorded against: a JVM only maps an archive made by the same JVM
-    build from the same class path (pyspark's jars)."""
+    build from the same class path (pyspark's jars, and Tideline's driver jars, which come first
+    on it and are checked by size and time: a rebuilt one needs a new archive)."""
     java = subprocess.run([_java(), "-version"], capture_output=True, text=True).stderr.strip()
-    return json.dumps({"java": java, "jars": sorted(p.name for p in (_spark_home() / "jars").glob("*.jar"))})
+    return json.dumps({"java": java, "jars": sorted(p.name for p in (_spark_home() / "jars").glob("*.jar")),
+                       "driver": [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in _driver_classpath()]})
 
 
 def build_class_archive() -> None:
@@ -1101,8 +1111,10 @@ def build_class_archive() -> None:
     print("[stack] spark     recording the driver's class archive (once, ~20 s) ...", flush=True)
     partial = CLASS_ARCHIVE.with_suffix(".partial")
     partial.unlink(missing_ok=True)
+    driver = ":".join(map(str, _driver_classpath()))   # the class path the drivers start with
     res = subprocess.run([str(VENV_BIN / "spark-submit"), "--master", "local[1]", "--conf",
                           f"spark.driver.extraJavaOptions=-XX:ArchiveClassesAtExit={partial}",
+                          *(["--conf", f"spark.driver.extraClassPath={driver}"] if driver else []),
                           str(STACK / "spark_class_archive.py")],
                          env={**os.environ, **environment()}, capture_output=True, text=True, timeout=300)
     if res.returncode != 0 or not partial.exists():

@@ -26,6 +26,28 @@ def driver_java_options(*first: str, environ=None) -> str:
                                   f"-XX:SharedArchiveFile={archive}" if archive and os.path.isfile(archive) else ""]))
 
 
+NIO_LOCAL_FILE_SYSTEM = "dev.tideline.hadoop.NioLocalFileSystem"
+
+
+def driver_conf(conf: dict[str, str], environ=None) -> dict[str, str]:
+    """`conf` (a job kind's, from SparkSettings.job_conf) with what the driver's host adds: its JVM
+    options (driver_java_options) and, when the host has Tideline's driver jar
+    (TIDELINE_SPARK_DRIVER_CLASSPATH, built by `make setup` from stack/jvm/hadoop-nio), Hadoop's
+    local file system setting permissions through java.nio — without Hadoop's native library it
+    forks `chmod` of the whole driver JVM for every file it creates (a stream's checkpoint: ~5
+    per batch). On the driver's class path, not --jars: Hadoop loads the file system before
+    Spark adds the jars."""
+    environ = os.environ if environ is None else environ
+    out = dict(conf)
+    out["spark.driver.extraJavaOptions"] = driver_java_options(conf.get("spark.driver.extraJavaOptions", ""),
+                                                               environ=environ)
+    jars = [j for j in environ.get("TIDELINE_SPARK_DRIVER_CLASSPATH", "").split(":") if j and os.path.isfile(j)]
+    if jars:
+        out["spark.driver.extraClassPath"] = ":".join(filter(None, [conf.get("spark.driver.extraClassPath"), *jars]))
+        out.setdefault("spark.hadoop.fs.file.impl", NIO_LOCAL_FILE_SYSTEM)
+    return out
+
+
 def driver_address() -> dict[str, str]:
     """Where executors reach the driver: TIDELINE_SPARK_DRIVER_HOST (an address the workers can
     reach; default loopback, for local mode and the one-host stack), bound on

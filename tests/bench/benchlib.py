@@ -76,11 +76,12 @@ def run_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "loca
     driver's only; executors run under the workers)."""
     started = time.monotonic()
     from tideline.core.config import SparkSettings
-    from tideline.spark_session import driver_java_options
+    from tideline.spark_session import driver_conf
     env = dict(env, **SparkSettings.job_env("load"))   # as the sync DAG submits it (Spark's 1 GB driver heap)
+    conf = driver_conf({}, environ=env)   # the host's driver settings (class archive, driver jar)
     proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", master, *submit_args,
+                             *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")],
                              "--jars", env["TIDELINE_SPARK_JARS"],
-                             "--driver-java-options", driver_java_options(environ=env),
                              str(ROOT / "spark_jobs" / "full_load.py"), "--pipeline", pipeline,
                              "--pipelines-dir", str(pipelines)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

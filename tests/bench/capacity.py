@@ -38,7 +38,7 @@ from tideline.connector import drop_capture, ensure_capture  # noqa: E402
 from tideline.core.config import load_pipeline  # noqa: E402
 from tideline.core.connections import get_connection  # noqa: E402
 from tideline.packaging import library_zip  # noqa: E402
-from tideline.spark_session import driver_java_options  # noqa: E402
+from tideline.spark_session import driver_conf  # noqa: E402
 
 PREFIX = "benchcap"
 ROWS = 20_000
@@ -97,7 +97,8 @@ def submit(job: str, cfg, tmp: Path, conf: list[str], *args: str, tuned: bool = 
     kind = "stream" if job == "incremental.py" else "load"
     dag_conf = cfg.spark.job_conf(kind)
     env = dict(os.environ, TIDELINE_PIPELINES=str(tmp), **cfg.spark.job_env(kind), **(ENV if tuned else {}))
-    java = driver_java_options(dag_conf.pop("spark.driver.extraJavaOptions", ""), *(JAVA_OPTIONS if tuned else []))
+    dag_conf = driver_conf(dag_conf)
+    java = " ".join([dag_conf.pop("spark.driver.extraJavaOptions"), *(JAVA_OPTIONS if tuned else [])])
     confs = [x for c in ["spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1",
                          *(f"{k}={v}" for k, v in dag_conf.items()), *conf]
              for x in ("--conf", c)]

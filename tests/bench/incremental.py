@@ -47,7 +47,7 @@ from tideline.connector import drop_capture, ensure_capture  # noqa: E402
 from tideline.core.config import load_pipeline  # noqa: E402
 from tideline.core.connections import get_connection  # noqa: E402
 from tideline.kafka_offsets import end_offsets  # noqa: E402
-from tideline.spark_session import driver_java_options  # noqa: E402
+from tideline.spark_session import driver_conf  # noqa: E402
 
 PIPELINE, TABLE = "benchinc", "bench_changes"
 PEER_PIPELINE = "benchpeer"   # same table, events with JSON schemas, for the JDBC sink
@@ -65,8 +65,7 @@ def spark_submit(pipelines: Path, *args: str) -> subprocess.Popen:
     stream's settings and memory environment from the pipeline (spark.job_conf, spark.job_env)."""
     spark = load_pipeline(pipelines / f"{PIPELINE}.yaml").spark
     env = dict(os.environ, TIDELINE_PIPELINES=str(pipelines), **spark.job_env("stream"))
-    conf = spark.job_conf("stream")
-    conf["spark.driver.extraJavaOptions"] = driver_java_options(conf.get("spark.driver.extraJavaOptions", ""))
+    conf = driver_conf(spark.job_conf("stream"))
     return subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
                              *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")],
                              "--jars", env["TIDELINE_SPARK_JARS"],

@@ -22,7 +22,7 @@ from tideline.core.errors import (EXIT_FENCED, EXIT_RESNAPSHOT, DataLossError, H
                                    SourceError)
 from tideline.full_load import FullLoad
 from tideline.incremental import IncrementalRun
-from tideline.spark_session import driver_java_options
+from tideline.spark_session import driver_conf
 
 pytestmark = pytest.mark.integration
 ROOT = stackctl.ROOT
@@ -53,7 +53,8 @@ def spark_submit(job: str, *args: str, env_extra: dict | None = None, master: st
                  submit_args: tuple[str, ...] = ()) -> subprocess.Popen:
     env = dict(os.environ, **(env_extra or {}))
     return subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", master,
-                             "--jars", os.environ["TIDELINE_SPARK_JARS"], "--driver-java-options", driver_java_options(),
+                             "--jars", os.environ["TIDELINE_SPARK_JARS"],
+                             *[x for k, v in driver_conf({}).items() for x in ("--conf", f"{k}={v}")],
                              *submit_args, str(ROOT / "spark_jobs" / job), *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)

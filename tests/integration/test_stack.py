@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import stackctl
-from tideline.spark_session import driver_java_options
+from tideline import spark_session
 
 pytestmark = pytest.mark.integration
 
@@ -129,15 +129,19 @@ def test_airflow_imports_the_dag_folder_without_errors(stack):
 
 
 def test_spark_drivers_start_from_the_class_archive(stack, tmp_path):
-    """`make up` records the archive; a driver submitted with the jobs' options maps it (-Xshare:on:
-    a JVM that cannot use the archive refuses to start instead of quietly loading every class)."""
-    options = driver_java_options()
+    """`make up` records the archive; a driver submitted with the jobs' settings (driver_conf: its
+    JVM options and class path) maps it (-Xshare:on: a JVM that cannot use the archive refuses to
+    start instead of quietly loading every class — as it would if the class path differed from
+    the one the archive was recorded with)."""
+    conf = spark_session.driver_conf({})
+    options = conf.pop("spark.driver.extraJavaOptions")
     assert f"-XX:SharedArchiveFile={stackctl.CLASS_ARCHIVE}" in options
     script = tmp_path / "started.py"
     script.write_text("print('driver started')\n")
 
     def submit(java_options: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[1]",
+                               *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")],
                                "--driver-java-options", java_options, str(script)],
                               env=dict(os.environ), capture_output=True, text=True, timeout=120)
 
@@ -163,3 +167,43 @@ def test_a_class_archive_recorded_for_another_jvm_or_pyspark_is_recorded_again(s
     assert rebuilt != before
     stackctl.build_class_archive()   # up to date now: kept as it is
     assert stackctl.CLASS_ARCHIVE.stat().st_mtime_ns == rebuilt
+
+
+def test_spark_drivers_create_files_without_forking_chmod(stack, tmp_path):
+    """Without Hadoop's native library, its local file system forks `chmod` of the whole driver JVM
+    for each file it creates — a stream's checkpoint makes several per batch. The drivers' host
+    settings (driver_conf) put Tideline's java.nio file system on their class path instead. A
+    `chmod` first on PATH logs every call: none with those settings, some without (the control)."""
+    from tideline.core.config import SparkSettings
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls = tmp_path / "chmod.log"
+    (fake / "chmod").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexec /bin/chmod \"$@\"\n")
+    (fake / "chmod").chmod(0o755)
+    script = tmp_path / "checkpointing.py"
+    script.write_text(
+        "import tempfile\n"
+        "from pyspark.sql import SparkSession\n"
+        "s = SparkSession.builder.getOrCreate()\n"
+        "print('fs', s._jvm.org.apache.hadoop.fs.FileSystem.getLocal(s._jsc.hadoopConfiguration()).getClass().getName())\n"
+        "q = (s.readStream.format('rate').option('rowsPerSecond', 10).load().writeStream\n"
+        "     .foreachBatch(lambda df, i: None).option('checkpointLocation', tempfile.mkdtemp())\n"
+        "     .trigger(processingTime='500 milliseconds').start())\n"
+        "while (q.lastProgress or {}).get('batchId', -1) < 3:\n"
+        "    q.awaitTermination(0.2)\n"
+        "q.stop()\n")
+
+    def run(environ: dict) -> tuple[str, int]:
+        calls.unlink(missing_ok=True)
+        conf = spark_session.driver_conf(SparkSettings().job_conf("stream"), environ=environ)
+        done = subprocess.run([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[1]",
+                               *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")], str(script)],
+                              env=environ, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+        return done.stdout, len(calls.read_text().splitlines()) if calls.exists() else 0
+
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}")
+    out, forked = run(env)
+    assert f"fs {spark_session.NIO_LOCAL_FILE_SYSTEM}" in out and forked == 0, (out, forked)
+    out, forked = run(dict(env, TIDELINE_SPARK_DRIVER_CLASSPATH=""))   # the control: Hadoop's own
+    assert spark_session.NIO_LOCAL_FILE_SYSTEM not in out and forked > 0, (out, forked)

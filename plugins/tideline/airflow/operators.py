@@ -42,7 +42,7 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
         from tideline.airflow.pipelines import pipelines_dir
         from tideline.entrypoints import ERROR_FILE_ENV
         from tideline.packaging import library_zip
-        from tideline.spark_session import driver_address, driver_java_options
+        from tideline.spark_session import driver_address, driver_conf
         with tempfile.NamedTemporaryFile(prefix="tideline-error-", suffix=".txt") as error_file:
             self.env_vars = {**(self.env_vars or {}), **spark_env(self.pipeline_conn_ids),
                              # the driver imports Tideline from the shipped zip, so it is told where
@@ -50,10 +50,8 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
                              "TIDELINE_PIPELINES": str(pipelines_dir()), ERROR_FILE_ENV: error_file.name}
             # executors import Tideline from the shipped library, never from this host's checkout
             self.py_files = str(library_zip())
-            # the driver's JVM options on the host that starts it (its class archive, if it has one)
-            conf = {**driver_address(), **(self.conf or {})}
-            conf["spark.driver.extraJavaOptions"] = driver_java_options(conf.get("spark.driver.extraJavaOptions", ""))
-            self.conf = conf
+            # what the host that starts the driver adds (its class archive, its driver jar)
+            self.conf = driver_conf({**driver_address(), **(self.conf or {})})
             if self._hook is not None:
                 self._hook._env_vars, self._hook._py_files, self._hook._conf = self.env_vars, self.py_files, self.conf
             try:
