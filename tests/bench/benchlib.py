@@ -39,7 +39,8 @@ class PeakRss(threading.Thread):
     """Peak memory of a process tree, sampled every 100 ms; `done.set()` stops it. `peak` sums
     each process's resident set (RSS); `peak_pss` sums proportional set sizes, which count a page
     shared by several processes of the tree once — a JVM that forks a helper (Hadoop's local file
-    system runs chmod for each checkpoint file) shows up twice in the RSS sum for that moment."""
+    system runs chmod for each checkpoint file, unless the driver has Tideline's driver jar) shows
+    up twice in the RSS sum for that moment."""
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)

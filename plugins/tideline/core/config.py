@@ -133,9 +133,9 @@ class SparkSettings(_Model):
             # The per-run checkpoint through Hadoop's FileSystem API: the default FileContext one
             # forks `readlink` (and, for its .crc files, `chmod`) of a driver JVM for every
             # checkpoint file without Hadoop's native library — several per batch. This one still
-            # forks one `chmod` per new file (RawLocalFileSystem.setPermission; ~38 in a 2M-event
-            # run). The checkpoint is disposable (the target holds the position), so its rename
-            # semantics don't matter.
+            # has Hadoop fork `chmod` per new file, unless the driver runs with Tideline's local
+            # file system (spark_session.driver_conf). The checkpoint is disposable (the target
+            # holds the position), so its rename semantics don't matter.
             conf["spark.sql.streaming.checkpointFileManagerClass"] = CHECKPOINT_FILE_MANAGER
             # A batch's raw records come back as task results of ~15 MB each; above 1 MB (the
             # default) Spark parks each in the block manager and fetches it back over the network
