@@ -116,7 +116,10 @@ def airflow_url() -> str:
 
 
 def spark_jars() -> list[str]:
-    return sorted(str(p) for p in (LIB / "spark").glob("*.jar"))
+    """The jobs' --jars: the Kafka connector and JDBC drivers, and Tideline's driver jar too — the
+    driver has it on its class path (driver_conf), and with it here the executors can load the
+    local file system class `spark.hadoop.fs.file.impl` names, should one ever open a file: path."""
+    return sorted(str(p) for p in (LIB / "spark").glob("*.jar")) + [str(p) for p in _driver_classpath()]
 
 
 def _jwt_secret() -> str:
