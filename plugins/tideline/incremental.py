@@ -112,6 +112,8 @@ class IncrementalRun:
         self.owner = run_owner("incremental")
         self.tables: dict[str, StreamTable] = {}
         self.by_topic: dict[str, StreamTable] = {}
+        # each topic's (earliest, latest) offsets as the coverage check saw them at the start
+        self._watermarks: dict[str, tuple[dict[int, int], dict[int, int]]] = {}
         self.failure: BaseException | None = None
         self.batches = 0
         self.query = None
@@ -171,7 +173,7 @@ class IncrementalRun:
         """Events per batch for this run, from the size of the newest events in the topics
         (stream.max_batch_mb); logged when the size lowers it."""
         stream = self.cfg.stream
-        mean = kafka_offsets.mean_event_bytes(self.bootstrap, sorted(self.by_topic))
+        mean = kafka_offsets.mean_event_bytes(self.bootstrap, self._watermarks)
         events = stream.batch_events(mean)
         if events < stream.max_offsets_per_trigger:
             log.info("batches of at most %s events: the newest events weigh %s bytes on average, and "
@@ -185,7 +187,8 @@ class IncrementalRun:
         for t in self.tables.values():
             st = state.get(conn, self.cfg.name, t.name)
             conn.rollback()
-            earliest, latest = kafka_offsets.watermarks(self.bootstrap, t.topic)
+            self._watermarks[t.topic] = kafka_offsets.watermarks(self.bootstrap, t.topic)
+            earliest, latest = self._watermarks[t.topic]
             t.partitions = st.raw.get("topic_partitions")
             gaps = coverage_gaps(t.topic, st.resume_offsets, earliest, latest, t.partitions)
             if gaps:

@@ -67,14 +67,15 @@ def watermarks(bootstrap: str, topic: str, timeout: float = 15.0) -> tuple[dict[
             _list(admin, bootstrap, topic, parts, OffsetSpec.latest(), timeout))
 
 
-def mean_event_bytes(bootstrap: str, topics: list[str], sample: int = 200, timeout: float = 10.0) -> float | None:
+def mean_event_bytes(bootstrap: str, marks: dict[str, tuple[dict[int, int], dict[int, int]]], sample: int = 200,
+                     timeout: float = 10.0) -> float | None:
     """The largest mean size (key + value bytes) of the newest `sample` events of any partition of
-    `topics`: what a batch's raw records weigh per event. None when the topics hold no events."""
+    the topics in `marks` (each topic's watermarks()): what a batch's raw records weigh per event.
+    None when the topics hold no events."""
     from confluent_kafka import Consumer
 
     ranges: dict[tuple[str, int], tuple[int, int]] = {}
-    for topic in topics:
-        earliest, latest = watermarks(bootstrap, topic)
+    for topic, (earliest, latest) in marks.items():
         for p, end in latest.items():
             if end > earliest.get(p, 0):
                 ranges[(topic, p)] = (max(earliest.get(p, 0), end - sample), end)

@@ -4,6 +4,8 @@ loaded by the full load and then changed through the stream; the target must equ
 PostgreSQL text, row for row."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from helpers import drop_source, rows_as_text
@@ -162,7 +164,7 @@ def _load_method(conn, pipeline: str, table: str) -> str:
         cur.execute("SELECT detail FROM tideline.runs WHERE pipeline = %s AND table_name = %s AND kind = 'full_load' "
                     "AND outcome = 'succeeded' ORDER BY run_id DESC LIMIT 1", (pipeline, table))
         detail = cur.fetchone()[0]
-    return detail[detail.index("(") + 1:detail.index(")")]
+    return re.search(r"\d+ partitions \(([^)]*)\)", detail).group(1)
 
 
 def test_every_type_with_a_portable_binary_form_loads_in_binary_exactly(spark, source_db, target_db, pipelines,

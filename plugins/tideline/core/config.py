@@ -173,7 +173,6 @@ class StreamSettings(_Model):
                                   "the target); default the driver's temp directory. With the driver on a "
                                   "cluster node, storage the driver host keeps")
 
-
     def batch_events(self, mean_event_bytes: float | None) -> int:
         """Events per batch: max_offsets_per_trigger, or fewer when that many events of the size
         seen in the topics would weigh more than max_batch_mb. 200,000 events of ~600 bytes are
