@@ -24,7 +24,10 @@ VERIFY_DIFFERENCES = "verify_differences"
 HEADROOM_LOW = "headroom_low"
 TABLE_HALTED = "table_halted"
 STREAM_STALLED = "stream_stalled"
-_LEVEL = {PIPELINE_FAILED: logging.ERROR, TABLE_HALTED: logging.ERROR, STREAM_STALLED: logging.ERROR, VERIFY_DIFFERENCES: logging.ERROR, HEADROOM_LOW: logging.WARNING,
+TABLE_REFUSED = "table_refused"
+CAPTURE_FAILED = "capture_failed"
+_LEVEL = {PIPELINE_FAILED: logging.ERROR, TABLE_HALTED: logging.ERROR, TABLE_REFUSED: logging.ERROR,
+          CAPTURE_FAILED: logging.ERROR, STREAM_STALLED: logging.ERROR, VERIFY_DIFFERENCES: logging.ERROR, HEADROOM_LOW: logging.WARNING,
           RESNAPSHOT_STARTED: logging.WARNING, RESNAPSHOT_FINISHED: logging.INFO}
 
 

@@ -176,27 +176,14 @@ def recover_lost_capture(cfg: PipelineConfig, connect: Conn, source: Conn, targe
     needs_resnapshot (first, so a crash here still leaves them marked), the connector is removed
     with its stored position and the source side reset, so ensure_connector starts capture afresh
     — and the sync DAG reloads those tables by itself."""
-    from tideline import state
     engine = engines.for_source(source)
     client = ConnectClient(connect.http_base_url())
     why = engine.lost_capture(cfg, client, connector_name(cfg))
     if why is None:
         return []
-    conn = psycopg2.connect(target.postgres_dsn())
-    marked = []
-    try:
-        state.migrate(conn)
-        for t in cfg.tables:
-            st = state.get(conn, cfg.name, t.name)
-            conn.rollback()
-            if t.mode == "cdc" and st is not None and st.phase == "streaming":
-                state.set_phase(conn, cfg.name, t.name, "needs_resnapshot", why)
-                marked.append(t.name)
-    finally:
-        conn.close()
+    marked = mark_for_resnapshot(cfg, target, [t.name for t in cfg.tables if t.mode == "cdc"], why)
     if marked or client.status(connector_name(cfg)) is not None:
-        log.error("%s; tables marked for a re-snapshot: %s. Recreating the connector and its source position.",
-                  why, ", ".join(marked) or "none")
+        log.error("%s. Recreating the connector and its source position.", why)
         remove_connector(cfg, connect)
     engine.reset_capture(cfg)
     return marked
@@ -209,12 +196,42 @@ def drop_capture(cfg: PipelineConfig, connect: Conn, source: Conn) -> None:
     engines.for_source(source).drop_capture(cfg)
 
 
-def ensure_capture(cfg: PipelineConfig, kafka: Conn, connect: Conn, source: Conn, target: Conn | None = None) \
-        -> list[str]:
-    """Topics, connector and the source's position in place. With the target given, a lost
-    position is recovered first (returns the tables it marked for a re-snapshot)."""
+def ensure_capture(cfg: PipelineConfig, kafka: Conn, connect: Conn, source: Conn, target: Conn | None = None,
+                   notify=None) -> list[str]:
+    """Topics, publication, connector and the source's position in place, for the tables that
+    can be carried (the others are refused first, in their state when the target is given). With
+    the target given, a lost position is recovered first; returns the tables marked for a
+    re-snapshot (lost position, or changes an earlier setup sent where the stream never reads)."""
+    from tideline import refusals
     engine = engines.for_source(source)
+    cfg = refusals.carried(cfg, refusals.check_and_record(cfg, source, target, notify))
     ensure_topics(cfg, kafka.kafka_bootstrap, engine.capture_topics(cfg))
     marked = recover_lost_capture(cfg, connect, source, target) if target is not None else []
+    missed = engine.prepare_capture(cfg)
+    if missed and target is not None:
+        marked += mark_for_resnapshot(cfg, target, missed, "its changes were published by partition to topics the "
+                                                            "stream does not read (a publication made before "
+                                                            "partitioned tables were carried via their root); "
+                                                            "the publication is repaired")
     ensure_connector(cfg, connect, source, bootstrap=kafka.kafka_bootstrap)
+    return marked
+
+
+def mark_for_resnapshot(cfg: PipelineConfig, target: Conn, tables: list[str], why: str) -> list[str]:
+    """Marks those of `tables` that stream needs_resnapshot with the reason; returns them."""
+    from tideline import state
+    conn = psycopg2.connect(target.postgres_dsn())
+    marked = []
+    try:
+        state.migrate(conn)
+        for name in tables:
+            st = state.get(conn, cfg.name, name)
+            conn.rollback()
+            if st is not None and st.phase == "streaming":
+                state.set_phase(conn, cfg.name, name, "needs_resnapshot", why)
+                marked.append(name)
+    finally:
+        conn.close()
+    if marked:
+        log.error("%s; tables marked for a re-snapshot: %s", why, ", ".join(marked))
     return marked

@@ -18,7 +18,7 @@ from tideline.connector import ConnectClient
 from tideline.core import doctor_checks as dc
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import Conn, get_connection
-from tideline.core.errors import SourceError, TransientError
+from tideline.core.errors import TransientError
 from tideline.core.debezium import connector_name
 from tideline.kafka_offsets import admin_client
 
@@ -38,17 +38,6 @@ def _unreachable(part: str, what: str, exc: Exception) -> dc.Check:
 def source_checks(cfg: PipelineConfig, source: Conn, streaming: int) -> list[dc.Check]:
     """The source's own checks, by its engine (capture settings, tables, columns, log retention)."""
     return engines.for_source(source).doctor_checks(cfg, streaming)
-
-
-def columns_check(engine, conn, cfg: PipelineConfig, name: str) -> dc.Check:
-    """Every synced column can be carried by the stream exactly (or the table is refused now)."""
-    try:
-        shape = engine.describe(conn, cfg.source.schema_, name, cfg.table(name), check_key=False, for_stream=True)
-    except SourceError as exc:
-        return dc.Check("source", f"columns {name}", dc.FAIL, str(exc), "see the options in the message")
-    finally:
-        conn.rollback()
-    return dc.Check("source", f"columns {name}", dc.PASS, f"{len(shape.columns)} column(s), all streamable exactly")
 
 
 def kafka_checks(cfg: PipelineConfig, bootstrap: str) -> list[dc.Check]:

@@ -19,11 +19,11 @@ from datetime import datetime
 import psycopg2
 from psycopg2 import sql
 
-from tideline import dependents, engines, kafka_offsets, sqlfiles, state
+from tideline import dependents, engines, kafka_offsets, refusals, sqlfiles, state
 from tideline.copy_pipe import make_copy_writer, make_pipe_copier
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
-from tideline.core.errors import FencedError, LoadVerificationError, TargetError, TidelineError
+from tideline.core.errors import FencedError, LoadVerificationError, SourceError, TargetError, TidelineError
 from tideline.core.table_shape import TableShape, copy_into, create_table
 from tideline.engines import SourceEngine
 
@@ -190,12 +190,17 @@ class FullLoad:
             self.engine.check_capture(conn, f"source of pipeline {self.cfg.name}")
         finally:
             conn.close()
+        refused = refusals.find(self.cfg, self.source, tables)   # again: the source may have changed since
         conn = psycopg2.connect(self.target.postgres_dsn())
         try:
             state.migrate(conn)
+            refusals.record(self.cfg, conn, refused, checked=[])
         finally:
             conn.close()
-        return [self.load_table(name) for name in tables]
+        if refused and len(refused) == len(tables):
+            raise SourceError(f"pipeline {self.cfg.name}: every table to load is refused: "
+                              + "; ".join(refusals.message(self.cfg, r) for r in refused.values()))
+        return [self.load_table(name) for name in tables if name not in refused]
 
     def load_table(self, table: str) -> LoadResult:
         cfg, tcfg = self.cfg, self.cfg.table(table)

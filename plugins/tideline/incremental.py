@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg2 import sql
 
-from tideline import engines, kafka_offsets, sqlfiles, state
+from tideline import engines, kafka_offsets, refusals, sqlfiles, state
 from tideline.core import apply_sql, schema_drift
 from tideline.core.batch_events import SplitBatch, newest_source_commit, split_batch
 from tideline.core.change_events import RECORD_COLUMNS, decode_records
@@ -148,6 +148,12 @@ class IncrementalRun:
                 log.warning("%s.%s is %s%s: not streamed by this run (the sync DAG loads it first)",
                             cfg.name, name, phase, why)
                 waiting.append(f"{name} ({phase}{why})")
+                continue
+            refusal = self.engine.refusal(self._src, cfg, name)   # again: the source may have changed
+            if refusal is not None:
+                state.refuse(self._tgt, cfg.name, name, refusals.message(cfg, refusal))
+                log.error("%s", refusals.message(cfg, refusal))
+                waiting.append(f"{name} (refused: {refusal.reason})")
                 continue
             shape = self.engine.describe(self._src, cfg.source.schema_, name, tcfg, for_stream=True)
             if not shape.primary_key:

@@ -137,6 +137,19 @@ def set_phase(conn, pipeline: str, table: str, phase: str, error: str | None) ->
                     {"pipeline": pipeline, "table": table, "phase": phase, "error": error[:4000] if error else None})
 
 
+def refuse(conn, pipeline: str, table: str, error: str) -> None:
+    """In its own transaction: the table is refused (before any work), fenced from running jobs."""
+    with conn, conn.cursor() as cur:
+        cur.execute(sqlfiles.load("state/refuse_table"), {"pipeline": pipeline, "table": table, "error": error[:4000]})
+
+
+def unrefuse(conn, pipeline: str, table: str) -> bool:
+    """A refused table whose cause is gone goes back to 'new' (loaded afresh); True if it was refused."""
+    with conn, conn.cursor() as cur:
+        cur.execute(sqlfiles.load("state/unrefuse_table"), {"pipeline": pipeline, "table": table})
+        return cur.rowcount == 1
+
+
 def advance_stream(cur, *, pipeline: str, table: str, epoch: int, offsets: dict[int, int], batch_id: int,
                    events: int) -> None:
     cur.execute(sqlfiles.load("state/advance_stream"), {

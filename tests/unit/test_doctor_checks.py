@@ -20,9 +20,6 @@ def statuses(checks):
 
 def test_source_checks():
     assert dc.wal_level("replica").status == "fail" and "wal_level = logical" in dc.wal_level("replica").fix
-    assert dc.replica_identity("public.t", False, "d").status == "fail"
-    assert dc.replica_identity("public.t", False, "f").status == "pass"
-    assert dc.replica_identity("public.t", True, "d").status == "pass"
     assert dc.slot("s", None, streaming_tables=2).status == "fail"
     assert dc.slot("s", None, streaming_tables=0).status == "warn"
     row = {"wal_status": "reserved", "active": True, "retained_bytes": 10}

@@ -34,11 +34,21 @@ def check_params(pipeline: str, params: dict) -> dict:
 
 
 def ensure_capture(pipeline: str) -> list[str]:
-    """Topics, connector and slot in place; a lost slot marks its tables for a reload (returned)."""
+    """Refuses the tables that cannot be carried (their state says why), then topics, publication,
+    connector and slot in place for the others; returns the tables marked for a reload (a lost slot)."""
     from tideline.connector import ensure_capture as ensure
+    from tideline.core.errors import SourceError
     cfg = get_pipeline(pipeline)
-    return ensure(cfg, connections.get(cfg.kafka.conn_id), connections.get(cfg.connect.conn_id),
-                  connections.get(cfg.source.conn_id), connections.get(cfg.target.conn_id))
+    target = connections.get(cfg.target.conn_id)
+    conn = psycopg2.connect(target.postgres_dsn())
+    try:
+        state.migrate(conn)
+        return ensure(cfg, connections.get(cfg.kafka.conn_id), connections.get(cfg.connect.conn_id),
+                      connections.get(cfg.source.conn_id), target, alerts.once_per(conn, cfg, alert_sender(cfg)))
+    except SourceError as exc:   # every table refused, or the source cannot serve capture: a person acts
+        raise AirflowFailException(str(exc)) from None
+    finally:
+        conn.close()
 
 
 def doctor(pipeline: str) -> list[dict]:
@@ -48,7 +58,10 @@ def doctor(pipeline: str) -> list[dict]:
     checks = doctor_mod.run(cfg, connections.get)
     for line in doctor_mod.format_checks(checks):
         log.info("%s", line)
-    failed = [c for c in checks if c.status == "fail"]
+    refused = [c for c in checks if c.status == "fail" and c.table is not None]
+    for c in refused:   # ensure_connector recorded them in their state; the other tables go on
+        log.warning("table %s is refused and left out of this run: %s", c.table, c.describe())
+    failed = [c for c in checks if c.status == "fail" and c.table is None]
     if failed:
         raise AirflowFailException(f"pipeline {cfg.name}: the doctor found {len(failed)} problem(s): "
                                    + "; ".join(c.describe() for c in failed))
@@ -85,9 +98,13 @@ def decide(pipeline: str, checked: dict) -> dict:
     for table in plan["halted"]:
         log.error("%s.%s is HALTED and will not be loaded or streamed until fixed: %s", cfg.name, table,
                   phases[table][1])
+    for table in plan["refused"]:
+        log.error("%s.%s is REFUSED and will not be loaded or streamed until fixed: %s", cfg.name, table,
+                  phases[table][1])
     if not plan["full_load"] and not plan["stream"]:
-        raise AirflowFailException(f"pipeline {cfg.name}: nothing can run; halted tables: "
-                                   + "; ".join(f"{t}: {phases[t][1]}" for t in plan["halted"]))
+        raise AirflowFailException(f"pipeline {cfg.name}: nothing can run; "
+                                   + "; ".join(f"{t} ({phases[t][0]}): {phases[t][1]}"
+                                               for t in plan["halted"] + plan["refused"]))
     return plan
 
 

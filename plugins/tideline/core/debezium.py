@@ -98,7 +98,9 @@ def connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]:
         "database.dbname": source.schema or "",
         "slot.name": cfg.slot_name,
         "publication.name": cfg.publication_name,
-        "publication.autocreate.mode": "filtered",
+        # Tideline owns the publication (engines.postgres.prepare_capture): exactly the carried
+        # tables, partition trees published via their root.
+        "publication.autocreate.mode": "disabled",
         # Every column as its PostgreSQL text form (stack/jvm/pg-text-converter): the stream carries
         # what the full load carries, and the apply casts it back like COPY does. Types Debezium
         # does not know (composites, geometry, tsquery, ...) reach the converter as their text.

@@ -17,6 +17,7 @@ class Check:
     status: str    # pass | warn | fail
     detail: str    # what was found
     fix: str = ""  # what to do (warn/fail)
+    table: str | None = None   # the one synced table it concerns: a failure refuses that table alone
 
     def describe(self) -> str:
         return f"{self.part} {self.name}: {self.detail}" + (f" → {self.fix}" if self.fix else "")
@@ -33,16 +34,12 @@ def wal_level(level: str) -> Check:
                  "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL")
 
 
-def replica_identity(table: str, has_key: bool, identity: str) -> Check:
-    """identity: pg_class.relreplident (d default, n nothing, f full, i index)."""
-    name = f"replica identity {table}"
-    if has_key and identity in ("d", "f", "i"):
-        return Check("source", name, PASS, "primary key" if identity == "d" else {"f": "full", "i": "index"}[identity])
-    if identity in ("f", "i"):
-        return Check("source", name, PASS, {"f": "full", "i": "index"}[identity])
-    return Check("source", name, FAIL, "no primary key and no replica identity: updates and deletes carry no "
-                                       "key, so they cannot be applied",
-                 f"ALTER TABLE {table} REPLICA IDENTITY FULL (or add a primary key)")
+def table_shape(table: str, refusal) -> Check:
+    """One table of the pipeline: carried exactly, or refused (core.source_shapes) — a refusal
+    concerns that table alone: the run goes on with the others."""
+    if refusal is None:
+        return Check("source", f"table {table}", PASS, "carried exactly", table=table)
+    return Check("source", f"table {table}", FAIL, f"refused: {refusal.reason}", refusal.fix, table=table)
 
 
 def slot(slot_name: str, row: dict | None, streaming_tables: int) -> Check:

@@ -81,12 +81,14 @@ def plan_tables(cfg: PipelineConfig, action: str, tables: list[str],
     """Which tables get a full load and which go straight to streaming, with the reason for each.
     A halted table resumes from its own offsets when a person triggers the run (resume_halted:
     they fixed what its error named; if not, it halts again on the same event and says so)."""
-    full_load, stream, halted, resnapshot, resumed, reasons = [], [], [], [], [], {}
+    full_load, stream, halted, refused, resnapshot, resumed, reasons = [], [], [], [], [], [], {}
     for t in cfg.tables:
         if t.mode != "cdc":
             continue
         phase, _error = phases.get(t.name, ("new", None))
-        if action == "full_reload" and t.name in tables:
+        if phase == "refused":   # its shape cannot be carried: nothing is done until the cause is fixed
+            refused.append(t.name)
+        elif action == "full_reload" and t.name in tables:
             full_load.append(t.name)
             reasons[t.name] = "full reload requested"
         elif phase == "halted" and resume_halted and t.name in tables:
@@ -105,5 +107,5 @@ def plan_tables(cfg: PipelineConfig, action: str, tables: list[str],
         else:
             stream.append(t.name)
             reasons[t.name] = "loaded: straight to streaming"
-    return {"full_load": full_load, "stream": stream, "halted": halted, "resnapshot": resnapshot,
+    return {"full_load": full_load, "stream": stream, "halted": halted, "refused": refused, "resnapshot": resnapshot,
             "resumed": resumed, "reasons": reasons}

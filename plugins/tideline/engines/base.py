@@ -4,7 +4,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from tideline.core import source_shapes
 from tideline.core.connections import Conn
+from tideline.core.errors import SourceError
 from tideline.core.table_shape import TableShape
 
 
@@ -61,6 +63,31 @@ class SourceEngine(ABC):
         """Refuses, naming the setting and the fix, a source that change capture cannot read."""
 
     @abstractmethod
+    def relation(self, conn, schema: str, table: str) -> source_shapes.Relation | None:
+        """The catalog's facts about a named relation (kind, log, identity, partition tree), or None."""
+
+    def refusal(self, conn, cfg, name: str) -> source_shapes.Refusal | None:
+        """Why a table of the pipeline cannot be carried exactly (its shape, or a column the stream
+        cannot carry), with the fix — or None. Run before capture, load and stream start."""
+        tcfg = cfg.table(name)
+        schema = cfg.source.schema_
+        named = frozenset((schema, t.name) for t in cfg.tables if t.name != name)
+        try:
+            found = source_shapes.refusal(self.relation(conn, schema, name), schema, name, tcfg.mode, named)
+            if found is None and tcfg.mode == "cdc":
+                self.describe(conn, schema, name, tcfg, check_key=False, for_stream=True)
+        except SourceError as exc:
+            return source_shapes.Refusal(name, str(exc), "see the reason")
+        finally:
+            conn.rollback()
+        return found
+
+    def table_checks(self, conn, cfg) -> list:
+        """The doctor's line per table: carried exactly, or refused with the reason and the fix."""
+        from tideline.core import doctor_checks as dc
+        return [dc.table_shape(t.name, self.refusal(conn, cfg, t.name)) for t in cfg.tables]
+
+    @abstractmethod
     def describe(self, conn, schema: str, table: str, tcfg=None, check_key: bool = True,
                  for_stream: bool = False) -> TableShape:
         """The table as the pipeline syncs it: columns typed for the target, key, how each is read
@@ -91,6 +118,11 @@ class SourceEngine(ABC):
     @abstractmethod
     def connector_config(self, cfg, bootstrap: str | None = None) -> dict[str, str]:
         """The Debezium connector's config, generated from the pipeline."""
+
+    def prepare_capture(self, cfg) -> list[str]:
+        """What the source must hold before the connector starts, for exactly the carried tables
+        of `cfg`. Returns tables whose changes an earlier setup sent where the stream never reads."""
+        return []
 
     @abstractmethod
     def capture_topics(self, cfg) -> dict[str, dict[str, str]]:

@@ -30,6 +30,7 @@ import zlib
 
 from tideline import sqlfiles
 from tideline.core import mariadb_types as mt
+from tideline.core import source_shapes
 from tideline.core.errors import ConfigError, SourceError, TransientError
 from tideline.core.table_shape import KEY_ALIAS, Column, TableShape
 from tideline.engines.base import Snapshot, SourceEngine
@@ -41,6 +42,10 @@ SERVER_ID_BASE = 5_400_000
 
 
 q = mt.quote
+
+# Storage engines whose rows live in another server (their changes never reach this binlog).
+FOREIGN_ENGINES = frozenset({"CONNECT", "FEDERATED", "FEDERATEDX", "SPIDER"})
+
 
 class MariaDbEngine(SourceEngine):
     kind, label = "mariadb", "MariaDB"
@@ -85,6 +90,23 @@ class MariaDbEngine(SourceEngine):
         problems = capture_problems(self.capture_settings(conn))
         if problems:
             raise SourceError(f"{what}: MariaDB cannot be captured as configured: " + "; ".join(problems))
+
+    def relation(self, conn, schema: str, table: str) -> source_shapes.Relation | None:
+        """MariaDB's binlog carries every base table (partitioned ones under their own name) with
+        full row images (checked server-wide): what varies per table is its kind and its key."""
+        conn.ping(reconnect=True)
+        with conn.cursor() as cur:
+            cur.execute(sqlfiles.load("mariadb/source_relation"), {"schema": schema, "table": table})
+            row = cur.fetchone()
+        if row is None:
+            return None
+        table_type, engine, has_key = row
+        kind = {"BASE TABLE": "r", "SYSTEM VERSIONED": "r", "VIEW": "v", "SEQUENCE": "S",
+                "TEMPORARY": "r"}.get(table_type, "?")
+        if kind == "r" and (engine or "").upper() in FOREIGN_ENGINES:
+            kind = "f"
+        return source_shapes.Relation(schema, table, relkind=kind, persistence="t" if table_type == "TEMPORARY"
+                                      else "p", has_primary_key=bool(has_key))
 
     def describe(self, conn, schema: str, table: str, tcfg=None, check_key: bool = True,
                  for_stream: bool = False) -> TableShape:
@@ -362,8 +384,6 @@ class MariaDbEngine(SourceEngine):
     # ---------------------------------------------------------------- doctor
 
     def doctor_checks(self, cfg, streaming: int) -> list:
-        from tideline.core import doctor_checks as dc
-        from tideline.doctor import columns_check
         conn = self.connect()
         try:
             settings = self.capture_settings(conn)
@@ -372,19 +392,7 @@ class MariaDbEngine(SourceEngine):
                 cur.execute("SHOW GRANTS")
                 grants = " ".join(r[0] for r in cur.fetchall()).upper()
             out.append(mariadb_privileges(grants))
-            for t in cfg.tables:
-                if t.mode != "cdc":
-                    continue
-                try:
-                    shape = self.describe(conn, cfg.source.schema_, t.name, t, check_key=False, for_stream=True)
-                except SourceError as exc:
-                    out.append(dc.Check("source", f"table {t.name}", dc.FAIL, str(exc), "see the message"))
-                    continue
-                out.append(dc.Check("source", f"primary key {t.name}", dc.PASS if shape.primary_key else dc.FAIL,
-                                    ", ".join(shape.primary_key) or "none: changes cannot be applied by key",
-                                    "" if shape.primary_key else
-                                    f"ALTER TABLE {t.name} ADD PRIMARY KEY (...), or mode: batch"))
-                out.append(columns_check(self, conn, cfg, t.name))
+            out += self.table_checks(conn, cfg)
         finally:
             conn.close()
         return out

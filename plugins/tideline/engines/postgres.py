@@ -7,7 +7,7 @@ import psycopg2
 from psycopg2 import sql
 
 from tideline import sqlfiles
-from tideline.core import debezium
+from tideline.core import debezium, source_shapes
 from tideline.core.errors import SourceError, TransientError
 from tideline.core.table_shape import (Column, TableShape, boundaries_query, copy_options, ctid_predicates,
                                        hash_predicates, key_range_predicates, read_query, select_columns)
@@ -66,6 +66,18 @@ class PostgresEngine(SourceEngine):
         if level != "logical":
             raise SourceError(f"{what}: wal_level is {level!r}, change capture needs 'logical'. "
                               f"Set wal_level = logical in postgresql.conf (or ALTER SYSTEM) and restart PostgreSQL.")
+
+    def relation(self, conn, schema: str, table: str) -> source_shapes.Relation | None:
+        with conn.cursor() as cur:
+            cur.execute(sqlfiles.load("full_load/source_relation"), {"schema": schema, "table": table})
+            row = cur.fetchone()
+            names = [d[0] for d in cur.description]
+        if row is None:
+            return None
+        facts = dict(zip(names, row))
+        facts["identity_index_has_key"] = bool(facts["identity_index_has_key"])
+        facts["partition_root_key"] = tuple(facts["partition_root_key"]) if facts["partition_root_key"] else None
+        return source_shapes.Relation(schema, table, **facts)
 
     def describe(self, conn, schema: str, table: str, tcfg=None, check_key: bool = True,
                  for_stream: bool = False) -> TableShape:
@@ -204,6 +216,48 @@ class PostgresEngine(SourceEngine):
     def capture_topics(self, cfg) -> dict[str, dict[str, str]]:
         return {}
 
+    def prepare_capture(self, cfg) -> list[str]:
+        """The pipeline's publication, owned by Tideline (the connector's autocreate is off): exactly
+        the carried tables and the heartbeat table, a partition tree published as its root
+        (publish_via_partition_root), so a partitioned table's changes reach its one topic. A
+        publication made before this published by partition: it is repaired, and its partitioned
+        tables are returned — their changes went to topics the stream never read."""
+        self.ensure_heartbeat_table(cfg)
+        names = [t.name for t in cfg.tables if t.mode == "cdc"]
+        names += [cfg.source.heartbeat_table] if cfg.source.heartbeat_table else []
+        wanted = {(cfg.source.schema_, n) for n in names}
+        tables = sql.SQL(", ").join(sql.Identifier(s, n) for s, n in sorted(wanted))
+        pub = sql.Identifier(cfg.publication_name)
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT current_setting('server_version_num')::int >= 130000")
+                via_root = cur.fetchone()[0]
+                cur.execute("SELECT oid, pubviaroot FROM pg_publication WHERE pubname = %s"
+                            if via_root else "SELECT oid, true FROM pg_publication WHERE pubname = %s",
+                            (cfg.publication_name,))
+                row = cur.fetchone()
+                if row is None:
+                    cur.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}{}").format(
+                        pub, tables, sql.SQL(" WITH (publish_via_partition_root = true)" if via_root else "")))
+                    return []
+                cur.execute("SELECT n.nspname, c.relname, c.relkind FROM pg_publication_rel r JOIN pg_class c "
+                            "ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.prpubid = %s",
+                            (row[0],))
+                members = {(s, n): kind for s, n, kind in cur.fetchall()}
+                missed = []
+                if not row[1]:
+                    missed = sorted(n for (s, n), kind in members.items() if kind == "p" and (s, n) in wanted)
+                    cur.execute(sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = true)").format(pub))
+                if set(members) != wanted:
+                    cur.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(pub, tables))
+                return missed
+        except psycopg2.Error as exc:
+            raise SourceError(f"cannot set up publication {cfg.publication_name} on the source "
+                              f"({str(exc).strip()}): the source role must own it and the tables") from None
+        finally:
+            conn.close()
+
     def position_holder(self, cfg) -> str:
         return f"replication slot {cfg.slot_name}"
 
@@ -260,6 +314,8 @@ class PostgresEngine(SourceEngine):
         slot = self.slot_status(cfg)
         if slot is not None and slot[0] != "lost":
             return None
+        if slot is None and client.status(connector) is not None and not (client.offsets(connector) or {}).get("offsets"):
+            return None   # a connector that never streamed (no position stored) lost nothing: no slot made yet
         return (f"replication slot {cfg.slot_name} " + ("no longer exists at the source" if slot is None else
                                                        "lost the WAL it held (wal_status lost)")
                 + ": changes made while it was missing were never captured")
@@ -298,26 +354,13 @@ class PostgresEngine(SourceEngine):
     # ---------------------------------------------------------------- doctor
 
     def doctor_checks(self, cfg, streaming: int) -> list:
-        """wal_level, each table's key and replica identity and columns, the slot and the WAL it
+        """wal_level, each table's shape (carried or refused), the slot and the WAL it
         holds against max_slot_wal_keep_size, the heartbeat."""
         from tideline.core import doctor_checks as dc
-        from tideline.doctor import columns_check
         cdc = [t.name for t in cfg.tables if t.mode == "cdc"]
         with self.connect() as conn, conn.cursor() as cur:
             cur.execute("SHOW wal_level")
-            out = [dc.wal_level(cur.fetchone()[0])]
-            for name in cdc:
-                cur.execute("SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid "
-                            "AND i.indisprimary) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                            "WHERE n.nspname = %s AND c.relname = %s", (cfg.source.schema_, name))
-                row = cur.fetchone()
-                if row is None:
-                    out.append(dc.Check("source", f"table {name}", dc.FAIL,
-                                        f"{cfg.source.schema_}.{name} does not exist",
-                                        "create it, or remove it from the pipeline config"))
-                else:
-                    out.append(dc.replica_identity(f"{cfg.source.schema_}.{name}", row[1], row[0]))
-                    out.append(columns_check(self, conn, cfg, name))
+            out = [dc.wal_level(cur.fetchone()[0])] + self.table_checks(conn, cfg)
             if not cdc:
                 return out
             cur.execute("SELECT wal_status, active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "

@@ -1,0 +1,163 @@
+"""The shapes real source tables have, against the real stack: carried exactly (row for row after
+the full load and after changes through the stream), or refused before any work — per table,
+with the reason and the fix in the table's state, while the pipeline's other tables go on."""
+from __future__ import annotations
+
+import psycopg2
+import pytest
+
+from helpers import drop_source, rows_as_text
+from test_incremental import sync_until_equal
+from tideline import state
+from tideline.connector import ensure_capture
+from tideline.core.connections import get_connection
+from tideline.full_load import FullLoad
+
+pytestmark = pytest.mark.integration
+
+
+def capture(cfg):
+    """The sync DAG's first task: refusals recorded in the target's state, then capture."""
+    return ensure_capture(cfg, get_connection("tideline_kafka"), get_connection("tideline_connect"),
+                          get_connection(cfg.source.conn_id), get_connection(cfg.target.conn_id))
+
+
+def assert_equal(source_db, target_db, schema: str, table: str, order: str = "id"):
+    assert rows_as_text(target_db, schema, table, order) == rows_as_text(source_db, "public", table, order)
+
+
+def make_partitioned(source_db, t: str, rows: int = 1000) -> None:
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int, region text NOT NULL, qty int, note text, "
+                    f"PRIMARY KEY (id, region)) PARTITION BY LIST (region)")
+        cur.execute(f"CREATE TABLE public.{t}_eu PARTITION OF public.{t} FOR VALUES IN ('eu')")
+        cur.execute(f"CREATE TABLE public.{t}_us PARTITION OF public.{t} FOR VALUES IN ('us')")
+        cur.execute(f"CREATE TABLE public.{t}_rest PARTITION OF public.{t} DEFAULT")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, (ARRAY['eu','us','apac'])[g % 3 + 1], g % 7, 'n' || g "
+                    f"FROM generate_series(1, {rows}) g")
+
+
+def test_a_partitioned_table_is_carried_as_one_table_through_load_and_stream(
+        spark, source_db, target_db, pipelines, unique_name):
+    t, plain = f"{unique_name}_pt", f"{unique_name}_plain"
+    make_partitioned(source_db, t)
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{plain} (id int PRIMARY KEY, qty int)")
+        cur.execute(f"INSERT INTO public.{plain} SELECT g, g FROM generate_series(1, 100) g")
+    try:
+        cfg = pipelines.adopt(pipelines.make([{"name": t}, {"name": plain}], create_topics=False))
+        assert capture(cfg) == []
+        FullLoad(cfg, spark).run([t, plain])
+        assert_equal(source_db, target_db, cfg.name, t, "id, region")
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE public.{t} SET qty = qty + 100 WHERE id % 5 = 0")            # in place
+            cur.execute(f"UPDATE public.{t} SET region = 'us' WHERE region = 'eu' AND id % 4 = 0")  # moves
+            cur.execute(f"UPDATE public.{t} SET region = 'mars' WHERE id % 9 = 0 AND region <> 'mars'")  # to default
+            cur.execute(f"DELETE FROM public.{t} WHERE id % 11 = 0")
+            cur.execute(f"INSERT INTO public.{t} SELECT g, 'eu', 1, 'new 😀' FROM generate_series(2001, 2100) g")
+            # a partition created mid-stream, its rows inserted through the root and into it directly
+            cur.execute(f"CREATE TABLE public.{t}_jp PARTITION OF public.{t} FOR VALUES IN ('jp')")
+            cur.execute(f"INSERT INTO public.{t} SELECT g, 'jp', 2, NULL FROM generate_series(3001, 3050) g")
+            cur.execute(f"INSERT INTO public.{t}_jp VALUES (3100, 'jp', 3, 'direct')")
+            cur.execute(f"UPDATE public.{plain} SET qty = -qty")
+        sync_until_equal(cfg, spark, source_db, target_db, {t: "id, region", plain: "id"}, timeout=120)
+        assert_equal(source_db, target_db, cfg.name, t, "id, region")
+        with target_db.cursor() as cur:
+            cur.execute(f'SELECT count(*) FROM "{cfg.name}".{t} WHERE region = %s', ("jp",))
+            assert cur.fetchone()[0] == 51
+    finally:
+        drop_source(source_db, t, plain)
+
+
+def test_a_publication_made_before_partitions_were_carried_is_repaired_and_the_table_reloaded(
+        spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_old"
+    make_partitioned(source_db, t, rows=200)
+    try:
+        cfg = pipelines.adopt(pipelines.make([{"name": t}], create_topics=False))
+        with source_db.cursor() as cur:   # what landed main's connector made: published by partition
+            cur.execute(f"CREATE PUBLICATION {cfg.publication_name} FOR TABLE public.{t}")
+        assert capture(cfg) == []           # never loaded: nothing to reload yet
+        FullLoad(cfg, spark).run([t])
+        with source_db.cursor() as cur:
+            cur.execute(f"ALTER PUBLICATION {cfg.publication_name} SET (publish_via_partition_root = false)")
+        assert capture(cfg) == [t]          # streaming while published by partition: reloaded
+        with source_db.cursor() as cur:
+            cur.execute("SELECT pubviaroot FROM pg_publication WHERE pubname = %s", (cfg.publication_name,))
+            assert cur.fetchone()[0] is True
+        with target_db.cursor() as cur:
+            cur.execute("SELECT phase, last_error FROM tideline.table_state WHERE pipeline = %s", (cfg.name,))
+            phase, error = cur.fetchone()
+        assert phase == "needs_resnapshot" and "published by partition" in error
+    finally:
+        drop_source(source_db, t)
+
+
+REFUSED = {
+    "unlogged": ("CREATE UNLOGGED TABLE public.{t} (id int PRIMARY KEY)", "UNLOGGED",
+                 "ALTER TABLE public.{t} SET LOGGED"),
+    "view": ("CREATE VIEW public.{t} AS SELECT 1 AS id", "is a view", "sync the tables it reads from"),
+    "matview": ("CREATE MATERIALIZED VIEW public.{t} AS SELECT 1 AS id", "is a materialized view",
+                "sync the tables it reads from"),
+    "nothing": ("CREATE TABLE public.{t} (id int PRIMARY KEY); ALTER TABLE public.{t} REPLICA IDENTITY NOTHING",
+                "REPLICA IDENTITY NOTHING", "ALTER TABLE public.{t} REPLICA IDENTITY DEFAULT;"),
+    "nokey": ("CREATE TABLE public.{t} (id int)", "has no primary key", "ADD PRIMARY KEY"),
+    "parent": ("CREATE TABLE public.{t} (id int PRIMARY KEY); CREATE TABLE public.{t}_kid () INHERITS (public.{t})",
+               "INHERITS", "name each child table"),
+    "idx": ("CREATE TABLE public.{t} (id int PRIMARY KEY, u int NOT NULL UNIQUE); "
+            "ALTER TABLE public.{t} REPLICA IDENTITY USING INDEX {t}_u_key", "USING INDEX",
+            "REPLICA IDENTITY DEFAULT"),
+    "timetz": ("CREATE TABLE public.{t} (id int PRIMARY KEY, at time with time zone)", "time with time zone",
+               "exclude_columns"),
+}
+
+
+def test_tables_that_cannot_be_carried_are_refused_alone_and_the_others_load_and_stream(
+        spark, source_db, target_db, pipelines, unique_name):
+    good = f"{unique_name}_good"
+    names = {kind: f"{unique_name}_{kind}" for kind in REFUSED}
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{good} (id int PRIMARY KEY, note text)")
+        cur.execute(f"INSERT INTO public.{good} SELECT g, 'g' || g FROM generate_series(1, 50) g")
+        for kind, (ddl, _, _) in REFUSED.items():
+            cur.execute(ddl.format(t=names[kind]))
+    try:
+        cfg = pipelines.adopt(pipelines.make([{"name": good}, {"name": f"{unique_name}_missing"}]
+                                             + [{"name": n} for n in names.values()], create_topics=False))
+        assert capture(cfg) == []
+        with target_db.cursor() as cur:
+            cur.execute("SELECT table_name, phase, last_error FROM tideline.table_state WHERE pipeline = %s",
+                        (cfg.name,))
+            found = {name: (phase, error) for name, phase, error in cur.fetchall()}
+        for kind, (_, reason, fix) in REFUSED.items():
+            phase, error = found[names[kind]]
+            assert phase == "refused", (kind, phase, error)
+            assert reason in error and fix.format(t=names[kind]) in error, (kind, error)
+        assert "does not exist" in found[f"{unique_name}_missing"][1]
+        assert good not in found
+        # the publication holds the carried table alone (PostgreSQL would refuse an unlogged one)
+        with source_db.cursor() as cur:
+            cur.execute("SELECT tablename FROM pg_publication_tables WHERE pubname = %s", (cfg.publication_name,))
+            assert {r[0] for r in cur.fetchall()} == {good, "tideline_heartbeat"}
+        # the load skips the refused tables (checked again) and loads the good one
+        loaded = FullLoad(cfg, spark).run([t.name for t in cfg.tables])
+        assert [r.table for r in loaded] == [good]
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE public.{good} SET note = note || ' ✓'")
+        sync_until_equal(cfg, spark, source_db, target_db, {good: "id"})
+        # fixed at the source: no longer refused, loaded afresh by the next run
+        with source_db.cursor() as cur:
+            cur.execute(f"ALTER TABLE public.{names['unlogged']} SET LOGGED")
+            cur.execute(f"INSERT INTO public.{names['unlogged']} VALUES (1), (2)")
+        capture(cfg)
+        with target_db.cursor() as cur:
+            cur.execute("SELECT phase FROM tideline.table_state WHERE pipeline = %s AND table_name = %s",
+                        (cfg.name, names["unlogged"]))
+            assert cur.fetchone()[0] == "new"
+        FullLoad(cfg, spark).run([names["unlogged"]])
+        assert_equal(source_db, target_db, cfg.name, names["unlogged"])
+    finally:
+        with source_db.cursor() as cur:
+            cur.execute(f"DROP VIEW IF EXISTS public.{names['view']}")
+            cur.execute(f"DROP MATERIALIZED VIEW IF EXISTS public.{names['matview']}")
+        drop_source(source_db, good, *[n for k, n in names.items() if k not in ("view", "matview")])
