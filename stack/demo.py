@@ -68,41 +68,68 @@ def main() -> int:
         print("[demo] loading the demo shop (2,000 customers, 10,000 orders) into the source ...", flush=True)
         stackctl.subprocess.run([py, str(stackctl.STACK / "workload.py"), "--seed-customers", "2000",
                                  "--seed-orders", "10000", "--seed", "42"], check=True, env=stackctl.full_env())
-    if not stackctl.running_pid("workload"):
-        stackctl.spawn("workload", [py, str(stackctl.STACK / "workload.py"), "--rate", "5"])
     seed_mariadb()
+    start_workload()
     for dag_id in ("sync_demo", "sync_shop_mariadb"):
         trigger(dag_id)
     print(f"""
 [demo] Airflow UI : {stackctl.airflow_url()}/dags/sync_demo   login {stackctl.AIRFLOW_ADMIN} / {stackctl.AIRFLOW_ADMIN_PASS}
 [demo]              {stackctl.airflow_url()}/dags/sync_shop_mariadb   (the MariaDB shop)
-[demo] workload   : ~5 transactions/s on customers, orders, order_items (log {stackctl.log_file('workload')})
+[demo] workload   : ~5 transactions/s on customers, orders, order_items, and ~1/s on the MariaDB shop
+                     (supervised like every part; log {stackctl.log_file('workload')})
 [demo] waiting for the target to catch up with the sources ...
 """, flush=True)
-    from tideline.core.config import load_pipeline
-    from tideline.status import pipeline_status, render
-    cfgs = [load_pipeline(ROOT / "pipelines" / f) for f in ("demo.yaml", "shop_mariadb.yaml")]
-    deadline = time.time() + 900
-    while time.time() < deadline:
-        caught_up = True
-        for cfg in cfgs:
-            rows = pipeline_status(cfg)
-            print(render(cfg, rows), flush=True)
-            streamed = [r for r in rows if cfg.table(r.table).mode == "cdc"]   # batch tables land nightly
-            caught_up &= all(r.phase == "streaming" and r.last_batch_age_s is not None and r.last_batch_age_s < 30
-                             and r.lag_total < 100 for r in streamed)
-        if caught_up:
-            print("\n[demo] caught up: every table streams live, less than 100 events behind. It keeps running:\n"
-                  "       `make status` for this table, the Airflow UI for the DAG, `make down` to stop all.",
-                  flush=True)
-            print(view_address(), flush=True)
-            return 0
-        time.sleep(5)
-    print("[demo] the target did not catch up within 15 minutes; look at the sync_demo and sync_shop_mariadb runs "
-          "in the Airflow UI "
-          f"and at {stackctl.LOGS}", flush=True)
+    if wait_until_caught_up(demo_pipelines(), timeout=CATCH_UP_S):
+        print("\n[demo] caught up: every table streams live, less than 100 events behind. It keeps running:\n"
+              "       `make status` for this table, the Airflow UI for the DAG, `make down` to stop all.",
+              flush=True)
+        print(view_address(), flush=True)
+        return 0
+    print(f"[demo] the target did not catch up within {CATCH_UP_S // 60} minutes; look at the sync_demo and "
+          f"sync_shop_mariadb runs in the Airflow UI and at {stackctl.LOGS}", flush=True)
     print(view_address(), flush=True)
     return 1
+
+
+CATCH_UP_S = 600
+
+
+def start_workload(rate: float = 5, mariadb_share: float = 0.2) -> None:
+    """The demo's writes, under the stack's supervisor: a database restart kills its connection,
+    and supervisord starts it again like every other part. `make down` stops it."""
+    stackctl.stop("workload")   # one started by an older demo, outside the supervisor
+    stackctl.supervise("workload", stackctl.shlex.join([sys.executable, str(stackctl.STACK / "workload.py"),
+                                                        "--rate", str(rate), "--mariadb-share", str(mariadb_share)]))
+
+
+def demo_pipelines():
+    from tideline.core.config import load_pipeline
+    return [load_pipeline(ROOT / "pipelines" / f) for f in ("demo.yaml", "shop_mariadb.yaml")]
+
+
+def wait_until_caught_up(cfgs, timeout: float, every: float = 5, quiet: bool = False) -> bool:
+    """Prints each pipeline's tables until every one has caught up (tideline.status.not_caught_up),
+    saying what still waits; False when `timeout` passes first."""
+    from tideline.connector import capture_failure
+    from tideline.core.connections import get_connection
+    from tideline.status import not_caught_up, pipeline_status, render
+    deadline = time.time() + timeout
+    while True:
+        waiting = []
+        for cfg in cfgs:
+            rows = pipeline_status(cfg)
+            if not quiet:
+                print(render(cfg, rows), flush=True)
+            waiting += [f"{cfg.name}: {w}" for w in
+                        not_caught_up(cfg, rows, capture_failure(cfg, get_connection(cfg.connect.conn_id)))]
+        if not waiting:
+            return True
+        if time.time() > deadline:
+            print("[demo] still waiting for: " + "; ".join(waiting), flush=True)
+            return False
+        if not quiet:
+            print("[demo] waiting for: " + "; ".join(waiting), flush=True)
+        time.sleep(every)
 
 
 def view_address() -> str:

@@ -145,6 +145,38 @@ class Workload:
         self.counts["transactions"] += 1
 
 
+class MariaDbShop:
+    """The MariaDB demo shop's share of the workload (sql/demo/mariadb_shop.sql): new customers,
+    new orders, orders advancing, profile edits — so its pipeline streams live too."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.conn = stackctl.mariadb_connect(stackctl.MARIADB_DATABASE, autocommit=False)
+        self.count = 0
+
+    def step(self) -> None:
+        r = self.rng
+        with self.conn.cursor() as cur:
+            choice = r.random()
+            if choice < 0.2:
+                cur.execute("INSERT INTO customers (email, full_name, country, vip, profile) VALUES (%s, %s, %s, %s, %s)",
+                            (f"m{r.getrandbits(48):x}@example.com", f"{r.choice(FIRST)} {r.choice(LAST)}",
+                             r.choice(COUNTRIES), r.random() < 0.1, json.dumps({"note": "größer ≥ 10 € 😀"})))
+            elif choice < 0.6:
+                cur.execute("INSERT INTO orders (customer_id, status, total, note, delivery_on) SELECT id, 'new', %s, "
+                            "%s, CURRENT_DATE + INTERVAL %s DAY FROM customers ORDER BY RAND() LIMIT 1",
+                            (Decimal(r.randint(99, 99999)) / 100, None if r.random() < 0.6 else "Bitte klingeln",
+                             r.randint(1, 14)))
+            elif choice < 0.9:
+                cur.execute("UPDATE orders SET status = CASE status WHEN 'new' THEN 'paid' WHEN 'paid' THEN 'shipped' "
+                            "ELSE status END WHERE id = (SELECT id FROM (SELECT id FROM orders ORDER BY RAND() LIMIT 1) o)")
+            else:
+                cur.execute("UPDATE customers SET vip = NOT vip WHERE id = "
+                            "(SELECT id FROM (SELECT id FROM customers ORDER BY RAND() LIMIT 1) c)")
+        self.conn.commit()
+        self.count += 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dsn", help="source database URL (default: the local stack's demo source)")
@@ -153,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=0, help="transactions per second to run (0 = none)")
     ap.add_argument("--duration", type=float, default=0, help="seconds to run (0 = until interrupted)")
     ap.add_argument("--seed", type=int, default=None, help="random seed for a repeatable workload")
+    ap.add_argument("--mariadb-share", type=float, default=0.0,
+                    help="also change the MariaDB demo shop in this share of the steps (0 = never)")
     args = ap.parse_args(argv)
 
     conn = connect(args.dsn)
@@ -174,14 +208,18 @@ def main(argv: list[str] | None = None) -> int:
     started = last_report = time.monotonic()
     interval = 1.0 / args.rate
     next_at = started
+    shop = MariaDbShop(rng) if args.mariadb_share > 0 else None
     try:
         while not stop["now"] and (not args.duration or time.monotonic() - started < args.duration):
             work.step()
+            if shop is not None and rng.random() < args.mariadb_share:
+                shop.step()
             next_at += interval
             time.sleep(max(0.0, next_at - time.monotonic()))
             if time.monotonic() - last_report >= 10:
                 last_report = time.monotonic()
-                print(f"[workload] {time.strftime('%T')} {work.counts}", flush=True)
+                print(f"[workload] {time.strftime('%T')} {work.counts}"
+                      + (f", MariaDB shop: {shop.count} transactions" if shop else ""), flush=True)
     except KeyboardInterrupt:
         pass
     print(f"[workload] done: {work.counts}", flush=True)

@@ -35,7 +35,8 @@ def ensure_topics(cfg: PipelineConfig, bootstrap: str, extra: dict[str, dict[str
     existing = admin.list_topics(timeout=15).topics
     topic_config = {"retention.ms": str(cfg.kafka.retention_ms), "cleanup.policy": "delete",
                     "min.insync.replicas": str(min(2, cfg.kafka.replication_factor)),
-                    "unclean.leader.election.enable": "false"}
+                    "unclean.leader.election.enable": "false",
+                    "max.message.bytes": str(cfg.kafka.max_message_bytes)}
     new = [NewTopic(t, cfg.kafka.partitions, cfg.kafka.replication_factor, config=topic_config)
            for t in wanted if t not in existing]
     new += [NewTopic(t, 1, cfg.kafka.replication_factor, config={**topic_config, **overrides})
@@ -48,12 +49,28 @@ def ensure_topics(cfg: PipelineConfig, bootstrap: str, extra: dict[str, dict[str
         except Exception as exc:
             if "already exists" not in str(exc):
                 raise SourceError(f"creating Kafka topic {topic!r} failed: {exc}") from None
+    raise_message_limit(admin, [t for t in [*wanted, *(extra or {})] if t in existing], cfg.kafka.max_message_bytes)
     for t in wanted:
         if t in existing and len(existing[t].partitions) != cfg.kafka.partitions:
             log.warning("topic %s has %d partitions, the config says %d; Tideline does not change partition "
                         "counts (it would break per-key order)", t, len(existing[t].partitions),
                         cfg.kafka.partitions)
     return wanted
+
+
+def raise_message_limit(admin, topics: list[str], limit: int) -> None:
+    """Existing topics take events as big as the pipeline carries (a topic made before the limit
+    was set, or by hand, keeps the broker's 1 MB default, and capture would stop at a big row)."""
+    if not topics:
+        return
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    described = admin.describe_configs([ConfigResource("topic", t) for t in topics])
+    low = [res.name for res, fut in described.items() if int(fut.result(30)["max.message.bytes"].value) < limit]
+    entry = [ConfigEntry("max.message.bytes", str(limit), incremental_operation=AlterConfigOpType.SET)]
+    for res, fut in (admin.incremental_alter_configs([ConfigResource("topic", t, incremental_configs=entry)
+                                                      for t in low]).items() if low else []):
+        fut.result(30)
+        log.info("topic %s now takes messages of up to %d bytes", res.name, limit)
 
 
 class ConnectClient:
@@ -119,6 +136,36 @@ def remove_connector(cfg: PipelineConfig, connect: Conn, timeout: float = 60.0) 
         time.sleep(0.5)
     client.delete_offsets(name)
     client.delete(name)
+
+
+def first_cause(trace: str) -> str:
+    """A Java trace said as a person reads it: the deepest cause first, then the outer error."""
+    lines = [line.strip() for line in trace.splitlines() if line.strip()]
+    causes = [line.removeprefix("Caused by: ") for line in lines if line.startswith("Caused by: ")]
+    head = lines[0] if lines else "(no trace)"
+    return f"{causes[-1]} (in: {head})" if causes and causes[-1] != head else head
+
+
+def capture_failure(cfg: PipelineConfig, connect: Conn) -> str | None:
+    """None while the pipeline's connector and its task run; else what is wrong with capture, its
+    cause first — a failed task means no table of the pipeline receives a change, which must never
+    look like a quiet source."""
+    name = connector_name(cfg)
+    try:
+        status = ConnectClient(connect.http_base_url(), timeout=10).status(name)
+    except (TransientError, ConnectError) as exc:
+        return str(exc)
+    if status is None:
+        return f"connector {name} does not exist on Kafka Connect: no change is captured. Run the sync DAG."
+    trace = _failure_trace(status)
+    if trace:
+        return (f"connector {name} FAILED on Kafka Connect: {first_cause(trace)[:1500]}. No table of pipeline "
+                f"{cfg.name} receives changes until it runs again: fix the cause, then trigger the sync DAG "
+                f"(it restarts the connector)")
+    state = status["connector"]["state"]
+    if state != "RUNNING" or not status.get("tasks"):
+        return f"connector {name} is {state} with {len(status.get('tasks') or [])} task(s): no change is captured"
+    return None
 
 
 def _failure_trace(status: dict) -> str | None:

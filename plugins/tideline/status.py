@@ -146,6 +146,28 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
     return out
 
 
+def not_caught_up(cfg: PipelineConfig, rows: list[TableStatus], capture_error: str | None = None,
+                  max_lag: int = 100, stale_after_s: float = 30) -> list[str]:
+    """Why the target has not caught up with the source, per cdc table (empty: it has): streaming,
+    fewer than `max_lag` events behind, and a batch within `stale_after_s` whenever events wait —
+    a table nobody writes to is caught up once nothing waits — with capture running (a failed
+    connector makes every table look quiet)."""
+    if capture_error:
+        return [f"capture: {capture_error}"]
+    out = []
+    for r in rows:
+        if cfg.table(r.table).mode != "cdc":   # batch tables land on their schedule
+            continue
+        if r.phase != "streaming":
+            out.append(f"{r.table}: {r.phase}" + (f" ({r.error[:200]})" if r.error else ""))
+        elif r.lag_total >= max_lag:
+            out.append(f"{r.table}: {r.lag_total:,} events behind")
+        elif r.lag_total and (r.last_batch_age_s is None or r.last_batch_age_s > stale_after_s):
+            out.append(f"{r.table}: {r.lag_total:,} events wait and no batch for "
+                       f"{'ever' if r.last_batch_age_s is None else f'{r.last_batch_age_s:.0f}s'}")
+    return out
+
+
 def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
     lines = [f"pipeline {cfg.name}  ({datetime.now().strftime('%H:%M:%S')})",
              f"  {'table':22s} {'phase':17s} {'epoch':>5s} {'target rows':>12s} {'source rows':>12s} "

@@ -3,12 +3,12 @@ the full load and after changes through the stream), or refused before any work 
 with the reason and the fix in the table's state, while the pipeline's other tables go on."""
 from __future__ import annotations
 
-import psycopg2
+import time
+
 import pytest
 
 from helpers import drop_source, rows_as_text
 from test_incremental import sync_until_equal
-from tideline import state
 from tideline.connector import ensure_capture
 from tideline.core.connections import get_connection
 from tideline.full_load import FullLoad
@@ -161,3 +161,40 @@ def test_tables_that_cannot_be_carried_are_refused_alone_and_the_others_load_and
             cur.execute(f"DROP VIEW IF EXISTS public.{names['view']}")
             cur.execute(f"DROP MATERIALIZED VIEW IF EXISTS public.{names['matview']}")
         drop_source(source_db, good, *[n for k, n in names.items() if k not in ("view", "matview")])
+
+
+def test_rows_of_16_mb_are_carried_and_a_row_over_the_limit_is_an_incident_not_silence(
+        spark, source_db, target_db, pipelines, unique_name):
+    from tideline.connector import capture_failure
+    t = f"{unique_name}_big"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, n int, doc text, blob bytea, body jsonb)")
+        cur.execute(f"INSERT INTO public.{t} VALUES (1, 0, repeat('ü', 8 * 1024 * 1024), NULL, NULL), "
+                    f"(2, 0, NULL, decode(repeat('ab', 16 * 1024 * 1024), 'hex'), NULL), "
+                    f"(3, 0, NULL, NULL, jsonb_build_object('k', repeat('x', 16 * 1024 * 1024))), (4, 0, 'small', NULL, NULL)")
+    try:
+        cfg = pipelines.adopt(pipelines.make([{"name": t}], create_topics=False))
+        capture(cfg)
+        FullLoad(cfg, spark).run([t])
+        digest = "id, md5(coalesce(doc, '')), md5(coalesce(blob, '')), md5(coalesce(body::text, '')), n"
+        with source_db.cursor() as cur:   # each big value changes: its whole 16 MB travels in the event
+            cur.execute(f"UPDATE public.{t} SET n = n + 1, doc = doc || '!' WHERE id = 1")
+            cur.execute(f"UPDATE public.{t} SET n = n + 1, blob = blob || '\\x00'::bytea WHERE id = 2")
+            cur.execute(f"UPDATE public.{t} SET n = n + 1, body = body || '{{\"z\": 1}}' WHERE id = 3")
+            cur.execute(f"INSERT INTO public.{t} VALUES (5, 0, repeat('€', 6 * 1024 * 1024), NULL, NULL)")
+        sync_until_equal(cfg, spark, source_db, target_db, {t: "id"}, timeout=180)
+        with source_db.cursor() as cur, target_db.cursor() as tcur:
+            cur.execute(f"SELECT {digest} FROM public.{t} ORDER BY id")
+            tcur.execute(f'SELECT {digest} FROM "{cfg.name}".{t} ORDER BY id')
+            assert tcur.fetchall() == cur.fetchall()
+        assert capture_failure(cfg, get_connection("tideline_connect")) is None
+        # a row past kafka.max_message_mb (64): capture stops, and says so with the cause first
+        with source_db.cursor() as cur:
+            cur.execute(f"INSERT INTO public.{t} VALUES (6, 0, repeat('y', 70 * 1024 * 1024), NULL, NULL)")
+        deadline = time.time() + 60
+        while (failure := capture_failure(cfg, get_connection("tideline_connect"))) is None:
+            assert time.time() < deadline, "a connector that cannot send a row must be reported"
+            time.sleep(1)
+        assert "RecordTooLargeException" in failure and "FAILED" in failure, failure
+    finally:
+        drop_source(source_db, t)

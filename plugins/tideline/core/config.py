@@ -53,6 +53,10 @@ class SourceEndpoint(Endpoint):
 
 
 class KafkaSettings(_Model):
+    @property
+    def max_message_bytes(self) -> int:
+        return self.max_message_mb * 1024 * 1024
+
     conn_id: str = "tideline_kafka"
     topic_prefix: str
     partitions: int = Field(default=1, ge=1, le=1000)
@@ -67,6 +71,11 @@ class KafkaSettings(_Model):
     allowed_downtime_hours: float = Field(
         default=72, gt=0, description="how long the stream may be stopped without losing offsets: topic "
                                       "retention must be longer (the doctor checks the real topics)")
+    max_message_mb: int = Field(
+        default=64, ge=1, le=90, description="largest change event (one row's image) the pipeline carries, in MB: "
+                                             "the connector's producer and the change topics are set to it (Kafka's "
+                                             "own default, 1 MB, would stop capture at the first big row); below "
+                                             "the brokers' socket.request.max.bytes (100 MB by default)")
     source_fields: list[str] | None = Field(
         default=None, description="fields of Debezium's `source` block to keep in the change events, e.g. "
                                    "[ts_ms] (all the stream reads): ~half the bytes on Kafka (571 -> 276 per "

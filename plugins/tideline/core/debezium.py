@@ -72,6 +72,10 @@ def common_connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]
         # Bigger record batches under load (a batch otherwise closes at 16 KB, ~28 events): the
         # stream's Kafka reads parse ~1/3 less per event; at most 10 ms more capture latency.
         "producer.override.batch.size": "524288",
+        # Big rows: one event may weigh up to kafka.max_message_mb (the topics take as much), and
+        # the producer's buffer holds two of them.
+        "producer.override.max.request.size": str(cfg.kafka.max_message_bytes),
+        "producer.override.buffer.memory": str(max(32 << 20, 2 * cfg.kafka.max_message_bytes)),
         "producer.override.linger.ms": "10",
         # No __debezium.context.* headers (connector name, task, run id) on every record: nothing
         # reads them, and parsing them was ~1/10 of the stream's read time (tests/bench/incremental.py).
@@ -85,6 +89,7 @@ def common_connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]
         "topic.creation.default.replication.factor": str(cfg.kafka.replication_factor),
         "topic.creation.default.cleanup.policy": "delete",
         "topic.creation.default.retention.ms": str(cfg.kafka.retention_ms),
+        "topic.creation.default.max.message.bytes": str(cfg.kafka.max_message_bytes),
     }
 
 
