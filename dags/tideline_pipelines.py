@@ -1,14 +1,13 @@
 """Every Tideline pipeline in pipelines/*.yaml becomes its DAGs here (thin: the factory does the work).
 
-A pipeline file that fails validation shows up as this file's import error, naming the file and
-the field; the other pipelines keep their DAGs.
+A pipeline file that fails validation is left out here and shows up as the import error of
+tideline_config_errors.py (naming the file, field and line); the other pipelines keep their DAGs.
 """
-from tideline.airflow.dag_factory import (PipelineConfigErrorDag, build_batch_dag, build_sync_dag, build_verify_dag,
-                                         build_watch_dag)
+from tideline.airflow.dag_factory import build_batch_dag, build_sync_dag, build_verify_dag, build_watch_dag
 from tideline.airflow.pipelines import pipelines_dir
 from tideline.core.config import load_pipelines
 
-pipelines, broken = load_pipelines(pipelines_dir())
+pipelines, _broken = load_pipelines(pipelines_dir())
 for _name, _cfg in pipelines.items():
     if any(t.mode == "cdc" for t in _cfg.tables):
         globals()[f"sync_{_name}"] = build_sync_dag(_cfg)
@@ -16,5 +15,3 @@ for _name, _cfg in pipelines.items():
         globals()[f"watch_{_name}"] = build_watch_dag(_cfg)
     if any(t.mode == "batch" for t in _cfg.tables):
         globals()[f"batch_{_name}"] = build_batch_dag(_cfg)
-if broken:
-    config_errors = PipelineConfigErrorDag(broken)

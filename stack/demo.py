@@ -110,8 +110,6 @@ def demo_pipelines():
 def wait_until_caught_up(cfgs, timeout: float, every: float = 5, quiet: bool = False) -> bool:
     """Prints each pipeline's tables until every one has caught up (tideline.status.not_caught_up),
     saying what still waits; False when `timeout` passes first."""
-    from tideline.connector import capture_failure
-    from tideline.core.connections import get_connection
     from tideline.status import not_caught_up, pipeline_status, render
     deadline = time.time() + timeout
     while True:
@@ -120,8 +118,7 @@ def wait_until_caught_up(cfgs, timeout: float, every: float = 5, quiet: bool = F
             rows = pipeline_status(cfg)
             if not quiet:
                 print(render(cfg, rows), flush=True)
-            waiting += [f"{cfg.name}: {w}" for w in
-                        not_caught_up(cfg, rows, capture_failure(cfg, get_connection(cfg.connect.conn_id)))]
+            waiting += [f"{cfg.name}: {w}" for w in not_caught_up(cfg, rows)]
         if not waiting:
             return True
         if time.time() > deadline:

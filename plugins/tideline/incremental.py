@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg2 import sql
 
-from tideline import engines, kafka_offsets, refusals, sqlfiles, state
+from tideline import alerts, engines, kafka_offsets, refusals, sqlfiles, state
 from tideline.core import apply_sql, schema_drift
 from tideline.core.batch_events import SplitBatch, newest_source_commit, split_batch
 from tideline.core.change_events import RECORD_COLUMNS, decode_records
@@ -42,6 +42,7 @@ from tideline.full_load import run_owner
 log = logging.getLogger("tideline.incremental")
 
 FENCE_CHECK_S = 10.0   # how soon an idle stream notices that a newer run took its tables
+CAPTURE_CHECK_S = 30.0  # how soon a stream says that capture failed (no table receives a change)
 
 
 # Events per Spark task of a batch. Each task's result (its raw records as Arrow, ~3.5 MB at the
@@ -106,6 +107,8 @@ class IncrementalRun:
         self.cfg, self.spark, self.mode = cfg, spark, mode
         self.requested = tables
         self.source = get_connection(cfg.source.conn_id, environ)
+        self._environ = environ
+        self._capture_said: str | None = None
         self.engine = engines.for_source(self.source)
         self.target = get_connection(cfg.target.conn_id, environ)
         self.bootstrap = get_connection(cfg.kafka.conn_id, environ).kafka_bootstrap
@@ -293,7 +296,11 @@ class IncrementalRun:
         """A stream with nothing to apply never reaches the fence in a batch: an orphan (its task
         killed, a newer attempt streaming) would idle on forever. Every FENCE_CHECK_S it looks
         whether a newer run took its tables, and stops this one if so."""
+        last_capture_check = 0.0
         while not stopped.wait(FENCE_CHECK_S):
+            if time.monotonic() - last_capture_check >= CAPTURE_CHECK_S:
+                last_capture_check = time.monotonic()
+                self._check_capture()
             live = {n: t.epoch for n, t in self.tables.items() if n not in self.halted}
             try:
                 conn = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=5)
@@ -315,6 +322,32 @@ class IncrementalRun:
                 log.warning("%s", self.failure)
                 self.query.stop()
                 return
+
+    def _check_capture(self) -> None:
+        """A failed connector sends nothing, so the stream would look caught up while the source
+        moves on: said in each table's state (last_error, cleared by the next batch) and alerted,
+        once per distinct failure."""
+        from tideline.connector import capture_failure
+        try:
+            failure = capture_failure(self.cfg, get_connection(self.cfg.connect.conn_id, self._environ))
+        except Exception as exc:   # no Connect connection given to this job: the watch DAG still checks
+            log.debug("capture check skipped: %s", exc)
+            return
+        if failure is None or failure == self._capture_said:
+            if failure is None and self._capture_said is not None:
+                log.warning("%s: capture runs again", self.cfg.name)
+            self._capture_said = failure
+            return
+        self._capture_said = failure
+        log.error("%s: %s", self.cfg.name, failure)
+        conn = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=5)
+        try:
+            for name in self.tables:
+                if name not in self.halted:
+                    state.record_error(conn, self.cfg.name, name, f"capture: {failure}")
+        finally:
+            conn.close()
+        alerts.notify(self.cfg, alerts.CAPTURE_FAILED, failure)
 
     def _close_runs(self, exc: BaseException | None) -> None:
         """Each table's row in the run history: how this stream ended (best effort: the target may
@@ -615,7 +648,6 @@ class IncrementalRun:
     def _after_halts(self, halting: dict[str, tuple[str, dict | None]]) -> None:
         """Committed halts: said in the log and the alert; the stream goes on without those tables,
         and stops (exit 6) once none is left."""
-        from tideline import alerts
         for name, (why, _event) in halting.items():
             self.halted[name] = why
             log.error("HALTED %s", why)

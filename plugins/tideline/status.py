@@ -45,6 +45,7 @@ class TableStatus:
     rows_estimated: bool = False     # target_rows from statistics, not counted
     load_rows: int | None = None     # a load running now: rows stored so far...
     load_rows_per_s: float | None = None   # ...and its mean rate since it started copying
+    capture_error: str | None = None  # the pipeline's connector failed: this table receives no change
 
     @property
     def lag_total(self) -> int:
@@ -140,18 +141,35 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 verify_outcome=f.get("verify_outcome"), verify_counts=f.get("verify_counts"),
                 rows_estimated=not exact_counts, load_rows=f.get("load_rows"),
                 load_rows_per_s=float(f["load_rows_per_s"]) if f.get("load_rows_per_s") is not None else None))
+        capture = _capture_error(cfg, resolve, out)
+        for row in out:
+            if cfg.table(row.table).mode == "cdc" and row.phase == "streaming":
+                row.capture_error = capture
     finally:
         target.close()
         source.close()
     return out
 
 
-def not_caught_up(cfg: PipelineConfig, rows: list[TableStatus], capture_error: str | None = None,
-                  max_lag: int = 100, stale_after_s: float = 30) -> list[str]:
+def _capture_error(cfg: PipelineConfig, resolve, rows: list[TableStatus]) -> str | None:
+    """What is wrong with the pipeline's capture while any of its tables streams (before the
+    first load the connector may not exist yet), or None."""
+    from tideline.connector import capture_failure
+    if not any(r.phase == "streaming" for r in rows):
+        return None
+    try:
+        return capture_failure(cfg, resolve(cfg.connect.conn_id))
+    except TidelineError as exc:
+        return str(exc)
+
+
+def not_caught_up(cfg: PipelineConfig, rows: list[TableStatus], max_lag: int = 100,
+                  stale_after_s: float = 30) -> list[str]:
     """Why the target has not caught up with the source, per cdc table (empty: it has): streaming,
     fewer than `max_lag` events behind, and a batch within `stale_after_s` whenever events wait —
     a table nobody writes to is caught up once nothing waits — with capture running (a failed
     connector makes every table look quiet)."""
+    capture_error = next((r.capture_error for r in rows if r.capture_error), None)
     if capture_error:
         return [f"capture: {capture_error}"]
     out = []
@@ -169,7 +187,9 @@ def not_caught_up(cfg: PipelineConfig, rows: list[TableStatus], capture_error: s
 
 
 def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
-    lines = [f"pipeline {cfg.name}  ({datetime.now().strftime('%H:%M:%S')})",
+    capture = next((r.capture_error for r in rows if r.capture_error), None)
+    lines = [f"pipeline {cfg.name}  ({datetime.now().strftime('%H:%M:%S')})"
+             + (f"\n  CAPTURE FAILED — no table receives changes: {capture}" if capture else ""),
              f"  {'table':22s} {'phase':17s} {'epoch':>5s} {'target rows':>12s} {'source rows':>12s} "
              f"{'last batch':>14s} {'lag':>7s}  headroom"]
     for r in rows:

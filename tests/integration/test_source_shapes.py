@@ -196,5 +196,9 @@ def test_rows_of_16_mb_are_carried_and_a_row_over_the_limit_is_an_incident_not_s
             assert time.time() < deadline, "a connector that cannot send a row must be reported"
             time.sleep(1)
         assert "RecordTooLargeException" in failure and "FAILED" in failure, failure
+        from tideline.status import not_caught_up, pipeline_status, render
+        rows = pipeline_status(cfg)   # make status and the view say it, and never "caught up"
+        assert "RecordTooLargeException" in rows[0].capture_error
+        assert "CAPTURE FAILED" in render(cfg, rows) and not_caught_up(cfg, rows)
     finally:
         drop_source(source_db, t)

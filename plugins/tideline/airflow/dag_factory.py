@@ -20,12 +20,10 @@ import pendulum
 from airflow.providers.standard.operators.python import BranchPythonOperator, PythonOperator
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param
-from airflow.sdk.exceptions import AirflowException
 
 from tideline.airflow import tasks
 from tideline.airflow.operators import CoverageSensor, TidelineSparkSubmitOperator
 from tideline.core.config import PipelineConfig
-from tideline.core.errors import ConfigError
 from tideline.core.params import ACTIONS, STREAM_MODES
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -33,8 +31,9 @@ NONE_FAILED = "none_failed_min_one_success"
 
 
 def _conn_ids(cfg: PipelineConfig) -> list[str]:
-    """Connections a Spark job uses: the databases, Kafka, and the alert webhook (a halt alerts)."""
-    return [cfg.source.conn_id, cfg.target.conn_id, cfg.kafka.conn_id] + \
+    """Connections a Spark job uses: the databases, Kafka, Connect (a stream says when capture
+    failed), and the alert webhook (a halt alerts)."""
+    return [cfg.source.conn_id, cfg.target.conn_id, cfg.kafka.conn_id, cfg.connect.conn_id] + \
         ([cfg.alerts.webhook_conn_id] if cfg.alerts.webhook_conn_id else [])
 
 
@@ -218,17 +217,3 @@ def _branch_after_coverage(**context) -> str:
 
 def _branch_after_stream(**context) -> list[str]:
     return tasks.branch_after_stream(context["ti"].xcom_pull(task_ids="incremental"))
-
-
-class PipelineConfigErrorDag(DAG):
-    """Stands for the pipeline files that failed validation: bagging it fails, so Airflow lists
-    the errors under the DAG file's import errors while every valid pipeline keeps its DAGs."""
-
-    def __init__(self, broken: dict[str, ConfigError]):
-        super().__init__(dag_id="tideline_pipeline_config_errors", schedule=None, start_date=START,
-                         tags=["tideline"])
-        self.broken = broken
-
-    def validate(self):
-        raise AirflowException("invalid Tideline pipeline config(s):\n" +
-                               "\n".join(str(e) for e in self.broken.values()))

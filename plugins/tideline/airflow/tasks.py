@@ -172,8 +172,9 @@ def scheduled_verify(pipeline: str) -> list[dict]:
 def watch(pipeline: str) -> dict:
     """The watch_<pipeline> DAG's check, running whether the stream runs or not (outside the task
     that can die): alerts when retention headroom is low or already lost, when a table is halted,
-    and when a stream has committed nothing for alerts.stalled_after_minutes while Kafka holds
-    events for it — dead, stuck in retries, failed or never started, it is said."""
+    when a stream has committed nothing for alerts.stalled_after_minutes while Kafka holds
+    events for it — dead, stuck in retries, failed or never started, it is said — and when the
+    pipeline's connector failed (no table receives a change; it would look like a quiet source)."""
     import psycopg2
 
     from tideline import coverage
@@ -204,9 +205,17 @@ def watch(pipeline: str) -> dict:
                     send(alerts.STREAM_STALLED, watchdog.describe(cfg.name, table, pending[table], idle,
                                                                   st.last_error, st.raw.get("last_error_at")),
                          subject=table)
+        from tideline.connector import capture_failure
+        capture = capture_failure(cfg, connections.get(cfg.connect.conn_id))
+        if capture is not None and any(getattr(state.get(conn, cfg.name, t), "phase", None) == "streaming"
+                                       for t in tables):
+            send(alerts.CAPTURE_FAILED, capture, subject="connector")
+        else:
+            capture = None
+        conn.rollback()
     finally:
         conn.close()
-    return {"not_covered": lost, "halted": halted, "stalled": stalled}
+    return {"not_covered": lost, "halted": halted, "stalled": stalled, "capture_failed": capture}
 
 
 def _pipeline_of(dag_id: str) -> str:

@@ -344,7 +344,31 @@ def _field_path(loc: tuple, data: dict) -> str:
     return "".join(parts) or "(top level)"
 
 
-def parse_pipeline(data: object, source: str) -> PipelineConfig:
+def _line_finder(text: str):
+    """loc (pydantic's path into the YAML) -> the line it is written on, from YAML's node marks."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        root = None
+
+    def line(loc: tuple) -> int | None:
+        node, found = root, None
+        for item in loc:
+            if isinstance(node, yaml.MappingNode):
+                match = [(k, v) for k, v in node.value if k.value == item]
+                if not match:
+                    break
+                found, node = match[0][0].start_mark.line + 1, match[0][1]
+            elif isinstance(node, yaml.SequenceNode) and isinstance(item, int) and item < len(node.value):
+                node = node.value[item]
+                found = node.start_mark.line + 1
+            else:
+                break
+        return found
+    return line
+
+
+def parse_pipeline(data: object, source: str, line_of=None) -> PipelineConfig:
     if not isinstance(data, dict):
         raise ConfigError(source, [("(top level)", "expected a mapping of pipeline settings")])
     try:
@@ -357,7 +381,8 @@ def parse_pipeline(data: object, source: str) -> PipelineConfig:
                 msg = "unknown field (check the spelling; see pipelines/README.md for the fields)"
             elif err["type"] == "literal_error":
                 msg = f"{msg} (got {err.get('input')!r})"
-            problems.append((_field_path(err["loc"], data), msg))
+            line = line_of(err["loc"]) if line_of else None
+            problems.append((_field_path(err["loc"], data) + (f" (line {line})" if line else ""), msg))
         raise ConfigError(source, problems) from None
 
 
@@ -367,11 +392,12 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
         known = sorted(p.stem for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
         raise ConfigError(str(path), [("(file)", f"no such pipeline config; pipelines in {path.parent}: "
                                                  f"{', '.join(known) or 'none'}")])
+    text = path.read_text()
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(str(path), [("(yaml)", str(exc).replace("\n", " "))]) from None
-    config = parse_pipeline(data, str(path))
+    config = parse_pipeline(data, str(path), _line_finder(text))
     if config.name != path.stem:
         raise ConfigError(str(path), [("name", f"{config.name!r} must equal the file name {path.stem!r}")])
     return config

@@ -21,7 +21,7 @@ _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix=
 @dataclass
 class PipelineOverview:
     name: str
-    state: str                 # ok | error | timeout | invalid
+    state: str                 # ok | capture failed | error | timeout | invalid
     error: str | None = None   # what went wrong reading it, and what to do
     took_s: float | None = None
     dag_id: str | None = None
@@ -72,6 +72,7 @@ def _one(cfg: PipelineConfig, connection: Callable[[str], Conn], timeout_s: floa
     except Exception as exc:   # shown on the page for this pipeline, with what to do
         first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
         return _shell(cfg, "error", f"{type(exc).__name__}: {first}")
-    view = _shell(cfg, "ok")
+    capture = next((t.capture_error for t in tables if t.capture_error), None)
+    view = _shell(cfg, "capture failed", f"no table receives changes: {capture}") if capture else _shell(cfg, "ok")
     view.tables, view.took_s = tables, round(time.monotonic() - started, 3)
     return view
