@@ -550,7 +550,7 @@ def test_sources_that_cannot_be_captured_are_refused_before_any_work(stack, spar
         # a table without a key cannot stream; missing replication privileges fail the doctor
         cfg = mariadb_pipeline(pipelines, [{"name": nokey}], create_topics=False)
         checks = {c.name: c for c in doctor.source_checks(cfg, get_connection(CONN_ID), 0)}
-        assert checks[f"primary key {nokey}"].status == "fail"
+        assert checks[f"table {nokey}"].status == "fail" and "has no primary key" in checks[f"table {nokey}"].detail
         assert checks["binlog"].status == "pass" and checks["privileges"].status == "pass"
         _exec(maria, f"CREATE USER IF NOT EXISTS 'plain_{unique_name}'@'127.0.0.1' IDENTIFIED BY 'x'",
               f"GRANT SELECT ON `{DB}`.* TO 'plain_{unique_name}'@'127.0.0.1'")
@@ -571,3 +571,28 @@ def test_config_from_a_mariadb_connection(stack, pipelines, tmp_path):
     config = engine.connector_config(cfg, stackctl.kafka_bootstrap())
     assert config["connector.class"] == "io.debezium.connector.mariadb.MariaDbConnector"
     assert config["snapshot.mode"] == "no_data" and config["database.include.list"] == DB
+
+
+def test_names_as_the_database_spells_them_and_partitioned_tables_are_carried_views_refused(
+        stack, spark, maria, target_db, pipelines, unique_name):
+    from tideline import refusals
+    t, view, scratch = f"{unique_name} Order Lines Ä", f"{unique_name}_v", f"{unique_name}_oracle"
+    _exec(maria, f"CREATE TABLE `{t}` (id int PRIMARY KEY, `Line Note` text, `Select` int, `Ümlaut ✓` varchar(20)) "
+                 f"CHARACTER SET utf8mb4 PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (100), "
+                 f"PARTITION p1 VALUES LESS THAN (1000), PARTITION pmax VALUES LESS THAN MAXVALUE)",
+          f"INSERT INTO `{t}` SELECT seq, CONCAT('n', seq, ' 😀'), seq, 'ü' FROM seq_1_to_300",
+          f"CREATE VIEW `{view}` AS SELECT id FROM `{t}`")
+    try:
+        cfg = mariadb_pipeline(pipelines, [{"name": t}, {"name": view}], create_topics=False)
+        refused = refusals.find(cfg, get_connection(CONN_ID))
+        assert list(refused) == [view] and "is a view" in refused[view].reason
+        cfg = mariadb_pipeline(pipelines, [{"name": t}], capture=True)
+        FullLoad(cfg, spark).run([t])
+        _exec(maria, f"UPDATE `{t}` SET id = id + 1000, `Select` = -`Select` WHERE id % 10 = 0",   # across partitions
+              f"DELETE FROM `{t}` WHERE id % 7 = 0", f"INSERT INTO `{t}` VALUES (5000, NULL, 1, 'ß')")
+        converge(cfg, spark, target_db, [t], scratch)
+    finally:
+        _exec(maria, f"DROP VIEW IF EXISTS `{view}`")
+        _drop(maria, t)
+        with target_db.cursor() as cur:
+            cur.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))

@@ -202,3 +202,53 @@ def test_rows_of_16_mb_are_carried_and_a_row_over_the_limit_is_an_incident_not_s
         assert "CAPTURE FAILED" in render(cfg, rows) and not_caught_up(cfg, rows)
     finally:
         drop_source(source_db, t)
+
+
+def test_quoted_mixed_case_unicode_and_reserved_names_are_carried(spark, source_db, target_db, pipelines, unique_name):
+    from helpers import table_digest
+    from tideline.incremental import IncrementalRun
+    schema, target_schema = f"{unique_name} Verkäufe", f"{unique_name} Ziel"
+    lines, kaeufe, user = "Order Lines", "Käufe", "user"
+    with source_db.cursor() as cur:
+        cur.execute(f'CREATE SCHEMA "{schema}"')
+        cur.execute(f'CREATE TABLE "{schema}"."{lines}" ("Line No" int PRIMARY KEY, "Select" text, '
+                    f'"Ümlaut ✓" text, "MixedCase" int, "order" date)')
+        cur.execute(f'INSERT INTO "{schema}"."{lines}" SELECT g, \'s\' || g, \'ü😀\' || g, g, DATE \'2026-01-01\' + g '
+                    f'FROM generate_series(1, 200) g')
+        cur.execute(f'CREATE TABLE "{schema}"."{kaeufe}" (id text PRIMARY KEY, "Straße" text)')
+        cur.execute(f'INSERT INTO "{schema}"."{kaeufe}" VALUES (\'a\', \'x\'), (\'A\', \'y\'), (\'a \', \'trailing\'), '
+                    f'(\'\', \'empty\'), (\'Straße\', \'ß\')')
+        cur.execute(f'CREATE TABLE "{schema}"."{user}" (id int PRIMARY KEY, "group" text)')
+        cur.execute(f'INSERT INTO "{schema}"."{user}" VALUES (1, \'admins\')')
+    orders = {lines: '"Line No"', kaeufe: "id", user: "id"}
+    try:
+        cfg = pipelines.adopt(pipelines.make([{"name": t} for t in orders], create_topics=False,
+                                             source={"conn_id": "tideline_source", "schema": schema},
+                                             target={"conn_id": "tideline_target", "schema": target_schema}))
+        assert capture(cfg) == []
+        FullLoad(cfg, spark).run(list(orders))
+        with source_db.cursor() as cur:
+            cur.execute(f'UPDATE "{schema}"."{lines}" SET "Select" = "Select" || \'!\', "MixedCase" = -"MixedCase" '
+                        f'WHERE "Line No" % 3 = 0')
+            cur.execute(f'DELETE FROM "{schema}"."{lines}" WHERE "Line No" % 7 = 0')
+            cur.execute(f'INSERT INTO "{schema}"."{kaeufe}" VALUES (\'b  \', \'two spaces\')')
+            cur.execute(f'UPDATE "{schema}"."{kaeufe}" SET "Straße" = \'changed\' WHERE id = \'A\'')
+            cur.execute(f'UPDATE "{schema}"."{user}" SET "group" = \'users\'')
+
+        def equal():
+            return all(table_digest(source_db, schema, t, o) == table_digest(target_db, target_schema, t, o)
+                       for t, o in orders.items())
+        deadline = time.time() + 120
+        while True:
+            IncrementalRun(cfg, spark, "available_now").run()
+            if equal():
+                break
+            assert time.time() < deadline, "names with spaces, case and unicode did not converge"
+            time.sleep(1)
+        for t, o in orders.items():
+            assert rows_as_text(target_db, target_schema, t, o) == rows_as_text(source_db, schema, t, o)
+    finally:
+        with source_db.cursor() as cur:
+            cur.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        with target_db.cursor() as cur:
+            cur.execute(f'DROP SCHEMA IF EXISTS "{target_schema}" CASCADE')

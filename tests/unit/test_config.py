@@ -82,10 +82,26 @@ def test_batch_without_cursor_is_rejected():
     assert "events" in field and "cursor_column" in msg
 
 
-@pytest.mark.parametrize("name", ["orders; drop table x", "a b", "1abc", 'x"y'])
-def test_table_names_cannot_carry_sql(name):
+@pytest.mark.parametrize("name", ['x"y', "a,b", "", "é" * 32])
+def test_names_that_no_quoting_carries_everywhere_are_refused(name):
     (field, msg), = problems(with_change(["tables", 0, "name"], name))
-    assert field.startswith("tables[0]") and "identifier" in msg
+    assert field.startswith("tables[0]") and ("contains" in msg or "non-empty" in msg or "63 bytes" in msg)
+
+
+@pytest.mark.parametrize("name", ["Order Lines", "Käufe", "select", "1abc", "orders; drop table x", "Straße 😀"])
+def test_names_are_written_as_the_database_spells_them(name):
+    cfg = parse_pipeline(with_change(["tables", 0, "name"], name), "t.yaml")
+    assert cfg.tables[0].name == name
+
+
+def test_topic_names_follow_debezium_and_collisions_are_refused():
+    from tideline.core.config import topic_name
+    assert topic_name("p", "public", "Order Lines") == "p.public.Order_Lines"
+    assert topic_name("p", "public", "Käufe") == "p.public.K_ufe"
+    assert topic_name("p", "public", "a😀") == "p.public.a__"   # two UTF-16 units, as Java counts
+    data = with_change(["tables"], [{"name": "Order Lines"}, {"name": "Order_Lines"}])
+    (field, msg), = problems(data)
+    assert "'Order Lines' and 'Order_Lines' would share the Kafka topic" in msg
 
 
 def test_duplicate_table_and_empty_key():

@@ -14,16 +14,43 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tideline.core.errors import ConfigError
 
-IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 PIPELINE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
 TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 
 
+def name_problem(value: object) -> str | None:
+    """Why `value` cannot name a schema, table or column, or None. Names are written as the
+    database spells them (case, spaces, unicode, reserved words) and quoted wherever Tideline
+    writes SQL; what no quoting makes safe everywhere — in SQL, in Debezium's comma-separated
+    table list — is refused."""
+    if not isinstance(value, str) or not value:
+        return "must be a non-empty name"
+    if len(value.encode()) > 63:
+        return "is longer than 63 bytes (PostgreSQL would cut it)"
+    bad = [c for c in ('"', ",", "\x00") if c in value]
+    if bad:
+        return f"contains {', '.join(repr(c) for c in bad)}, which Tideline cannot carry in a name: rename it"
+    return None
+
+
 def _identifier(value: str, what: str) -> str:
-    if not isinstance(value, str) or not IDENT.match(value):
-        raise ValueError(f"{what} {value!r} is not a plain SQL identifier (letters, digits, _ and $, "
-                         f"starting with a letter or _, at most 63 characters)")
+    problem = name_problem(value)
+    if problem:
+        raise ValueError(f"{what} {value!r} {problem}")
     return value
+
+
+def topic_name(prefix: str, schema: str, table: str) -> str:
+    """Debezium's topic for a source table: <prefix>.<schema>.<table>, each character a topic name
+    cannot hold (outside [A-Za-z0-9._-], counted in UTF-16 units as Java does) turned into '_',
+    cut at 249 characters — as its topic naming strategy does."""
+    out = []
+    for ch in f"{prefix}.{schema}.{table}":
+        if ch.isascii() and (ch.isalnum() or ch in "._-"):
+            out.append(ch)
+        else:
+            out.append("_" * (2 if ord(ch) > 0xFFFF else 1))
+    return "".join(out)[:249]
 
 
 class _Model(BaseModel):
@@ -292,6 +319,15 @@ class PipelineConfig(_Model):
                 raise ValueError(f"table {t.name!r} is listed twice")
             seen.add(t.name)
         cdc = [t.name for t in self.tables if t.mode == "cdc"]
+        topics: dict[str, str] = {}
+        for name in cdc + ([self.source.heartbeat_table] if self.source.heartbeat_table else []):
+            topic = self.topic(name)
+            if topic in topics:
+                raise ValueError(f"tables {topics[topic]!r} and {name!r} would share the Kafka topic {topic!r} "
+                                 f"(Debezium turns characters a topic name cannot hold into '_'): their changes "
+                                 f"could not be told apart. Sync one of them in another pipeline (another "
+                                 f"kafka.topic_prefix), or rename one at the source")
+            topics[topic] = name
         if self.source.heartbeat_table in [t.name for t in self.tables]:
             raise ValueError(f"source.heartbeat_table {self.source.heartbeat_table!r} is also a synced table; "
                              f"name another table for the heartbeat")
@@ -315,8 +351,8 @@ class PipelineConfig(_Model):
                                                                f"{', '.join(t.name for t in self.tables)}")])
 
     def topic(self, table: str) -> str:
-        """Debezium's topic for a source table: <prefix>.<schema>.<table>."""
-        return f"{self.kafka.topic_prefix}.{self.source.schema_}.{table}"
+        """Debezium's topic for a source table (topic_name)."""
+        return topic_name(self.kafka.topic_prefix, self.source.schema_, table)
 
     @property
     def slot_name(self) -> str:

@@ -1,7 +1,7 @@
 """Trigger params of the sync DAG: validation and the per-table plan (pure, unit-tested)."""
 from __future__ import annotations
 
-from tideline.core.config import IDENT, PipelineConfig
+from tideline.core.config import PipelineConfig, name_problem
 from tideline.core.errors import TerminalError
 
 ACTIONS = ("auto", "full_reload", "repair", "validate")
@@ -27,8 +27,6 @@ def check_sync_params(cfg: PipelineConfig, params: dict) -> dict:
     if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
         raise ParamError(f"param tables must be a list of table names, got {tables!r}")
     for t in tables:
-        if not IDENT.match(t):
-            raise ParamError(f"param tables: {t!r} is not a table name (plain identifiers only)")
         if t not in known:
             raise ParamError(f"param tables: pipeline {cfg.name} has no table {t!r}; it has {', '.join(known)}")
     resume = params.get("resume_halted", True)
@@ -61,8 +59,8 @@ def _check_repair(cfg: PipelineConfig, tables: list[str], params: dict) -> dict:
         raise ParamError("a time-range repair needs all of repair_time_column, repair_time_from and "
                          "repair_time_to")
     column = given["repair_time_column"]
-    if not IDENT.match(str(column)):
-        raise ParamError(f"param repair_time_column: {column!r} is not a column name (plain identifiers only)")
+    if name_problem(column):
+        raise ParamError(f"param repair_time_column: {column!r} {name_problem(column)}")
     try:
         lo, hi = (datetime.fromisoformat(str(given[f])) for f in ("repair_time_from", "repair_time_to"))
     except ValueError as exc:
