@@ -226,6 +226,7 @@ class FullLoad:
             log.info("%s: epoch %d; stream will resume from %s offsets %s", label, epoch, topic, offsets)
             # 2. the consistent read (the engine says how), held open for the whole read
             snap = self.engine.open_snapshot(src, shape, cfg.spark.parallelism)
+            tree = self.engine.partition_tree(src, cfg.source.schema_, table)   # as the snapshot sees it
             log.info("%s: snapshot %s%s; reading in %d partitions by %s", label, snap.snapshot_id,
                      f" has {snap.rows:,} rows" if snap.rows is not None else "", len(snap.predicates),
                      f"key ({', '.join(shape.primary_key)})" if shape.primary_key else "block range (no key)")
@@ -253,6 +254,7 @@ class FullLoad:
                 state.finish_full_load(cur, pipeline=cfg.name, table=table, epoch=epoch, topic=topic,
                                        offsets=offsets, snapshot_id=snap.snapshot_id, snapshot_at=snap.snapshot_at,
                                        snapshot_xmin=snap.position, rows=snapshot_rows)
+                state.set_partitions(cur, cfg.name, table, tree)
                 secs = time.monotonic() - started
                 state.run_end(cur, run_id, "succeeded", snapshot_rows,
                               f"{why}{len(snap.predicates)} partitions ({figures[0]['how']}), {secs:.1f}s "

@@ -36,6 +36,7 @@ from tideline.apply_narrow import ApplyRefused, TableApply
 from tideline.core.errors import (DataLossError, FencedError, HaltedError, ResnapshotRequired, SourceError,
                                   TidelineError)
 from tideline.core.offsets import coverage_gaps, merge_committed, starting_offsets
+from tideline.core.source_shapes import partition_tree_change
 from tideline.core.table_shape import Column
 from tideline.full_load import run_owner
 
@@ -109,6 +110,7 @@ class IncrementalRun:
         self.source = get_connection(cfg.source.conn_id, environ)
         self._environ = environ
         self._capture_said: str | None = None
+        self._trees: dict[str, dict] = {}   # partitioned tables: their partitions as last seen
         self.engine = engines.for_source(self.source)
         self.target = get_connection(cfg.target.conn_id, environ)
         self.bootstrap = get_connection(cfg.kafka.conn_id, environ).kafka_bootstrap
@@ -163,6 +165,7 @@ class IncrementalRun:
                 raise SourceError(f"{cfg.name}.{name}: tables without a primary key can be loaded but not streamed "
                                   f"yet. Add a primary key at the source, or put the table in batch mode.")
             source = {c.name: c for c in shape.columns}
+            self._track_partitions(name, st)
             self.tables[name] = StreamTable(name, cfg.topic(name), 0, list(shape.primary_key),
                                             self._target_columns(name, source), source=source)
         if not self.tables:
@@ -301,6 +304,12 @@ class IncrementalRun:
             if time.monotonic() - last_capture_check >= CAPTURE_CHECK_S:
                 last_capture_check = time.monotonic()
                 self._check_capture()
+            try:
+                if self._check_partitions() and self.query is not None:
+                    self.query.stop()
+                    return
+            except Exception as exc:   # the source is away: the next check sees the tree again
+                log.warning("%s: partitions not checked: %s", self.cfg.name, exc)
             live = {n: t.epoch for n, t in self.tables.items() if n not in self.halted}
             try:
                 conn = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=5)
@@ -322,6 +331,55 @@ class IncrementalRun:
                 log.warning("%s", self.failure)
                 self.query.stop()
                 return
+
+    def _track_partitions(self, name: str, st) -> None:
+        """A partitioned table's partitions: compared with the ones its state knows (a table loaded
+        before they were recorded starts from what is there now); a change that moved rows
+        without change events marks it for a reload now."""
+        tree = self.engine.partition_tree(self._src, self.cfg.source.schema_, name)
+        if tree is None:
+            return
+        known = st.raw.get("source_partitions")
+        why = partition_tree_change(known, tree) if known is not None else None
+        if why:
+            self._needs_resnapshot(name, f"{name}: {why}")
+            raise ResnapshotRequired(f"{self.cfg.name}.{name}: {why}. The table is marked needs_resnapshot; the "
+                                     f"sync DAG reloads it by itself.", table=name)
+        self._save_tree(name, tree, known)
+
+    def _save_tree(self, name: str, tree: dict, known: dict | None) -> None:
+        self._trees[name] = tree
+        if tree != known:
+            conn = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=5)
+            try:
+                with conn, conn.cursor() as cur:
+                    state.set_partitions(cur, self.cfg.name, name, tree)
+            finally:
+                conn.close()
+
+    def _check_partitions(self) -> bool:
+        """While streaming: a partition attached with rows, detached or dropped ends the run with
+        the table marked for a reload (exit 4: the DAG reloads it and streams on). True if so."""
+        if not self._trees:
+            return False
+        src = self.engine.connect(autocommit=True, connect_timeout=5)
+        try:
+            for name, known in list(self._trees.items()):
+                if name in self.halted:
+                    continue
+                tree = self.engine.partition_tree(src, self.cfg.source.schema_, name) or {}
+                why = partition_tree_change(known, tree)
+                if why:
+                    self._needs_resnapshot(name, f"{name}: {why}")
+                    self.failure = ResnapshotRequired(f"{self.cfg.name}.{name}: {why}. The table is marked "
+                                                      f"needs_resnapshot; the sync DAG reloads it by itself.",
+                                                      table=name)
+                    log.error("%s", self.failure)
+                    return True
+                self._save_tree(name, tree, known)
+        finally:
+            src.close()
+        return False
 
     def _check_capture(self) -> None:
         """A failed connector sends nothing, so the stream would look caught up while the source

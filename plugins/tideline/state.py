@@ -137,6 +137,12 @@ def set_phase(conn, pipeline: str, table: str, phase: str, error: str | None) ->
                     {"pipeline": pipeline, "table": table, "phase": phase, "error": error[:4000] if error else None})
 
 
+def set_partitions(cur, pipeline: str, table: str, tree: dict | None) -> None:
+    """In the caller's transaction: the source table's partitions as now seen (or NULL)."""
+    cur.execute("UPDATE tideline.table_state SET source_partitions = %s WHERE pipeline = %s AND table_name = %s",
+                (json.dumps(tree) if tree is not None else None, pipeline, table))
+
+
 def refuse(conn, pipeline: str, table: str, error: str) -> None:
     """In its own transaction: the table is refused (before any work), fenced from running jobs."""
     with conn, conn.cursor() as cur:

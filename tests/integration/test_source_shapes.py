@@ -252,3 +252,35 @@ def test_quoted_mixed_case_unicode_and_reserved_names_are_carried(spark, source_
             cur.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         with target_db.cursor() as cur:
             cur.execute(f'DROP SCHEMA IF EXISTS "{target_schema}" CASCADE')
+
+
+def test_partitions_attached_with_rows_or_detached_reload_the_table_created_ones_just_stream(
+        spark, source_db, target_db, pipelines, unique_name):
+    from tideline.core.errors import ResnapshotRequired
+    from tideline.incremental import IncrementalRun
+    t = f"{unique_name}_tree"
+    make_partitioned(source_db, t, rows=300)
+    try:
+        cfg = pipelines.adopt(pipelines.make([{"name": t}], create_topics=False))
+        capture(cfg)
+        FullLoad(cfg, spark).run([t])
+        with source_db.cursor() as cur:   # created as a partition: every row it gets is an event
+            cur.execute(f"CREATE TABLE public.{t}_jp PARTITION OF public.{t} FOR VALUES IN ('jp')")
+            cur.execute(f"INSERT INTO public.{t} VALUES (5000, 'jp', 1, 'new')")
+        sync_until_equal(cfg, spark, source_db, target_db, {t: "id, region"})
+        for change in (f"CREATE TABLE public.{t}_br (LIKE public.{t}); "   # a table with rows, then attached
+                       f"INSERT INTO public.{t}_br VALUES (6000, 'br', 1, 'was never an event'); "
+                       f"ALTER TABLE public.{t} ATTACH PARTITION public.{t}_br FOR VALUES IN ('br')",
+                       f"ALTER TABLE public.{t} DETACH PARTITION public.{t}_us"):   # its rows leave silently
+            with source_db.cursor() as cur:
+                cur.execute(change)
+            with pytest.raises(ResnapshotRequired, match="attached|detached"):
+                IncrementalRun(cfg, spark, "available_now").run()
+            with target_db.cursor() as cur:
+                cur.execute("SELECT phase FROM tideline.table_state WHERE pipeline = %s", (cfg.name,))
+                assert cur.fetchone()[0] == "needs_resnapshot"
+            FullLoad(cfg, spark).run([t])     # what the sync DAG does by itself
+            sync_until_equal(cfg, spark, source_db, target_db, {t: "id, region"})
+            assert_equal(source_db, target_db, cfg.name, t, "id, region")
+    finally:
+        drop_source(source_db, t, f"{t}_us")

@@ -130,3 +130,19 @@ def describe_carried(rel: Relation) -> str:
     if rel.inherits_from:
         return f"inheritance child of {rel.inherits_from}: carried with its own rows"
     return f"table, replica identity {IDENTITIES.get(rel.replica_identity, rel.replica_identity)}"
+
+
+def partition_tree_change(known: dict[str, dict], now: dict[str, dict]) -> str | None:
+    """Why a partitioned table must be reloaded, given its partitions as last seen and now
+    ({oid: {"name", "created_as_partition"}}), or None. A partition created as one (CREATE TABLE
+    … PARTITION OF) starts empty, and every row it gets is a change event; one attached later
+    may bring rows no event carried, and one detached or dropped takes rows away without delete
+    events."""
+    gone = [known[o]["name"] for o in known if o not in now]
+    attached = [now[o]["name"] for o in now if o not in known and not now[o]["created_as_partition"]]
+    parts = []
+    if attached:
+        parts.append(f"partition(s) {', '.join(attached)} attached (their rows were never change events)")
+    if gone:
+        parts.append(f"partition(s) {', '.join(gone)} detached or dropped (their rows left without delete events)")
+    return "; ".join(parts) or None

@@ -82,6 +82,12 @@ class SourceEngine(ABC):
             conn.rollback()
         return found
 
+    def partition_tree(self, conn, schema: str, table: str) -> dict[str, dict] | None:
+        """A partitioned table's partitions ({oid: {"name", "created_as_partition"}}) where
+        attaching or detaching one changes rows without change events; None when not partitioned
+        (or the engine's partitions are carried by its log, as MariaDB's are)."""
+        return None
+
     def table_checks(self, conn, cfg) -> list:
         """The doctor's line per table: carried exactly, or refused with the reason and the fix."""
         from tideline.core import doctor_checks as dc

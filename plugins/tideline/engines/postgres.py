@@ -79,6 +79,16 @@ class PostgresEngine(SourceEngine):
         facts["partition_root_key"] = tuple(facts["partition_root_key"]) if facts["partition_root_key"] else None
         return source_shapes.Relation(schema, table, **facts)
 
+    def partition_tree(self, conn, schema: str, table: str) -> dict[str, dict] | None:
+        with conn.cursor() as cur:
+            cur.execute("SELECT relkind = 'p' FROM pg_class WHERE oid = %s::regclass",
+                        (sql.Identifier(schema, table).as_string(conn),))
+            row = cur.fetchone()
+            if not row or not row[0]:
+                return None
+            cur.execute(sqlfiles.load("full_load/partition_tree"), {"relid": sql.Identifier(schema, table).as_string(conn)})
+            return {oid: {"name": name, "created_as_partition": created} for oid, name, created in cur.fetchall()}
+
     def describe(self, conn, schema: str, table: str, tcfg=None, check_key: bool = True,
                  for_stream: bool = False) -> TableShape:
         label = f"source table {schema}.{table}"

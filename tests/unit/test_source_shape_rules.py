@@ -51,3 +51,15 @@ def test_names_in_messages_are_quoted_as_psql_needs_them():
     assert quote("Order Lines") == '"Order Lines"'
     assert quote("Käufe") == '"Käufe"'
     assert quote('a"b') == '"a""b"'
+
+
+def test_a_partition_tree_that_moved_rows_without_change_events_asks_for_a_reload():
+    from tideline.core.source_shapes import partition_tree_change
+    known = {"1": {"name": "public.t_eu", "created_as_partition": True},
+             "2": {"name": "public.t_us", "created_as_partition": False}}   # attached before the load: in it
+    assert partition_tree_change(known, dict(known)) is None
+    created = {**known, "3": {"name": "public.t_jp", "created_as_partition": True}}
+    assert partition_tree_change(known, created) is None                    # starts empty: events carry it
+    attached = {**known, "4": {"name": "public.t_old", "created_as_partition": False}}
+    assert "public.t_old attached" in partition_tree_change(known, attached)
+    assert "public.t_us detached or dropped" in partition_tree_change(known, {"1": known["1"]})
