@@ -62,10 +62,10 @@ class BatchSync:
         src = self.engine.connect(autocommit=True)
         tgt = psycopg2.connect(self.target.postgres_dsn())
         stage = f"{table[:46]}__tl_batch"
-        schema = cfg.target.schema_
+        schema = cfg.target_schema(table)
         run_id = None
         try:
-            shape = self.engine.describe(src, cfg.source.schema_, table, tcfg)
+            shape = self.engine.describe(src, cfg.source_schema(table), table, tcfg)
             if not shape.primary_key:
                 raise SourceError(f"{label}: batch mode upserts by primary key; the source table has none. "
                                   f"Add one at the source.")
@@ -126,7 +126,7 @@ class BatchSync:
             tgt.close()
 
     def _ensure_target(self, cur, shape: TableShape) -> None:
-        schema, table = self.cfg.target.schema_, shape.name
+        schema, table = self.cfg.target_schema(shape.name), shape.name
         cur.execute("SELECT to_regclass(%s)", (f'"{schema}"."{table}"',))
         if cur.fetchone()[0] is None:
             cur.execute(create_table(shape, schema, table))
@@ -140,7 +140,7 @@ class BatchSync:
             cur.execute(stmt)
 
     def _upsert(self, shape: TableShape, stage: str) -> sql.Composed:
-        schema = self.cfg.target.schema_
+        schema = self.cfg.target_schema(shape.name)
         cols = [sql.Identifier(c) for c in shape.written_columns]
         updates = [sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
                    for c in shape.written_columns if c not in shape.primary_key]

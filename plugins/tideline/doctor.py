@@ -64,12 +64,14 @@ def kafka_checks(cfg: PipelineConfig, bootstrap: str) -> list[dc.Check]:
 
 def target_checks(cfg: PipelineConfig, target: Conn) -> tuple[list[dc.Check], int]:
     """The target's checks, and how many of the pipeline's cdc tables stream (for the slot check)."""
-    schema = cfg.target.schema_
     cdc = [t.name for t in cfg.tables if t.mode == "cdc"]
     with psycopg2.connect(target.postgres_dsn()) as conn, conn.cursor() as cur:
-        cur.execute("SELECT CASE WHEN to_regnamespace(quote_ident(%s)) IS NULL THEN has_database_privilege("
-                    "current_database(), 'CREATE') ELSE has_schema_privilege(%s::text, 'CREATE') END", (schema, schema))
-        can_create = cur.fetchone()[0]
+        can_create = {}
+        for schema in cfg.target_schemas:
+            cur.execute("SELECT CASE WHEN to_regnamespace(quote_ident(%s)) IS NULL THEN has_database_privilege("
+                        "current_database(), 'CREATE') ELSE has_schema_privilege(%s::text, 'CREATE') END",
+                        (schema, schema))
+            can_create[schema] = cur.fetchone()[0]
         cur.execute("SELECT CASE WHEN to_regnamespace('tideline') IS NULL THEN has_database_privilege("
                     "current_database(), 'CREATE') ELSE has_schema_privilege('tideline', 'USAGE, CREATE') END")
         state_ok = cur.fetchone()[0]
@@ -85,7 +87,8 @@ def target_checks(cfg: PipelineConfig, target: Conn) -> tuple[list[dc.Check], in
                         "'halted' AND table_name = ANY(%s) ORDER BY table_name", (cfg.name, cdc))
             halted = cur.fetchall()
     conn.close()
-    return [dc.target_privileges(schema, can_create, state_ok), dc.state_version(version, _latest_state_version())] \
+    return [dc.target_privileges(schema, ok, state_ok) for schema, ok in can_create.items()] \
+        + [dc.state_version(version, _latest_state_version())] \
         + [dc.halted_table(t, e) for t, e in halted], streaming
 
 

@@ -212,9 +212,9 @@ class FullLoad:
         shadow = shadow_name(table)
         run_id = None
         try:
-            shape = self.engine.describe(src, cfg.source.schema_, table, tcfg)
+            shape = self.engine.describe(src, cfg.source_schema(table), table, tcfg)
             src.rollback()
-            prepare_target_schema(tgt, cfg.target.schema_, label)
+            prepare_target_schema(tgt, cfg.target_schema(table), label)
             before = state.get(tgt, cfg.name, table)
             tgt.rollback()
             epoch = state.claim_epoch(tgt, cfg.name, table, run_owner("full_load"), topic)
@@ -226,14 +226,14 @@ class FullLoad:
             log.info("%s: epoch %d; stream will resume from %s offsets %s", label, epoch, topic, offsets)
             # 2. the consistent read (the engine says how), held open for the whole read
             snap = self.engine.open_snapshot(src, shape, cfg.spark.parallelism)
-            tree = self.engine.partition_tree(src, cfg.source.schema_, table)   # as the snapshot sees it
+            tree = self.engine.partition_tree(src, cfg.source_schema(table), table)   # as the snapshot sees it
             log.info("%s: snapshot %s%s; reading in %d partitions by %s", label, snap.snapshot_id,
                      f" has {snap.rows:,} rows" if snap.rows is not None else "", len(snap.predicates),
                      f"key ({', '.join(shape.primary_key)})" if shape.primary_key else "block range (no key)")
             # 3. shadow table, COPY from every partition
             self._create_shadow(tgt, shape, shadow)
             figures = copy_source_rows(self.spark, self.engine, tgt, self.target.postgres_dsn(), shape,
-                                       self.engine.read_query(src, shape), snap.predicates, cfg.target.schema_,
+                                       self.engine.read_query(src, shape), snap.predicates, cfg.target_schema(table),
                                        shadow, label, session_init=snap.session_init, started=started,
                                        run_id=run_id)
             self.engine.close_snapshot(src)  # the snapshot may close now: every partition has read
@@ -273,7 +273,7 @@ class FullLoad:
             tgt.close()
 
     def _create_shadow(self, tgt, shape: TableShape, shadow: str) -> None:
-        schema = self.cfg.target.schema_
+        schema = self.cfg.target_schema(shape.name)
         with tgt, tgt.cursor() as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(shadow)))
             cur.execute(create_table(shape, schema, shadow))
@@ -281,7 +281,7 @@ class FullLoad:
 
     def _finish_shadow(self, tgt, shape: TableShape, shadow: str, epoch: int) -> None:
         """Key and statistics for the shadow before it goes live; the key also rejects duplicates."""
-        schema = self.cfg.target.schema_
+        schema = self.cfg.target_schema(shape.name)
         with tgt.cursor() as cur:
             cur.execute("SET LOCAL maintenance_work_mem = '512MB'")
             if shape.primary_key:
@@ -292,7 +292,7 @@ class FullLoad:
             cur.execute(sql.SQL("ANALYZE {}.{}").format(sql.Identifier(schema), sql.Identifier(shadow)))
 
     def _swap(self, cur, shape: TableShape, shadow: str) -> None:
-        schema, live = self.cfg.target.schema_, shape.name
+        schema, live = self.cfg.target_schema(shape.name), shape.name
         ident = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(live))
         cur.execute("SELECT to_regclass(%s)", (f'"{schema}"."{live}"',))
         kept = None
@@ -321,7 +321,7 @@ class FullLoad:
             tgt.rollback()
             with tgt, tgt.cursor() as cur:
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(
-                    sql.Identifier(self.cfg.target.schema_), sql.Identifier(shadow)))
+                    sql.Identifier(self.cfg.target_schema(table)), sql.Identifier(shadow)))
                 if run_id is not None:
                     state.run_end(cur, run_id, "fenced" if isinstance(exc, FencedError) else "failed",
                                   None, message[:2000])

@@ -160,7 +160,7 @@ class IncrementalRun:
                 log.error("%s", refusals.message(cfg, refusal))
                 waiting.append(f"{name} (refused: {refusal.reason})")
                 continue
-            shape = self.engine.describe(self._src, cfg.source.schema_, name, tcfg, for_stream=True)
+            shape = self.engine.describe(self._src, cfg.source_schema(name), name, tcfg, for_stream=True)
             if not shape.primary_key:
                 raise SourceError(f"{cfg.name}.{name}: tables without a primary key can be loaded but not streamed "
                                   f"yet. Add a primary key at the source, or put the table in batch mode.")
@@ -336,7 +336,7 @@ class IncrementalRun:
         """A partitioned table's partitions: compared with the ones its state knows (a table loaded
         before they were recorded starts from what is there now); a change that moved rows
         without change events marks it for a reload now."""
-        tree = self.engine.partition_tree(self._src, self.cfg.source.schema_, name)
+        tree = self.engine.partition_tree(self._src, self.cfg.source_schema(name), name)
         if tree is None:
             return
         known = st.raw.get("source_partitions")
@@ -367,7 +367,7 @@ class IncrementalRun:
             for name, known in list(self._trees.items()):
                 if name in self.halted:
                     continue
-                tree = self.engine.partition_tree(src, self.cfg.source.schema_, name) or {}
+                tree = self.engine.partition_tree(src, self.cfg.source_schema(name), name) or {}
                 why = partition_tree_change(known, tree)
                 if why:
                     self._needs_resnapshot(name, f"{name}: {why}")
@@ -691,7 +691,7 @@ class IncrementalRun:
         cur.execute("SAVEPOINT tl_table")
         try:
             self._evolve(cur, table)
-            apply = TableApply(self.cfg.name, self.cfg.target.schema_, table.name, table.topic, table.columns,
+            apply = TableApply(self.cfg.name, self.cfg.target_schema(table.name), table.name, table.topic, table.columns,
                                table.primary_key, dead_letter=self.cfg.stream.on_bad_message == "dead_letter")
             counts = apply.run(cur)
         except (schema_drift.SchemaChangeError, SourceError) as exc:   # e.g. a column added that cannot stream
@@ -760,7 +760,7 @@ class IncrementalRun:
 
     def _evolve(self, cur, table: StreamTable) -> None:
         """Source catalog vs target: add/widen in this transaction, or stop with the reason."""
-        shape = self.engine.describe(self._src, self.cfg.source.schema_, table.name,
+        shape = self.engine.describe(self._src, self.cfg.source_schema(table.name), table.name,
                                         self.cfg.table(table.name), check_key=False, for_stream=True)
         try:
             drift = schema_drift.plan(f"{self.cfg.name}.{table.name}", list(shape.columns), table.columns)
@@ -768,7 +768,7 @@ class IncrementalRun:
             exc.table = exc.table or table.name   # plan() names the table only in its message
             raise
         if drift.changes_target:
-            for stmt in schema_drift.ddl(self.cfg.target.schema_, table.name, drift):
+            for stmt in schema_drift.ddl(self.cfg.target_schema(table.name), table.name, drift):
                 cur.execute(stmt)
             log.info("%s.%s: schema change applied: added %s, widened %s", self.cfg.name, table.name,
                      [c.name for c in drift.add] or "-", [f"{c}: {o} -> {n}" for c, o, n in drift.widen] or "-")
@@ -778,7 +778,7 @@ class IncrementalRun:
     def _columns_in_txn(self, cur, table: str, source: dict[str, Column]) -> list[Column]:
         """The target's columns, each with how the source's events carry it and what the source's
         existing rows hold for it (core.apply_sql: an event from before the column was added)."""
-        cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{self.cfg.target.schema_}"."{table}"'})
+        cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{self.cfg.target_schema(table)}"."{table}"'})
         out = []
         for n, t, nn, g in cur.fetchall():
             src = source.get(n)

@@ -72,7 +72,7 @@ def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, 
     table = shape.name
     epoch = _loaded_epoch(tgt, cfg.name, table)
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in shape.written_columns)
-    target_table = sql.SQL("{}.{}").format(sql.Identifier(cfg.target.schema_), sql.Identifier(table))
+    target_table = sql.SQL("{}.{}").format(sql.Identifier(cfg.target_schema(table)), sql.Identifier(table))
     with tgt, tgt.cursor() as cur:
         _lock_for_repair(cur, cfg.name, table, epoch)
         buf = io.BytesIO()
@@ -142,7 +142,7 @@ def check_key_range(cfg: PipelineConfig, source: Conn, target: Conn, table: str,
     """Before any work: the key range names values of the key's type, in order."""
     engine, src, tgt = _connections(source, target)
     try:
-        col = _key_column(cfg, engine.describe(src, cfg.source.schema_, table, cfg.table(table)))
+        col = _key_column(cfg, engine.describe(src, cfg.source_schema(table), table, cfg.table(table)))
         _check_range(tgt, table, col.name, col.type, key_from, key_to, ("repair_key_from", "repair_key_to"))
     finally:
         src.close()
@@ -156,7 +156,7 @@ def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_f
     tcfg = cfg.table(table)
     engine, src, tgt = _connections(source, target)
     try:
-        shape = engine.describe(src, cfg.source.schema_, table, tcfg)
+        shape = engine.describe(src, cfg.source_schema(table), table, tcfg)
         if not shape.primary_key:
             raise RepairError(f"{cfg.name}.{table} has no primary key; repair needs one", table=table)
         if key_from is not None:
@@ -200,7 +200,7 @@ def repair_verified(cfg: PipelineConfig, source: Conn, target: Conn, table: str,
             log.info("%s.%s: its last verify (run %d) found no differences; nothing to repair", cfg.name, table,
                      run_id)
             return total
-        shape = engine.describe(src, cfg.source.schema_, table, cfg.table(table))
+        shape = engine.describe(src, cfg.source_schema(table), table, cfg.table(table))
         collatable = collatable_keys(tgt, shape)
         tgt.rollback()
         for i in range(0, len(ranges), ranges_per_transaction):

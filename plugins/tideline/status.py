@@ -132,8 +132,8 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 lag_s = 0.0 if not sum(lag.values()) else ((now - applied).total_seconds() if applied else None)
             out.append(TableStatus(
                 t.name, st.phase if st else "new", st.epoch if st else None,
-                (_count if exact_counts else _estimate)(target, cfg.target.schema_, t.name),
-                engine.row_count(source, cfg.source.schema_, t.name) if exact_counts else None,
+                (_count if exact_counts else _estimate)(target, cfg.target_schema(t.name), t.name),
+                engine.row_count(source, cfg.source_schema(t.name), t.name) if exact_counts else None,
                 last, lag, headroom, st.last_error if st else None, age, _verify_line(f),
                 headroom_s=c.headroom_s if c else None, covered=not (c and c.gaps), lag_s=lag_s,
                 last_batch_s=f.get("last_batch_s"), events_applied=f.get("events_applied") or 0,

@@ -101,14 +101,14 @@ class TableVerifier:
     # ---------------------------------------------------------------- setup
 
     def _shape(self, table: str) -> TableShape:
-        shape = self.src.engine.describe(self.src.conn, self.cfg.source.schema_, table, self.cfg.table(table),
+        shape = self.src.engine.describe(self.src.conn, self.cfg.source_schema(table), table, self.cfg.table(table),
                                         check_key=False)
         try:
             cols = {r[0] for r in self.tgt.all(sqlfiles.load("full_load/target_columns"),
-                                               {"relid": f'"{self.cfg.target.schema_}"."{table}"'})}
+                                               {"relid": f'"{self.cfg.target_schema(table)}"."{table}"'})}
         except psycopg2.Error as exc:
             raise TargetError(f"{self.cfg.name}.{table}: cannot read the target table "
-                              f"{self.cfg.target.schema_}.{table}: {str(exc).strip()}", table=table) from None
+                              f"{self.cfg.target_schema(table)}.{table}: {str(exc).strip()}", table=table) from None
         absent = [c for c in shape.column_names if c not in cols]
         if absent:
             raise TargetError(f"{self.cfg.name}.{table}: the target table lacks synced column(s) "
@@ -146,13 +146,13 @@ class TableVerifier:
                             "fingerprinting row text instead (slower)", shape.name)
             collatable = self.src.engine.collatable_keys(self.src.conn, shape)
             hash_expr = row_hash(shape, self._text_columns(shape), binary)
-            self.src.dialect = PgDialect(shape, self.src.schema, hash_expr, collatable)
-            self.tgt.dialect = PgDialect(shape, self.tgt.schema, hash_expr, collatable)
+            self.src.dialect = PgDialect(shape, self.cfg.source_schema(shape.name), hash_expr, collatable)
+            self.tgt.dialect = PgDialect(shape, self.cfg.target_schema(shape.name), hash_expr, collatable)
             return
         verify_canonical.check_keys(shape, f"{self.cfg.name}.{shape.name}")
         target_shape = self._target_typed(shape)
-        self.src.dialect = verify_canonical.MariaDbDialect(shape, self.src.schema, self.src.conn.escape)
-        self.tgt.dialect = PgDialect(target_shape, self.tgt.schema, verify_canonical.pg_row_hash(target_shape),
+        self.src.dialect = verify_canonical.MariaDbDialect(shape, self.cfg.source_schema(shape.name), self.src.conn.escape)
+        self.tgt.dialect = PgDialect(target_shape, self.cfg.target_schema(shape.name), verify_canonical.pg_row_hash(target_shape),
                                      frozenset(k for k in shape.primary_key
                                                if target_shape.column(k).type.startswith(("character", "text"))),
                                      verify_canonical.pg_key_text(target_shape))
@@ -160,7 +160,7 @@ class TableVerifier:
     def _target_typed(self, shape: TableShape) -> TableShape:
         """The shape with the target's column types (a widened column hashes as it is stored)."""
         rows = self.tgt.all(sqlfiles.load("full_load/target_columns"),
-                            {"relid": f'"{self.cfg.target.schema_}"."{shape.name}"'})
+                            {"relid": f'"{self.cfg.target_schema(shape.name)}"."{shape.name}"'})
         types = {r[0]: r[1] for r in rows}
         return TableShape(shape.schema, shape.name,
                           tuple(dataclasses.replace(c, type=types.get(c.name, c.type)) for c in shape.columns),

@@ -284,3 +284,44 @@ def test_partitions_attached_with_rows_or_detached_reload_the_table_created_ones
             assert_equal(source_db, target_db, cfg.name, t, "id, region")
     finally:
         drop_source(source_db, t, f"{t}_us")
+
+
+def test_tables_of_several_schemas_land_in_the_target_schemas_chosen_per_table(
+        spark, source_db, target_db, pipelines, unique_name):
+    from helpers import table_digest
+    from tideline.incremental import IncrementalRun
+    home, eu, lake = f"{unique_name}_a", f"{unique_name}_eu", f"{unique_name}_lake"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE SCHEMA {eu}")
+        cur.execute(f"CREATE TABLE public.{home} (id int PRIMARY KEY, v text)")
+        cur.execute(f"CREATE TABLE {eu}.orders (id int PRIMARY KEY, v text)")
+        cur.execute(f"INSERT INTO public.{home} SELECT g, 'home' FROM generate_series(1, 50) g")
+        cur.execute(f"INSERT INTO {eu}.orders SELECT g, 'eu' FROM generate_series(1, 80) g")
+    where = {home: ("public", unique_name), "orders": (eu, lake)}
+    try:
+        cfg = pipelines.adopt(pipelines.make([{"name": home}, {"name": "orders", "schema": eu, "target_schema": lake}],
+                                             create_topics=False))
+        assert cfg.topic("orders") == f"test.{unique_name}.{eu}.orders"
+        capture(cfg)
+        FullLoad(cfg, spark).run([home, "orders"])
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE {eu}.orders SET v = 'changed' WHERE id < 10")
+            cur.execute(f"DELETE FROM {eu}.orders WHERE id > 70")
+            cur.execute(f"INSERT INTO public.{home} VALUES (100, 'new')")
+        deadline = time.time() + 120
+        while not all(table_digest(source_db, s, t, "id") == table_digest(target_db, ts, t, "id")
+                      for t, (s, ts) in where.items()):
+            assert time.time() < deadline, "tables of two schemas did not converge"
+            IncrementalRun(cfg, spark, "available_now").run()
+        for t, (s, ts) in where.items():
+            assert rows_as_text(target_db, ts, t) == rows_as_text(source_db, s, t)
+        with source_db.cursor() as cur:   # the publication names each table in its own schema
+            cur.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
+                        (cfg.publication_name,))
+            assert {(eu, "orders"), ("public", home)} <= set(cur.fetchall())
+    finally:
+        with source_db.cursor() as cur:
+            cur.execute(f"DROP SCHEMA IF EXISTS {eu} CASCADE")
+        drop_source(source_db, home)
+        with target_db.cursor() as cur:
+            cur.execute(f"DROP SCHEMA IF EXISTS {lake} CASCADE")

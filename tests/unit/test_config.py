@@ -199,3 +199,13 @@ def test_a_batch_of_big_events_holds_fewer_of_them():
     assert stream.batch_events(5_000) == 25_600                                 # 5 KB rows: 128 MB of them
     assert StreamSettings(max_batch_mb=1).batch_events(4e6) == 1                # never less than one event
     assert StreamSettings(max_offsets_per_trigger=1_000).batch_events(5_000) == 1_000
+
+
+def test_tables_of_other_schemas_and_their_target_schemas():
+    data = with_change(["tables"], [{"name": "a"}, {"name": "b", "schema": "eu", "target_schema": "lake"}])
+    cfg = parse_pipeline(data, "t.yaml")
+    assert (cfg.source_schema("a"), cfg.target_schema("a")) == (cfg.source.schema_, cfg.target.schema_)
+    assert (cfg.source_schema("b"), cfg.target_schema("b")) == ("eu", "lake")
+    assert cfg.topic("b").endswith(".eu.b")
+    data = with_change(["tables"], [{"name": "a"}, {"name": "a", "schema": "eu"}])
+    assert "sync the second in another pipeline" in problems(data)[0][1]

@@ -245,6 +245,10 @@ class AlertSettings(_Model):
 
 class TableConfig(_Model):
     name: str
+    schema_: str | None = Field(default=None, alias="schema",
+                                description="the table's source schema (MariaDB: database); default source.schema")
+    target_schema: str | None = Field(default=None, description="the target schema it lands in; default "
+                                                                "target.schema")
     primary_key: list[str] | None = Field(
         default=None, description="key columns; omitted = read from the source catalog")
     columns: list[str] | None = Field(default=None, description="sync only these columns, plus the key "
@@ -258,6 +262,11 @@ class TableConfig(_Model):
     @classmethod
     def _name(cls, v: str) -> str:
         return _identifier(v, "table name")
+
+    @field_validator("schema_", "target_schema")
+    @classmethod
+    def _schemas(cls, v: str | None) -> str | None:
+        return v if v is None else _identifier(v, "schema")
 
     @field_validator("primary_key")
     @classmethod
@@ -313,15 +322,22 @@ class PipelineConfig(_Model):
 
     @model_validator(mode="after")
     def _unique_tables(self) -> "PipelineConfig":
-        seen: set[str] = set()
+        seen: dict[str, TableConfig] = {}
         for t in self.tables:
             if t.name in seen:
+                other = seen[t.name]
+                if (other.schema_ or self.source.schema_) != (t.schema_ or self.source.schema_):
+                    raise ValueError(f"table {t.name!r} is named in schemas {other.schema_ or self.source.schema_!r} "
+                                     f"and {t.schema_ or self.source.schema_!r}: a pipeline knows its tables by name "
+                                     f"(its state, params and target tables), so sync the second in another "
+                                     f"pipeline")
                 raise ValueError(f"table {t.name!r} is listed twice")
-            seen.add(t.name)
+            seen[t.name] = t
         cdc = [t.name for t in self.tables if t.mode == "cdc"]
         topics: dict[str, str] = {}
-        for name in cdc + ([self.source.heartbeat_table] if self.source.heartbeat_table else []):
-            topic = self.topic(name)
+        heartbeat = [self.source.heartbeat_table] if self.source.heartbeat_table else []
+        for name in cdc + heartbeat:
+            topic = self.topic(name) if name in cdc else topic_name(self.kafka.topic_prefix, self.source.schema_, name)
             if topic in topics:
                 raise ValueError(f"tables {topics[topic]!r} and {name!r} would share the Kafka topic {topic!r} "
                                  f"(Debezium turns characters a topic name cannot hold into '_'): their changes "
@@ -352,7 +368,24 @@ class PipelineConfig(_Model):
 
     def topic(self, table: str) -> str:
         """Debezium's topic for a source table (topic_name)."""
-        return topic_name(self.kafka.topic_prefix, self.source.schema_, table)
+        return topic_name(self.kafka.topic_prefix, self.source_schema(table), table)
+
+    def source_schema(self, table: str) -> str:
+        """The schema (MariaDB: database) a table is read from: its own, or source.schema."""
+        return self.table(table).schema_ or self.source.schema_
+
+    def target_schema(self, table: str) -> str:
+        """The schema a table lands in: its own target_schema, or target.schema."""
+        return self.table(table).target_schema or self.target.schema_
+
+    @property
+    def source_schemas(self) -> list[str]:
+        """Every source schema the pipeline reads (the heartbeat's first)."""
+        return list(dict.fromkeys([self.source.schema_] + [self.source_schema(t.name) for t in self.tables]))
+
+    @property
+    def target_schemas(self) -> list[str]:
+        return list(dict.fromkeys([self.target.schema_] + [self.target_schema(t.name) for t in self.tables]))
 
     @property
     def slot_name(self) -> str:

@@ -29,16 +29,15 @@ def heartbeat_topic(cfg: PipelineConfig) -> str:
     return f"__debezium-heartbeat.{cfg.kafka.topic_prefix}"
 
 
-def _regex_literal(name: str) -> str:
+def regex_literal(name: str) -> str:
     return re.escape(name)
 
 
 def captured_tables(cfg: PipelineConfig) -> str:
     """table.include.list: the cdc tables and the heartbeat table, as exact regexes."""
-    names = [t.name for t in cfg.tables if t.mode == "cdc"]
-    names += [cfg.source.heartbeat_table] if cfg.source.heartbeat_table else []
-    schema = _regex_literal(cfg.source.schema_)
-    return ",".join(f"{schema}\\.{_regex_literal(t)}" for t in names)
+    names = [(cfg.source_schema(t.name), t.name) for t in cfg.tables if t.mode == "cdc"]
+    names += [(cfg.source.schema_, cfg.source.heartbeat_table)] if cfg.source.heartbeat_table else []
+    return ",".join(f"{regex_literal(s)}\\.{regex_literal(t)}" for s, t in names)
 
 
 def common_connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]:

@@ -70,8 +70,8 @@ class SourceEngine(ABC):
         """Why a table of the pipeline cannot be carried exactly (its shape, or a column the stream
         cannot carry), with the fix — or None. Run before capture, load and stream start."""
         tcfg = cfg.table(name)
-        schema = cfg.source.schema_
-        named = frozenset((schema, t.name) for t in cfg.tables if t.name != name)
+        schema = cfg.source_schema(name)
+        named = frozenset((cfg.source_schema(t.name), t.name) for t in cfg.tables if t.name != name)
         try:
             found = source_shapes.refusal(self.relation(conn, schema, name), schema, name, tcfg.mode, named)
             if found is None and tcfg.mode == "cdc":

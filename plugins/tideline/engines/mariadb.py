@@ -271,13 +271,12 @@ class MariaDbEngine(SourceEngine):
             raise ConfigError(f"pipeline {cfg.name}", [("source.heartbeat_table", (
                 "is required for a MariaDB source: its marker row proves the connector streams before a full "
                 "load starts (see tideline.engines.mariadb)"))])
-        db = cfg.source.schema_
         return {
             **debezium.common_connector_config(cfg, self.source),
             "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
             "database.port": str(self.source.port or 3306),
             "database.server.id": str(self.server_id(cfg)),
-            "database.include.list": db,
+            "database.include.list": ",".join(debezium.regex_literal(db) for db in cfg.source_schemas),
             # the connector reads the tables' schema (no rows) and streams from the current position
             "snapshot.locking.mode": "minimal",
             "schema.history.internal.kafka.bootstrap.servers": bootstrap or "",
@@ -296,7 +295,7 @@ class MariaDbEngine(SourceEngine):
             "value.converter.decimal.format": "NUMERIC",
             "key.converter.decimal.format": "NUMERIC",
             "heartbeat.action.query": (
-                f"INSERT INTO {q(db)}.{q(cfg.source.heartbeat_table)} (pipeline, beat_at) VALUES ('{cfg.name}', "
+                f"INSERT INTO {q(cfg.source.schema_)}.{q(cfg.source.heartbeat_table)} (pipeline, beat_at) VALUES ('{cfg.name}', "
                 f"UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE beat_at = UTC_TIMESTAMP(6)"),
         }
 

@@ -233,9 +233,8 @@ class PostgresEngine(SourceEngine):
         publication made before this published by partition: it is repaired, and its partitioned
         tables are returned — their changes went to topics the stream never read."""
         self.ensure_heartbeat_table(cfg)
-        names = [t.name for t in cfg.tables if t.mode == "cdc"]
-        names += [cfg.source.heartbeat_table] if cfg.source.heartbeat_table else []
-        wanted = {(cfg.source.schema_, n) for n in names}
+        wanted = {(cfg.source_schema(t.name), t.name) for t in cfg.tables if t.mode == "cdc"}
+        wanted |= {(cfg.source.schema_, cfg.source.heartbeat_table)} if cfg.source.heartbeat_table else set()
         tables = sql.SQL(", ").join(sql.Identifier(s, n) for s, n in sorted(wanted))
         pub = sql.Identifier(cfg.publication_name)
         conn = self.connect(autocommit=True)
