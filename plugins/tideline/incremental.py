@@ -28,7 +28,7 @@ from psycopg2 import sql
 from tideline import alerts, engines, kafka_offsets, refusals, sqlfiles, state
 from tideline.core import apply_sql, schema_drift
 from tideline.core.batch_events import SplitBatch, newest_source_commit, split_batch
-from tideline.core.change_events import RECORD_COLUMNS, decode_records
+from tideline.core.change_events import RECORD_COLUMNS, decode_records, too_large_marker
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.copy_text import CopyStream
@@ -731,10 +731,28 @@ class IncrementalRun:
     def _bad_messages(self, cur, bad_rows) -> tuple[int, dict[str, tuple[str, dict]]]:
         """Unparseable events: dead letters (count), or, with on_bad_message: stop, the tables whose
         topics hold one, to halt (each at its first bad event)."""
+        halting = {}
+        for b in bad_rows:   # a row too big for Kafka: always halts, never a skipped event
+            table = self.by_topic[b["topic"]].name
+            too_large = too_large_marker(b["value"])
+            if too_large is None or table in halting:
+                continue
+            at = f"topic {b['topic']} partition {b['partition']} offset {b['offset']}"
+            halting[table] = (
+                f"{self.cfg.name}.{table}: the row with key {b['key']} changed at {at} is about "
+                f"{too_large[0] / 1048576:,.1f} MB as a change event, above the {too_large[1] / 1048576:,.0f} MB the "
+                f"pipeline carries (kafka.max_message_mb): the connector sent a marker in its place, so the change "
+                f"itself is not on Kafka. The table is HALTED before it; the other tables keep streaming. Raise "
+                f"kafka.max_message_mb above {too_large[0] / 1048576:,.0f} (at most 90), then trigger the sync DAG "
+                f"with action=full_reload for {table!r}.",
+                {"table": table, "topic": b["topic"], "partition": b["partition"], "offset": b["offset"],
+                 "key": b["key"], "error": f"change event too large: {too_large[0]} bytes, limit {too_large[1]}"})
+        bad_rows = [b for b in bad_rows if self.by_topic[b["topic"]].name not in halting]
+        if not bad_rows:
+            return 0, halting
         first = bad_rows[0]
         where = f"topic {first['topic']} partition {first['partition']} offset {first['offset']}"
         if self.cfg.stream.on_bad_message == "stop":
-            halting = {}
             for b in bad_rows:   # ordered by topic, partition, offset
                 table = self.by_topic[b["topic"]].name
                 if table in halting:
@@ -756,7 +774,7 @@ class IncrementalRun:
                          "not a Debezium change event (unparseable JSON, unknown op, or missing key/row image)"))
         log.warning("pipeline %s: %d unparseable events recorded in tideline.dead_letters, first at %s",
                     self.cfg.name, len(bad_rows), where)
-        return len(bad_rows), {}
+        return len(bad_rows), halting
 
     def _evolve(self, cur, table: StreamTable) -> None:
         """Source catalog vs target: add/widen in this transaction, or stop with the reason."""

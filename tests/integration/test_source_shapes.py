@@ -163,9 +163,11 @@ def test_tables_that_cannot_be_carried_are_refused_alone_and_the_others_load_and
         drop_source(source_db, good, *[n for k, n in names.items() if k not in ("view", "matview")])
 
 
-def test_rows_of_16_mb_are_carried_and_a_row_over_the_limit_is_an_incident_not_silence(
+def test_rows_of_16_mb_are_carried_and_a_row_over_the_limit_halts_its_table_with_key_and_size(
         spark, source_db, target_db, pipelines, unique_name):
     from tideline.connector import capture_failure
+    from tideline.core.errors import HaltedError
+    from tideline.incremental import IncrementalRun
     t = f"{unique_name}_big"
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, n int, doc text, blob bytea, body jsonb)")
@@ -188,18 +190,25 @@ def test_rows_of_16_mb_are_carried_and_a_row_over_the_limit_is_an_incident_not_s
             tcur.execute(f'SELECT {digest} FROM "{cfg.name}".{t} ORDER BY id')
             assert tcur.fetchall() == cur.fetchall()
         assert capture_failure(cfg, get_connection("tideline_connect")) is None
-        # a row past kafka.max_message_mb (64): capture stops, and says so with the cause first
+        # a row past kafka.max_message_mb (64): its table halts at it, naming key and size; capture runs on
         with source_db.cursor() as cur:
             cur.execute(f"INSERT INTO public.{t} VALUES (6, 0, repeat('y', 70 * 1024 * 1024), NULL, NULL)")
-        deadline = time.time() + 60
-        while (failure := capture_failure(cfg, get_connection("tideline_connect"))) is None:
-            assert time.time() < deadline, "a connector that cannot send a row must be reported"
+            cur.execute(f"UPDATE public.{t} SET n = 42 WHERE id = 4")
+        deadline = time.time() + 90
+        while True:
+            try:
+                IncrementalRun(cfg, spark, "available_now").run()
+            except HaltedError:
+                break
+            assert time.time() < deadline, "a row too big for Kafka must halt its table"
             time.sleep(1)
-        assert "RecordTooLargeException" in failure and "FAILED" in failure, failure
-        from tideline.status import not_caught_up, pipeline_status, render
-        rows = pipeline_status(cfg)   # make status and the view say it, and never "caught up"
-        assert "RecordTooLargeException" in rows[0].capture_error
-        assert "CAPTURE FAILED" in render(cfg, rows) and not_caught_up(cfg, rows)
+        with target_db.cursor() as cur:
+            cur.execute("SELECT phase, last_error, last_error_event FROM tideline.table_state WHERE pipeline = %s",
+                        (cfg.name,))
+            phase, error, event = cur.fetchone()
+        assert phase == "halted" and "about 70.0 MB" in error and "kafka.max_message_mb" in error, error
+        assert event["key"] == '{"id":6}' and "too large" in event["error"], event
+        assert capture_failure(cfg, get_connection("tideline_connect")) is None
     finally:
         drop_source(source_db, t)
 
@@ -325,3 +334,39 @@ def test_tables_of_several_schemas_land_in_the_target_schemas_chosen_per_table(
         drop_source(source_db, home)
         with target_db.cursor() as cur:
             cur.execute(f"DROP SCHEMA IF EXISTS {lake} CASCADE")
+
+
+def test_a_failed_connector_is_an_incident_in_status_the_stream_and_never_caught_up(
+        spark, source_db, target_db, pipelines, unique_name):
+    from tideline.connector import ConnectClient, capture_failure
+    from tideline.core.debezium import connector_name
+    from tideline.incremental import IncrementalRun
+    from tideline.status import not_caught_up, pipeline_status, render
+    t = f"{unique_name}_cf"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY)")
+    try:
+        cfg = pipelines.adopt(pipelines.make([{"name": t}], create_topics=False))
+        capture(cfg)
+        FullLoad(cfg, spark).run([t])
+        client = ConnectClient(get_connection("tideline_connect").http_base_url())
+        config = client._call("GET", f"/connectors/{connector_name(cfg)}/config")
+        client.put_config(connector_name(cfg), {**config, "database.password": "wrong"})
+        deadline = time.time() + 90
+        while (failure := capture_failure(cfg, get_connection("tideline_connect"))) is None:
+            assert time.time() < deadline, "a failed connector must be reported"
+            time.sleep(1)
+        assert "FAILED" in failure and "password" in failure.lower(), failure
+        rows = pipeline_status(cfg)
+        assert "FAILED" in rows[0].capture_error and "CAPTURE FAILED" in render(cfg, rows)
+        assert not_caught_up(cfg, rows)
+        run = IncrementalRun(cfg, spark, "available_now")
+        run.prepare()
+        run._check_capture()   # what a running stream does every 30 s
+        with target_db.cursor() as cur:
+            cur.execute("SELECT last_error FROM tideline.table_state WHERE pipeline = %s", (cfg.name,))
+            assert cur.fetchone()[0].startswith("capture: connector")
+        capture(cfg)   # the sync DAG's first task puts the right config back
+        assert capture_failure(cfg, get_connection("tideline_connect")) is None
+    finally:
+        drop_source(source_db, t)

@@ -104,3 +104,12 @@ def test_large_batches_are_decoded_in_chunks_without_losing_order():
     out = decode(*rows)
     assert [r["offset"] for r in out] == list(range(120_001))
     assert out[-1]["after"] == '{"id":"120000"}'
+
+
+def test_the_connectors_marker_for_a_row_too_big_for_kafka_is_recognised():
+    from tideline.core.change_events import too_large_marker
+    marker = '{"op":"u","source":{"ts_ms":1},"tideline_too_large":{"bytes":73400765,"limit":67108864}}'
+    assert too_large_marker(marker) == (73400765, 67108864)
+    assert too_large_marker('{"schema":{},"payload":' + marker + '}') == (73400765, 67108864)
+    assert too_large_marker('{"op":"u","after":{"note":"tideline_too_large"}}') is None
+    assert too_large_marker(None) is None

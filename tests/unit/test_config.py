@@ -174,10 +174,12 @@ def test_change_events_keep_the_whole_source_block_unless_told_which_fields():
     from tideline.core import debezium
     from tideline.core.connections import Conn
     src = Conn("src", "postgres", "db", 5432, "u", "p", "shop")
-    assert "transforms" not in debezium.connector_config(parse_pipeline(VALID, "x"), src)   # the whole block
+    whole = debezium.connector_config(parse_pipeline(VALID, "x"), src)
+    assert whole["transforms"] == "guard" and "transforms.slim.type" not in whole   # the whole block
+    assert whole["transforms.guard.max.bytes"] == str(64 << 20) == whole["producer.override.max.request.size"]
     slim = debezium.connector_config(parse_pipeline(with_change(["kafka", "source_fields"], ["ts_ms"]), "x"), src)
     assert (slim["transforms"], slim["transforms.slim.type"], slim["transforms.slim.keep"]) == (
-        "slim", "dev.tideline.connect.SlimSource", "ts_ms")
+        "slim,guard", "dev.tideline.connect.SlimSource", "ts_ms")
     more = parse_pipeline(with_change(["kafka", "source_fields"], ["ts_ms", "lsn"]), "x")
     assert debezium.connector_config(more, src)["transforms.slim.keep"] == "ts_ms,lsn"
     [(where, why)] = problems(with_change(["kafka", "source_fields"], ["lsn"]))

@@ -118,3 +118,29 @@ def decode_records(records: pa.Table) -> pa.Table:
     records = records.select(list(RECORD_COLUMNS))
     return pa.Table.from_batches([_decode_chunk(b) for b in records.to_batches(max_chunksize=CHUNK_ROWS)],
                                  schema=EVENT_SCHEMA)
+
+
+class _TooLarge(msgspec.Struct):
+    bytes: int
+    limit: int
+
+
+class _Marker(msgspec.Struct):
+    tideline_too_large: _TooLarge | None = None
+    payload: "_Marker | None" = None
+
+
+_DECODE_MARKER = msgspec.json.Decoder(_Marker).decode
+
+
+def too_large_marker(value: str | None) -> tuple[int, int] | None:
+    """(bytes, limit) when the event is the connector's stand-in for a row too big for Kafka
+    (Tideline's GuardSize transform, stack/jvm/slim-source), else None."""
+    if not value or "tideline_too_large" not in value:
+        return None
+    try:
+        marker = _DECODE_MARKER(value)
+    except msgspec.DecodeError:
+        return None
+    found = marker.tideline_too_large or (marker.payload.tideline_too_large if marker.payload else None)
+    return (found.bytes, found.limit) if found else None

@@ -17,6 +17,7 @@ from tideline.core.connections import Conn
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 TEXT_CONVERTER = "dev.tideline.debezium.PgTextConverter"
 SLIM_SOURCE = "dev.tideline.connect.SlimSource"
+GUARD_SIZE = "dev.tideline.connect.GuardSize"
 # Debezium's stand-in for an unchanged TOASTed column it did not receive (REPLICA IDENTITY DEFAULT).
 UNAVAILABLE = "__debezium_unavailable_value"
 
@@ -81,8 +82,13 @@ def common_connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]
         "extended.headers.enabled": "false",
         "errors.tolerance": "none",
         # kafka.source_fields: only those fields of the `source` block (stack/jvm/slim-source), ~half the bytes.
-        **({"transforms": "slim", "transforms.slim.type": SLIM_SOURCE,
+        # Then an event too big for the topic becomes a marker with its key (GuardSize, same jar): the
+        # stream halts that table alone, naming key and size, instead of the task failing for all.
+        "transforms": "slim,guard" if cfg.kafka.source_fields else "guard",
+        **({"transforms.slim.type": SLIM_SOURCE,
             "transforms.slim.keep": ",".join(cfg.kafka.source_fields)} if cfg.kafka.source_fields else {}),
+        "transforms.guard.type": GUARD_SIZE,
+        "transforms.guard.max.bytes": str(cfg.kafka.max_message_bytes),
         # Topics Tideline did not pre-create (heartbeats) get the pipeline's settings.
         "topic.creation.default.partitions": "1",
         "topic.creation.default.replication.factor": str(cfg.kafka.replication_factor),
