@@ -116,13 +116,17 @@ def test_tables_that_cannot_be_carried_are_refused_alone_and_the_others_load_and
         spark, source_db, target_db, pipelines, unique_name):
     good = f"{unique_name}_good"
     names = {kind: f"{unique_name}_{kind}" for kind in REFUSED}
+    kid = f"{names['parent']}_kid"   # an INHERITS child: carried with its own rows
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{good} (id int PRIMARY KEY, note text)")
         cur.execute(f"INSERT INTO public.{good} SELECT g, 'g' || g FROM generate_series(1, 50) g")
         for kind, (ddl, _, _) in REFUSED.items():
             cur.execute(ddl.format(t=names[kind]))
+        cur.execute(f"ALTER TABLE public.{kid} ADD PRIMARY KEY (id)")   # keys are not inherited
+        cur.execute(f"INSERT INTO public.{kid} SELECT g FROM generate_series(1, 20) g")
+        cur.execute(f"INSERT INTO public.{names['parent']} VALUES (1000)")
     try:
-        cfg = pipelines.adopt(pipelines.make([{"name": good}, {"name": f"{unique_name}_missing"}]
+        cfg = pipelines.adopt(pipelines.make([{"name": good}, {"name": kid}, {"name": f"{unique_name}_missing"}]
                                              + [{"name": n} for n in names.values()], create_topics=False))
         assert capture(cfg) == []
         with target_db.cursor() as cur:
@@ -134,17 +138,20 @@ def test_tables_that_cannot_be_carried_are_refused_alone_and_the_others_load_and
             assert phase == "refused", (kind, phase, error)
             assert reason in error and fix.format(t=names[kind]) in error, (kind, error)
         assert "does not exist" in found[f"{unique_name}_missing"][1]
-        assert good not in found
-        # the publication holds the carried table alone (PostgreSQL would refuse an unlogged one)
+        assert good not in found and kid not in found
+        # the publication holds the carried tables alone (PostgreSQL would refuse an unlogged one)
         with source_db.cursor() as cur:
             cur.execute("SELECT tablename FROM pg_publication_tables WHERE pubname = %s", (cfg.publication_name,))
-            assert {r[0] for r in cur.fetchall()} == {good, "tideline_heartbeat"}
-        # the load skips the refused tables (checked again) and loads the good one
+            assert {r[0] for r in cur.fetchall()} == {good, kid, "tideline_heartbeat"}
+        # the load skips the refused tables (checked again) and loads the carried ones
         loaded = FullLoad(cfg, spark).run([t.name for t in cfg.tables])
-        assert [r.table for r in loaded] == [good]
+        assert sorted(r.table for r in loaded) == sorted([good, kid])
         with source_db.cursor() as cur:
             cur.execute(f"UPDATE public.{good} SET note = note || ' ✓'")
-        sync_until_equal(cfg, spark, source_db, target_db, {good: "id"})
+            cur.execute(f"DELETE FROM public.{kid} WHERE id < 5")
+            cur.execute(f"INSERT INTO public.{kid} VALUES (500)")
+        sync_until_equal(cfg, spark, source_db, target_db, {good: "id", kid: "id"})
+        assert_equal(source_db, target_db, cfg.name, kid)   # its own rows, not the parent's
         # fixed at the source: no longer refused, loaded afresh by the next run
         with source_db.cursor() as cur:
             cur.execute(f"ALTER TABLE public.{names['unlogged']} SET LOGGED")
@@ -160,7 +167,7 @@ def test_tables_that_cannot_be_carried_are_refused_alone_and_the_others_load_and
         with source_db.cursor() as cur:
             cur.execute(f"DROP VIEW IF EXISTS public.{names['view']}")
             cur.execute(f"DROP MATERIALIZED VIEW IF EXISTS public.{names['matview']}")
-        drop_source(source_db, good, *[n for k, n in names.items() if k not in ("view", "matview")])
+        drop_source(source_db, good, kid, *[n for k, n in names.items() if k not in ("view", "matview")])
 
 
 def test_rows_of_16_mb_are_carried_and_a_row_over_the_limit_halts_its_table_with_key_and_size(
@@ -229,7 +236,12 @@ def test_quoted_mixed_case_unicode_and_reserved_names_are_carried(spark, source_
                     f'(\'\', \'empty\'), (\'Straße\', \'ß\')')
         cur.execute(f'CREATE TABLE "{schema}"."{user}" (id int PRIMARY KEY, "group" text)')
         cur.execute(f'INSERT INTO "{schema}"."{user}" VALUES (1, \'admins\')')
-    orders = {lines: '"Line No"', kaeufe: "id", user: "id"}
+        cur.execute("CREATE EXTENSION IF NOT EXISTS citext")   # a key that ignores case at the source
+        cur.execute(f'CREATE TABLE "{schema}".ci (id citext PRIMARY KEY, v int)')
+        cur.execute(f'INSERT INTO "{schema}".ci VALUES (\'Apfel\', 1), (\'ß\', 2), (\'b \', 3)')
+    with target_db.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS citext")
+    orders = {lines: '"Line No"', kaeufe: "id", user: "id", "ci": "id"}
     try:
         cfg = pipelines.adopt(pipelines.make([{"name": t} for t in orders], create_topics=False,
                                              source={"conn_id": "tideline_source", "schema": schema},
@@ -243,6 +255,9 @@ def test_quoted_mixed_case_unicode_and_reserved_names_are_carried(spark, source_
             cur.execute(f'INSERT INTO "{schema}"."{kaeufe}" VALUES (\'b  \', \'two spaces\')')
             cur.execute(f'UPDATE "{schema}"."{kaeufe}" SET "Straße" = \'changed\' WHERE id = \'A\'')
             cur.execute(f'UPDATE "{schema}"."{user}" SET "group" = \'users\'')
+            cur.execute(f'UPDATE "{schema}".ci SET v = 10 WHERE id = \'APFEL\'')   # matches 'Apfel'
+            cur.execute(f'INSERT INTO "{schema}".ci VALUES (\'c\', 4)')
+            cur.execute(f'DELETE FROM "{schema}".ci WHERE id = \'SS\'')   # citext: 'ß' is not 'SS'; nothing
 
         def equal():
             return all(table_digest(source_db, schema, t, o) == table_digest(target_db, target_schema, t, o)
@@ -368,5 +383,22 @@ def test_a_failed_connector_is_an_incident_in_status_the_stream_and_never_caught
             assert cur.fetchone()[0].startswith("capture: connector")
         capture(cfg)   # the sync DAG's first task puts the right config back
         assert capture_failure(cfg, get_connection("tideline_connect")) is None
+    finally:
+        drop_source(source_db, t)
+
+
+def test_a_partition_named_alone_is_carried_as_its_own_table(spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_solo"
+    make_partitioned(source_db, t, rows=300)
+    try:
+        cfg = pipelines.adopt(pipelines.make([{"name": f"{t}_eu"}], create_topics=False))
+        capture(cfg)
+        FullLoad(cfg, spark).run([f"{t}_eu"])
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE public.{t} SET qty = -qty WHERE region = 'eu' AND id % 2 = 0")   # through the root
+            cur.execute(f"INSERT INTO public.{t}_eu VALUES (9000, 'eu', 1, 'direct')")
+            cur.execute(f"UPDATE public.{t} SET region = 'us' WHERE region = 'eu' AND id % 5 = 0")  # leaves it
+        sync_until_equal(cfg, spark, source_db, target_db, {f"{t}_eu": "id, region"})
+        assert_equal(source_db, target_db, cfg.name, f"{t}_eu", "id, region")
     finally:
         drop_source(source_db, t)
