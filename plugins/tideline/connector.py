@@ -23,6 +23,9 @@ from tideline.kafka_offsets import admin_client
 log = logging.getLogger("tideline.connector")
 
 
+RESTART_SETTLE_S = 15   # a restarted failed connector must stay running this long to count as healed
+
+
 class ConnectError(TerminalError):
     """Kafka Connect refused or failed the connector; the message carries Connect's own words."""
 
@@ -202,7 +205,7 @@ def ensure_connector(cfg: PipelineConfig, connect: Conn, source: Conn, timeout: 
                     f"stopped at ({engine.position_holder(cfg)}), so changes were missed. Run the sync DAG: its "
                     f"ensure_connector recreates capture and marks the tables for a reload.\n{trace[:1500]}")
             elif trace:
-                raise ConnectError(f"connector {name} failed on Kafka Connect:\n{trace[:3000]}")
+                raise ConnectError(f"connector {name} failed on Kafka Connect: {first_cause(trace)}\n{trace[:3000]}")
             elif status["connector"]["state"] in ("PAUSED", "STOPPED"):
                 log.warning("connector %s is %s; resuming it", name, status["connector"]["state"])
                 client.resume(name)
@@ -212,6 +215,14 @@ def ensure_connector(cfg: PipelineConfig, connect: Conn, source: Conn, timeout: 
         time.sleep(1)
     else:
         raise TransientError(f"connector {name} did not reach RUNNING within {timeout:.0f}s; last status: {status}")
+    if restarted:   # a task restarted after a failure may fail again at its first record: watch it a while
+        settle = time.time() + RESTART_SETTLE_S
+        while time.time() < settle:
+            time.sleep(1)
+            trace = _failure_trace(client.status(name) or {"connector": {"state": "MISSING"}, "tasks": []})
+            if trace:
+                raise ConnectError(f"connector {name} failed again right after its restart: {first_cause(trace)}. "
+                                   f"Fix the cause, then trigger the sync DAG.\n{trace[:3000]}")
     engine.wait_capture_ready(cfg, client, name, deadline)
     log.info("connector %s running; %s in place", name, engine.position_holder(cfg))
     return status
