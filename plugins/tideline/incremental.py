@@ -336,10 +336,10 @@ class IncrementalRun:
         """A partitioned table's partitions: compared with the ones its state knows (a table loaded
         before they were recorded starts from what is there now); a change that moved rows
         without change events marks it for a reload now."""
-        tree = self.engine.partition_tree(self._src, self.cfg.source_schema(name), name)
+        known = st.raw.get("source_partitions")
+        tree = self.engine.partition_tree(self._src, self.cfg.source_schema(name), name, known)
         if tree is None:
             return
-        known = st.raw.get("source_partitions")
         why = partition_tree_change(known, tree) if known is not None else None
         if why:
             self._needs_resnapshot(name, f"{name}: {why}")
@@ -367,7 +367,7 @@ class IncrementalRun:
             for name, known in list(self._trees.items()):
                 if name in self.halted:
                     continue
-                tree = self.engine.partition_tree(src, self.cfg.source_schema(name), name) or {}
+                tree = self.engine.partition_tree(src, self.cfg.source_schema(name), name, known) or {}
                 why = partition_tree_change(known, tree)
                 if why:
                     self._needs_resnapshot(name, f"{name}: {why}")

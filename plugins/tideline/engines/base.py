@@ -77,15 +77,16 @@ class SourceEngine(ABC):
             if found is None and tcfg.mode == "cdc":
                 self.describe(conn, schema, name, tcfg, check_key=False, for_stream=True)
         except SourceError as exc:
-            return source_shapes.Refusal(name, str(exc), "see the reason")
+            return source_shapes.Refusal(name, str(exc).rstrip("."), "")   # its message names the fix
         finally:
             conn.rollback()
         return found
 
-    def partition_tree(self, conn, schema: str, table: str) -> dict[str, dict] | None:
+    def partition_tree(self, conn, schema: str, table: str, known: dict | None = None) -> dict[str, dict] | None:
         """A partitioned table's partitions ({oid: {"name", "created_as_partition"}}) where
         attaching or detaching one changes rows without change events; None when not partitioned
-        (or the engine's partitions are carried by its log, as MariaDB's are)."""
+        (or the engine's partitions are carried by its log, as MariaDB's are). Partitions not in
+        `known` (the tree as last seen) are judged exactly: created as one, or attached."""
         return None
 
     def table_checks(self, conn, cfg) -> list:

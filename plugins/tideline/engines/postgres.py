@@ -79,7 +79,7 @@ class PostgresEngine(SourceEngine):
         facts["partition_root_key"] = tuple(facts["partition_root_key"]) if facts["partition_root_key"] else None
         return source_shapes.Relation(schema, table, **facts)
 
-    def partition_tree(self, conn, schema: str, table: str) -> dict[str, dict] | None:
+    def partition_tree(self, conn, schema: str, table: str, known: dict | None = None) -> dict[str, dict] | None:
         with conn.cursor() as cur:
             cur.execute("SELECT relkind = 'p' FROM pg_class WHERE oid = %s::regclass",
                         (sql.Identifier(schema, table).as_string(conn),))
@@ -87,7 +87,18 @@ class PostgresEngine(SourceEngine):
             if not row or not row[0]:
                 return None
             cur.execute(sqlfiles.load("full_load/partition_tree"), {"relid": sql.Identifier(schema, table).as_string(conn)})
-            return {oid: {"name": name, "created_as_partition": created} for oid, name, created in cur.fetchall()}
+            tree = {}
+            for oid, name, created, attach_xmin, attach_cmin in cur.fetchall():
+                if created and known is not None and oid not in known:
+                    # created and attached by one transaction: rows it wrote before the attach
+                    # (same xmin, an earlier command) were never change events of the tree (a
+                    # sub-partitioned one is read with its partitions)
+                    cur.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE xmin::text = %s "
+                                        "AND cmin::text::bigint < %s)").format(sql.SQL(name)),
+                                (attach_xmin, attach_cmin))
+                    created = not cur.fetchone()[0]
+                tree[oid] = {"name": name, "created_as_partition": created}
+            return tree
 
     def describe(self, conn, schema: str, table: str, tcfg=None, check_key: bool = True,
                  for_stream: bool = False) -> TableShape:
@@ -393,7 +404,7 @@ def finish_shape(label: str, shape: TableShape, configured_pk, tcfg) -> TableSha
             raise SourceError(
                 f"{label}: the pipeline config says primary_key {configured_pk} but the source table has no "
                 f"primary key. Add it at the source (ALTER TABLE {shape.schema}.{shape.name} ADD PRIMARY KEY "
-                f"(...)), or remove primary_key from the config to load the table as keyless.")
+                f"(...)): changes are applied by key.")
         if list(shape.primary_key) != list(configured_pk):
             raise SourceError(f"{label}: the pipeline config says primary_key {configured_pk} but the source's "
                               f"primary key is {list(shape.primary_key)}. Make the config match the source.")
