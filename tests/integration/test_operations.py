@@ -90,7 +90,8 @@ def test_doctor_passes_healthy_and_flags_each_misconfiguration(spark, source_db,
         production = pipelines.make([{"name": t}, {"name": keyless}], create_topics=False,
                                     kafka={"durability": "production"})
         checks = doctor.run(production)
-        assert f"source replica identity public.{keyless}" in failing(checks)
+        assert f"source table {keyless}" in failing(checks)   # refused alone: no key to apply changes by
+        assert "has no primary key" in by_name(checks)[f"source table {keyless}"].detail
         assert "replication factor below 3" in by_name(checks)[f"kafka topic {topic}"].detail
         assert f"kafka topic {cfg.topic(keyless)}" in failing(checks)   # never created
     finally:

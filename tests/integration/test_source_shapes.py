@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+import stackctl
+
 from helpers import drop_source, rows_as_text
 from test_incremental import sync_until_equal
 from tideline.connector import ensure_capture
@@ -214,7 +216,7 @@ def test_rows_of_16_mb_are_carried_and_a_row_over_the_limit_halts_its_table_with
                         (cfg.name,))
             phase, error, event = cur.fetchone()
         assert phase == "halted" and "about 70.0 MB" in error and "kafka.max_message_mb" in error, error
-        assert event["key"] == '{"id":6}' and "too large" in event["error"], event
+        assert event["key"] == '{"id":"6"}' and "too large" in event["error"], event
         assert capture_failure(cfg, get_connection("tideline_connect")) is None
     finally:
         drop_source(source_db, t)
@@ -357,7 +359,7 @@ def test_a_failed_connector_is_an_incident_in_status_the_stream_and_never_caught
     from tideline.core.debezium import connector_name
     from tideline.incremental import IncrementalRun
     from tideline.status import not_caught_up, pipeline_status, render
-    t = f"{unique_name}_cf"
+    t, role, admin = f"{unique_name}_cf", f"{unique_name}_cdc", None
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY)")
     try:
@@ -366,7 +368,17 @@ def test_a_failed_connector_is_an_incident_in_status_the_stream_and_never_caught
         FullLoad(cfg, spark).run([t])
         client = ConnectClient(get_connection("tideline_connect").http_base_url())
         config = client._call("GET", f"/connectors/{connector_name(cfg)}/config")
-        client.put_config(connector_name(cfg), {**config, "database.password": "wrong"})
+        # Connect checks a new config's login, so the task runs as a role whose password then changes
+        admin = stackctl.pg_connect(stackctl.DATABASES["source"])
+        admin.autocommit = True
+        with admin.cursor() as cur:
+            cur.execute(f"CREATE ROLE {role} LOGIN REPLICATION PASSWORD 'right'")
+            cur.execute(f"GRANT SELECT ON public.{t} TO {role}")
+        client.put_config(connector_name(cfg), {**config, "database.user": role, "database.password": "right"})
+        with admin.cursor() as cur:
+            cur.execute(f"ALTER ROLE {role} PASSWORD 'changed'")
+            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+        client._call("POST", f"/connectors/{connector_name(cfg)}/restart?includeTasks=true")
         deadline = time.time() + 90
         while (failure := capture_failure(cfg, get_connection("tideline_connect"))) is None:
             assert time.time() < deadline, "a failed connector must be reported"
@@ -385,6 +397,11 @@ def test_a_failed_connector_is_an_incident_in_status_the_stream_and_never_caught
         assert capture_failure(cfg, get_connection("tideline_connect")) is None
     finally:
         drop_source(source_db, t)
+        if admin is not None:
+            with admin.cursor() as cur:
+                cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+                cur.execute(f"DROP ROLE IF EXISTS {role}")
+            admin.close()
 
 
 def test_a_partition_named_alone_is_carried_as_its_own_table(spark, source_db, target_db, pipelines, unique_name):

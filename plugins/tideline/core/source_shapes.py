@@ -42,10 +42,10 @@ class Relation:
 class Refusal:
     table: str
     reason: str
-    fix: str
+    fix: str    # "" when the reason already says what to do
 
     def message(self) -> str:
-        return f"refused: {self.reason}. Fix: {self.fix}"
+        return f"refused: {self.reason}." + (f" Fix: {self.fix}" if self.fix else "")
 
 
 def quote(name: str) -> str:
@@ -109,7 +109,7 @@ def refusal(rel: Relation | None, schema: str, table: str, mode: str,
     if not rel.has_primary_key:
         return Refusal(table, f"{qualified} has no primary key (replica identity {identity}): the stream "
                               "applies changes by key",
-                       f"ALTER TABLE {qualified} ADD PRIMARY KEY (<columns>); or sync it with mode: batch")
+                       f"ALTER TABLE {qualified} ADD PRIMARY KEY (<columns>); (batch mode upserts by key too)")
     if rel.replica_identity == "n":
         return Refusal(table, f"{qualified} has REPLICA IDENTITY NOTHING: its updates and deletes are logged "
                               "without any key (with the table in a publication, PostgreSQL then refuses "
