@@ -122,8 +122,10 @@ class Pipelines:
         """The heartbeat topic and the engine's own (a MariaDB connector's schema history)."""
         from tideline import engines
         from tideline.core.connections import get_connection
+        from tideline.core.config import topic_name
         own = list(engines.for_source(get_connection(cfg.source.conn_id)).capture_topics(cfg))
-        return ([cfg.topic(cfg.source.heartbeat_table)] if cfg.source.heartbeat_table else []) + own
+        beat = cfg.source.heartbeat_table   # not a table of the pipeline: its topic by Debezium's rule
+        return ([topic_name(cfg.kafka.topic_prefix, cfg.source.schema_, beat)] if beat else []) + own
 
     def adopt(self, cfg):
         """The DAG's ensure_connector creates topics and connector: clean them up after the test."""
@@ -155,7 +157,13 @@ class Pipelines:
 def pipelines(stack, tmp_path, unique_name):
     factory = Pipelines(stack, tmp_path, unique_name)
     yield factory
-    factory.cleanup()
+    try:
+        factory.cleanup()
+    finally:
+        _drop_target(unique_name)
+
+
+def _drop_target(unique_name: str) -> None:
     conn = _autocommit("target")
     with conn.cursor() as cur:
         cur.execute(f'DROP SCHEMA IF EXISTS "{unique_name}" CASCADE')
