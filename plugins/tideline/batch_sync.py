@@ -11,16 +11,11 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-import psycopg2
-from psycopg2 import sql
-
-from tideline import engines, sqlfiles, state
-from tideline.core import schema_drift
+from tideline import engines, state, targets
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.errors import LoadVerificationError, SourceError
-from tideline.core.table_shape import Column, TableShape, create_table
-from tideline.full_load import copy_source_rows, prepare_target_schema, run_owner
+from tideline.full_load import copy_source_rows, run_owner
 
 log = logging.getLogger("tideline.batch")
 
@@ -43,13 +38,14 @@ class BatchSync:
         self.source = get_connection(cfg.source.conn_id, environ)
         self.engine = engines.for_source(self.source)
         self.target = get_connection(cfg.target.conn_id, environ)
+        self.store = targets.for_target(self.target)
 
     def run(self, start: datetime, end: datetime, tables: list[str] | None = None) -> list[BatchResult]:
         names = tables or [t.name for t in self.cfg.tables if t.mode == "batch"]
         for name in names:
             if self.cfg.table(name).mode != "batch":
                 raise SourceError(f"{self.cfg.name}.{name} is a cdc table; batch_sync only runs batch tables")
-        conn = psycopg2.connect(self.target.postgres_dsn())
+        conn = self.store.connect()
         try:
             state.migrate(conn)
         finally:
@@ -60,7 +56,7 @@ class BatchSync:
         cfg, tcfg = self.cfg, self.cfg.table(table)
         label, started = f"{cfg.name}.{table}", time.monotonic()
         src = self.engine.connect(autocommit=True)
-        tgt = psycopg2.connect(self.target.postgres_dsn())
+        tgt = self.store.connect()
         stage = f"{table[:46]}__tl_batch"
         schema = cfg.target_schema(table)
         run_id = None
@@ -73,7 +69,7 @@ class BatchSync:
             if cursor_col is None:
                 raise SourceError(f"{label}: cursor_column {tcfg.cursor_column!r} is not a column of the source "
                                   f"table (it has {', '.join(shape.column_names)}).")
-            prepare_target_schema(tgt, schema, label)
+            self.store.prepare_schema(tgt, schema, label)
             epoch = state.claim_epoch(tgt, cfg.name, table, run_owner("batch"), "")
             run_id = state.run_start(tgt, cfg.name, table, "batch", epoch, f"interval {start} .. {end}")
             current = (state.get(tgt, cfg.name, table).raw or {}).get("cursor_value")
@@ -84,13 +80,11 @@ class BatchSync:
             lower, upper, where, new_cursor = self.engine.cursor_bounds(
                 src, shape, cursor_col, current, start, end, tcfg.safety_lag_s,
                 time=cursor_col.type.startswith(_TIME_TYPES))
-            with tgt, tgt.cursor() as cur:
-                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(stage)))
-                cur.execute(create_table(shape, schema, stage, unlogged=True))
+            self.store.begin_interval(tgt, shape, schema, stage)
             rows = 0
             if where is not None:
                 query, preds, init = self.engine.interval_read(src, shape, where, cfg.spark.parallelism)
-                figures = copy_source_rows(self.spark, self.engine, tgt, self.target.postgres_dsn(), shape, query,
+                figures = copy_source_rows(self.spark, self.engine, self.store, tgt, shape, query,
                                            preds, schema, stage, label, session_init=init, started=started,
                                            where=where, run_id=run_id)
                 rows = sum(f["copied"] for f in figures)
@@ -98,10 +92,10 @@ class BatchSync:
                     raise LoadVerificationError(f"{label}: rows read and rows staged differ; nothing was applied")
             with tgt, tgt.cursor() as cur:
                 state.check_epoch(cur, cfg.name, table, epoch)
-                self._ensure_target(cur, shape)
+                self.store.ensure_table(cur, shape, schema, label)
                 if rows:
-                    cur.execute(self._upsert(shape, stage))
-                cur.execute(sql.SQL("DROP TABLE {}.{}").format(sql.Identifier(schema), sql.Identifier(stage)))
+                    self.store.merge_interval(cur, shape, schema, stage)
+                self.store.drop_staging(cur, schema, stage)
                 state.finish_batch(cur, pipeline=cfg.name, table=table, epoch=epoch, cursor=new_cursor)
                 secs = time.monotonic() - started
                 state.run_end(cur, run_id, "succeeded", rows, f"cursor {tcfg.cursor_column} in [{lower}, {upper}), "
@@ -114,8 +108,7 @@ class BatchSync:
             try:
                 tgt.rollback()
                 with tgt, tgt.cursor() as cur:
-                    cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema),
-                                                                             sql.Identifier(stage)))
+                    self.store.drop_staging(cur, schema, stage)
                     if run_id is not None:
                         state.run_end(cur, run_id, "failed", None, str(exc)[:2000])
             except Exception as cleanup:
@@ -124,27 +117,3 @@ class BatchSync:
         finally:
             src.close()
             tgt.close()
-
-    def _ensure_target(self, cur, shape: TableShape) -> None:
-        schema, table = self.cfg.target_schema(shape.name), shape.name
-        cur.execute("SELECT to_regclass(%s)", (f'"{schema}"."{table}"',))
-        if cur.fetchone()[0] is None:
-            cur.execute(create_table(shape, schema, table))
-            cur.execute(sql.SQL("ALTER TABLE {}.{} ADD PRIMARY KEY ({})").format(
-                sql.Identifier(schema), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, shape.primary_key))))
-            return
-        cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{schema}"."{table}"'})
-        target_cols = [Column(n, t, nn, generated=g) for n, t, nn, g in cur.fetchall()]
-        drift = schema_drift.plan(f"{self.cfg.name}.{table}", list(shape.columns), target_cols)
-        for stmt in schema_drift.ddl(schema, table, drift):
-            cur.execute(stmt)
-
-    def _upsert(self, shape: TableShape, stage: str) -> sql.Composed:
-        schema = self.cfg.target_schema(shape.name)
-        cols = [sql.Identifier(c) for c in shape.written_columns]
-        updates = [sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
-                   for c in shape.written_columns if c not in shape.primary_key]
-        return sql.SQL("INSERT INTO {s}.{t} ({cols}) SELECT {cols} FROM {s}.{stage} ON CONFLICT ({pk}) DO {action}").format(
-            s=sql.Identifier(schema), t=sql.Identifier(shape.name), stage=sql.Identifier(stage),
-            cols=sql.SQL(", ").join(cols), pk=sql.SQL(", ").join(map(sql.Identifier, shape.primary_key)),
-            action=sql.SQL("UPDATE SET {}").format(sql.SQL(", ").join(updates)) if updates else sql.SQL("NOTHING"))

@@ -19,13 +19,14 @@ from datetime import datetime
 import psycopg2
 from psycopg2 import sql
 
-from tideline import dependents, engines, kafka_offsets, refusals, sqlfiles, state
+from tideline import engines, kafka_offsets, refusals, sqlfiles, state, targets
 from tideline.copy_pipe import make_copy_writer, make_pipe_copier
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
-from tideline.core.errors import FencedError, LoadVerificationError, SourceError, TargetError, TidelineError
-from tideline.core.table_shape import TableShape, copy_into, create_table
+from tideline.core.errors import FencedError, LoadVerificationError, SourceError, TidelineError
+from tideline.core.table_shape import TableShape
 from tideline.engines import SourceEngine
+from tideline.targets import Target
 
 log = logging.getLogger("tideline.full_load")
 
@@ -116,25 +117,11 @@ class _Progress(threading.Thread):
     final_rows: int | None = None
 
 
-def prepare_target_schema(tgt, schema: str, label: str) -> None:
-    """The target schema exists and this role may create tables in it (or a clear error)."""
-    try:
-        with tgt, tgt.cursor() as cur:
-            cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-            cur.execute("SELECT has_schema_privilege(%s, 'CREATE')", (schema,))
-            if not cur.fetchone()[0]:
-                raise TargetError(f"{label}: the target role cannot create tables in schema {schema!r}. "
-                                  f"Run: GRANT CREATE ON SCHEMA {schema} TO <the target connection's role>;")
-    except psycopg2.errors.InsufficientPrivilege as exc:
-        raise TargetError(f"{label}: the target role cannot create schema {schema!r} ({exc.pgerror.strip()}). "
-                          f"Create it, or grant CREATE on the database.") from None
-
-
-def copy_source_rows(spark, engine: SourceEngine, tgt, target_dsn: str, shape: TableShape, query: str,
+def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: TableShape, query: str,
                      predicates: list[str], schema: str, table: str, label: str, session_init: str | None = None,
                      started: float | None = None, where: str | None = None, run_id: int | None = None) -> list[dict]:
     """Reads `query` from the source, one Spark task per predicate, and COPYs the rows into
-    schema.table of the target (`tgt` renders the COPY statement); returns each partition's
+    schema.table of the target (`tgt`, a connection to it, renders the statement); returns each partition's
     figures (partition, rows read, rows copied, seconds, how). Each partition's session runs
     `session_init` first (joining the snapshot of a full load). A source that speaks COPY is piped
     straight into the target (reading the rows of `where`, the filter inside `query`), in binary
@@ -142,7 +129,8 @@ def copy_source_rows(spark, engine: SourceEngine, tgt, target_dsn: str, shape: T
     the rows stored so far are sampled into tideline.load_progress while the copy runs."""
     reads = [engine.copy_read_sql(tgt, shape, where, p) for p in predicates]
     copy_format = shape.copy_format if all(reads) else "text"   # the JDBC path writes COPY text
-    copy_sql = copy_into(schema, table, shape.written_columns, copy_format).as_string(tgt)
+    copy_sql = store.copy_statement(tgt, schema, table, shape.written_columns, copy_format)
+    target_dsn = store.dsn()
     rel = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table)).as_string(tgt)
     progress = _Progress(spark, label, len(predicates), started or time.monotonic(),
                          sample=(target_dsn, run_id, rel) if run_id is not None else None)
@@ -178,6 +166,7 @@ class FullLoad:
         self.source: Conn = get_connection(cfg.source.conn_id, environ)
         self.engine: SourceEngine = engines.for_source(self.source)
         self.target: Conn = get_connection(cfg.target.conn_id, environ)
+        self.store: Target = targets.for_target(self.target)
         self.kafka: Conn = get_connection(cfg.kafka.conn_id, environ)
 
     # ------------------------------------------------------------------ driver steps
@@ -191,7 +180,7 @@ class FullLoad:
         finally:
             conn.close()
         refused = refusals.find(self.cfg, self.source, tables)   # again: the source may have changed since
-        conn = psycopg2.connect(self.target.postgres_dsn())
+        conn = self.store.connect()
         try:
             state.migrate(conn)
             refusals.record(self.cfg, conn, refused, checked=[])
@@ -208,13 +197,13 @@ class FullLoad:
         topic = cfg.topic(table)
         started = time.monotonic()
         src = self.engine.connect()
-        tgt = psycopg2.connect(self.target.postgres_dsn())
-        shadow = shadow_name(table)
+        tgt = self.store.connect()
+        schema, shadow = cfg.target_schema(table), shadow_name(table)
         run_id = None
         try:
             shape = self.engine.describe(src, cfg.source_schema(table), table, tcfg)
             src.rollback()
-            prepare_target_schema(tgt, cfg.target_schema(table), label)
+            self.store.prepare_schema(tgt, schema, label)
             before = state.get(tgt, cfg.name, table)
             tgt.rollback()
             epoch = state.claim_epoch(tgt, cfg.name, table, run_owner("full_load"), topic)
@@ -231,9 +220,9 @@ class FullLoad:
                      f" has {snap.rows:,} rows" if snap.rows is not None else "", len(snap.predicates),
                      f"key ({', '.join(shape.primary_key)})" if shape.primary_key else "block range (no key)")
             # 3. shadow table, COPY from every partition
-            self._create_shadow(tgt, shape, shadow)
-            figures = copy_source_rows(self.spark, self.engine, tgt, self.target.postgres_dsn(), shape,
-                                       self.engine.read_query(src, shape), snap.predicates, cfg.target_schema(table),
+            self.store.begin_snapshot(tgt, shape, schema, shadow)
+            figures = copy_source_rows(self.spark, self.engine, self.store, tgt, shape,
+                                       self.engine.read_query(src, shape), snap.predicates, schema,
                                        shadow, label, session_init=snap.session_init, started=started,
                                        run_id=run_id)
             self.engine.close_snapshot(src)  # the snapshot may close now: every partition has read
@@ -246,11 +235,11 @@ class FullLoad:
                     f"{label}: the snapshot holds {snapshot_rows:,} rows but {read:,} were read and "
                     f"{landed:,} stored by COPY; nothing was swapped in. Rerun the full load.")
             # 4. key (rejects duplicates), then swap with the state in one target transaction
-            self._finish_shadow(tgt, shape, shadow, epoch)
+            self.store.seal_snapshot(tgt, shape, schema, shadow, epoch)
             tgt.commit()
             with tgt, tgt.cursor() as cur:
                 state.check_epoch(cur, cfg.name, table, epoch)
-                self._swap(cur, shape, shadow)
+                self.store.publish_snapshot(cur, shape, schema, shadow, label)
                 state.finish_full_load(cur, pipeline=cfg.name, table=table, epoch=epoch, topic=topic,
                                        offsets=offsets, snapshot_id=snap.snapshot_id, snapshot_at=snap.snapshot_at,
                                        snapshot_xmin=snap.position, rows=snapshot_rows)
@@ -272,47 +261,6 @@ class FullLoad:
             src.close()
             tgt.close()
 
-    def _create_shadow(self, tgt, shape: TableShape, shadow: str) -> None:
-        schema = self.cfg.target_schema(shape.name)
-        with tgt, tgt.cursor() as cur:
-            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(shadow)))
-            cur.execute(create_table(shape, schema, shadow))
-
-
-    def _finish_shadow(self, tgt, shape: TableShape, shadow: str, epoch: int) -> None:
-        """Key and statistics for the shadow before it goes live; the key also rejects duplicates."""
-        schema = self.cfg.target_schema(shape.name)
-        with tgt.cursor() as cur:
-            cur.execute("SET LOCAL maintenance_work_mem = '512MB'")
-            if shape.primary_key:
-                cur.execute(sql.SQL("ALTER TABLE {}.{} ADD CONSTRAINT {} PRIMARY KEY ({})").format(
-                    sql.Identifier(schema), sql.Identifier(shadow),
-                    sql.Identifier(f"{shadow[:40]}_pk{epoch}"),
-                    sql.SQL(", ").join(map(sql.Identifier, shape.primary_key))))
-            cur.execute(sql.SQL("ANALYZE {}.{}").format(sql.Identifier(schema), sql.Identifier(shadow)))
-
-    def _swap(self, cur, shape: TableShape, shadow: str) -> None:
-        schema, live = self.cfg.target_schema(shape.name), shape.name
-        ident = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(live))
-        cur.execute("SELECT to_regclass(%s)", (f'"{schema}"."{live}"',))
-        kept = None
-        if cur.fetchone()[0] is not None:
-            cur.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(ident))
-            kept = dependents.capture(cur, schema, live)   # grants, comment, views built on it
-            dependents.drop_views(cur, kept, schema, live)
-            cur.execute(sql.SQL("DROP TABLE {}").format(ident))
-        cur.execute(sql.SQL("ALTER TABLE {}.{} RENAME TO {}").format(
-            sql.Identifier(schema), sql.Identifier(shadow), sql.Identifier(live)))
-        if kept is not None:
-            dependents.restore(cur, kept, schema, live)
-            if kept.grants or kept.views:
-                log.info("%s.%s: kept across the swap: %s", self.cfg.name, live, kept.describe())
-        if shape.primary_key:
-            cur.execute("SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
-                        (f'"{schema}"."{live}"',))
-            cur.execute(sql.SQL("ALTER TABLE {} RENAME CONSTRAINT {} TO {}").format(
-                ident, sql.Identifier(cur.fetchone()[0]), sql.Identifier(f"{live[:55]}_pkey")))
-
     def _fail(self, tgt, table: str, shadow: str, run_id: int | None, exc: BaseException) -> None:
         """Leaves live table and state as they were: drop the shadow, record the error and the run."""
         message = str(exc) if isinstance(exc, TidelineError) else f"{type(exc).__name__}: {exc}"
@@ -320,8 +268,7 @@ class FullLoad:
         try:
             tgt.rollback()
             with tgt, tgt.cursor() as cur:
-                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(
-                    sql.Identifier(self.cfg.target_schema(table)), sql.Identifier(shadow)))
+                self.store.drop_staging(cur, self.cfg.target_schema(table), shadow)
                 if run_id is not None:
                     state.run_end(cur, run_id, "fenced" if isinstance(exc, FencedError) else "failed",
                                   None, message[:2000])

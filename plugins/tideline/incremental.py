@@ -23,16 +23,14 @@ from datetime import datetime, timezone
 import psycopg2
 import pyarrow as pa
 import pyarrow.compute as pc
-from psycopg2 import sql
 
-from tideline import alerts, engines, kafka_offsets, refusals, sqlfiles, state
-from tideline.core import apply_sql, schema_drift
+from tideline import alerts, engines, kafka_offsets, refusals, state, targets
+from tideline.core import schema_drift
 from tideline.core.batch_events import SplitBatch, newest_source_commit, split_batch
 from tideline.core.change_events import RECORD_COLUMNS, decode_records, too_large_marker
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
-from tideline.core.copy_text import CopyStream
-from tideline.apply_narrow import ApplyRefused, TableApply
+from tideline.apply_narrow import ApplyRefused
 from tideline.core.errors import (DataLossError, FencedError, HaltedError, ResnapshotRequired, SourceError,
                                   TidelineError)
 from tideline.core.offsets import coverage_gaps, merge_committed, starting_offsets
@@ -113,6 +111,7 @@ class IncrementalRun:
         self._trees: dict[str, dict] = {}   # partitioned tables: their partitions as last seen
         self.engine = engines.for_source(self.source)
         self.target = get_connection(cfg.target.conn_id, environ)
+        self.store = targets.for_target(self.target)
         self.bootstrap = get_connection(cfg.kafka.conn_id, environ).kafka_bootstrap
         self.owner = run_owner("incremental")
         self.tables: dict[str, StreamTable] = {}
@@ -137,7 +136,7 @@ class IncrementalRun:
     def prepare(self) -> dict[str, dict[str, int]]:
         """Claims the tables, checks Kafka still covers their positions; returns startingOffsets."""
         cfg = self.cfg
-        self._tgt = psycopg2.connect(self.target.postgres_dsn())
+        self._tgt = self.store.connect()
         self._src = self.engine.connect(autocommit=True)
         state.migrate(self._tgt)
         names = self.requested or [t.name for t in cfg.tables if t.mode == "cdc"]
@@ -223,7 +222,7 @@ class IncrementalRun:
         return cols
 
     def _needs_resnapshot(self, table: str, why: str) -> None:
-        conn = psycopg2.connect(self.target.postgres_dsn())
+        conn = self.store.connect()
         try:
             state.set_phase(conn, self.cfg.name, table, "needs_resnapshot", why)
         finally:
@@ -312,7 +311,7 @@ class IncrementalRun:
                 log.warning("%s: partitions not checked: %s", self.cfg.name, exc)
             live = {n: t.epoch for n, t in self.tables.items() if n not in self.halted}
             try:
-                conn = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=5)
+                conn = self.store.connect(connect_timeout=5)
                 try:
                     with conn.cursor() as cur:
                         cur.execute("SELECT table_name, epoch, epoch_owner FROM tideline.table_state "
@@ -350,7 +349,7 @@ class IncrementalRun:
     def _save_tree(self, name: str, tree: dict, known: dict | None) -> None:
         self._trees[name] = tree
         if tree != known:
-            conn = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=5)
+            conn = self.store.connect(connect_timeout=5)
             try:
                 with conn, conn.cursor() as cur:
                     state.set_partitions(cur, self.cfg.name, name, tree)
@@ -398,7 +397,7 @@ class IncrementalRun:
             return
         self._capture_said = failure
         log.error("%s: %s", self.cfg.name, failure)
-        conn = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=5)
+        conn = self.store.connect(connect_timeout=5)
         try:
             for name in self.tables:
                 if name not in self.halted:
@@ -414,7 +413,7 @@ class IncrementalRun:
             return
         outcome = "succeeded" if exc is None else "fenced" if isinstance(exc, FencedError) else "failed"
         try:
-            conn = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=5)
+            conn = self.store.connect(connect_timeout=5)
         except Exception:
             return
         try:
@@ -436,7 +435,7 @@ class IncrementalRun:
         batch clears it."""
         why = f"stream stopped: {_describe_end(exc)}"
         try:
-            conn = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=5)
+            conn = self.store.connect(connect_timeout=5)
         except Exception as cannot:
             log.warning("could not record the stream's failure in the target (%s): %s", cannot, why)
             return
@@ -468,7 +467,7 @@ class IncrementalRun:
         if "failOnDataLoss" in text or "data may have been missed" in text or "OffsetOutOfRange" in text:
             # Retention overtook the running stream: confirm against the committed position
             # (raises DataLossError and marks the table when it is so).
-            conn = psycopg2.connect(self.target.postgres_dsn())
+            conn = self.store.connect()
             try:
                 self._check_coverage(conn)
             finally:
@@ -586,7 +585,7 @@ class IncrementalRun:
                 conn.close()
             except Exception:   # already broken: nothing to close
                 pass
-        self._tgt = psycopg2.connect(self.target.postgres_dsn(), connect_timeout=10)
+        self._tgt = self.store.connect(connect_timeout=10)
         self._src = self.engine.connect(autocommit=True, connect_timeout=10)
 
     def _commit(self, spark_batch_id, per_partition, bad_rows, truncates, rows: pa.Table,
@@ -644,7 +643,7 @@ class IncrementalRun:
             touched = sorted({self.by_topic[tp].name for tp in pc.unique(rows.column("topic")).to_pylist()}
                              - set(halting)) if rows.num_rows else []
             if rows.num_rows:
-                self._stage(cur, rows)
+                self.store.stage_changes(cur, rows, {tp: t.name for tp, t in self.by_topic.items()})
             for name in touched:
                 applied = self._apply_isolated(cur, self.tables[name])
                 if isinstance(applied, tuple) and isinstance(applied[0], str):
@@ -688,20 +687,20 @@ class IncrementalRun:
 
     def _apply_isolated(self, cur, table: StreamTable):
         """((upserts, deletes), dead letters) — or (why, event) when the table must halt."""
-        cur.execute("SAVEPOINT tl_table")
+        self.store.begin_table(cur)
         try:
             self._evolve(cur, table)
-            apply = TableApply(self.cfg.name, self.cfg.target_schema(table.name), table.name, table.topic, table.columns,
-                               table.primary_key, dead_letter=self.cfg.stream.on_bad_message == "dead_letter")
-            counts = apply.run(cur)
+            applied = self.store.apply_changes(cur, self.cfg.name, self.cfg.target_schema(table.name), table.name,
+                                               table.topic, table.columns, table.primary_key,
+                                               dead_letter=self.cfg.stream.on_bad_message == "dead_letter")
         except (schema_drift.SchemaChangeError, SourceError) as exc:   # e.g. a column added that cannot stream
-            cur.execute("ROLLBACK TO SAVEPOINT tl_table")
+            self.store.undo_table(cur)
             return str(exc), None
         except ApplyRefused as exc:
-            cur.execute("ROLLBACK TO SAVEPOINT tl_table")
+            self.store.undo_table(cur)
             return str(exc), exc.event.as_state()
-        cur.execute("RELEASE SAVEPOINT tl_table")
-        return counts, len(apply.dead_lettered)
+        self.store.end_table(cur)
+        return applied
 
     def _after_halts(self, halting: dict[str, tuple[str, dict | None]]) -> None:
         """Committed halts: said in the log and the alert; the stream goes on without those tables,
@@ -786,8 +785,7 @@ class IncrementalRun:
             exc.table = exc.table or table.name   # plan() names the table only in its message
             raise
         if drift.changes_target:
-            for stmt in schema_drift.ddl(self.cfg.target_schema(table.name), table.name, drift):
-                cur.execute(stmt)
+            self.store.evolve(cur, self.cfg.target_schema(table.name), table.name, drift)
             log.info("%s.%s: schema change applied: added %s, widened %s", self.cfg.name, table.name,
                      [c.name for c in drift.add] or "-", [f"{c}: {o} -> {n}" for c, o, n in drift.widen] or "-")
             table.source = {c.name: c for c in shape.columns}
@@ -796,27 +794,13 @@ class IncrementalRun:
     def _columns_in_txn(self, cur, table: str, source: dict[str, Column]) -> list[Column]:
         """The target's columns, each with how the source's events carry it and what the source's
         existing rows hold for it (core.apply_sql: an event from before the column was added)."""
-        cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{self.cfg.target_schema(table)}"."{table}"'})
         out = []
-        for n, t, nn, g in cur.fetchall():
+        for n, t, nn, g in self.store.columns(cur, self.cfg.target_schema(table), table):
             src = source.get(n)
             out.append(Column(n, t, nn, generated=g, encoding=src.encoding if src else "pgtext",
                               has_missing=bool(src and src.has_missing),
                               missing_value=src.missing_value if src else None))
         return out
-
-    def _stage(self, cur, rows: pa.Table) -> None:
-        topics = pc.dictionary_encode(rows.column("topic").combine_chunks())
-        names = pa.array([self.by_topic[t].name for t in topics.dictionary.to_pylist()], pa.string())
-        tables = pc.take(names, topics.indices)
-        staged = pa.table({"tbl": tables, "op": rows.column("op"), "key": rows.column("key"),
-                           "after": rows.column("after"),
-                           "part": pc.cast(rows.column("partition"), pa.string()),
-                           "off": pc.cast(rows.column("offset"), pa.string())})
-        cur.execute(apply_sql.CREATE_STAGE)
-        stream = CopyStream(staged.to_batches(max_chunksize=50_000), [True, False, True, True, False, False])
-        cur.copy_expert(apply_sql.COPY_STAGE, stream, size=1 << 20)
-        cur.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(apply_sql.STAGE)))  # temp tables have no stats
 
     def _commit_consumer_group(self, committed: dict[str, dict[str, int]]) -> None:
         """Mirrors the committed position into a consumer group so lag tools see it (the target

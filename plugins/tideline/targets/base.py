@@ -1,0 +1,114 @@
+"""The one interface of a target (see tideline.targets).
+
+Shaped by what every target must do for Tideline's guarantees: hold a table of a source shape and
+evolve it; publish a snapshot atomically (readers see the old rows or the new, never half); apply
+one batch of changes together with the offsets it consumed and the fencing check, atomically;
+and be read back for verify. How a target does each is its own business: PostgreSQL uses a
+shadow table and one transaction that also holds Tideline's state; a lake table would use one
+commit per snapshot whose summary holds the offsets.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from tideline.core.connections import Conn
+from tideline.core.table_shape import Column, TableShape
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What callers may ask of a target instead of asking its kind."""
+    holds_state: bool          # Tideline's state schema lives in the target, in the same transactions
+    snapshot_publish: str      # how a full load goes live: "shadow_swap" (rename in one transaction) | "commit"
+    copy_in: bool              # accepts PostgreSQL COPY (text and binary) streamed by the load's tasks
+    sql_verify: bool           # fingerprints key ranges with SQL on its own side (tideline.verify)
+
+
+class Target(ABC):
+    kind: str = ""
+    errors: tuple[type[BaseException], ...] = ()   # the driver's error classes (the target said no)
+
+    def __init__(self, conn: Conn):
+        self.conn = conn
+
+    @classmethod
+    @abstractmethod
+    def capabilities(cls) -> Capabilities: ...
+
+    # ---------------------------------------------------------------- connections
+    @abstractmethod
+    def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
+        """A DB-API connection to the target (and to Tideline's state, when it holds_state)."""
+
+    @abstractmethod
+    def dsn(self) -> str:
+        """What the load's tasks connect with to write their share of a snapshot."""
+
+    # ---------------------------------------------------------------- tables
+    @abstractmethod
+    def prepare_schema(self, conn, schema: str, label: str) -> None:
+        """The schema (namespace) exists and may receive tables, or a TargetError saying the grant."""
+
+    @abstractmethod
+    def columns(self, cur, schema: str, table: str) -> list[tuple]:
+        """The table's columns as (name, type, not_null, generated), in order."""
+
+    # ---------------------------------------------------------------- full load
+    @abstractmethod
+    def begin_snapshot(self, conn, shape: TableShape, schema: str, shadow: str) -> None:
+        """An empty table of the shape that the load's tasks fill, out of readers' sight."""
+
+    @abstractmethod
+    def copy_statement(self, conn, schema: str, table: str, columns: list[str], copy_format: str) -> str:
+        """The statement each load task streams its rows with."""
+
+    @abstractmethod
+    def seal_snapshot(self, conn, shape: TableShape, schema: str, shadow: str, epoch: int) -> None:
+        """Key (rejecting duplicates) and statistics, before the snapshot goes live."""
+
+    @abstractmethod
+    def publish_snapshot(self, cur, shape: TableShape, schema: str, shadow: str, label: str) -> None:
+        """The snapshot replaces the live table, inside the caller's transaction (with the state)."""
+
+    @abstractmethod
+    def drop_staging(self, cur, schema: str, name: str) -> None:
+        """A snapshot or interval that failed (or was merged) leaves no trace; the live table stays."""
+
+    # ---------------------------------------------------------------- batch mode
+    @abstractmethod
+    def begin_interval(self, conn, shape: TableShape, schema: str, stage: str) -> None:
+        """An empty staging table for one batch-mode interval's rows."""
+
+    @abstractmethod
+    def ensure_table(self, cur, shape: TableShape, schema: str, label: str) -> None:
+        """The live table exists with the shape's key, its columns added or widened as the source's."""
+
+    @abstractmethod
+    def merge_interval(self, cur, shape: TableShape, schema: str, stage: str) -> None:
+        """Upserts the staged rows into the live table by key, inside the caller's transaction."""
+
+    # ---------------------------------------------------------------- stream
+    @abstractmethod
+    def stage_changes(self, cur, rows, table_of_topic: dict[str, str]) -> None:
+        """One batch's decoded changes (last image per key), staged for apply_changes."""
+
+    @abstractmethod
+    def begin_table(self, cur) -> None:
+        """One table's share of a batch starts: it is kept or undone alone (a halt concerns one table)."""
+
+    @abstractmethod
+    def undo_table(self, cur) -> None: ...
+
+    @abstractmethod
+    def end_table(self, cur) -> None: ...
+
+    @abstractmethod
+    def apply_changes(self, cur, pipeline: str, schema: str, table: str, topic: str, columns: list[Column],
+                      primary_key: list[str], dead_letter: bool) -> tuple[tuple[int, int], int]:
+        """Applies one table's staged changes: ((upserts, deletes), dead letters). Raises
+        tideline.apply_narrow.ApplyRefused naming the first change the target refuses."""
+
+    @abstractmethod
+    def evolve(self, cur, schema: str, table: str, drift) -> None:
+        """Adds and widens columns (core.schema_drift's plan) in the caller's transaction."""

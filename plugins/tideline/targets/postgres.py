@@ -1,0 +1,163 @@
+"""PostgreSQL as a target: shadow table + rename for a snapshot, one transaction per batch that
+also holds Tideline's state (the fencing epoch and the offsets), COPY from the load's tasks."""
+from __future__ import annotations
+
+import logging
+
+import psycopg2
+import pyarrow as pa
+import pyarrow.compute as pc
+from psycopg2 import sql
+
+from tideline import dependents, sqlfiles
+from tideline.apply_narrow import TableApply
+from tideline.core import apply_sql, schema_drift
+from tideline.core.copy_text import CopyStream
+from tideline.core.errors import TargetError
+from tideline.core.table_shape import Column, TableShape, copy_into, create_table
+from tideline.targets.base import Capabilities, Target
+
+log = logging.getLogger("tideline.targets.postgres")
+
+
+class PostgresTarget(Target):
+    kind = "postgres"
+    errors = (psycopg2.Error,)
+
+    @classmethod
+    def capabilities(cls) -> Capabilities:
+        return Capabilities(holds_state=True, snapshot_publish="shadow_swap", copy_in=True, sql_verify=True)
+
+    def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
+        kw = {"connect_timeout": connect_timeout} if connect_timeout else {}
+        conn = psycopg2.connect(self.conn.postgres_dsn(), **kw)
+        conn.autocommit = autocommit
+        return conn
+
+    def dsn(self) -> str:
+        return self.conn.postgres_dsn()
+
+    # ---------------------------------------------------------------- tables
+
+    def prepare_schema(self, conn, schema: str, label: str) -> None:
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+                cur.execute("SELECT has_schema_privilege(%s, 'CREATE')", (schema,))
+                if not cur.fetchone()[0]:
+                    raise TargetError(f"{label}: the target role cannot create tables in schema {schema!r}. "
+                                      f"Run: GRANT CREATE ON SCHEMA {schema} TO <the target connection's role>;")
+        except psycopg2.errors.InsufficientPrivilege as exc:
+            raise TargetError(f"{label}: the target role cannot create schema {schema!r} ({exc.pgerror.strip()}). "
+                              f"Create it, or grant CREATE on the database.") from None
+
+    def columns(self, cur, schema: str, table: str) -> list[tuple]:
+        cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{schema}"."{table}"'})
+        return list(cur.fetchall())
+
+    # ---------------------------------------------------------------- full load
+
+    def begin_snapshot(self, conn, shape: TableShape, schema: str, shadow: str) -> None:
+        with conn, conn.cursor() as cur:
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(shadow)))
+            cur.execute(create_table(shape, schema, shadow))
+
+    def copy_statement(self, conn, schema: str, table: str, columns: list[str], copy_format: str) -> str:
+        return copy_into(schema, table, columns, copy_format).as_string(conn)
+
+    def seal_snapshot(self, conn, shape: TableShape, schema: str, shadow: str, epoch: int) -> None:
+        with conn.cursor() as cur:
+            cur.execute("SET LOCAL maintenance_work_mem = '512MB'")
+            if shape.primary_key:
+                cur.execute(sql.SQL("ALTER TABLE {}.{} ADD CONSTRAINT {} PRIMARY KEY ({})").format(
+                    sql.Identifier(schema), sql.Identifier(shadow),
+                    sql.Identifier(f"{shadow[:40]}_pk{epoch}"),
+                    sql.SQL(", ").join(map(sql.Identifier, shape.primary_key))))
+            cur.execute(sql.SQL("ANALYZE {}.{}").format(sql.Identifier(schema), sql.Identifier(shadow)))
+
+    def publish_snapshot(self, cur, shape: TableShape, schema: str, shadow: str, label: str) -> None:
+        live = shape.name
+        ident = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(live))
+        cur.execute("SELECT to_regclass(%s)", (f'"{schema}"."{live}"',))
+        kept = None
+        if cur.fetchone()[0] is not None:
+            cur.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(ident))
+            kept = dependents.capture(cur, schema, live)   # grants, comment, views built on it
+            dependents.drop_views(cur, kept, schema, live)
+            cur.execute(sql.SQL("DROP TABLE {}").format(ident))
+        cur.execute(sql.SQL("ALTER TABLE {}.{} RENAME TO {}").format(
+            sql.Identifier(schema), sql.Identifier(shadow), sql.Identifier(live)))
+        if kept is not None:
+            dependents.restore(cur, kept, schema, live)
+            if kept.grants or kept.views:
+                log.info("%s: kept across the swap: %s", label, kept.describe())
+        if shape.primary_key:
+            cur.execute("SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+                        (f'"{schema}"."{live}"',))
+            cur.execute(sql.SQL("ALTER TABLE {} RENAME CONSTRAINT {} TO {}").format(
+                ident, sql.Identifier(cur.fetchone()[0]), sql.Identifier(f"{live[:55]}_pkey")))
+
+    def drop_staging(self, cur, schema: str, name: str) -> None:
+        cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(name)))
+
+    # ---------------------------------------------------------------- batch mode
+
+    def begin_interval(self, conn, shape: TableShape, schema: str, stage: str) -> None:
+        with conn, conn.cursor() as cur:
+            self.drop_staging(cur, schema, stage)
+            cur.execute(create_table(shape, schema, stage, unlogged=True))
+
+    def ensure_table(self, cur, shape: TableShape, schema: str, label: str) -> None:
+        table = shape.name
+        cur.execute("SELECT to_regclass(%s)", (f'"{schema}"."{table}"',))
+        if cur.fetchone()[0] is None:
+            cur.execute(create_table(shape, schema, table))
+            cur.execute(sql.SQL("ALTER TABLE {}.{} ADD PRIMARY KEY ({})").format(
+                sql.Identifier(schema), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, shape.primary_key))))
+            return
+        target_cols = [Column(n, t, nn, generated=g) for n, t, nn, g in self.columns(cur, schema, table)]
+        self.evolve(cur, schema, table, schema_drift.plan(label, list(shape.columns), target_cols))
+
+    def merge_interval(self, cur, shape: TableShape, schema: str, stage: str) -> None:
+        cols = [sql.Identifier(c) for c in shape.written_columns]
+        updates = [sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
+                   for c in shape.written_columns if c not in shape.primary_key]
+        cur.execute(sql.SQL(
+            "INSERT INTO {s}.{t} ({cols}) SELECT {cols} FROM {s}.{stage} ON CONFLICT ({pk}) DO {action}").format(
+            s=sql.Identifier(schema), t=sql.Identifier(shape.name), stage=sql.Identifier(stage),
+            cols=sql.SQL(", ").join(cols), pk=sql.SQL(", ").join(map(sql.Identifier, shape.primary_key)),
+            action=sql.SQL("UPDATE SET {}").format(sql.SQL(", ").join(updates)) if updates else sql.SQL("NOTHING")))
+
+    # ---------------------------------------------------------------- stream
+
+    def stage_changes(self, cur, rows: pa.Table, table_of_topic: dict[str, str]) -> None:
+        topics = pc.dictionary_encode(rows.column("topic").combine_chunks())
+        names = pa.array([table_of_topic[t] for t in topics.dictionary.to_pylist()], pa.string())
+        tables = pc.take(names, topics.indices)
+        staged = pa.table({"tbl": tables, "op": rows.column("op"), "key": rows.column("key"),
+                           "after": rows.column("after"),
+                           "part": pc.cast(rows.column("partition"), pa.string()),
+                           "off": pc.cast(rows.column("offset"), pa.string())})
+        cur.execute(apply_sql.CREATE_STAGE)
+        stream = CopyStream(staged.to_batches(max_chunksize=50_000), [True, False, True, True, False, False])
+        cur.copy_expert(apply_sql.COPY_STAGE, stream, size=1 << 20)
+        cur.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(apply_sql.STAGE)))  # temp tables have no stats
+
+    def begin_table(self, cur) -> None:
+        cur.execute("SAVEPOINT tl_table")
+
+    def undo_table(self, cur) -> None:
+        cur.execute("ROLLBACK TO SAVEPOINT tl_table")
+
+    def end_table(self, cur) -> None:
+        cur.execute("RELEASE SAVEPOINT tl_table")
+
+    def apply_changes(self, cur, pipeline: str, schema: str, table: str, topic: str, columns: list[Column],
+                      primary_key: list[str], dead_letter: bool) -> tuple[tuple[int, int], int]:
+        apply = TableApply(pipeline, schema, table, topic, columns, primary_key, dead_letter=dead_letter)
+        counts = apply.run(cur)
+        return counts, len(apply.dead_lettered)
+
+    def evolve(self, cur, schema: str, table: str, drift) -> None:
+        for stmt in schema_drift.ddl(schema, table, drift):
+            cur.execute(stmt)
