@@ -67,6 +67,11 @@ class LoadVerificationError(TerminalError):
     """Rows read inside the snapshot differ from rows landed; nothing was swapped in."""
 
 
+class SchemaChangeError(TerminalError):
+    """A source schema change Tideline cannot apply safely; the table halts at its last commit
+    (core.schema_drift decides which changes those are)."""
+
+
 # Exit statuses of the Spark entrypoints (documented in README.md; the DAG reacts to them).
 EXIT_OK = 0
 EXIT_FAILED = 1          # unexpected failure; retrying may help
@@ -79,7 +84,6 @@ EXIT_HALTED = 6          # a schema change or bad message stopped the pipeline: 
 
 
 def exit_code(exc: BaseException) -> int:
-    from tideline.core.schema_drift import SchemaChangeError
     for cls, code in ((FencedError, EXIT_FENCED), (ResnapshotRequired, EXIT_RESNAPSHOT),
                       (LoadVerificationError, EXIT_VERIFICATION), (SchemaChangeError, EXIT_HALTED),
                       (BadMessageError, EXIT_HALTED), (HaltedError, EXIT_HALTED),

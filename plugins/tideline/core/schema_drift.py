@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from psycopg2 import sql
 
-from tideline.core.errors import ResnapshotRequired, TerminalError
+from tideline.core.errors import ResnapshotRequired, SchemaChangeError
 from tideline.core.table_shape import Column
 
 _INT_RANK = {"smallint": 1, "integer": 2, "bigint": 3}
@@ -21,10 +21,6 @@ _VARCHAR = re.compile(r"^character varying(?:\((\d+)\))?$")
 # A default that is a literal, possibly cast: the same value in every row, whenever evaluated.
 CONSTANT = re.compile(r"^\(?('(?:[^']|'')*'|-?[0-9]+(?:\.[0-9]+)?|true|false)\)?"
                       r"(::[a-z ]+(?:\(\d+(?:,\d+)?\))?(?:\[\])?)*$")
-
-
-class SchemaChangeError(TerminalError):
-    """A source schema change Tideline cannot apply safely; the pipeline halts at its last commit."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from psycopg2 import sql
 
 from tideline.core.copy_text import needs_escaping
+from tideline.core.errors import SourceError
 
 KEY_ALIAS = "__tl_k{}"
 CTID_ALIAS = "__tl_ctid"
@@ -74,7 +75,6 @@ class TableShape:
 def select_columns(shape: TableShape, include: list[str] | None, exclude: list[str], label: str) -> TableShape:
     """The shape restricted to the configured columns. Key columns are always synced (an include
     list need not name them); excluding one is an error."""
-    from tideline.core.errors import SourceError
     names = set(shape.column_names)
     unknown = [c for c in (include or []) + list(exclude) if c not in names]
     if unknown:
