@@ -30,13 +30,13 @@ from tideline.core.batch_events import SplitBatch, newest_source_commit, split_b
 from tideline.core.change_events import RECORD_COLUMNS, decode_records, too_large_marker
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
-from tideline.apply_narrow import ApplyRefused
 from tideline.core.errors import (DataLossError, FencedError, HaltedError, ResnapshotRequired, SourceError,
                                   TidelineError)
 from tideline.core.offsets import coverage_gaps, merge_committed, starting_offsets
 from tideline.core.source_shapes import partition_tree_change
 from tideline.core.table_shape import Column
 from tideline.full_load import run_owner
+from tideline.targets import ApplyRefused
 
 log = logging.getLogger("tideline.incremental")
 

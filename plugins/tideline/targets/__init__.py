@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tideline.core.connections import Conn
 from tideline.core.errors import ConfigError
-from tideline.targets.base import Capabilities, Target
+from tideline.targets.base import ApplyRefused, Capabilities, Target
 
 KINDS = {"postgres": "postgres", "postgresql": "postgres"}
 
@@ -24,4 +24,4 @@ def for_target(target: Conn) -> Target:
         "conn_type", f"is {target.conn_type!r}; a Tideline target is a postgres connection")])
 
 
-__all__ = ["KINDS", "Capabilities", "Target", "for_target"]
+__all__ = ["KINDS", "ApplyRefused", "Capabilities", "Target", "for_target"]

@@ -12,8 +12,19 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from tideline.core.apply_failure import FailedEvent
 from tideline.core.connections import Conn
+from tideline.core.errors import TidelineError
 from tideline.core.table_shape import Column, TableShape
+
+
+class ApplyRefused(TidelineError):
+    """The target refuses a change event of one table (deterministically); `event` says which.
+    The stream halts that table alone, or dead-letters the event."""
+
+    def __init__(self, message: str, event: FailedEvent):
+        super().__init__(message, table=event.table)
+        self.event = event
 
 
 @dataclass(frozen=True)
@@ -107,7 +118,7 @@ class Target(ABC):
     def apply_changes(self, cur, pipeline: str, schema: str, table: str, topic: str, columns: list[Column],
                       primary_key: list[str], dead_letter: bool) -> tuple[tuple[int, int], int]:
         """Applies one table's staged changes: ((upserts, deletes), dead letters). Raises
-        tideline.apply_narrow.ApplyRefused naming the first change the target refuses."""
+        ApplyRefused naming the first change the target refuses."""
 
     @abstractmethod
     def evolve(self, cur, schema: str, table: str, drift) -> None:

@@ -9,13 +9,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg2 import sql
 
-from tideline import dependents, sqlfiles
-from tideline.apply_narrow import TableApply
+from tideline import sqlfiles
 from tideline.core import apply_sql, schema_drift
 from tideline.core.copy_text import CopyStream
 from tideline.core.errors import TargetError
 from tideline.core.table_shape import Column, TableShape, copy_into, create_table
+from tideline.targets import postgres_dependents as dependents
 from tideline.targets.base import Capabilities, Target
+from tideline.targets.postgres_apply import TableApply
 
 log = logging.getLogger("tideline.targets.postgres")
 

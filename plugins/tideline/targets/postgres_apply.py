@@ -18,18 +18,11 @@ from psycopg2 import sql
 from tideline.core import apply_sql
 from tideline.core.apply_failure import FailedEvent, describe, is_deterministic, truncate
 from tideline.core.debezium import UNAVAILABLE, value_expr
-from tideline.core.errors import ResnapshotRequired, TidelineError
+from tideline.core.errors import ResnapshotRequired
 from tideline.core.table_shape import Column
+from tideline.targets.base import ApplyRefused
 
 log = logging.getLogger("tideline.apply")
-
-
-class ApplyRefused(TidelineError):
-    """The target refuses a change event of one table (deterministically); `event` says which."""
-
-    def __init__(self, message: str, event: FailedEvent):
-        super().__init__(message, table=event.table)
-        self.event = event
 
 
 @dataclass
