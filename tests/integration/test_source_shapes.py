@@ -389,7 +389,7 @@ def test_a_failed_connector_is_an_incident_in_status_the_stream_and_never_caught
         assert not_caught_up(cfg, rows)
         run = IncrementalRun(cfg, spark, "available_now")
         run.prepare()
-        run._check_capture()   # what a running stream does every 30 s
+        run.watch.check_capture()   # what a running stream does every 30 s
         with target_db.cursor() as cur:
             cur.execute("SELECT last_error FROM tideline.table_state WHERE pipeline = %s", (cfg.name,))
             assert cur.fetchone()[0].startswith("capture: connector")

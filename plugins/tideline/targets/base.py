@@ -53,6 +53,11 @@ class Target(ABC):
         """A DB-API connection to the target (and to Tideline's state, when it holds_state)."""
 
     @abstractmethod
+    def lost_connection(self, exc: BaseException) -> bool:
+        """A failure of the connection or the server's availability (not of the data): worth
+        waiting out and running the batch again."""
+
+    @abstractmethod
     def dsn(self) -> str:
         """What the load's tasks connect with to write their share of a snapshot."""
 

@@ -35,6 +35,12 @@ class PostgresTarget(Target):
         conn.autocommit = autocommit
         return conn
 
+    def lost_connection(self, exc: BaseException) -> bool:
+        if not isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)):
+            return False
+        code = getattr(exc, "pgcode", None)   # psycopg2 gives none when the connection itself broke
+        return code is None or code[:2] in ("08", "57", "53", "40")
+
     def dsn(self) -> str:
         return self.conn.postgres_dsn()
 

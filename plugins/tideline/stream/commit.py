@@ -1,0 +1,319 @@
+"""The stream's commit: one decoded batch applied to the target in one transaction, together
+with the offsets it consumed and the fencing check — so a batch is applied once or not at all.
+
+In order: lock every table's state row and refuse the batch if a newer run holds a table (fencing);
+skip events below each table's committed offsets (exactly once across retries and restarts);
+reload instead of misordering (a truncate, a partition added to a topic); then per table, alone
+(a refusal halts that table, the others go on): schema evolution, deletes and upserts; last, the
+new offsets and the batch record. A lost connection is waited out and the batch is run again.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tideline import state
+from tideline.core import schema_drift
+from tideline.core.batch_events import newest_source_commit
+from tideline.core.change_events import too_large_marker
+from tideline.core.config import PipelineConfig
+from tideline.core.errors import ResnapshotRequired, SourceError, TidelineError
+from tideline.core.offsets import merge_committed
+from tideline.core.table_shape import Column
+from tideline.targets import ApplyRefused
+
+log = logging.getLogger("tideline.incremental.commit")
+
+
+@dataclass
+class StreamTable:
+    name: str
+    topic: str
+    epoch: int
+    primary_key: list[str]
+    columns: list[Column] = field(default_factory=list)
+    partitions: int | None = None   # the change topic's partition count at the full load
+    source: dict[str, Column] = field(default_factory=dict)   # the source's columns: how events carry
+                                                               # each, what existing rows hold
+
+
+@dataclass
+class BatchFigures:
+    events: int = 0
+    upserts: int = 0
+    deletes: int = 0
+    skipped: int = 0
+    dead_letters: int = 0
+    per_table: dict[str, tuple[int, int]] = field(default_factory=dict)
+    batch_id: int | None = None
+    end_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def _unapplied(part: dict, committed: dict[str, dict[int, int]]) -> int:
+    """Events of one batch partition (offsets lo..hi) at or above the table's committed position."""
+    return part["hi"] - max(part["lo"], committed[part["topic"]].get(part["partition"], 0)) + 1
+
+
+class BatchCommitter:
+    """Commits the run's batches over its own connections (the target's, and the source's for
+    the schema it evolves to); shares the run's tables and halts."""
+
+    def __init__(self, cfg: PipelineConfig, store, engine, owner: str, tables: dict[str, StreamTable],
+                 by_topic: dict[str, StreamTable], halted: dict[str, str],
+                 on_halts: Callable[[dict[str, tuple[str, dict | None]]], None]):
+        self.cfg, self.store, self.engine, self.owner = cfg, store, engine, owner
+        self.tables, self.by_topic, self.halted = tables, by_topic, halted
+        self.on_halts = on_halts   # after the commit: log, alert, and end the run if no table is left
+        self._tgt = self._src = None
+
+    def attach(self, tgt, src) -> None:
+        self._tgt, self._src = tgt, src
+
+    def close(self) -> None:
+        for conn in (self._tgt, self._src):
+            if conn is not None:
+                conn.close()
+
+    def commit_through_outages(self, *batch) -> BatchFigures | None:
+        """Commits the batch, waiting out a database that restarts or refuses connections for up
+        to stream.outage_wait_minutes: the failed attempt committed nothing, so the batch is simply
+        run again on new connections (its offsets decide what applies). Then the stream catches up
+        by itself, with no task restart."""
+        deadline = time.monotonic() + self.cfg.stream.outage_wait_minutes * 60
+        delay, lost_at = 1.0, None
+        while True:
+            try:
+                if lost_at is not None:
+                    self._reconnect()
+                figures = self._commit(*batch)
+                if lost_at is not None:
+                    log.warning("connection back after %.0fs; batch committed", time.monotonic() - lost_at)
+                return figures
+            except self.store.errors as exc:
+                if not self.store.lost_connection(exc) or time.monotonic() + delay > deadline:
+                    raise
+                lost_at = lost_at or time.monotonic()
+                log.warning("database connection lost during the batch (%s); nothing of it committed; trying "
+                            "again in %.0fs (gives up after stream.outage_wait_minutes=%g)",
+                            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, delay,
+                            self.cfg.stream.outage_wait_minutes)
+                time.sleep(delay)
+                delay = min(delay * 2, 15.0)
+
+    def _reconnect(self) -> None:
+        for conn in (self._tgt, self._src):
+            try:
+                conn.close()
+            except Exception:   # already broken: nothing to close
+                pass
+        self._tgt = self.store.connect(connect_timeout=10)
+        self._src = self.engine.connect(autocommit=True, connect_timeout=10)
+
+    def _commit(self, spark_batch_id, per_partition, bad_rows, truncates, rows: pa.Table,
+                started_at: datetime) -> BatchFigures | None:
+        cfg, conn = self.cfg, self._tgt
+        live = {t.topic for t in self.tables.values() if t.name not in self.halted}
+        per_partition = [r for r in per_partition if r["topic"] in live]   # a halted table keeps its offsets
+        bad_rows = [b for b in bad_rows if b["topic"] in live]
+        truncates = [t for t in truncates if t["topic"] in live]
+        if self.halted and rows.num_rows:
+            rows = rows.filter(pc.is_in(rows.column("topic"), pa.array(sorted(live), pa.string())))
+        figures = BatchFigures(events=sum(r["n"] for r in per_partition))
+        if not per_partition:
+            return None
+        halting: dict[str, tuple[str, dict | None]] = {}
+        with conn, conn.cursor() as cur:
+            # 1. fencing: lock every state row this run owns; any newer epoch refuses the batch
+            current: dict[str, dict[int, int]] = {}
+            for t in sorted(self.tables.values(), key=lambda t: t.name):
+                if t.topic not in live:
+                    continue
+                state.check_epoch(cur, cfg.name, t.name, t.epoch)
+                cur.execute("SELECT resume_offsets FROM tideline.table_state WHERE pipeline = %s AND table_name = %s",
+                            (cfg.name, t.name))
+                current[t.topic] = {int(p): int(o) for p, o in (cur.fetchone()[0] or {}).items()}
+            # 2. exactly once: events below the committed position were applied by an earlier batch
+            fresh = [r for r in per_partition if r["hi"] >= current[r["topic"]].get(r["partition"], 0)]
+            if not fresh:
+                log.info("spark batch %d holds only events already applied; skipped", spark_batch_id)
+                return None
+            rows = self._filter_applied(rows, current)
+            figures.skipped = figures.events - sum(_unapplied(r, current) for r in fresh)
+            bad_rows = [b for b in bad_rows if b["offset"] >= current[b["topic"]].get(b["partition"], 0)]
+            truncates = [t for t in truncates if t["offset"] >= current[t["topic"]].get(t["partition"], 0)]
+            for r in fresh:   # partitions added while the stream runs: see coverage_gaps
+                t = self.by_topic[r["topic"]]
+                if t.partitions is not None and r["partition"] >= t.partitions:
+                    raise ResnapshotRequired(
+                        f"{cfg.name}.{t.name}: events arrived on partition {r['partition']} of {t.topic}, which had "
+                        f"{t.partitions} partition(s) at the full load; keys now hash to other partitions, so one "
+                        f"key's changes can no longer be put in order. The table is reloaded by itself.",
+                        table=t.name)
+            if truncates:
+                t = truncates[0]
+                table = self.by_topic[t["topic"]].name
+                raise ResnapshotRequired(
+                    f"{cfg.name}.{table}: the source table was truncated (event at {t['topic']} partition "
+                    f"{t['partition']} offset {t['offset']}); a truncate cannot be ordered against changes on "
+                    f"other partitions, so the table is reloaded instead.", table=table)
+            if bad_rows:
+                figures.dead_letters, unparsed = self._bad_messages(cur, bad_rows)
+                halting.update(unparsed)
+            # 3. per table, under its own savepoint: schema drift, then the rows. A table the
+            # target refuses is halted alone; the others are applied and advance.
+            touched = sorted({self.by_topic[tp].name for tp in pc.unique(rows.column("topic")).to_pylist()}
+                             - set(halting)) if rows.num_rows else []
+            if rows.num_rows:
+                self.store.stage_changes(cur, rows, {tp: t.name for tp, t in self.by_topic.items()})
+            for name in touched:
+                applied = self._apply_isolated(cur, self.tables[name])
+                if isinstance(applied, tuple) and isinstance(applied[0], str):
+                    halting[name] = applied
+                else:
+                    figures.per_table[name], dead = applied
+                    figures.dead_letters += dead
+            for name, (why, event) in halting.items():
+                state.halt_in(cur, pipeline=cfg.name, table=name, epoch=self.tables[name].epoch, error=why,
+                              event=event)
+            figures.upserts = sum(u for u, _ in figures.per_table.values())
+            figures.deletes = sum(d for _, d in figures.per_table.values())
+            # 4. the new position, the batch record, all in this transaction
+            batch_id = state.next_batch_id(cur, cfg.name)
+            start_offsets, end_offsets, table_events = {}, {}, {}
+            for t in self.tables.values():
+                batch_max = {r["partition"]: r["hi"] for r in per_partition if r["topic"] == t.topic}
+                if not batch_max or t.name in halting:
+                    continue
+                new = merge_committed(current[t.topic], batch_max)
+                table_events[t.name] = sum(_unapplied(r, current) for r in fresh if r["topic"] == t.topic)
+                state.advance_stream(cur, pipeline=cfg.name, table=t.name, epoch=t.epoch, offsets=new,
+                                     batch_id=batch_id, events=table_events[t.name])
+                start_offsets[t.topic] = {str(p): current[t.topic].get(p, 0) for p in sorted(batch_max)}
+                end_offsets[t.topic] = {str(p): new[p] for p in sorted(batch_max)}
+            if end_offsets:   # a batch whose every table halted applied nothing: no batch record
+                figures.events = sum(r["n"] for r in per_partition if r["topic"] in end_offsets)
+                state.commit_batch(cur, pipeline=cfg.name, batch_id=batch_id, run=self.owner,
+                                   spark_batch_id=spark_batch_id,
+                                   tables=sorted(self.by_topic[tp].name for tp in end_offsets),
+                                   start=start_offsets, end=end_offsets, events=figures.events,
+                                   upserts=figures.upserts, deletes=figures.deletes,
+                                   dead_letters=figures.dead_letters, started_at=started_at,
+                                   source_ts_max=newest_source_commit(per_partition, end_offsets),
+                                   table_events=table_events)
+        self.on_halts(halting)
+        if not end_offsets:
+            return None
+        figures.batch_id, figures.end_offsets = batch_id, end_offsets
+        return figures
+
+    def _apply_isolated(self, cur, table: StreamTable):
+        """((upserts, deletes), dead letters) — or (why, event) when the table must halt."""
+        self.store.begin_table(cur)
+        try:
+            self._evolve(cur, table)
+            applied = self.store.apply_changes(cur, self.cfg.name, self.cfg.target_schema(table.name), table.name,
+                                               table.topic, table.columns, table.primary_key,
+                                               dead_letter=self.cfg.stream.on_bad_message == "dead_letter")
+        except (schema_drift.SchemaChangeError, SourceError) as exc:   # e.g. a column added that cannot stream
+            self.store.undo_table(cur)
+            return str(exc), None
+        except ApplyRefused as exc:
+            self.store.undo_table(cur)
+            return str(exc), exc.event.as_state()
+        self.store.end_table(cur)
+        return applied
+
+    @staticmethod
+    def _filter_applied(rows: pa.Table, current: dict[str, dict[int, int]]) -> pa.Table:
+        if rows.num_rows == 0:
+            return rows
+        keep = None
+        for topic, parts in current.items():   # few topics x partitions: one vector pass each
+            for partition, floor in parts.items():
+                if floor <= 0:
+                    continue
+                here = pc.and_(pc.equal(rows.column("topic"), topic), pc.equal(rows.column("partition"), partition))
+                ok = pc.or_(pc.invert(here), pc.greater_equal(rows.column("offset"), floor))
+                keep = ok if keep is None else pc.and_(keep, ok)
+        return rows if keep is None else rows.filter(keep)
+
+    def _bad_messages(self, cur, bad_rows) -> tuple[int, dict[str, tuple[str, dict]]]:
+        """Unparseable events: dead letters (count), or, with on_bad_message: stop, the tables whose
+        topics hold one, to halt (each at its first bad event)."""
+        halting = {}
+        for b in bad_rows:   # a row too big for Kafka: always halts, never a skipped event
+            table = self.by_topic[b["topic"]].name
+            too_large = too_large_marker(b["value"])
+            if too_large is None or table in halting:
+                continue
+            at = f"topic {b['topic']} partition {b['partition']} offset {b['offset']}"
+            halting[table] = (
+                f"{self.cfg.name}.{table}: the row with key {b['key']} changed at {at} is about "
+                f"{too_large[0] / 1048576:,.1f} MB as a change event, above the {too_large[1] / 1048576:,.0f} MB the "
+                f"pipeline carries (kafka.max_message_mb): the connector sent a marker in its place, so the change "
+                f"itself is not on Kafka. The table is HALTED before it; the other tables keep streaming. Raise "
+                f"kafka.max_message_mb above {too_large[0] / 1048576:,.0f} (at most 90), then trigger the sync DAG "
+                f"with action=full_reload for {table!r}.",
+                {"table": table, "topic": b["topic"], "partition": b["partition"], "offset": b["offset"],
+                 "key": b["key"], "error": f"change event too large: {too_large[0]} bytes, limit {too_large[1]}"})
+        bad_rows = [b for b in bad_rows if self.by_topic[b["topic"]].name not in halting]
+        if not bad_rows:
+            return 0, halting
+        first = bad_rows[0]
+        where = f"topic {first['topic']} partition {first['partition']} offset {first['offset']}"
+        if self.cfg.stream.on_bad_message == "stop":
+            for b in bad_rows:   # ordered by topic, partition, offset
+                table = self.by_topic[b["topic"]].name
+                if table in halting:
+                    continue
+                at = f"topic {b['topic']} partition {b['partition']} offset {b['offset']}"
+                halting[table] = (
+                    f"{self.cfg.name}.{table}: cannot parse the change event at {at} (key {b['key']}, value starts "
+                    f"{str(b['value'])[:120]!r}). The table is HALTED before it (nothing of it from this batch on "
+                    f"was applied; the other tables keep streaming). Fix or remove the producer of that message, "
+                    f"then trigger the sync DAG to resume; or set stream.on_bad_message: dead_letter in the "
+                    f"pipeline config to record such events in tideline.dead_letters and go on.",
+                    {"table": table, "topic": b["topic"], "partition": b["partition"], "offset": b["offset"],
+                     "key": b["key"], "error": "not a Debezium change event"})
+            return 0, halting
+        for b in bad_rows:
+            cur.execute("INSERT INTO tideline.dead_letters (pipeline, topic, kafka_partition, kafka_offset, key, "
+                        "value, error) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                        (self.cfg.name, b["topic"], b["partition"], b["offset"], b["key"], b["value"],
+                         "not a Debezium change event (unparseable JSON, unknown op, or missing key/row image)"))
+        log.warning("pipeline %s: %d unparseable events recorded in tideline.dead_letters, first at %s",
+                    self.cfg.name, len(bad_rows), where)
+        return len(bad_rows), halting
+
+    def _evolve(self, cur, table: StreamTable) -> None:
+        """Source catalog vs target: add/widen in this transaction, or stop with the reason."""
+        shape = self.engine.describe(self._src, self.cfg.source_schema(table.name), table.name,
+                                        self.cfg.table(table.name), check_key=False, for_stream=True)
+        try:
+            drift = schema_drift.plan(f"{self.cfg.name}.{table.name}", list(shape.columns), table.columns)
+        except TidelineError as exc:
+            exc.table = exc.table or table.name   # plan() names the table only in its message
+            raise
+        if drift.changes_target:
+            self.store.evolve(cur, self.cfg.target_schema(table.name), table.name, drift)
+            log.info("%s.%s: schema change applied: added %s, widened %s", self.cfg.name, table.name,
+                     [c.name for c in drift.add] or "-", [f"{c}: {o} -> {n}" for c, o, n in drift.widen] or "-")
+            table.source = {c.name: c for c in shape.columns}
+            table.columns = self.columns(cur, table.name, table.source)
+
+    def columns(self, cur, table: str, source: dict[str, Column]) -> list[Column]:
+        """The target's columns, each with how the source's events carry it and what the source's
+        existing rows hold for it (core.apply_sql: an event from before the column was added)."""
+        out = []
+        for n, t, nn, g in self.store.columns(cur, self.cfg.target_schema(table), table):
+            src = source.get(n)
+            out.append(Column(n, t, nn, generated=g, encoding=src.encoding if src else "pgtext",
+                              has_missing=bool(src and src.has_missing),
+                              missing_value=src.missing_value if src else None))
+        return out

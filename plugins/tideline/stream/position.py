@@ -1,0 +1,56 @@
+"""Where a stream starts and how much it reads at once: each table's committed offsets (the
+target's, never a checkpoint's), checked against what Kafka still holds — a gap means the table
+needs a reload, never a silent skip — and the events per batch, sized by the newest events.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from tideline import kafka_offsets, state
+from tideline.core.config import PipelineConfig
+from tideline.core.errors import DataLossError
+from tideline.core.offsets import coverage_gaps, starting_offsets
+
+log = logging.getLogger("tideline.incremental.position")
+
+Watermarks = dict[str, tuple[dict[int, int], dict[int, int]]]   # topic -> (earliest, latest) per partition
+
+
+def check_coverage(cfg: PipelineConfig, conn, tables, bootstrap: str, watermarks: Watermarks,
+                   needs_resnapshot: Callable[[str, str], None]) -> dict[str, dict[str, int]]:
+    """Kafka must still hold every committed resume offset; otherwise the table is marked for a
+    reload and DataLossError raised. Returns Spark's startingOffsets; fills `watermarks`."""
+    start: dict[str, dict[str, int]] = {}
+    for t in tables:
+        st = state.get(conn, cfg.name, t.name)
+        conn.rollback()
+        watermarks[t.topic] = kafka_offsets.watermarks(bootstrap, t.topic)
+        earliest, latest = watermarks[t.topic]
+        t.partitions = st.raw.get("topic_partitions")
+        gaps = coverage_gaps(t.topic, st.resume_offsets, earliest, latest, t.partitions)
+        if gaps:
+            reason = "; ".join(g.describe() for g in gaps)
+            what = ("Kafka no longer holds what the stream needs" if any(g.partition >= 0 for g in gaps)
+                    else "the stream cannot resume exactly")
+            needs_resnapshot(t.name, f"{what}: {reason}")
+            raise DataLossError(f"{cfg.name}.{t.name}: {reason}. The table is marked needs_resnapshot; "
+                                f"the sync DAG reloads it by itself (or run action=full_reload).")
+        start[t.topic] = {str(p): o for p, o in starting_offsets(st.resume_offsets, latest).items()}
+        lag = sum(latest[p] - o for p, o in starting_offsets(st.resume_offsets, latest).items())
+        log.info("%s.%s: epoch %d, resuming %s at %s (%s events behind)", cfg.name, t.name, t.epoch,
+                 t.topic, dict(sorted(st.resume_offsets.items())), f"{lag:,}")
+    return start
+
+
+def batch_events(cfg: PipelineConfig, bootstrap: str, watermarks: Watermarks) -> int:
+    """Events per batch for this run, from the size of the newest events in the topics
+    (stream.max_batch_mb); logged when the size lowers it."""
+    stream = cfg.stream
+    mean = kafka_offsets.mean_event_bytes(bootstrap, watermarks)
+    events = stream.batch_events(mean)
+    if events < stream.max_offsets_per_trigger:
+        log.info("batches of at most %s events: the newest events weigh %s bytes on average, and "
+                 "stream.max_batch_mb=%g (stream.max_offsets_per_trigger=%s)", f"{events:,}", f"{mean:,.0f}",
+                 stream.max_batch_mb, f"{stream.max_offsets_per_trigger:,}")
+    return events

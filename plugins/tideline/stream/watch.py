@@ -1,0 +1,149 @@
+"""What a running stream watches besides its batches — the failure handling that no batch brings:
+a newer run that took its tables (fencing, seen even while idle), a connector that stopped
+capturing (said in each table's state and alerted), and a partition tree that moved rows without
+change events (the table is marked for a reload). Each check that must end the run hands its
+error to `stop`, which records it and stops the query.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from tideline import alerts, state
+from tideline.core.config import PipelineConfig
+from tideline.core.connections import get_connection
+from tideline.core.errors import FencedError, ResnapshotRequired, TidelineError
+from tideline.core.source_shapes import partition_tree_change
+
+log = logging.getLogger("tideline.incremental.watch")
+
+FENCE_CHECK_S = 10.0   # how soon an idle stream notices that a newer run took its tables
+CAPTURE_CHECK_S = 30.0  # how soon a stream says that capture failed (no table receives a change)
+
+
+class StreamWatch:
+    """Runs beside the stream (its own thread, every FENCE_CHECK_S) over the run's tables."""
+
+    def __init__(self, cfg: PipelineConfig, store, engine, tables: dict, halted: dict[str, str],
+                 needs_resnapshot: Callable[[str, str], None], stop: Callable[[TidelineError], None], environ=None):
+        self.cfg, self.store, self.engine = cfg, store, engine
+        self.tables, self.halted = tables, halted   # the run's own, shared
+        self.needs_resnapshot, self.stop = needs_resnapshot, stop
+        self._environ = environ
+        self._capture_said: str | None = None
+        self._trees: dict[str, dict] = {}   # partitioned tables: their partitions as last seen
+
+    def run(self, stopped: threading.Event) -> None:
+        """A stream with nothing to apply never reaches the fence in a batch: an orphan (its task
+        killed, a newer attempt streaming) would idle on forever. Every FENCE_CHECK_S it looks
+        whether a newer run took its tables, and stops this one if so."""
+        last_capture_check = 0.0
+        while not stopped.wait(FENCE_CHECK_S):
+            if time.monotonic() - last_capture_check >= CAPTURE_CHECK_S:
+                last_capture_check = time.monotonic()
+                self.check_capture()
+            try:
+                moved = self.check_partitions()
+            except Exception as exc:   # the source is away: the next check sees the tree again
+                log.warning("%s: partitions not checked: %s", self.cfg.name, exc)
+                moved = None
+            if moved is not None:
+                self.stop(moved)
+                return
+            live = {n: t.epoch for n, t in self.tables.items() if n not in self.halted}
+            try:
+                conn = self.store.connect(connect_timeout=5)
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute("SELECT table_name, epoch, epoch_owner FROM tideline.table_state "
+                                    "WHERE pipeline = %s AND table_name = ANY(%s)", (self.cfg.name, list(live)))
+                        taken = [(n, e, o) for n, e, o in cur.fetchall() if e != live[n]]
+                finally:
+                    conn.close()
+            except self.store.errors:
+                continue   # the target is away: the batch path waits outages out
+            if taken:
+                name, epoch, owner = taken[0]
+                fenced = FencedError(
+                    f"{self.cfg.name}.{name}: this run holds fencing epoch {live[name]} but the table's epoch is now "
+                    f"{epoch} (claimed by {owner}). A newer run replaced this one; it stops while idle.",
+                    table=name)
+                log.warning("%s", fenced)
+                self.stop(fenced)
+                return
+
+    def track_partitions(self, src, name: str, st) -> None:
+        """A partitioned table's partitions: compared with the ones its state knows (a table loaded
+        before they were recorded starts from what is there now); a change that moved rows
+        without change events marks it for a reload now."""
+        known = st.raw.get("source_partitions")
+        tree = self.engine.partition_tree(src, self.cfg.source_schema(name), name, known)
+        if tree is None:
+            return
+        why = partition_tree_change(known, tree) if known is not None else None
+        if why:
+            self.needs_resnapshot(name, f"{name}: {why}")
+            raise ResnapshotRequired(f"{self.cfg.name}.{name}: {why}. The table is marked needs_resnapshot; the "
+                                     f"sync DAG reloads it by itself.", table=name)
+        self._save_tree(name, tree, known)
+
+    def _save_tree(self, name: str, tree: dict, known: dict | None) -> None:
+        self._trees[name] = tree
+        if tree != known:
+            conn = self.store.connect(connect_timeout=5)
+            try:
+                with conn, conn.cursor() as cur:
+                    state.set_partitions(cur, self.cfg.name, name, tree)
+            finally:
+                conn.close()
+
+    def check_partitions(self) -> ResnapshotRequired | None:
+        """While streaming: a partition attached with rows, detached or dropped ends the run with
+        the table marked for a reload (exit 4: the DAG reloads it and streams on): the error, or None."""
+        if not self._trees:
+            return None
+        src = self.engine.connect(autocommit=True, connect_timeout=5)
+        try:
+            for name, known in list(self._trees.items()):
+                if name in self.halted:
+                    continue
+                tree = self.engine.partition_tree(src, self.cfg.source_schema(name), name, known) or {}
+                why = partition_tree_change(known, tree)
+                if why:
+                    self.needs_resnapshot(name, f"{name}: {why}")
+                    moved = ResnapshotRequired(f"{self.cfg.name}.{name}: {why}. The table is marked "
+                                               f"needs_resnapshot; the sync DAG reloads it by itself.", table=name)
+                    log.error("%s", moved)
+                    return moved
+                self._save_tree(name, tree, known)
+        finally:
+            src.close()
+        return None
+
+    def check_capture(self) -> None:
+        """A failed connector sends nothing, so the stream would look caught up while the source
+        moves on: said in each table's state (last_error, cleared by the next batch) and alerted,
+        once per distinct failure."""
+        from tideline.connector import capture_failure
+        try:
+            failure = capture_failure(self.cfg, get_connection(self.cfg.connect.conn_id, self._environ))
+        except Exception as exc:   # no Connect connection given to this job: the watch DAG still checks
+            log.debug("capture check skipped: %s", exc)
+            return
+        if failure is None or failure == self._capture_said:
+            if failure is None and self._capture_said is not None:
+                log.warning("%s: capture runs again", self.cfg.name)
+            self._capture_said = failure
+            return
+        self._capture_said = failure
+        log.error("%s: %s", self.cfg.name, failure)
+        conn = self.store.connect(connect_timeout=5)
+        try:
+            for name in self.tables:
+                if name not in self.halted:
+                    state.record_error(conn, self.cfg.name, name, f"capture: {failure}")
+        finally:
+            conn.close()
+        alerts.notify(self.cfg, alerts.CAPTURE_FAILED, failure)
