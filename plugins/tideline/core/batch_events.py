@@ -78,3 +78,19 @@ def newest_source_commit(per_partition: list[dict], topics=None) -> datetime | N
     newest = max((r["ts_ms"] for r in per_partition
                   if r.get("ts_ms") and (topics is None or r["topic"] in topics)), default=None)
     return None if newest is None else datetime.fromtimestamp(newest / 1000, timezone.utc)
+
+
+def drop_applied(rows: pa.Table, current: dict[str, dict[int, int]]) -> pa.Table:
+    """The exactly-once guard: events below the committed offset of their topic's partition
+    (`current`: topic -> {partition: next offset to apply}) were applied by an earlier batch."""
+    if rows.num_rows == 0:
+        return rows
+    keep = None
+    for topic, parts in current.items():   # few topics x partitions: one vector pass each
+        for partition, floor in parts.items():
+            if floor <= 0:
+                continue
+            here = pc.and_(pc.equal(rows.column("topic"), topic), pc.equal(rows.column("partition"), partition))
+            ok = pc.or_(pc.invert(here), pc.greater_equal(rows.column("offset"), floor))
+            keep = ok if keep is None else pc.and_(keep, ok)
+    return rows if keep is None else rows.filter(keep)

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from tideline import state
 from tideline.core import schema_drift
-from tideline.core.batch_events import newest_source_commit
+from tideline.core.batch_events import drop_applied, newest_source_commit
 from tideline.core.change_events import too_large_marker
 from tideline.core.config import PipelineConfig
 from tideline.core.errors import ResnapshotRequired, SourceError, TidelineError
@@ -143,7 +143,7 @@ class BatchCommitter:
             if not fresh:
                 log.info("spark batch %d holds only events already applied; skipped", spark_batch_id)
                 return None
-            rows = self._filter_applied(rows, current)
+            rows = drop_applied(rows, current)
             figures.skipped = figures.events - sum(_unapplied(r, current) for r in fresh)
             bad_rows = [b for b in bad_rows if b["offset"] >= current[b["topic"]].get(b["partition"], 0)]
             truncates = [t for t in truncates if t["offset"] >= current[t["topic"]].get(t["partition"], 0)]
@@ -228,20 +228,6 @@ class BatchCommitter:
             return str(exc), exc.event.as_state()
         self.store.end_table(cur)
         return applied
-
-    @staticmethod
-    def _filter_applied(rows: pa.Table, current: dict[str, dict[int, int]]) -> pa.Table:
-        if rows.num_rows == 0:
-            return rows
-        keep = None
-        for topic, parts in current.items():   # few topics x partitions: one vector pass each
-            for partition, floor in parts.items():
-                if floor <= 0:
-                    continue
-                here = pc.and_(pc.equal(rows.column("topic"), topic), pc.equal(rows.column("partition"), partition))
-                ok = pc.or_(pc.invert(here), pc.greater_equal(rows.column("offset"), floor))
-                keep = ok if keep is None else pc.and_(keep, ok)
-        return rows if keep is None else rows.filter(keep)
 
     def _bad_messages(self, cur, bad_rows) -> tuple[int, dict[str, tuple[str, dict]]]:
         """Unparseable events: dead letters (count), or, with on_bad_message: stop, the tables whose
