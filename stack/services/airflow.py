@@ -1,0 +1,153 @@
+"""Airflow 3 for the local stack: API server, scheduler, DAG processor and triggerer (LocalExecutor,
+metadata in the stack's PostgreSQL), each supervised and started with the stack's environment."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, HOST, LOGS, PORTS, ROOT, STACKCTL, VAR, VENV_BIN,
+                           StackError, http_json, log_file, wait_until)
+from services.supervisor import _stop_unsupervised, supervise
+
+
+def airflow_url() -> str:
+    return f"http://{HOST}:{PORTS['airflow']}"
+
+
+AIRFLOW_PARTS = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+
+
+def airflow_api(method: str, path: str, body: dict | None = None, timeout: float = 30.0):
+    """The local Airflow's REST API (/api/v2/<path>) as the stack's admin user."""
+    token = http_json(f"{airflow_url()}/auth/token", "POST",
+                      {"username": AIRFLOW_ADMIN, "password": AIRFLOW_ADMIN_PASS})["access_token"]
+    req = urllib.request.Request(f"{airflow_url()}/api/v2/{path}", method=method,
+                                 data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read() or b"null")
+
+
+def airflow_health() -> dict:
+    return http_json(f"{airflow_url()}/api/v2/monitor/health")
+
+
+def airflow_healthy() -> bool:
+    health = airflow_health()
+    needed = ("metadatabase", "scheduler", "dag_processor", "triggerer")
+    return all((health.get(k) or {}).get("status") == "healthy" for k in needed)
+
+
+AIRFLOW_COMMANDS = {
+    "airflow-api-server": ["api-server", "--port", str(PORTS["airflow"]), "--host", HOST, "--workers", "1"],
+    "airflow-scheduler": ["scheduler"],
+    "airflow-dag-processor": ["dag-processor"],
+    "airflow-triggerer": ["triggerer"],
+}
+
+
+def orphaned_airflow_workers(idle_only: bool) -> list[int]:
+    """LocalExecutor workers of this stack whose scheduler died (kill -9, OOM): re-parented away
+    from any scheduler, they wait forever on a queue nobody feeds, ~37 MB each of their own. Busy
+    ones still run a task (a stream, say) that reports to the API server; idle ones serve nobody.
+    Also the log servers (`airflow serve-logs`) a stopped scheduler or triggerer left: they serve
+    nobody and keep the log port, so the next scheduler's own log server cannot bind it."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            log_server = cmd.startswith("airflow serve-logs")
+            if not (cmd.startswith("airflow worker -- LocalExecutor") or log_server) or \
+                    (idle_only and not log_server and "<idle>" not in cmd):
+                continue
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent = Path(f"/proc/{ppid}/cmdline").read_bytes() if ppid > 1 else b""
+            # this stack's: supervisord starts its programs in ROOT (the environment is unreadable:
+            # the process title overwrites it)
+            if b"scheduler" in parent or b"triggerer" in parent or \
+                    Path(os.readlink(d / "cwd")).resolve() != ROOT.resolve():
+                continue
+        except (OSError, ValueError, IndexError):
+            continue
+        found.append(int(d.name))
+    return found
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below pid (children before their own children)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], list(children.get(pid, []))
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def reap_orphaned_airflow_workers(idle_only: bool) -> int:
+    """Kills them with what runs under them (a busy one's task and its Spark driver)."""
+    pids = orphaned_airflow_workers(idle_only)
+    for pid in pids:
+        for p in [pid, *_descendants(pid)]:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+    return len(pids)
+
+
+def exec_part(part: str) -> None:
+    """What supervisord runs for an Airflow component: the command with the stack's environment.
+    A scheduler or triggerer starting after one that died first removes the idle workers and the
+    log server the dead one left (the log server keeps the port the new one's must bind)."""
+    if part in ("airflow-scheduler", "airflow-triggerer"):
+        reaped = reap_orphaned_airflow_workers(idle_only=True)
+        if reaped:
+            print(f"[stack] removed {reaped} idle LocalExecutor worker(s) or log server(s) left by a {part[8:]} "
+                  f"that died", flush=True)
+    os.execvpe(str(VENV_BIN / "airflow"), [str(VENV_BIN / "airflow"), *AIRFLOW_COMMANDS[part]], _full_env())
+
+
+def up_airflow() -> None:
+    home = VAR / "airflow"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "passwords.json").write_text(json.dumps({AIRFLOW_ADMIN: AIRFLOW_ADMIN_PASS}))
+    env = _full_env()
+    if not (home / ".db_migrated").exists():
+        res = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env,
+                             capture_output=True, text=True)
+        LOGS.mkdir(parents=True, exist_ok=True)
+        log_file("airflow-db-migrate").write_text(res.stdout + res.stderr)
+        if res.returncode != 0:
+            raise StackError(f"airflow: `airflow db migrate` failed; log: {log_file('airflow-db-migrate')}\n"
+                             + "\n".join((res.stdout + res.stderr).splitlines()[-15:]))
+        (home / ".db_migrated").write_text(time.strftime("%F %T"))
+    for part in AIRFLOW_COMMANDS:
+        _stop_unsupervised(part)
+        # through `stackctl exec`, so each (re)start gets the stack's environment as it is now
+        supervise(part, shlex.join([sys.executable, str(STACKCTL), "exec", part]))
+    wait_until("airflow-api-server", airflow_healthy, 180,
+               f"GET {airflow_url()}/api/v2/monitor/health reports all components healthy")
+
+
+
+
+def _full_env() -> dict[str, str]:
+    from services.env import full_env
+    return full_env()

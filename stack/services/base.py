@@ -1,0 +1,146 @@
+"""What every part of the local stack shares: where it lives, its ports and throwaway
+credentials, its two modes (one Kafka broker or three; local Spark or a cluster), waiting for a
+part to be ready, and the processes it runs."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+STACK = ROOT / "stack"
+STACKCTL = STACK / "stackctl.py"   # what supervisord runs for the Airflow parts and its event listener
+VAR = Path(os.environ.get("TIDELINE_STACK_VAR", STACK / "var"))
+LIB = STACK / "lib"
+LOGS = VAR / "log"
+RUN = VAR / "run"
+VENV_BIN = Path(sys.executable).parent
+
+PORTS = {
+    "postgres": int(os.environ.get("TIDELINE_PG_PORT", "55432")),
+    "mariadb": int(os.environ.get("TIDELINE_MARIADB_PORT", "53306")),
+    "kafka": int(os.environ.get("TIDELINE_KAFKA_PORT", "59092")),
+    "kafka_controller": int(os.environ.get("TIDELINE_KAFKA_CONTROLLER_PORT", "59093")),
+    "connect": int(os.environ.get("TIDELINE_CONNECT_PORT", "58083")),
+    "airflow": int(os.environ.get("TIDELINE_AIRFLOW_PORT", "58080")),
+    "spark_master": int(os.environ.get("TIDELINE_SPARK_MASTER_PORT", "57077")),
+    "spark_master_ui": int(os.environ.get("TIDELINE_SPARK_MASTER_UI_PORT", "58180")),
+    "spark_worker_ui": int(os.environ.get("TIDELINE_SPARK_WORKER_UI_PORT", "58181")),   # +1 per worker
+}
+# The stack's Spark: local mode inside each job (default), or a standalone cluster of a master and
+# SPARK_WORKERS workers (one core each) that every job is submitted to: TIDELINE_SPARK_CLUSTER=1.
+SPARK_CLUSTER = os.environ.get("TIDELINE_SPARK_CLUSTER", "").lower() in ("1", "true", "yes", "on")
+SPARK_WORKERS = 2
+SPARK_WORKER_MEMORY = os.environ.get("TIDELINE_SPARK_WORKER_MEMORY", "2g")
+# Kafka: one broker (default), or three KRaft nodes (broker + controller each) with replication 3,
+# min.insync.replicas 2 and no unclean leader election: TIDELINE_KAFKA_CLUSTER=1. Node i listens
+# on the broker/controller ports + 2·(i-1).
+KAFKA_BROKERS = 3 if os.environ.get("TIDELINE_KAFKA_CLUSTER", "").lower() in ("1", "true", "yes", "on") else 1
+HOST = "127.0.0.1"
+# Throwaway credentials of the local stack only; production reads Airflow connections.
+PG_SUPERUSER, PG_SUPERPASS = "postgres", "postgres"
+PG_USER, PG_PASS = "tideline", "tideline"
+DATABASES = {"source": "tideline_source", "target": "tideline_target", "airflow": "airflow"}
+AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS = "admin", "admin"
+DEBEZIUM_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
+DEBEZIUM_MARIADB_CLASS = "io.debezium.connector.mariadb.MariaDbConnector"
+# MariaDB: the demo shop's database, a capture user with exactly the privileges Debezium and
+# the full load need, and an admin for setting up (throwaway, local stack only).
+MARIADB_DATABASE = "shop"
+MARIADB_USER, MARIADB_PASS = "tideline", "tideline"
+MARIADB_ADMIN, MARIADB_ADMIN_PASS = "admin", "admin"
+
+
+class StackError(RuntimeError):
+    """A part of the stack failed to start or is unhealthy; the message names part and log."""
+
+
+def log_file(part: str) -> Path:
+    return LOGS / f"{part}.log"
+
+
+def pid_file(part: str) -> Path:
+    return RUN / f"{part}.pid"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def running_pid(part: str) -> int | None:
+    path = pid_file(part)
+    if not path.exists():
+        return None
+    try:
+        pid = int(path.read_text().strip())
+    except ValueError:
+        return None
+    return pid if pid_alive(pid) else None
+
+
+def stop(part: str, timeout: float = 30.0) -> bool:
+    pid = running_pid(part)
+    if pid is None:
+        pid_file(part).unlink(missing_ok=True)
+        return False
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.time() + wait
+        while time.time() < deadline and pid_alive(pid):
+            time.sleep(0.2)
+        if not pid_alive(pid):
+            break
+    pid_file(part).unlink(missing_ok=True)
+    return True
+
+
+def wait_until(part: str, check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    last_error = ""
+    while time.time() < deadline:
+        try:
+            if check():
+                return
+        except Exception as exc:  # readiness probes fail until the service is up
+            last_error = f"{type(exc).__name__}: {exc}"
+        time.sleep(1.0)
+    tail = ""
+    if log_file(part).exists():
+        tail = "\n".join(log_file(part).read_text(errors="replace").splitlines()[-15:])
+    raise StackError(
+        f"{part} did not become ready within {timeout:.0f}s ({what}). "
+        f"Last probe error: {last_error or 'none'}. Log: {log_file(part)}\n--- last lines ---\n{tail}")
+
+
+def http_json(url: str, method: str = "GET", body: dict | None = None, timeout: float = 5.0):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json", "Accept": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read() or b"null")
+
+
+def java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    return str(Path(java_home) / "bin" / "java") if java_home else (shutil.which("java") or "java")
+
+

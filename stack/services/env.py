@@ -1,0 +1,90 @@
+"""The stack's environment: every variable the services, the Spark jobs and the tests need — the
+Airflow connections (the only place credentials come from), Airflow's own settings, Spark's."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+
+from services.airflow import airflow_url
+from services.base import (AIRFLOW_ADMIN, DATABASES, HOST, LOGS, PORTS, ROOT, SPARK_CLUSTER, VAR, VENV_BIN)
+from services.kafka import kafka_bootstrap
+from services.mariadb import mariadb_url
+from services.postgres import pg_url
+from services.spark import CLASS_ARCHIVE, _driver_classpath, spark_jars, spark_master_url
+
+
+def _jwt_secret() -> str:
+    path = VAR / "airflow" / "jwt_secret"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
+def environment() -> dict[str, str]:
+    """Every variable the services, the Spark jobs and the tests need, in one place."""
+    airflow_home = VAR / "airflow"
+    env = {
+        "TIDELINE_HOME": str(ROOT),
+        "TIDELINE_SPARK_JARS": ",".join(spark_jars()),
+        "TIDELINE_SPARK_CLASS_ARCHIVE": str(CLASS_ARCHIVE),
+        # Hadoop's local file system without a forked chmod per file (stack/jvm/hadoop-nio)
+        "TIDELINE_SPARK_DRIVER_CLASSPATH": ":".join(map(str, _driver_classpath())),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)]),
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": HOST,  # Spark binds to loopback only
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        # Airflow connections (the only place credentials come from).
+        "AIRFLOW_CONN_TIDELINE_SOURCE": pg_url(DATABASES["source"]),
+        "AIRFLOW_CONN_TIDELINE_TARGET": pg_url(DATABASES["target"]),
+        "AIRFLOW_CONN_TIDELINE_MARIADB_SOURCE": mariadb_url(),
+        "AIRFLOW_CONN_TIDELINE_KAFKA": json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap()}}),
+        "AIRFLOW_CONN_TIDELINE_CONNECT": json.dumps(
+            {"conn_type": "http", "host": HOST, "port": PORTS["connect"], "schema": "http"}),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
+            {"conn_type": "spark", "host": spark_master_url() if SPARK_CLUSTER else "local[2]",
+             "extra": {"spark-binary": "spark-submit", "deploy-mode": "client"}}),
+        **({"TIDELINE_SPARK_MASTER": spark_master_url()} if SPARK_CLUSTER else {}),
+        # Airflow itself.
+        "AIRFLOW_HOME": str(airflow_home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "8",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{airflow_url()}/execution/",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{AIRFLOW_ADMIN}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(airflow_home / "passwords.json"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": pg_url(DATABASES["airflow"], scheme="postgresql+psycopg2"),
+        # Riding out a metadata database restart: pooled connections are tested before use and
+        # operations hit by an OperationalError are retried; a component that still dies is
+        # restarted by supervisord.
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_PRE_PING": "True",
+        "AIRFLOW__DATABASE__MAX_DB_RETRIES": "10",
+        "AIRFLOW__API__HOST": HOST,
+        "AIRFLOW__API__PORT": str(PORTS["airflow"]),
+        "AIRFLOW__API__BASE_URL": airflow_url(),
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+        "AIRFLOW__SCHEDULER__STANDALONE_DAG_PROCESSOR": "True",
+        # a task whose worker died (kill -9, OOM) is found and retried after 90 s without a
+        # heartbeat, not the default 300 s (heartbeats go every 5 s; 18 missed is not a slow machine)
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "90",
+        # a scheduler that died leaves its running tasks orphaned; its successor resets them for
+        # a retry at its next orphan check: every 30 s, not the default 300 s
+        "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "30",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(LOGS / "airflow-tasks"),
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    if (airflow_home / "jwt_secret").exists() or VAR.exists():
+        env["AIRFLOW__API_AUTH__JWT_SECRET"] = _jwt_secret()
+    return env
+
+
+def full_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(environment())
+    return env

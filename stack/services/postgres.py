@@ -1,0 +1,130 @@
+"""PostgreSQL for the local stack: its own cluster (wal_level=logical) holding the demo source, the
+target and Airflow's metadata database."""
+from __future__ import annotations
+
+import os
+import pwd
+import shlex
+import subprocess
+from pathlib import Path
+
+from services.base import (DATABASES, HOST, LOGS, PG_PASS, PG_SUPERPASS, PG_SUPERUSER, PG_USER, PORTS, VAR,
+                           StackError, pid_alive, wait_until)
+from services.supervisor import supervise, supervised_state
+
+PG_BIN = Path(os.environ.get("TIDELINE_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+
+def pg_url(db: str, user: str = PG_USER, password: str = PG_PASS, scheme: str = "postgresql") -> str:
+    return f"{scheme}://{user}:{password}@{HOST}:{PORTS['postgres']}/{db}"
+
+
+def _pg_owner() -> str | None:
+    """PostgreSQL refuses to run as root; as root we run it as the 'postgres' OS user."""
+    return "postgres" if os.geteuid() == 0 else None
+
+
+def _as_pg_owner(argv: list[str]) -> list[str]:
+    owner = _pg_owner()
+    return ["runuser", "-u", owner, "--", *argv] if owner else argv
+
+
+def _ensure_postgres_installed() -> None:
+    if (PG_BIN / "pg_ctl").exists():
+        return
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    if found:
+        globals()["PG_BIN"] = found[-1].parent
+        return
+    raise StackError("postgres: server binaries not found under /usr/lib/postgresql. "
+                     "Install them with `apt-get install -y postgresql` (done by .ci/run and `make setup`).")
+
+
+def pg_connect(db: str = "postgres", user: str = PG_SUPERUSER, password: str = PG_SUPERPASS):
+    import psycopg2
+    return psycopg2.connect(host=HOST, port=PORTS["postgres"], dbname=db, user=user,
+                            password=password, connect_timeout=3)
+
+
+def postgres_healthy() -> bool:
+    with pg_connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW wal_level")
+        return cur.fetchone()[0] == "logical"
+
+
+def up_postgres() -> None:
+    _ensure_postgres_installed()
+    data = VAR / "pg" / "data"
+    sock = VAR / "pg" / "sock"
+    owner = _pg_owner()
+    if not (data / "PG_VERSION").exists():
+        data.mkdir(parents=True, exist_ok=True)
+        sock.mkdir(parents=True, exist_ok=True)
+        pwfile = VAR / "pg" / "pwfile"
+        pwfile.write_text(PG_SUPERPASS + "\n")
+        if owner:
+            pw = pwd.getpwnam(owner)
+            for p in (VAR / "pg", data, sock, pwfile):
+                os.chown(p, pw.pw_uid, pw.pw_gid)
+        os.chmod(data, 0o700)
+        subprocess.run(_as_pg_owner([str(PG_BIN / "initdb"), "-D", str(data), "-U", PG_SUPERUSER,
+                                     "--pwfile", str(pwfile), "--auth=scram-sha-256", "-E", "UTF8",
+                                     "--locale=C.UTF-8"]),
+                       check=True, stdout=subprocess.DEVNULL)
+        pwfile.unlink()
+        with open(data / "postgresql.conf", "a") as conf:
+            conf.write(f"""
+# --- Tideline local stack ---
+listen_addresses = '{HOST}'
+port = {PORTS['postgres']}
+unix_socket_directories = '{sock}'
+wal_level = logical
+max_replication_slots = 20
+max_wal_senders = 20
+max_connections = 200
+shared_buffers = 256MB
+fsync = on
+synchronous_commit = on
+log_min_messages = warning
+""")
+    LOGS.mkdir(parents=True, exist_ok=True)
+    if supervised_state("postgres") != "RUNNING" and postgres_pid():   # started by pg_ctl (older stackctl)
+        down_postgres()
+    # Fast shutdown (SIGINT) when stopped; PostgreSQL's own log goes to stderr, kept by supervisord.
+    supervise("postgres", shlex.join([str(PG_BIN / "postgres"), "-D", str(data), "-p", str(PORTS["postgres"])]),
+              user=owner, stopsignal="INT", stopwait=120)
+    wait_until("postgres", postgres_healthy, 60, f"connect to {HOST}:{PORTS['postgres']} with wal_level=logical")
+    _bootstrap_databases()
+
+
+def _bootstrap_databases() -> None:
+    conn = pg_connect()
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (PG_USER,))
+        if not cur.fetchone():
+            cur.execute(f"CREATE ROLE {PG_USER} LOGIN REPLICATION CREATEDB PASSWORD %s", (PG_PASS,))
+        for db in DATABASES.values():
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,))
+            if not cur.fetchone():
+                cur.execute(f'CREATE DATABASE "{db}" OWNER {PG_USER}')
+    conn.close()
+
+
+def down_postgres() -> None:
+    """Stops a PostgreSQL that runs outside supervisord (started by pg_ctl)."""
+    data = VAR / "pg" / "data"
+    if (data / "PG_VERSION").exists() and (PG_BIN / "pg_ctl").exists():
+        subprocess.run(_as_pg_owner([str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]),
+                       capture_output=True)
+
+
+def postgres_pid() -> int | None:
+    pidfile = VAR / "pg" / "data" / "postmaster.pid"
+    try:
+        pid = int(pidfile.read_text().splitlines()[0])
+        return pid if pid_alive(pid) else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
