@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tideline.core import mariadb_types as mt
-from tideline.engines.mariadb import capture_problems, gtids_cover, mariadb_privileges, parse_gtids
+from tideline.engines.mariadb_capture import capture_problems, gtids_cover, mariadb_privileges, parse_gtids
 
 
 @pytest.mark.parametrize("column_type, pg_type, encoding", [

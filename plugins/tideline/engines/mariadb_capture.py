@@ -1,0 +1,217 @@
+"""MariaDB capture: the Debezium MariaDB connector's config, its schema-history topic, the
+heartbeat marker that proves the connector streams before a full load, recovering purged
+binlogs, and the doctor's source checks (binlog settings, GTIDs, the capture user's grants).
+A mixin of MariaDbEngine (engines.mariadb), which holds the catalog, full load, batch and repair."""
+from __future__ import annotations
+
+import time
+import zlib
+
+from tideline.core import mariadb_types as mt
+from tideline.core.errors import ConfigError, SourceError, TransientError
+
+# The connector's binlog client id: unique per pipeline, away from the servers' own ids.
+SERVER_ID_BASE = 5_400_000
+
+q = mt.quote
+
+
+class MariaDbCapture:
+    def server_id(self, cfg) -> int:
+        return SERVER_ID_BASE + zlib.crc32(cfg.name.encode()) % 1_000_000
+
+    def schema_history_topic(self, cfg) -> str:
+        return f"__tideline-schema-history.{cfg.kafka.topic_prefix}"
+
+    def connector_config(self, cfg, bootstrap: str | None = None) -> dict[str, str]:
+        from tideline.core import debezium
+        if not cfg.source.heartbeat_table:
+            raise ConfigError(f"pipeline {cfg.name}", [("source.heartbeat_table", (
+                "is required for a MariaDB source: its marker row proves the connector streams before a full "
+                "load starts (see tideline.engines.mariadb)"))])
+        return {
+            **debezium.common_connector_config(cfg, self.source),
+            "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
+            "database.port": str(self.source.port or 3306),
+            "database.server.id": str(self.server_id(cfg)),
+            "database.include.list": ",".join(debezium.regex_literal(db) for db in cfg.source_schemas),
+            # the connector reads the tables' schema (no rows) and streams from the current position
+            "snapshot.locking.mode": "minimal",
+            "schema.history.internal.kafka.bootstrap.servers": bootstrap or "",
+            "schema.history.internal.kafka.topic": self.schema_history_topic(cfg),
+            "schema.history.internal.store.only.captured.tables.ddl": "true",
+            "schema.history.internal.producer.acks": "all",
+            "schema.history.internal.producer.enable.idempotence": "true",
+            "include.schema.changes": "false",
+            # exact representations, decoded by core.debezium.value_expr (see core.mariadb_types)
+            "decimal.handling.mode": "string",
+            "bigint.unsigned.handling.mode": "precise",
+            "binary.handling.mode": "hex",
+            "time.precision.mode": "adaptive_time_microseconds",
+            # years 0-99 are years 0-99, not 2000-2069 / 1970-1999 (the full load reads them so)
+            "enable.time.adjuster": "false",
+            "value.converter.decimal.format": "NUMERIC",
+            "key.converter.decimal.format": "NUMERIC",
+            "heartbeat.action.query": (
+                f"INSERT INTO {q(cfg.source.schema_)}.{q(cfg.source.heartbeat_table)} (pipeline, beat_at) VALUES ('{cfg.name}', "
+                f"UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE beat_at = UTC_TIMESTAMP(6)"),
+        }
+
+    def capture_topics(self, cfg) -> dict[str, dict[str, str]]:
+        """The schema history topic: kept forever (the connector rebuilds table schemas from it),
+        with the pipeline's replication."""
+        return {self.schema_history_topic(cfg): {"retention.ms": "-1", "retention.bytes": "-1"}}
+
+    def position_holder(self, cfg) -> str:
+        return "the binlog position stored by its connector"
+
+    def heartbeat_table_ddl(self, cfg) -> str:
+        return (f"CREATE TABLE IF NOT EXISTS {q(cfg.source.schema_)}.{q(cfg.source.heartbeat_table)} "
+                f"(pipeline varchar(200) PRIMARY KEY, beat_at datetime(6) NOT NULL)")
+
+    def ensure_heartbeat_table(self, cfg) -> None:
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(self.heartbeat_table_ddl(cfg))
+        except Exception as exc:
+            raise SourceError(f"cannot create the heartbeat table {cfg.source.schema_}.{cfg.source.heartbeat_table} "
+                              f"on the source ({exc}). Create it as a privileged user: {self.heartbeat_table_ddl(cfg)}; "
+                              f"and GRANT INSERT, UPDATE on it to the source user") from None
+        finally:
+            conn.close()
+
+    def wait_capture_ready(self, cfg, client, connector: str, deadline: float) -> None:
+        """Proves the connector reads the binlog from a position at or before now: writes a marker
+        to the heartbeat table and waits until Connect has stored an offset past its GTID (offsets
+        are stored only once the events before them are in Kafka). The connector's stored GTID set
+        counts a transaction once it has met the next one, so the marker row is written again
+        while waiting: an idle database would otherwise leave it waiting for the next heartbeat."""
+        conn = self.connect(autocommit=True)
+        beat = (f"INSERT INTO {q(cfg.source.schema_)}.{q(cfg.source.heartbeat_table)} (pipeline, beat_at) "
+                f"VALUES (%s, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE beat_at = UTC_TIMESTAMP(6)")
+        seen, marker = None, None
+        try:
+            with conn.cursor() as cur:
+                cur.execute(beat, (cfg.name,))
+                cur.execute("SELECT @@last_gtid")
+                marker = cur.fetchone()[0]
+                want = parse_gtids(marker)
+                while time.time() < deadline:
+                    stored = client.offsets(connector) or {}
+                    for entry in stored.get("offsets", []):
+                        seen = (entry.get("offset") or {}).get("gtids")
+                        if seen and gtids_cover(parse_gtids(seen), want):
+                            return
+                    time.sleep(0.5)
+                    cur.execute(beat, (cfg.name,))
+        finally:
+            conn.close()
+        raise TransientError(f"connector {connector} did not reach the marker written to "
+                             f"{cfg.source.schema_}.{cfg.source.heartbeat_table} (GTID {marker}; its stored position: "
+                             f"{seen or 'none yet'}); see the Kafka Connect log")
+
+    def lost_capture(self, cfg, client, connector: str) -> str | None:
+        """The binlog file the connector stopped at was purged: changes were missed (this
+        source's slot loss)."""
+        stored = client.offsets(connector) if client.status(connector) is not None else None
+        files = [(e.get("offset") or {}).get("file") for e in (stored or {}).get("offsets", [])]
+        files = [f for f in files if f]
+        if not files:
+            return None
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW BINARY LOGS")
+                present = {r[0] for r in cur.fetchall()}
+        finally:
+            conn.close()
+        missing = [f for f in files if f not in present]
+        if not missing:
+            return None
+        return (f"binlog {missing[0]}, where connector {connector} stopped reading, was purged from the MariaDB "
+                f"source (binlog_expire_logs_seconds or PURGE BINARY LOGS): changes made since were never captured")
+
+    def reset_capture(self, cfg) -> None:
+        """Nothing on the server holds a position for the connector (unlike a slot)."""
+
+    def drop_capture(self, cfg) -> None:
+        """Nothing on the server to drop; the connector and its offsets are removed by the caller."""
+
+    # ---------------------------------------------------------------- doctor
+
+    def doctor_checks(self, cfg, streaming: int) -> list:
+        conn = self.connect()
+        try:
+            settings = self.capture_settings(conn)
+            out = mariadb_capture_checks(settings, cfg.kafka.allowed_downtime_hours)
+            with conn.cursor() as cur:
+                cur.execute("SHOW GRANTS")
+                grants = " ".join(r[0] for r in cur.fetchall()).upper()
+            out.append(mariadb_privileges(grants))
+            out += self.table_checks(conn, cfg)
+        finally:
+            conn.close()
+        return out
+
+
+def capture_problems(s: dict) -> list[str]:
+    """Each binlog setting capture needs that the server lacks, with the fix (pure)."""
+    out = []
+    if not s["log_bin"]:
+        out.append("the binary log is off (log_bin): set log-bin = <path> in the server's config and restart it")
+    if s["binlog_format"] != "ROW":
+        out.append(f"binlog_format is {s['binlog_format']}, capture needs ROW: SET GLOBAL binlog_format = 'ROW' "
+                   f"and binlog_format = ROW in the server's config")
+    if s["binlog_row_image"] != "FULL":
+        out.append(f"binlog_row_image is {s['binlog_row_image']}, capture needs FULL (every event must carry the "
+                   f"whole row): SET GLOBAL binlog_row_image = 'FULL' and the same in the server's config")
+    return out
+
+
+def mariadb_capture_checks(s: dict, allowed_downtime_hours: float) -> list:
+    """Binlog settings and retention against the pipeline's allowed downtime (pure)."""
+    from tideline.core import doctor_checks as dc
+    problems = capture_problems(s)
+    out = [dc.Check("source", "binlog", dc.FAIL if problems else dc.PASS,
+                    "; ".join(problems) if problems else f"row-based, full row images, GTID {s['gtid_binlog_pos']}",
+                    "see the setting named" if problems else "")]
+    expire = s["binlog_expire_logs_seconds"]
+    need = allowed_downtime_hours * 3600
+    if expire and expire < need:
+        out.append(dc.Check("source", "binlog retention", dc.WARN,
+                            f"binlogs expire after {expire / 3600:.1f} h, less than kafka.allowed_downtime_hours "
+                            f"({allowed_downtime_hours:g} h): a connector stopped that long misses changes",
+                            f"SET GLOBAL binlog_expire_logs_seconds = {int(need)} (and in the server's config)"))
+    else:
+        out.append(dc.Check("source", "binlog retention", dc.PASS,
+                            "binlogs never expire" if not expire else f"{expire / 3600:.1f} h"))
+    return out
+
+
+def mariadb_privileges(grants: str) -> object:
+    """REPLICATION SLAVE (read the binlog) and REPLICATION CLIENT / BINLOG MONITOR (its position)."""
+    from tideline.core import doctor_checks as dc
+    grants = grants.upper()
+    allp = "ALL PRIVILEGES ON *.*" in grants
+    missing = [p for p, alts in (("REPLICATION SLAVE", ("REPLICATION SLAVE", "REPLICATION REPLICA")),
+                                 ("REPLICATION CLIENT", ("REPLICATION CLIENT", "BINLOG MONITOR")))
+               if not allp and not any(a in grants for a in alts)]
+    if missing:
+        return dc.Check("source", "privileges", dc.FAIL, f"the source user lacks {', '.join(missing)}",
+                        f"GRANT {', '.join(missing)} ON *.* TO <the source user>")
+    return dc.Check("source", "privileges", dc.PASS, "REPLICATION SLAVE, REPLICATION CLIENT")
+
+
+def parse_gtids(text: str | None) -> dict[int, int]:
+    """MariaDB GTID set 'domain-server-seq,...' → {domain: highest seq} (pure)."""
+    out: dict[int, int] = {}
+    for part in (text or "").replace(" ", "").split(","):
+        if part.count("-") == 2:
+            domain, _server, seq = part.split("-")
+            out[int(domain)] = max(out.get(int(domain), 0), int(seq))
+    return out
+
+
+def gtids_cover(seen: dict[int, int], want: dict[int, int]) -> bool:
+    return all(seen.get(d, -1) >= s for d, s in want.items())

@@ -1,0 +1,190 @@
+"""PostgreSQL capture: the publication Tideline owns, the replication slot the connector keeps,
+the heartbeat table, recovering a lost slot, and the doctor's source checks. A mixin of
+PostgresEngine (engines.postgres), which holds the catalog, full load, batch and repair reads."""
+from __future__ import annotations
+
+import time
+
+import psycopg2
+from psycopg2 import sql
+
+from tideline.core import debezium
+from tideline.core.errors import SourceError, TransientError
+
+
+class PostgresCapture:
+    def connector_config(self, cfg, bootstrap: str | None = None) -> dict[str, str]:
+        return debezium.connector_config(cfg, self.source)
+
+    def capture_topics(self, cfg) -> dict[str, dict[str, str]]:
+        return {}
+
+    def prepare_capture(self, cfg) -> list[str]:
+        """The pipeline's publication, owned by Tideline (the connector's autocreate is off): exactly
+        the carried tables and the heartbeat table, a partition tree published as its root
+        (publish_via_partition_root), so a partitioned table's changes reach its one topic. A
+        publication made before this published by partition: it is repaired, and its partitioned
+        tables are returned — their changes went to topics the stream never read."""
+        self.ensure_heartbeat_table(cfg)
+        wanted = {(cfg.source_schema(t.name), t.name) for t in cfg.tables if t.mode == "cdc"}
+        wanted |= {(cfg.source.schema_, cfg.source.heartbeat_table)} if cfg.source.heartbeat_table else set()
+        tables = sql.SQL(", ").join(sql.Identifier(s, n) for s, n in sorted(wanted))
+        pub = sql.Identifier(cfg.publication_name)
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT current_setting('server_version_num')::int >= 130000")
+                via_root = cur.fetchone()[0]
+                cur.execute("SELECT oid, pubviaroot FROM pg_publication WHERE pubname = %s"
+                            if via_root else "SELECT oid, true FROM pg_publication WHERE pubname = %s",
+                            (cfg.publication_name,))
+                row = cur.fetchone()
+                if row is None:
+                    cur.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}{}").format(
+                        pub, tables, sql.SQL(" WITH (publish_via_partition_root = true)" if via_root else "")))
+                    return []
+                cur.execute("SELECT n.nspname, c.relname, c.relkind FROM pg_publication_rel r JOIN pg_class c "
+                            "ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.prpubid = %s",
+                            (row[0],))
+                members = {(s, n): kind for s, n, kind in cur.fetchall()}
+                missed = []
+                if not row[1]:
+                    missed = sorted(n for (s, n), kind in members.items() if kind == "p" and (s, n) in wanted)
+                    cur.execute(sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = true)").format(pub))
+                if set(members) != wanted:
+                    cur.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(pub, tables))
+                return missed
+        except psycopg2.Error as exc:
+            raise SourceError(f"cannot set up publication {cfg.publication_name} on the source "
+                              f"({str(exc).strip()}): the source role must own it and the tables") from None
+        finally:
+            conn.close()
+
+    def position_holder(self, cfg) -> str:
+        return f"replication slot {cfg.slot_name}"
+
+    def ensure_heartbeat_table(self, cfg) -> None:
+        """The source table the connector's heartbeats write to (see source.heartbeat_table)."""
+        if not cfg.source.heartbeat_table:
+            return
+        conn = self.connect()
+        try:
+            for attempt in (1, 2):   # two pipelines creating it at once: the loser sees it exist
+                try:
+                    with conn, conn.cursor() as cur:
+                        cur.execute(debezium.heartbeat_table_ddl(cfg))
+                    return
+                except psycopg2.errors.UniqueViolation:
+                    if attempt == 2:
+                        raise
+                except psycopg2.Error as exc:
+                    raise SourceError(
+                        f"cannot create the heartbeat table {cfg.source.schema_}.{cfg.source.heartbeat_table} on "
+                        f"the source ({str(exc).strip()}). Create it as a privileged user: "
+                        f"{debezium.heartbeat_table_ddl(cfg)}; and GRANT INSERT, UPDATE on it to the source role — "
+                        f"or set source.heartbeat_table: null (then idle synced tables let the slot pin WAL)") from None
+        finally:
+            conn.close()
+
+    def wait_capture_ready(self, cfg, client, connector: str, deadline: float) -> None:
+        """The slot exists: from its creation on, every change is kept for the connector."""
+        with self.connect() as conn, conn.cursor() as cur:
+            while True:
+                cur.execute("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
+                row = cur.fetchone()
+                conn.rollback()
+                if row is not None:
+                    if row[0] == "lost":
+                        raise SourceError(f"replication slot {cfg.slot_name} exists but its WAL is lost; changes "
+                                          f"were missed: drop the slot and run a full reload")
+                    break
+                if time.time() > deadline:
+                    raise TransientError(f"replication slot {cfg.slot_name} did not appear on the source; "
+                                         f"see the Kafka Connect log for the connector's errors")
+                time.sleep(0.5)
+        conn.close()
+
+    def slot_status(self, cfg) -> tuple[str, bool] | None:
+        """(wal_status, active) of the pipeline's replication slot, or None when it does not exist."""
+        with self.connect() as conn, conn.cursor() as cur:
+            cur.execute("SELECT wal_status, active FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
+            row = cur.fetchone()
+        conn.close()
+        return (row[0], row[1]) if row else None
+
+    def lost_capture(self, cfg, client, connector: str) -> str | None:
+        slot = self.slot_status(cfg)
+        if slot is not None and slot[0] != "lost":
+            return None
+        if slot is None and client.status(connector) is not None and not (client.offsets(connector) or {}).get("offsets"):
+            return None   # a connector that never streamed (no position stored) lost nothing: no slot made yet
+        return (f"replication slot {cfg.slot_name} " + ("no longer exists at the source" if slot is None else
+                                                       "lost the WAL it held (wal_status lost)")
+                + ": changes made while it was missing were never captured")
+
+    def reset_capture(self, cfg, timeout: float = 60.0) -> None:
+        """Drops the pipeline's (lost) slot once the stopped connector's walsender has let go of it."""
+        conn = self.connect(autocommit=True)
+        try:
+            deadline = time.time() + timeout
+            with conn.cursor() as cur:
+                while True:
+                    cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
+                    row = cur.fetchone()
+                    if row is None:
+                        return
+                    if not row[0]:
+                        cur.execute("SELECT pg_drop_replication_slot(%s)", (cfg.slot_name,))
+                        return
+                    if time.time() > deadline:
+                        raise TransientError(f"replication slot {cfg.slot_name} is still in use {timeout:.0f}s after "
+                                             f"its connector stopped; it cannot be recreated yet (retry the run)")
+                    time.sleep(0.5)
+        finally:
+            conn.close()
+
+    def drop_capture(self, cfg) -> None:
+        """The slot and the publication, so nothing keeps pinning WAL on the source."""
+        self.reset_capture(cfg)
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f'DROP PUBLICATION IF EXISTS "{cfg.publication_name}"')
+        finally:
+            conn.close()
+
+    # ---------------------------------------------------------------- doctor
+
+    def doctor_checks(self, cfg, streaming: int) -> list:
+        """wal_level, each table's shape (carried or refused), the slot and the WAL it
+        holds against max_slot_wal_keep_size, the heartbeat."""
+        from tideline.core import doctor_checks as dc
+        cdc = [t.name for t in cfg.tables if t.mode == "cdc"]
+        with self.connect() as conn, conn.cursor() as cur:
+            cur.execute("SHOW wal_level")
+            out = [dc.wal_level(cur.fetchone()[0])] + self.table_checks(conn, cfg)
+            if not cdc:
+                return out
+            cur.execute("SELECT wal_status, active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "
+                        "FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot_name,))
+            row = cur.fetchone()
+            slot = dict(zip(("wal_status", "active", "retained_bytes"), row)) if row else None
+            out.append(dc.slot(cfg.slot_name, slot, streaming))
+            cur.execute("SELECT setting::int FROM pg_settings WHERE name = 'max_slot_wal_keep_size'")
+            out.append(dc.max_slot_wal_keep_size(cur.fetchone()[0], slot["retained_bytes"] if slot else None))
+            out.append(dc.heartbeat(cfg.source.heartbeat_table, _heartbeat_age(cur, cfg)))
+        conn.close()
+        return out
+
+
+
+def _heartbeat_age(cur, cfg) -> float | None:
+    if not cfg.source.heartbeat_table:
+        return None
+    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (f'"{cfg.source.schema_}"."{cfg.source.heartbeat_table}"',))
+    if not cur.fetchone()[0]:
+        return None
+    cur.execute(f'SELECT extract(epoch FROM now() - beat_at)::float FROM "{cfg.source.schema_}".'
+                f'"{cfg.source.heartbeat_table}" WHERE pipeline = %s', (cfg.name,))
+    row = cur.fetchone()
+    return row[0] if row else None
