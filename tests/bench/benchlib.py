@@ -76,7 +76,7 @@ def run_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "loca
     included: (seconds end to end, peak RSS in MB of the job's process tree — on a cluster, the
     driver's only; executors run under the workers)."""
     started = time.monotonic()
-    from tideline.core.config import SparkSettings
+    from tideline.core.settings import SparkSettings
     from tideline.spark_session import driver_conf
     env = dict(env, **SparkSettings.job_env("load"))   # as the sync DAG submits it (Spark's 1 GB driver heap)
     conf = driver_conf({}, environ=env)   # the host's driver settings (class archive, driver jar)

@@ -122,7 +122,7 @@ class Pipelines:
         """The heartbeat topic and the engine's own (a MariaDB connector's schema history)."""
         from tideline import engines
         from tideline.core.connections import get_connection
-        from tideline.core.config import topic_name
+        from tideline.core.names import topic_name
         own = list(engines.for_source(get_connection(cfg.source.conn_id)).capture_topics(cfg))
         beat = cfg.source.heartbeat_table   # not a table of the pipeline: its topic by Debezium's rule
         return ([topic_name(cfg.kafka.topic_prefix, cfg.source.schema_, beat)] if beat else []) + own

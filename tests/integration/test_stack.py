@@ -174,7 +174,7 @@ def test_spark_drivers_create_files_without_forking_chmod(stack, tmp_path):
     for each file it creates — a stream's checkpoint makes several per batch. The drivers' host
     settings (driver_conf) put Tideline's java.nio file system on their class path instead. A
     `chmod` first on PATH logs every call: none with those settings, some without (the control)."""
-    from tideline.core.config import SparkSettings
+    from tideline.core.settings import SparkSettings
     fake = tmp_path / "bin"
     fake.mkdir()
     calls = tmp_path / "chmod.log"

@@ -95,7 +95,7 @@ def test_names_are_written_as_the_database_spells_them(name):
 
 
 def test_topic_names_follow_debezium_and_collisions_are_refused():
-    from tideline.core.config import topic_name
+    from tideline.core.names import topic_name
     assert topic_name("p", "public", "Order Lines") == "p.public.Order_Lines"
     assert topic_name("p", "public", "Käufe") == "p.public.K_ufe"
     assert topic_name("p", "public", "a😀") == "p.public.a__"   # two UTF-16 units, as Java counts
@@ -187,14 +187,14 @@ def test_change_events_keep_the_whole_source_block_unless_told_which_fields():
 
 
 def test_job_env_caps_malloc_arenas_for_every_job_and_returns_a_streams_freed_batches():
-    from tideline.core.config import SparkSettings
+    from tideline.core.settings import SparkSettings
     assert SparkSettings.job_env("load") == SparkSettings.job_env("batch") == {"MALLOC_ARENA_MAX": "2"}
     assert SparkSettings.job_env("stream") == {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072",
                                                "ARROW_DEFAULT_MEMORY_POOL": "system"}
 
 
 def test_a_batch_of_big_events_holds_fewer_of_them():
-    from tideline.core.config import StreamSettings
+    from tideline.core.settings import StreamSettings
     stream = StreamSettings()
     assert stream.batch_events(None) == stream.batch_events(0) == 200_000     # nothing seen yet: the count
     assert stream.batch_events(600) == 200_000                                  # 120 MB: within 128 MB

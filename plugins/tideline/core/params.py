@@ -1,7 +1,8 @@
 """Trigger params of the sync DAG: validation and the per-table plan (pure, unit-tested)."""
 from __future__ import annotations
 
-from tideline.core.config import PipelineConfig, name_problem
+from tideline.core.config import PipelineConfig
+from tideline.core.names import name_problem
 from tideline.core.errors import TerminalError
 
 ACTIONS = ("auto", "full_reload", "repair", "validate")

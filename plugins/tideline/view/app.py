@@ -88,7 +88,8 @@ def create_app() -> FastAPI:
     @app.get("/api/pipelines/{pipeline}/tables/{table}/history", dependencies=[Depends(_user)])
     def table_history(pipeline: str, table: str, window: str = "1h"):
         """One table's stream figures in time buckets, its runs, and its loads' progress."""
-        from tideline.core.config import PIPELINE_NAME, load_pipeline
+        from tideline.core.config import load_pipeline
+        from tideline.core.names import PIPELINE_NAME
         from tideline.core.errors import TidelineError
         path = _pipelines_dir() / f"{pipeline}.yaml"
         if not PIPELINE_NAME.match(pipeline) or not path.is_file():

@@ -1,0 +1,200 @@
+"""The pipeline config's sections other than its tables: source and target endpoints, Kafka,
+Connect, Spark, the stream, verify, alerts — each a typed model with its defaults and the rules a
+value must follow (see core.config for the pipeline and its tables)."""
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tideline.core.names import TOPIC_PREFIX, identifier
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Endpoint(_Model):
+    conn_id: str = Field(description="Airflow connection id")
+    schema_: str = Field(default="public", alias="schema")
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema(cls, v: str) -> str:
+        return identifier(v, "schema")
+
+
+class SourceEndpoint(Endpoint):
+    heartbeat_table: str | None = Field(
+        default="tideline_heartbeat",
+        description="table in the source schema the connector writes a heartbeat row to, so its slot advances "
+                    "while the synced tables are idle (else the slot pins WAL until the disk fills); null = off")
+
+    @field_validator("heartbeat_table")
+    @classmethod
+    def _heartbeat(cls, v: str | None) -> str | None:
+        return v if v is None else identifier(v, "heartbeat_table")
+
+
+class KafkaSettings(_Model):
+    @property
+    def max_message_bytes(self) -> int:
+        return self.max_message_mb * 1024 * 1024
+
+    conn_id: str = "tideline_kafka"
+    topic_prefix: str
+    partitions: int = Field(default=1, ge=1, le=1000)
+    replication_factor: int = Field(default=1, ge=1, le=10)
+    retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=60_000)
+    json_schemas: bool = Field(default=False, description="embed Kafka Connect schemas in the change events "
+                                                          "(bigger messages; some sinks, e.g. JDBC, need them)")
+    durability: Literal["local", "production"] = Field(
+        default="local", description="what the doctor requires of the topics: local allows one replica; "
+                                     "production needs replication >= 3, min.insync.replicas >= 2, no unclean "
+                                     "leader election")
+    allowed_downtime_hours: float = Field(
+        default=72, gt=0, description="how long the stream may be stopped without losing offsets: topic "
+                                      "retention must be longer (the doctor checks the real topics)")
+    max_message_mb: int = Field(
+        default=64, ge=1, le=90, description="largest change event (one row's image) the pipeline carries, in MB: "
+                                             "the connector's producer and the change topics are set to it (Kafka's "
+                                             "own default, 1 MB, would stop capture at the first big row); below "
+                                             "the brokers' socket.request.max.bytes (100 MB by default)")
+    source_fields: list[str] | None = Field(
+        default=None, description="fields of Debezium's `source` block to keep in the change events, e.g. "
+                                   "[ts_ms] (all the stream reads): ~half the bytes on Kafka (571 -> 276 per "
+                                   "benchmark event); null (default) keeps the whole block for other consumers")
+
+    @field_validator("source_fields")
+    @classmethod
+    def _source_fields(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        if "ts_ms" not in v:
+            raise ValueError("must keep ts_ms (the source commit time the stream's lag is measured from), "
+                             "or be null to keep the whole source block")
+        bad = [f for f in v if not re.fullmatch(r"[a-z_][a-z0-9_]*", f)]
+        if bad:
+            raise ValueError(f"{bad} are not field names of Debezium's source block (lowercase, digits, _)")
+        return v
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if not TOPIC_PREFIX.match(v):
+            raise ValueError("letters, digits, '.', '_' and '-' only (it becomes part of Kafka topic names)")
+        return v
+
+
+class ConnectSettings(_Model):
+    conn_id: str = "tideline_connect"
+
+
+# A stream's driver JVM: the serial collector (see job_conf); a heap that grows only while under
+# 10% of it is free after a collection and gives back what is over 30% free — a batch's raw records
+# are garbage right after it, and Java's defaults (40%/70%) kept the heap larger for nothing; and
+# the client compiler only (C1): C2's compilations cost a 2-core host more than its faster code
+# gives back. Measured on 2 cores: backlog of 2M events, driver JVM peak ~960 -> ~760 MB at the
+# same speed (tests/bench/incremental.py); streams at light load, JVM 592-685 -> 522 MB and 30% ->
+# 17% of a core each (tests/bench/capacity.py). A pipeline's spark.conf can set other options.
+STREAM_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30 -XX:TieredStopAtLevel=1"
+
+
+CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+DIRECT_RESULT_BYTES = 64 << 20   # below spark.rpc.message.maxSize (128 MB), which direct results must fit
+
+
+class SparkSettings(_Model):
+    conn_id: str = "spark_default"
+    parallelism: int = Field(default=4, ge=1, le=256, description="JDBC partitions per table in a full load")
+    stream_cores: int = Field(default=1, ge=1, le=256,
+                              description="cores a running stream holds on a Spark cluster (its spark.cores.max; "
+                                          "loads and batches hold at most `parallelism`): a cluster needs "
+                                          "streams x stream_cores + the loads' cores, or a job waits for cores")
+    conf: dict[str, str] = Field(default_factory=dict)
+
+    def job_conf(self, kind: str) -> dict[str, str]:
+        """The Spark settings of one job kind (stream | load | batch). On a standalone cluster an
+        application takes every free core unless capped, so a first stream would starve the
+        rest (local mode ignores the cap). A stream's driver runs the serial collector: it lives
+        for days applying batches one after another, and G1's regions and threads cost it ~250 MB
+        of resident memory and ~10% of a core for nothing (tests/bench/capacity.py). The
+        pipeline's own `conf` wins."""
+        conf = {"spark.cores.max": str(self.stream_cores if kind == "stream" else self.parallelism)}
+        if kind == "stream":
+            conf["spark.driver.extraJavaOptions"] = STREAM_JAVA_OPTIONS
+            # The per-run checkpoint through Hadoop's FileSystem API: the default FileContext one
+            # forks `readlink` (and, for its .crc files, `chmod`) of a driver JVM for every
+            # checkpoint file without Hadoop's native library — several per batch. This one still
+            # has Hadoop fork `chmod` per new file, unless the driver runs with Tideline's local
+            # file system (spark_session.driver_conf). The checkpoint is disposable (the target
+            # holds the position), so its rename semantics don't matter.
+            conf["spark.sql.streaming.checkpointFileManagerClass"] = CHECKPOINT_FILE_MANAGER
+            # A batch's raw records come back as task results of ~15 MB each; above 1 MB (the
+            # default) Spark parks each in the block manager and fetches it back over the network
+            # stack, two more copies of every batch through the heap: ~6% of the stream's time.
+            conf["spark.task.maxDirectResultSize"] = str(DIRECT_RESULT_BYTES)
+        return {**conf, **self.conf}
+
+    @staticmethod
+    def job_env(kind: str) -> dict[str, str]:
+        """How one job kind's processes allocate memory (the sync DAG submits with these; so do the
+        benchmarks). MALLOC_ARENA_MAX: glibc gives each JVM thread its own malloc arena; two are
+        plenty. A stream also fixes glibc's mmap threshold (it otherwise rises once a batch's big
+        buffers are freed, and the next batches' then stay in the heap for good) and sends pyarrow
+        through that malloc instead of mimalloc, which keeps freed batches for reuse: the stream's
+        Python driver peaks ~150 MB lower at the same speed (tests/bench/incremental.py)."""
+        env = {"MALLOC_ARENA_MAX": "2"}
+        if kind == "stream":
+            env.update(MALLOC_MMAP_THRESHOLD_="131072", ARROW_DEFAULT_MEMORY_POOL="system")
+        return env
+
+
+class StreamSettings(_Model):
+    max_offsets_per_trigger: int = Field(default=200_000, ge=100, description="events per batch at most")
+    max_batch_mb: float = Field(default=128, ge=1, description="a batch's raw change events weigh at most about "
+                                                               "this many MB (the driver holds them): fewer events "
+                                                               "per batch when the events are big")
+    trigger_interval_s: float = Field(default=1.0, ge=0.1, le=3600)
+    outage_wait_minutes: float = Field(default=10, ge=0, description="a database that restarts or refuses "
+                                                                     "connections is waited out this long by a "
+                                                                     "running stream before its task fails")
+    on_bad_message: Literal["stop", "dead_letter"] = Field(
+        default="stop", description="stop: halt with topic/partition/offset; dead_letter: record it and go on")
+    checkpoint_dir: str | None = Field(
+        default=None, description="directory of each run's Spark checkpoint (disposable: the position lives in "
+                                  "the target); default the driver's temp directory. With the driver on a "
+                                  "cluster node, storage the driver host keeps")
+
+    def batch_events(self, mean_event_bytes: float | None) -> int:
+        """Events per batch: max_offsets_per_trigger, or fewer when that many events of the size
+        seen in the topics would weigh more than max_batch_mb. 200,000 events of ~600 bytes are
+        ~120 MB; the same count of 5 KB rows would be 1 GB — past the driver's heap and Spark's
+        1 GB cap on a job's results, a batch that fails every time it is tried."""
+        if not mean_event_bytes:
+            return self.max_offsets_per_trigger
+        return max(1, min(self.max_offsets_per_trigger, int(self.max_batch_mb * 1e6 / mean_event_bytes)))
+
+
+class VerifyConfig(_Model):
+    schedule: str | None = Field(default="0 3 * * *", description="cron of the verify_<name> DAG (nightly by "
+                                                                     "default); null = no scheduled verify")
+    tables: list[str] | None = Field(default=None, description="tables to verify (default: every cdc table)")
+    repair: bool = Field(default=False, description="repair what the scheduled verify finds, then verify again")
+    sample_rows: int = Field(default=100, ge=0, le=100_000, description="differing keys listed per table")
+
+
+class AlertSettings(_Model):
+    webhook_conn_id: str | None = Field(default=None, description="Airflow HTTP connection of a chat webhook "
+                                                                  "(Slack/Mattermost-style JSON {\"text\": ...})")
+    headroom_below_hours: float = Field(default=12, ge=0, description="alert when Kafka retention will delete "
+                                                                       "an offset the stream still needs within "
+                                                                       "this many hours")
+    repeat_after_hours: float = Field(default=6, ge=0, description="a condition the watch DAG keeps seeing "
+                                                                  "is alerted again after this long")
+    check_every_minutes: int = Field(default=30, ge=1, le=1440, description="how often the watch_<name> DAG "
+                                                                            "checks headroom, stream running "
+                                                                            "or not")
+    stalled_after_minutes: float = Field(default=15, gt=0, description="alert when a table's stream has "
+                                                                       "committed nothing for this long while "
+                                                                       "Kafka holds events for it")
