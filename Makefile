@@ -14,10 +14,10 @@ down:             ## stop everything the stack started
 	@if [ -x $(PY) ]; then $(STACK) down; fi
 
 status:           ## health of each part of the stack, then where every pipeline's tables stand
-	@$(STACK) status; eval "$$($(STACK) env)"; $(PY) -m tideline.status
+	@$(STACK) status; eval "$$($(STACK) env)"; $(PY) -m tideline.ops.status
 
 doctor:           ## check every part each pipeline depends on: pass / warn / fail and what to do
-	@eval "$$($(STACK) env)"; $(PY) -m tideline.doctor
+	@eval "$$($(STACK) env)"; $(PY) -m tideline.ops.doctor
 
 demo: setup       ## the stack, the demo shop, a live workload, and the sync_demo DAG loading then streaming it
 	@$(PY) stack/demo.py

@@ -1,4 +1,4 @@
-"""Spark entrypoint: one batch-mode interval of a pipeline (thin: the work is in tideline.batch_sync).
+"""Spark entrypoint: one batch-mode interval of a pipeline (thin: the work is in tideline.load.batch).
 
     spark-submit --jars "$TIDELINE_SPARK_JARS" spark_jobs/batch_sync.py --pipeline demo \
         --start 2026-11-20T00:00:00+00:00 --end 2026-11-21T00:00:00+00:00
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
 
     def sync(cfg, spark, tables, log) -> None:
-        from tideline.batch_sync import BatchSync
+        from tideline.load.batch import BatchSync
         for r in BatchSync(cfg, spark).run(args.start, args.end, tables):
             log.info("DONE %s: %s rows, cursor range [%s, %s), %.1fs", r.table, f"{r.rows:,}", r.lower, r.upper,
                      r.seconds)

@@ -1,4 +1,4 @@
-"""Spark entrypoint: full load of a pipeline's tables (thin: the work is in tideline.full_load).
+"""Spark entrypoint: full load of a pipeline's tables (thin: the work is in tideline.load.full_load).
 
     spark-submit --jars "$TIDELINE_SPARK_JARS" spark_jobs/full_load.py --pipeline demo [--tables a,b]
 
@@ -13,7 +13,7 @@ from tideline.entrypoints import job_parser, run_job
 
 
 def load(cfg, spark, tables, log) -> None:
-    from tideline.full_load import FullLoad
+    from tideline.load.full_load import FullLoad
     for r in FullLoad(cfg, spark).run(tables or [t.name for t in cfg.tables]):
         log.info("DONE %s: %s rows, %d partitions, %.1fs, %s rows/s, epoch %d, resume offsets %s",
                  r.table, f"{r.rows:,}", r.partitions, r.seconds, f"{r.rows_per_s:,.0f}", r.epoch, r.offsets)

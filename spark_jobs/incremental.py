@@ -1,4 +1,4 @@
-"""Spark entrypoint: the change stream of a pipeline (thin: the work is in tideline.incremental).
+"""Spark entrypoint: the change stream of a pipeline (thin: the work is in tideline.stream.run).
 
     spark-submit --jars "$TIDELINE_SPARK_JARS" spark_jobs/incremental.py --pipeline demo [--mode available_now]
 
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     def stream(cfg, spark, tables, _log) -> None:
-        from tideline.incremental import IncrementalRun
+        from tideline.stream.run import IncrementalRun
         IncrementalRun(cfg, spark, args.mode, tables).run()
 
     return run_job(args, "incremental", stream)

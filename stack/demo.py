@@ -108,9 +108,9 @@ def demo_pipelines():
 
 
 def wait_until_caught_up(cfgs, timeout: float, every: float = 5, quiet: bool = False) -> bool:
-    """Prints each pipeline's tables until every one has caught up (tideline.status.not_caught_up),
+    """Prints each pipeline's tables until every one has caught up (tideline.ops.status.not_caught_up),
     saying what still waits; False when `timeout` passes first."""
-    from tideline.status import not_caught_up, pipeline_status, render
+    from tideline.ops.status import not_caught_up, pipeline_status, render
     deadline = time.time() + timeout
     while True:
         waiting = []

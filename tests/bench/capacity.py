@@ -34,7 +34,7 @@ from benchlib import ROOT, pg, stackctl
 
 os.environ.update(stackctl.environment())
 
-from tideline.connector import drop_capture, ensure_capture  # noqa: E402
+from tideline.capture.connector import drop_capture, ensure_capture  # noqa: E402
 from tideline.core.config import load_pipeline  # noqa: E402
 from tideline.core.connections import get_connection  # noqa: E402
 from tideline.packaging import library_zip  # noqa: E402

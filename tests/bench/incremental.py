@@ -43,7 +43,7 @@ from benchlib import ROOT, PeakRss, pg, stackctl
 
 os.environ.update(stackctl.environment())
 
-from tideline.connector import drop_capture, ensure_capture  # noqa: E402
+from tideline.capture.connector import drop_capture, ensure_capture  # noqa: E402
 from tideline.core.config import load_pipeline  # noqa: E402
 from tideline.core.connections import get_connection  # noqa: E402
 from tideline.kafka_offsets import end_offsets  # noqa: E402
@@ -299,7 +299,7 @@ def main() -> int:
         for c in (cfg, peer_cfg):
             ensure_capture(c, get_connection("tideline_kafka"), get_connection("tideline_connect"),
                            get_connection("tideline_source"))
-        from tideline.full_load import FullLoad
+        from tideline.load.full_load import FullLoad
         from tideline.spark_session import get_session
         spark = get_session("bench-full-load")
         FullLoad(cfg, spark).run([TABLE])   # empty table: the stream starts at offset 0

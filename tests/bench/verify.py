@@ -4,7 +4,7 @@
     .venv/bin/python tests/bench/verify.py [--rows 2000000]
 
 Source: the full-load benchmark's table (2,000,000 rows x 10 columns, created once, reused);
-target: an exact copy (COPY pipe). Tideline: tideline.verify (fingerprints computed inside both
+target: an exact copy (COPY pipe). Tideline: tideline.verify.compare (fingerprints computed inside both
 databases at once). Baseline, the fair naive compare: each table's rows as `t::text` in key order
 through server-side cursors, compared as strings (no Python decoding of values). Last line:
 RESULT verify_rows_per_s=<n> naive_rows_per_s=<n> ratio=<verify/naive> peak_rss_mb=<n>
@@ -55,7 +55,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="[bench] %(name)s: %(message)s")
     from tideline.core.config import parse_pipeline
     from tideline.core.connections import get_connection
-    from tideline.verify import verify
+    from tideline.verify.compare import verify
 
     ensure_source(args.rows)
     print("[bench] copying the table to the target (the clean copy both compares read) ...", flush=True)

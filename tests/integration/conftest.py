@@ -102,7 +102,7 @@ class Pipelines:
                 fut.result(30)
             self.topics += new
         if capture:
-            from tideline.connector import ensure_capture
+            from tideline.capture.connector import ensure_capture
             from tideline.core.connections import get_connection
             ensure_capture(cfg, get_connection("tideline_kafka"), get_connection("tideline_connect"),
                            get_connection(cfg.source.conn_id))
@@ -148,7 +148,7 @@ class Pipelines:
 
 
     def _drop_capture(self, cfg):
-        from tideline.connector import drop_capture
+        from tideline.capture.connector import drop_capture
         from tideline.core.connections import get_connection
         drop_capture(cfg, get_connection("tideline_connect"), get_connection(cfg.source.conn_id))
 

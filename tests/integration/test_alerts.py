@@ -10,7 +10,8 @@ import psycopg2
 import pytest
 
 import stackctl
-from tideline import alerts, state
+from tideline import state
+from tideline.ops import alerts
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 import stackctl
 from helpers import table_digest
 from tideline import state
-from tideline.batch_sync import BatchSync
+from tideline.load.batch import BatchSync
 
 pytestmark = pytest.mark.integration
 ROOT = stackctl.ROOT

@@ -31,8 +31,9 @@ import stackctl
 from helpers import Writer, drop_source, table_digest
 from test_batch import make_events
 from test_incremental import assert_batches_contiguous, batches, make_items, spark_submit, sync_until_equal
-from tideline import doctor, state
-from tideline.connector import ConnectClient, connector_name
+from tideline import state
+from tideline.ops import doctor
+from tideline.capture.connector import ConnectClient, connector_name
 from tideline.packaging import library_zip
 
 pytestmark = pytest.mark.integration

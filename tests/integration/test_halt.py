@@ -11,8 +11,8 @@ from helpers import drop_source, rows_as_text
 from test_incremental import assert_batches_contiguous, make_items
 from tideline import state
 from tideline.core.errors import HaltedError
-from tideline.full_load import FullLoad
-from tideline.incremental import IncrementalRun
+from tideline.load.full_load import FullLoad
+from tideline.stream.run import IncrementalRun
 
 pytestmark = pytest.mark.integration
 

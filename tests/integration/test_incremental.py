@@ -20,8 +20,8 @@ from helpers import Writer, drop_source, let_retention_delete, table_digest
 from tideline import state
 from tideline.core.errors import (EXIT_FENCED, EXIT_RESNAPSHOT, DataLossError, HaltedError, ResnapshotRequired,
                                    SourceError)
-from tideline.full_load import FullLoad
-from tideline.incremental import IncrementalRun
+from tideline.load.full_load import FullLoad
+from tideline.stream.run import IncrementalRun
 from tideline.spark_session import driver_conf
 
 pytestmark = pytest.mark.integration

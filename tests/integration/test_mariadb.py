@@ -20,13 +20,14 @@ from psycopg2 import sql
 import stackctl
 from test_dags import airflow_env  # noqa: F401 — fixture
 from helpers import Writer, let_retention_delete, rows_as_text, table_digest
-from tideline import doctor, engines
+from tideline import engines
+from tideline.ops import doctor
 from tideline.core.config import load_pipeline
 from tideline.core.connections import get_connection
 from tideline.core.errors import SourceError
 from tideline.core.table_shape import copy_into, create_table
-from tideline.full_load import FullLoad
-from tideline.incremental import IncrementalRun
+from tideline.load.full_load import FullLoad
+from tideline.stream.run import IncrementalRun
 
 DB = stackctl.MARIADB_DATABASE
 CONN_ID = "tideline_mariadb_source"
@@ -199,7 +200,7 @@ TEXT_KEYS = ["a", "B", "c", "é", "😀", "Z", " x", "a\tb", "", "ab", "Ab-2", "
 
 def verify_table(cfg, table: str, **settings):
     """One verify of a table (no stream to wait for), narrowing down to single rows when asked."""
-    from tideline.verify import VerifySettings, verify
+    from tideline.verify.compare import VerifySettings, verify
     [report] = verify(cfg, get_connection(CONN_ID), get_connection("tideline_target"), [table], None,
                       VerifySettings(**settings))
     return report
@@ -208,7 +209,7 @@ def verify_table(cfg, table: str, **settings):
 def tamper_and_repair(target_db, cfg, table: str, scratch: str, change: str, deleted, extra_row: str) -> None:
     """Changes one target row (`change`: SET … WHERE …), deletes one, adds one: verify must name
     exactly those keys, and repair must fix exactly them (target == source again)."""
-    from tideline.repair import repair_verified
+    from tideline.verify.repair import repair_verified
     first = verify_table(cfg, table, leaf_rows=1, fanout=3)
     assert first.equal, first.summary()
     name = sql.Identifier(cfg.name), sql.Identifier(table)
@@ -329,7 +330,7 @@ def test_sync_dag_reloads_by_itself_after_retention_loss_and_purged_binlogs(airf
     purged → ensure_connector marks the table, recreates capture, and the run reloads it."""
     from test_dags import run_dag
     from tideline import state
-    from tideline.connector import ConnectClient
+    from tideline.capture.connector import ConnectClient
     from tideline.core.debezium import connector_name
     t, scratch = f"{unique_name}_tide", f"{unique_name}_oracle"
     _exec(maria, f"CREATE TABLE `{t}` (id int PRIMARY KEY, qty int NOT NULL, note varchar(100)) CHARACTER SET utf8mb4",
@@ -402,7 +403,7 @@ def test_batch_mode_reads_intervals_by_the_cursor_and_reruns_change_nothing(stac
     from datetime import datetime, timedelta, timezone
 
     from tideline import state
-    from tideline.batch_sync import BatchSync
+    from tideline.load.batch import BatchSync
     t, scratch = f"{unique_name}_batch", f"{unique_name}_oracle"
     day0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
     _exec(maria, f"CREATE TABLE `{t}` (id varchar(20) PRIMARY KEY, updated_at datetime(6) NOT NULL, v text, "
@@ -578,7 +579,7 @@ def test_config_from_a_mariadb_connection(stack, pipelines, tmp_path):
 
 def test_names_as_the_database_spells_them_and_partitioned_tables_are_carried_views_refused(
         stack, spark, maria, target_db, pipelines, unique_name):
-    from tideline import refusals
+    from tideline.capture import refusals
     t, view, scratch = f"{unique_name} Order Lines Ä", f"{unique_name}_v", f"{unique_name}_oracle"
     _exec(maria, f"CREATE TABLE `{t}` (id int PRIMARY KEY, `Line Note` text, `Select` int, `Ümlaut ✓` varchar(20)) "
                  f"CHARACTER SET utf8mb4 PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (100), "

@@ -12,12 +12,14 @@ from confluent_kafka.admin import AdminClient
 import stackctl
 from helpers import _set_topic_configs, drop_source, table_digest
 from test_dags import airflow_env, dag_pipeline, make_table, run_dag  # noqa: F401 (fixture)
-from tideline import coverage, doctor, state
-from tideline.alerts import notify
-from tideline.connector import ConnectClient
+from tideline import state
+from tideline.ops import doctor
+from tideline.stream import coverage
+from tideline.ops.alerts import notify
+from tideline.capture.connector import ConnectClient
 from tideline.core.connections import get_connection
 from tideline.core.debezium import connector_name
-from tideline.full_load import FullLoad
+from tideline.load.full_load import FullLoad
 
 pytestmark = pytest.mark.integration
 

@@ -385,7 +385,7 @@ def test_watchdog_alerts_when_a_stream_commits_nothing_while_events_wait(
     from helpers import drop_source
     from test_dags import make_table, run_dag
     from tideline import state
-    from tideline.full_load import FullLoad
+    from tideline.load.full_load import FullLoad
     t = f"{unique_name}_stall"
     make_table(source_db, t, 50)
     try:

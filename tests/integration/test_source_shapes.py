@@ -11,9 +11,9 @@ import stackctl
 
 from helpers import drop_source, rows_as_text
 from test_incremental import sync_until_equal
-from tideline.connector import ensure_capture
+from tideline.capture.connector import ensure_capture
 from tideline.core.connections import get_connection
-from tideline.full_load import FullLoad
+from tideline.load.full_load import FullLoad
 
 pytestmark = pytest.mark.integration
 
@@ -174,9 +174,9 @@ def test_tables_that_cannot_be_carried_are_refused_alone_and_the_others_load_and
 
 def test_rows_of_16_mb_are_carried_and_a_row_over_the_limit_halts_its_table_with_key_and_size(
         spark, source_db, target_db, pipelines, unique_name):
-    from tideline.connector import capture_failure
+    from tideline.capture.connector import capture_failure
     from tideline.core.errors import HaltedError
-    from tideline.incremental import IncrementalRun
+    from tideline.stream.run import IncrementalRun
     t = f"{unique_name}_big"
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, n int, doc text, blob bytea, body jsonb)")
@@ -224,7 +224,7 @@ def test_rows_of_16_mb_are_carried_and_a_row_over_the_limit_halts_its_table_with
 
 def test_quoted_mixed_case_unicode_and_reserved_names_are_carried(spark, source_db, target_db, pipelines, unique_name):
     from helpers import table_digest
-    from tideline.incremental import IncrementalRun
+    from tideline.stream.run import IncrementalRun
     schema, target_schema = f"{unique_name} Verkäufe", f"{unique_name} Ziel"
     lines, kaeufe, user = "Order Lines", "Käufe", "user"
     with source_db.cursor() as cur:
@@ -283,7 +283,7 @@ def test_quoted_mixed_case_unicode_and_reserved_names_are_carried(spark, source_
 def test_partitions_attached_with_rows_or_detached_reload_the_table_created_ones_just_stream(
         spark, source_db, target_db, pipelines, unique_name):
     from tideline.core.errors import ResnapshotRequired
-    from tideline.incremental import IncrementalRun
+    from tideline.stream.run import IncrementalRun
     t = f"{unique_name}_tree"
     make_partitioned(source_db, t, rows=300)
     try:
@@ -315,7 +315,7 @@ def test_partitions_attached_with_rows_or_detached_reload_the_table_created_ones
 def test_tables_of_several_schemas_land_in_the_target_schemas_chosen_per_table(
         spark, source_db, target_db, pipelines, unique_name):
     from helpers import table_digest
-    from tideline.incremental import IncrementalRun
+    from tideline.stream.run import IncrementalRun
     home, eu, lake = f"{unique_name}_a", f"{unique_name}_eu", f"{unique_name}_lake"
     with source_db.cursor() as cur:
         cur.execute(f"CREATE SCHEMA {eu}")
@@ -355,10 +355,10 @@ def test_tables_of_several_schemas_land_in_the_target_schemas_chosen_per_table(
 
 def test_a_failed_connector_is_an_incident_in_status_the_stream_and_never_caught_up(
         spark, source_db, target_db, pipelines, unique_name):
-    from tideline.connector import ConnectClient, capture_failure
+    from tideline.capture.connector import ConnectClient, capture_failure
     from tideline.core.debezium import connector_name
-    from tideline.incremental import IncrementalRun
-    from tideline.status import not_caught_up, pipeline_status, render
+    from tideline.stream.run import IncrementalRun
+    from tideline.ops.status import not_caught_up, pipeline_status, render
     t, role, admin = f"{unique_name}_cf", f"{unique_name}_cdc", None
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY)")

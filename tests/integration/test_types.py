@@ -10,9 +10,10 @@ import pytest
 
 from helpers import drop_source, rows_as_text
 from tideline.core.errors import SourceError
-from tideline.full_load import FullLoad
-from tideline.incremental import IncrementalRun
-from tideline import doctor, engines
+from tideline.load.full_load import FullLoad
+from tideline.stream.run import IncrementalRun
+from tideline import engines
+from tideline.ops import doctor
 from tideline.core.connections import get_connection
 
 pytestmark = pytest.mark.integration

@@ -12,9 +12,9 @@ import pytest
 from helpers import Writer, drop_source, table_digest
 from test_incremental import batches, spark_submit
 from tideline.core.connections import get_connection
-from tideline.full_load import FullLoad
-from tideline.repair import repair_verified
-from tideline.verify import VerifySettings, verify
+from tideline.load.full_load import FullLoad
+from tideline.verify.repair import repair_verified
+from tideline.verify.compare import VerifySettings, verify
 
 pytestmark = pytest.mark.integration
 
@@ -204,7 +204,7 @@ def test_a_stopped_stream_is_named_in_the_report_instead_of_waited_for(spark, so
 
 
 def test_a_repair_key_range_is_typed_before_any_work(source_db, pipelines, unique_name):
-    from tideline.repair import RepairError, check_key_range
+    from tideline.verify.repair import RepairError, check_key_range
     t = f"{unique_name}_rk"
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{t} (id bigint PRIMARY KEY, v text)")
@@ -227,7 +227,7 @@ def test_repair_while_the_stream_applies_changes_to_the_same_keys(spark, source_
                                                                  unique_name):
     """The repair holds the stream's fence before it reads the source: a batch the stream commits
     meanwhile is either in the repair's read or applied after it — never overwritten by older rows."""
-    from tideline.repair import repair
+    from tideline.verify.repair import repair
     t = f"{unique_name}_rrace"
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{t} (id bigint PRIMARY KEY, qty int NOT NULL, note text)")

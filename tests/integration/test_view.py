@@ -1,4 +1,4 @@
-"""The Tideline view inside the running Airflow api-server: its JSON API against `tideline.status`,
+"""The Tideline view inside the running Airflow api-server: its JSON API against `tideline.ops.status`,
 its login, its Prometheus metrics, the page in a real browser (headless Chromium), and one target
 that is down or hangs not breaking the others.
 
@@ -61,7 +61,7 @@ def demo(stack):
     and 1 change waiting on Kafka. Yields the two DAG run ids and an Airflow token."""
     import psycopg2
 
-    from tideline import verify
+    from tideline.verify import compare as verify
     source_db = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"]))
     source_db.autocommit = True
     try:
@@ -81,7 +81,7 @@ def demo(stack):
 
 def test_api_shows_every_table_as_tideline_status_does(demo):
     from tideline.core.config import load_pipeline
-    from tideline.status import pipeline_status
+    from tideline.ops.status import pipeline_status
     [api] = get("api/pipelines?pipeline=demo", demo["token"])
     expected = {t.table: t for t in pipeline_status(load_pipeline(ROOT / "pipelines" / "demo.yaml"), exact_counts=False)}
     assert api["state"] == "ok" and api["dag_id"] == "sync_demo" and api["error"] is None
@@ -269,7 +269,7 @@ def test_a_load_shows_as_running_while_it_samples_and_not_after_its_driver_was_k
     """A killed load leaves its run 'running' (the next run of the table closes it): status shows
     its rows only while its samples are fresh."""
     from tideline import state
-    from tideline.status import pipeline_status
+    from tideline.ops.status import pipeline_status
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{pipelines.name} (id bigint PRIMARY KEY)")
     try:

@@ -9,7 +9,7 @@ from tideline import packaging
 def test_the_zip_holds_the_whole_package_and_imports_alone(tmp_path):
     built = packaging.library_zip(tmp_path)
     names = set(zipfile.ZipFile(built).namelist())
-    assert {"tideline/__init__.py", "tideline/core/copy_text.py", "tideline/full_load.py"} <= names
+    assert {"tideline/__init__.py", "tideline/core/copy_text.py", "tideline/load/full_load.py"} <= names
     assert not any("__pycache__" in n for n in names)
     # a fresh interpreter with only the zip (and site-packages) on its path imports it from there
     out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "

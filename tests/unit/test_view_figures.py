@@ -6,7 +6,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tideline.state import airflow_task
-from tideline.status import TableStatus
+from tideline.ops.status import TableStatus
 from tideline.view import history, metrics
 from tideline.view.overview import PipelineOverview
 

@@ -81,7 +81,7 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
 
 def alert_sender(cfg):
     """notify(event, message) for this pipeline, resolving its webhook through Airflow."""
-    from tideline import alerts
+    from tideline.ops import alerts
     from tideline.airflow import connections
     return lambda event, message, subject="": alerts.notify(cfg, event, message, resolve=connections.get)
 
@@ -104,7 +104,7 @@ class CoverageSensor(BaseSensorOperator):
         import psycopg2
         from airflow.sdk import PokeReturnValue
 
-        from tideline import coverage
+        from tideline.stream import coverage
         from tideline.airflow import connections
         from tideline.airflow.pipelines import get_pipeline
         cfg = get_pipeline(self.pipeline)

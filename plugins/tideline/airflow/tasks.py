@@ -7,7 +7,9 @@ from datetime import datetime, timezone
 import psycopg2
 from airflow.sdk.exceptions import AirflowFailException
 
-from tideline import alerts, state
+from tideline import state
+
+from tideline.ops import alerts
 from tideline.airflow import connections
 from tideline.airflow.operators import alert_sender
 from tideline.airflow.pipelines import get_pipeline
@@ -19,7 +21,7 @@ log = logging.getLogger("tideline.dag")
 
 def check_params(pipeline: str, params: dict) -> dict:
     """Rejects bad trigger params before any work, naming the param and what is allowed."""
-    from tideline import repair as repair_mod
+    from tideline.verify import repair as repair_mod
     cfg = get_pipeline(pipeline)
     try:
         checked = check_sync_params(cfg, params)
@@ -36,7 +38,7 @@ def check_params(pipeline: str, params: dict) -> dict:
 def ensure_capture(pipeline: str) -> list[str]:
     """Refuses the tables that cannot be carried (their state says why), then topics, publication,
     connector and slot in place for the others; returns the tables marked for a reload (a lost slot)."""
-    from tideline.connector import ensure_capture as ensure
+    from tideline.capture.connector import ensure_capture as ensure
     from tideline.core.errors import SourceError
     cfg = get_pipeline(pipeline)
     target = connections.get(cfg.target.conn_id)
@@ -53,7 +55,7 @@ def ensure_capture(pipeline: str) -> list[str]:
 
 def doctor(pipeline: str) -> list[dict]:
     """Every check of the pipeline's parts; fails the run when one fails, naming what to do."""
-    from tideline import doctor as doctor_mod
+    from tideline.ops import doctor as doctor_mod
     cfg = get_pipeline(pipeline)
     checks = doctor_mod.run(cfg, connections.get)
     for line in doctor_mod.format_checks(checks):
@@ -126,7 +128,7 @@ def branch_on_action(checked: dict) -> str:
 
 
 def repair(pipeline: str, checked: dict) -> list[dict]:
-    from tideline import repair as repair_mod
+    from tideline.verify import repair as repair_mod
     cfg = get_pipeline(pipeline)
     source, target = connections.get(cfg.source.conn_id), connections.get(cfg.target.conn_id)
     r = dict(checked["repair"])
@@ -144,7 +146,7 @@ def repair(pipeline: str, checked: dict) -> list[dict]:
 def verify(pipeline: str, tables: list[str], repair_found: bool = False) -> list[dict]:
     """Source↔target verify of the tables (the validate action; the verify_<pipeline> DAG with
     repair_found from the config). Differences alert and fail the task, unless repaired away."""
-    from tideline import verify as verify_mod
+    from tideline.verify import compare as verify_mod
     cfg = get_pipeline(pipeline)
     reports = verify_mod.verify_and_repair(
         cfg, connections.get(cfg.source.conn_id), connections.get(cfg.target.conn_id), tables,
@@ -177,7 +179,7 @@ def watch(pipeline: str) -> dict:
     pipeline's connector failed (no table receives a change; it would look like a quiet source)."""
     import psycopg2
 
-    from tideline import coverage
+    from tideline.stream import coverage
     cfg = get_pipeline(pipeline)
     conn = psycopg2.connect(connections.get(cfg.target.conn_id).postgres_dsn())
     try:
@@ -205,7 +207,7 @@ def watch(pipeline: str) -> dict:
                     send(alerts.STREAM_STALLED, watchdog.describe(cfg.name, table, pending[table], idle,
                                                                   st.last_error, st.raw.get("last_error_at")),
                          subject=table)
-        from tideline.connector import capture_failure
+        from tideline.capture.connector import capture_failure
         capture = capture_failure(cfg, connections.get(cfg.connect.conn_id))
         if capture is not None and any(getattr(state.get(conn, cfg.name, t), "phase", None) == "streaming"
                                        for t in tables):

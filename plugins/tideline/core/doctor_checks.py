@@ -1,5 +1,5 @@
 """The doctor's judgements, pure: facts gathered from each part in, pass/warn/fail with what to
-do out. tideline.doctor gathers the facts; these functions are unit-tested on their own."""
+do out. tideline.ops.doctor gathers the facts; these functions are unit-tested on their own."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,7 +1,7 @@
 """Source↔target verification, the pure part: key ranges, the SQL that fingerprints them inside
 each database, and how two fingerprints of rows become a report of missing, extra and different
 rows. The I/O (running the queries on both sides at once, bisecting, re-checking) is
-tideline.verify.
+tideline.verify.compare.
 
 Fingerprint of a row: hash_record_extended over its synced columns (each value hashed by its
 type's own hash function, no text rendering — 3× faster than md5 of the row text); columns of a

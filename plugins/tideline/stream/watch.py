@@ -11,7 +11,9 @@ import threading
 import time
 from typing import Callable
 
-from tideline import alerts, state
+from tideline import state
+
+from tideline.ops import alerts
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.errors import FencedError, ResnapshotRequired, TidelineError
@@ -126,7 +128,7 @@ class StreamWatch:
         """A failed connector sends nothing, so the stream would look caught up while the source
         moves on: said in each table's state (last_error, cleared by the next batch) and alerted,
         once per distinct failure."""
-        from tideline.connector import capture_failure
+        from tideline.capture.connector import capture_failure
         try:
             failure = capture_failure(self.cfg, get_connection(self.cfg.connect.conn_id, self._environ))
         except Exception as exc:   # no Connect connection given to this job: the watch DAG still checks

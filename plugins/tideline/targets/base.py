@@ -33,7 +33,7 @@ class Capabilities:
     holds_state: bool          # Tideline's state schema lives in the target, in the same transactions
     snapshot_publish: str      # how a full load goes live: "shadow_swap" (rename in one transaction) | "commit"
     copy_in: bool              # accepts PostgreSQL COPY (text and binary) streamed by the load's tasks
-    sql_verify: bool           # fingerprints key ranges with SQL on its own side (tideline.verify)
+    sql_verify: bool           # fingerprints key ranges with SQL on its own side (tideline.verify.compare)
 
 
 class Target(ABC):

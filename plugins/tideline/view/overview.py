@@ -11,7 +11,7 @@ from typing import Callable
 
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import Conn
-from tideline.status import TableStatus, pipeline_status
+from tideline.ops.status import TableStatus, pipeline_status
 
 # Threads of pipelines that overran stay behind until their driver gives up; a bounded pool keeps
 # a hanging target from piling them up request after request.

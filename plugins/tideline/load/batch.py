@@ -15,7 +15,7 @@ from tideline import engines, state, targets
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.errors import LoadVerificationError, SourceError
-from tideline.full_load import copy_source_rows, run_owner
+from tideline.load.full_load import copy_source_rows, run_owner
 
 log = logging.getLogger("tideline.batch")
 

@@ -1,4 +1,4 @@
-"""`python -m tideline.status [--pipeline NAME] [--watch SECONDS]`: where every table of every
+"""`python -m tideline.ops.status [--pipeline NAME] [--watch SECONDS]`: where every table of every
 pipeline stands — phase, epoch, rows, last batch, lag per partition, retention headroom, last error."""
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import psycopg2
 from psycopg2 import sql
 from psycopg2.extras import RealDictCursor
 
-from tideline import coverage, engines, sqlfiles, state
+from tideline import engines, sqlfiles, state
+
+from tideline.stream import coverage
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import get_connection
 from tideline.core.errors import TidelineError
@@ -154,7 +156,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
 def _capture_error(cfg: PipelineConfig, resolve, rows: list[TableStatus]) -> str | None:
     """What is wrong with the pipeline's capture while any of its tables streams (before the
     first load the connector may not exist yet), or None."""
-    from tideline.connector import capture_failure
+    from tideline.capture.connector import capture_failure
     if not any(r.phase == "streaming" for r in rows):
         return None
     try:

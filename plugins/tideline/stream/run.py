@@ -26,14 +26,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from tideline import alerts, engines, refusals, state, targets
+from tideline import engines, state, targets
+
+from tideline.capture import refusals
+
+from tideline.ops import alerts
 from tideline.core.batch_events import SplitBatch, newest_source_commit, split_batch
 from tideline.core.change_events import RECORD_COLUMNS, decode_records
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.errors import FencedError, HaltedError, ResnapshotRequired, SourceError, TidelineError
 from tideline.core.table_shape import Column
-from tideline.full_load import run_owner
+from tideline.load.full_load import run_owner
 from tideline.stream import position
 from tideline.stream.commit import BatchCommitter, StreamTable
 from tideline.stream.history import StreamHistory

@@ -187,7 +187,7 @@ def repair_verified(cfg: PipelineConfig, source: Conn, target: Conn, table: str,
                     ranges_per_transaction: int = 200) -> RepairResult:
     """Re-reads exactly the key ranges the table's last verify found different."""
     from tideline.core.verify_plan import range_predicate
-    from tideline.verify_findings import last_differences
+    from tideline.verify.findings import last_differences
     engine, src, tgt = _connections(source, target)
     try:
         run_id, ranges = last_differences(tgt, cfg.name, table)

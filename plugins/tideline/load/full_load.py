@@ -19,8 +19,10 @@ from datetime import datetime
 import psycopg2
 from psycopg2 import sql
 
-from tideline import engines, kafka_offsets, refusals, sqlfiles, state, targets
-from tideline.copy_pipe import make_copy_writer, make_pipe_copier
+from tideline import engines, kafka_offsets, sqlfiles, state, targets
+
+from tideline.capture import refusals
+from tideline.load.copy_pipe import make_copy_writer, make_pipe_copier
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
 from tideline.core.errors import FencedError, LoadVerificationError, SourceError, TidelineError

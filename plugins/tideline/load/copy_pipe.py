@@ -3,7 +3,7 @@ COPY FROM STDIN on another through an OS pipe — the rows never become Python v
 full-load partition moves at the speed of the two databases' bulk protocol (`psql -c "COPY … TO
 STDOUT" | psql -c "COPY … FROM STDIN"`), inside the load's snapshot and transaction — and the
 per-partition functions Spark runs (this pipe, or COPY of the rows Spark JDBC read). Kept light:
-every executor's Python worker imports it before its first partition (tideline.full_load would
+every executor's Python worker imports it before its first partition (tideline.load.full_load would
 add ~130 ms of imports to each)."""
 from __future__ import annotations
 

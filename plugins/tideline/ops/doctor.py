@@ -1,4 +1,4 @@
-"""`python -m tideline.doctor [--pipeline NAME]`: checks every part a pipeline depends on and says
+"""`python -m tideline.ops.doctor [--pipeline NAME]`: checks every part a pipeline depends on and says
 pass / warn / fail with what to do. Also the sync DAG's `doctor` task (before `decide`).
 
 Gathers facts here; the judgements are tideline.core.doctor_checks.
@@ -14,7 +14,7 @@ import psycopg2
 from confluent_kafka.admin import ConfigResource
 
 from tideline import engines, sqlfiles
-from tideline.connector import ConnectClient
+from tideline.capture.connector import ConnectClient
 from tideline.core import doctor_checks as dc
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import Conn, get_connection

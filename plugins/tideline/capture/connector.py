@@ -260,7 +260,7 @@ def ensure_capture(cfg: PipelineConfig, kafka: Conn, connect: Conn, source: Conn
     can be carried (the others are refused first, in their state when the target is given). With
     the target given, a lost position is recovered first; returns the tables marked for a
     re-snapshot (lost position, or changes an earlier setup sent where the stream never reads)."""
-    from tideline import refusals
+    from tideline.capture import refusals
     engine = engines.for_source(source)
     cfg = refusals.carried(cfg, refusals.check_and_record(cfg, source, target, notify))
     ensure_topics(cfg, kafka.kafka_bootstrap, engine.capture_topics(cfg))

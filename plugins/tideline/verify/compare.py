@@ -24,7 +24,7 @@ import psycopg2
 from psycopg2 import sql
 
 from tideline import engines, kafka_offsets, sqlfiles, state
-from tideline.verify_findings import record
+from tideline.verify.findings import record
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import SourceError, TargetError, TidelineError
@@ -349,8 +349,8 @@ def verify_and_repair(cfg: PipelineConfig, source: Conn, target: Conn, tables: l
                       notify, repair_found: bool = False) -> list[VerifyReport]:
     """Verify; alert on each differing table (notify(event, message)); with repair_found, repair
     exactly what differed and verify those tables again. Returns the final reports."""
-    from tideline import alerts
-    from tideline.repair import repair_verified
+    from tideline.ops import alerts
+    from tideline.verify.repair import repair_verified
     settings = VerifySettings(sample_rows=cfg.verify.sample_rows)
     reports = verify(cfg, source, target, tables, bootstrap, settings)
     different = [r for r in reports if not r.equal]
@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m tideline.verify --pipeline NAME [--tables a,b] [--repair]`"""
     import argparse
 
-    from tideline import alerts
+    from tideline.ops import alerts
     from tideline.core.config import load_pipeline
     from tideline.core.connections import get_connection
     from tideline.entrypoints import pipelines_dir, setup_logging

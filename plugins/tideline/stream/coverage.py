@@ -92,7 +92,7 @@ def review(cfg: PipelineConfig, target_conn, bootstrap: str, tables: list[str], 
     needs_resnapshot (the sync DAG reloads them); covered ones are logged with their lag and
     headroom, and headroom under the pipeline's threshold raises an alert.
     notify(event, message, subject=table)."""
-    from tideline import alerts
+    from tideline.ops import alerts
     lost = []
     threshold_s = cfg.alerts.headroom_below_hours * 3600
     for r in (checked if checked is not None else check(cfg, target_conn, bootstrap, tables)):
