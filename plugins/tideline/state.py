@@ -1,7 +1,8 @@
 """Tideline's state in the target database (schema `tideline`): phases, epochs, offsets, runs.
 
 Every method takes an open psycopg2 connection so callers can put state writes in the same
-transaction as the data they describe.
+transaction as the data they describe. `connect` is the one place that says where the state
+lives (README: "Targets: where rows land, and where the state lives").
 """
 from __future__ import annotations
 
@@ -17,6 +18,13 @@ from tideline import sqlfiles
 from tideline.core.errors import FencedError
 
 MIGRATION_LOCK = 0x71DE11E  # advisory lock key: one migrator at a time
+
+
+def connect(target, connect_timeout: int | None = None):
+    """A connection to the pipeline's state: in the target itself, for a target that holds it
+    (targets.Capabilities.holds_state, PostgreSQL), so state and rows commit together."""
+    import psycopg2
+    return psycopg2.connect(target.postgres_dsn(), **({"connect_timeout": connect_timeout} if connect_timeout else {}))
 
 
 def migrate(conn) -> int:

@@ -101,9 +101,9 @@ class CoverageSensor(BaseSensorOperator):
         self.plan_task_id = plan_task_id
 
     def poke(self, context):
-        import psycopg2
         from airflow.sdk import PokeReturnValue
 
+        from tideline import state
         from tideline.stream import coverage
         from tideline.airflow import connections
         from tideline.airflow.pipelines import get_pipeline
@@ -113,7 +113,7 @@ class CoverageSensor(BaseSensorOperator):
                                                                            if t.mode == "cdc"]
         try:
             bootstrap = connections.get(cfg.kafka.conn_id).kafka_bootstrap
-            conn = psycopg2.connect(connections.get(cfg.target.conn_id).postgres_dsn())
+            conn = state.connect(connections.get(cfg.target.conn_id))
         except errors.TransientError as exc:
             self.log.warning("cannot check coverage yet: %s", exc)
             return False

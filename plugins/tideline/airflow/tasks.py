@@ -4,7 +4,6 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timezone
 
-import psycopg2
 from airflow.sdk.exceptions import AirflowFailException
 
 from tideline import state
@@ -42,7 +41,7 @@ def ensure_capture(pipeline: str) -> list[str]:
     from tideline.core.errors import SourceError
     cfg = get_pipeline(pipeline)
     target = connections.get(cfg.target.conn_id)
-    conn = psycopg2.connect(target.postgres_dsn())
+    conn = state.connect(target)
     try:
         state.migrate(conn)
         return ensure(cfg, connections.get(cfg.kafka.conn_id), connections.get(cfg.connect.conn_id),
@@ -73,7 +72,7 @@ def doctor(pipeline: str) -> list[dict]:
 def decide(pipeline: str, checked: dict) -> dict:
     """Per table: full load (never loaded, needs re-snapshot, or asked for) or straight to streaming."""
     cfg = get_pipeline(pipeline)
-    conn = psycopg2.connect(connections.get(cfg.target.conn_id).postgres_dsn())
+    conn = state.connect(connections.get(cfg.target.conn_id))
     try:
         state.migrate(conn)
         phases = {}
@@ -84,7 +83,7 @@ def decide(pipeline: str, checked: dict) -> dict:
         conn.close()
     plan = plan_tables(cfg, checked["action"], checked["tables"], phases, checked.get("resume_halted", False))
     if plan["resumed"]:
-        conn = psycopg2.connect(connections.get(cfg.target.conn_id).postgres_dsn())
+        conn = state.connect(connections.get(cfg.target.conn_id))
         try:
             for table in plan["resumed"]:
                 log.warning("%s.%s was HALTED (%s); resuming it from its own offsets", cfg.name, table,
@@ -177,11 +176,9 @@ def watch(pipeline: str) -> dict:
     when a stream has committed nothing for alerts.stalled_after_minutes while Kafka holds
     events for it — dead, stuck in retries, failed or never started, it is said — and when the
     pipeline's connector failed (no table receives a change; it would look like a quiet source)."""
-    import psycopg2
-
     from tideline.stream import coverage
     cfg = get_pipeline(pipeline)
-    conn = psycopg2.connect(connections.get(cfg.target.conn_id).postgres_dsn())
+    conn = state.connect(connections.get(cfg.target.conn_id))
     try:
         state.migrate(conn)
         tables = [t.name for t in cfg.tables if t.mode == "cdc"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import time
 
-import psycopg2
 import requests
 from confluent_kafka.admin import NewTopic
 
@@ -278,7 +277,7 @@ def ensure_capture(cfg: PipelineConfig, kafka: Conn, connect: Conn, source: Conn
 def mark_for_resnapshot(cfg: PipelineConfig, target: Conn, tables: list[str], why: str) -> list[str]:
     """Marks those of `tables` that stream needs_resnapshot with the reason; returns them."""
     from tideline import state
-    conn = psycopg2.connect(target.postgres_dsn())
+    conn = state.connect(target)
     marked = []
     try:
         state.migrate(conn)

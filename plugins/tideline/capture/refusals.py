@@ -8,8 +8,6 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-import psycopg2
-
 from tideline import engines, state
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
@@ -73,7 +71,7 @@ def check_and_record(cfg: PipelineConfig, source: Conn, target: Conn | None,
     """find + record (when the target is given): what capture, load and stream start do first."""
     refused = find(cfg, source)
     if target is not None:
-        conn = psycopg2.connect(target.postgres_dsn())
+        conn = state.connect(target)
         try:
             record(cfg, conn, refused, notify)
         finally:

@@ -13,7 +13,7 @@ from typing import Callable
 import psycopg2
 from confluent_kafka.admin import ConfigResource
 
-from tideline import engines, sqlfiles
+from tideline import engines, sqlfiles, state
 from tideline.capture.connector import ConnectClient
 from tideline.core import doctor_checks as dc
 from tideline.core.config import PipelineConfig, load_pipelines
@@ -65,7 +65,7 @@ def kafka_checks(cfg: PipelineConfig, bootstrap: str) -> list[dc.Check]:
 def target_checks(cfg: PipelineConfig, target: Conn) -> tuple[list[dc.Check], int]:
     """The target's checks, and how many of the pipeline's cdc tables stream (for the slot check)."""
     cdc = [t.name for t in cfg.tables if t.mode == "cdc"]
-    with psycopg2.connect(target.postgres_dsn()) as conn, conn.cursor() as cur:
+    with state.connect(target) as conn, conn.cursor() as cur:
         can_create = {}
         for schema in cfg.target_schemas:
             cur.execute("SELECT CASE WHEN to_regnamespace(quote_ident(%s)) IS NULL THEN has_database_privilege("

@@ -103,8 +103,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
     `exact_counts` (the view, the metrics) target rows come from statistics and source rows are not
     counted: a count(*) of both sides on every refresh would scan big tables all day."""
     resolve = connection or (lambda conn_id: get_connection(conn_id, environ))
-    timeout = {"connect_timeout": connect_timeout} if connect_timeout else {}
-    target = psycopg2.connect(resolve(cfg.target.conn_id).postgres_dsn(), **timeout)
+    target = state.connect(resolve(cfg.target.conn_id), connect_timeout)
     try:
         engine = engines.for_source(resolve(cfg.source.conn_id))
         source = engine.connect(autocommit=True, connect_timeout=connect_timeout)

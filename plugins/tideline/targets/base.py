@@ -91,6 +91,15 @@ class Target(ABC):
     def drop_staging(self, cur, schema: str, name: str) -> None:
         """A snapshot or interval that failed (or was merged) leaves no trace; the live table stays."""
 
+    # ---------------------------------------------------------------- repair
+    @abstractmethod
+    def apply_repair(self, cur, shape: TableShape, schema: str, rows, where, delete_missing: bool
+                     ) -> tuple[int, int, int]:
+        """The source's rows of a range (COPY text in `rows`) replace the table's rows of that range,
+        in the caller's transaction (behind the stream's fence): upsert them and, when the range is
+        over the key, delete the table's rows matching `where` that the source no longer has.
+        Returns (read, upserted, deleted)."""
+
     # ---------------------------------------------------------------- batch mode
     @abstractmethod
     def begin_interval(self, conn, shape: TableShape, schema: str, stage: str) -> None:

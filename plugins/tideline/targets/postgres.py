@@ -107,6 +107,29 @@ class PostgresTarget(Target):
     def drop_staging(self, cur, schema: str, name: str) -> None:
         cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(name)))
 
+    # ---------------------------------------------------------------- repair
+
+    def apply_repair(self, cur, shape: TableShape, schema: str, rows, where, delete_missing: bool
+                     ) -> tuple[int, int, int]:
+        cols = sql.SQL(", ").join(sql.Identifier(c) for c in shape.written_columns)
+        table = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(shape.name))
+        cur.execute(sql.SQL("CREATE TEMP TABLE tl_repair ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
+            cols, table))
+        cur.copy_expert(sql.SQL("COPY tl_repair ({}) FROM STDIN").format(cols).as_string(cur.connection), rows)
+        read = cur.rowcount
+        deleted = 0
+        pk = sql.SQL(", ").join(sql.Identifier(k) for k in shape.primary_key)
+        if delete_missing:  # rows gone at the source go from the target too
+            cur.execute(sql.SQL("DELETE FROM {t} WHERE ({w}) AND ({pk}) NOT IN (SELECT {pk} FROM tl_repair)").format(
+                t=table, w=where, pk=pk))
+            deleted = cur.rowcount
+        updates = sql.SQL(", ").join(sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
+                                     for c in shape.written_columns if c not in shape.primary_key)
+        cur.execute(sql.SQL("INSERT INTO {t} ({cols}) SELECT {cols} FROM tl_repair ON CONFLICT ({pk}) DO {u}").format(
+            t=table, cols=cols, pk=pk,
+            u=sql.SQL("UPDATE SET {}").format(updates) if updates.seq else sql.SQL("NOTHING")))
+        return read, cur.rowcount, deleted
+
     # ---------------------------------------------------------------- batch mode
 
     def begin_interval(self, conn, shape: TableShape, schema: str, stage: str) -> None:

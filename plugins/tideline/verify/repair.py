@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import psycopg2
 from psycopg2 import sql
 
-from tideline import engines, state
+from tideline import engines, state, targets
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import TerminalError
@@ -57,7 +57,7 @@ def _loaded_epoch(tgt, pipeline: str, table: str) -> int:
     return st.epoch
 
 
-def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, source_where: str,
+def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, target: Conn, source_where: str,
                       target_where: sql.Composable, label: str, delete_missing: bool = True) -> RepairResult:
     """Re-reads the rows matching `source_where` from the source (one consistent read) and applies
     them to the target in one transaction behind the stream's fence: upsert what the source has
@@ -71,29 +71,13 @@ def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, 
     repair would overwrite it with older rows that no event ever corrects.)"""
     table = shape.name
     epoch = _loaded_epoch(tgt, cfg.name, table)
-    cols = sql.SQL(", ").join(sql.Identifier(c) for c in shape.written_columns)
-    target_table = sql.SQL("{}.{}").format(sql.Identifier(cfg.target_schema(table)), sql.Identifier(table))
     with tgt, tgt.cursor() as cur:
         _lock_for_repair(cur, cfg.name, table, epoch)
-        buf = io.BytesIO()
-        engine.copy_out(src, shape, source_where, buf)
-        buf.seek(0)
-        cur.execute(sql.SQL("CREATE TEMP TABLE tl_repair ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
-            cols, target_table))
-        cur.copy_expert(sql.SQL("COPY tl_repair ({}) FROM STDIN").format(cols).as_string(tgt), buf)
-        read = cur.rowcount
-        deleted = 0
-        pk = sql.SQL(", ").join(sql.Identifier(k) for k in shape.primary_key)
-        if delete_missing:  # rows gone at the source go from the target too
-            cur.execute(sql.SQL("DELETE FROM {t} WHERE ({w}) AND ({pk}) NOT IN (SELECT {pk} FROM tl_repair)").format(
-                t=target_table, w=target_where, pk=pk))
-            deleted = cur.rowcount
-        updates = sql.SQL(", ").join(sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
-                                     for c in shape.written_columns if c not in shape.primary_key)
-        cur.execute(sql.SQL("INSERT INTO {t} ({cols}) SELECT {cols} FROM tl_repair ON CONFLICT ({pk}) DO {u}").format(
-            t=target_table, cols=cols, pk=pk,
-            u=sql.SQL("UPDATE SET {}").format(updates) if updates.seq else sql.SQL("NOTHING")))
-        upserted = cur.rowcount
+        rows = io.BytesIO()
+        engine.copy_out(src, shape, source_where, rows)
+        rows.seek(0)
+        read, upserted, deleted = targets.for_target(target).apply_repair(
+            cur, shape, cfg.target_schema(table), rows, target_where, delete_missing)
         run_id = state.run_start_in(cur, cfg.name, table, "repair", epoch)
         state.run_end(cur, run_id, "succeeded", read,
                       f"{label}: {read} read, {upserted} upserted, {deleted} deleted")
@@ -103,9 +87,9 @@ def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, 
 
 
 def _connections(source: Conn, target: Conn):
-    """The source's engine and connection, and the target."""
+    """The source's engine and connection, and the target (with the state: the fence is there)."""
     engine = engines.for_source(source)
-    return engine, engine.connect(), psycopg2.connect(target.postgres_dsn())
+    return engine, engine.connect(), targets.for_target(target).connect()
 
 
 def _key_column(cfg: PipelineConfig, shape: TableShape):
@@ -176,8 +160,8 @@ def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_f
             tgt.rollback()
         label = f"{'key' if key_from is not None else time_column} range {lo}..{hi}"
         # A time range says nothing about rows deleted at the source: only a key range deletes.
-        return apply_from_source(cfg, engine, shape, src, tgt, engine.range_where(src, shape, col.name, lo, hi, as_time),
-                                 between(shape, col.name, lo, hi, as_time), label, delete_missing=not as_time)
+        return apply_from_source(cfg, engine, shape, src, tgt, target,
+                                 engine.range_where(src, shape, col.name, lo, hi, as_time), between(shape, col.name, lo, hi, as_time), label, delete_missing=not as_time)
     finally:
         src.close()
         tgt.close()
@@ -207,7 +191,7 @@ def repair_verified(cfg: PipelineConfig, source: Conn, target: Conn, table: str,
             chunk = ranges[i:i + ranges_per_transaction]
             target_where = sql.SQL(" OR ").join(sql.SQL("({})").format(range_predicate(shape, r, collatable))
                                                 for r in chunk)
-            r = apply_from_source(cfg, engine, shape, src, tgt, engine.key_ranges_where(src, shape, chunk),
+            r = apply_from_source(cfg, engine, shape, src, tgt, target, engine.key_ranges_where(src, shape, chunk),
                                   target_where, f"{len(chunk)} key range(s) verify run {run_id} found different")
             total = RepairResult(table, total.read + r.read, total.upserted + r.upserted, total.deleted + r.deleted)
         return total
