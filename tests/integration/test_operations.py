@@ -95,7 +95,7 @@ def test_doctor_passes_healthy_and_flags_each_misconfiguration(spark, source_db,
         assert f"source table {keyless}" in failing(checks)   # refused alone: no key to apply changes by
         assert "has no primary key" in by_name(checks)[f"source table {keyless}"].detail
         assert "replication factor below 3" in by_name(checks)[f"kafka topic {topic}"].detail
-        assert f"kafka topic {cfg.topic(keyless)}" in failing(checks)   # never created
+        assert f"kafka topic {production.topic(keyless)}" in failing(checks)   # never created
     finally:
         drop_source(source_db, t, keyless)
 

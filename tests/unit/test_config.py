@@ -186,6 +186,20 @@ def test_change_events_keep_the_whole_source_block_unless_told_which_fields():
     assert where == "kafka.source_fields" and "must keep ts_ms" in why
 
 
+def test_the_connector_gives_up_on_an_unreachable_source_after_retry_minutes():
+    """Debezium retries a source it cannot reach or log in to forever, its task RUNNING: capture
+    stopped while looking healthy. The task FAILS after connect.retry_minutes instead."""
+    from tideline.core import debezium
+    from tideline.core.connections import Conn
+    src = Conn("src", "postgres", "db", 5432, "u", "p", "shop")
+    default = debezium.connector_config(parse_pipeline(VALID, "x"), src)
+    assert (default["errors.max.retries"], default["retriable.restart.connector.wait.ms"]) == ("30", "10000")
+    short = parse_pipeline(with_change(["connect"], {"conn_id": "c", "retry_minutes": 0.5}), "x")
+    assert debezium.connector_config(short, src)["errors.max.retries"] == "3"
+    [(where, why)] = problems(with_change(["connect"], {"retry_minutes": 0}))
+    assert where == "connect.retry_minutes" and "greater than 0" in why
+
+
 def test_job_env_caps_malloc_arenas_for_every_job_and_returns_a_streams_freed_batches():
     from tideline.core.settings import SparkSettings
     assert SparkSettings.job_env("load") == SparkSettings.job_env("batch") == {"MALLOC_ARENA_MAX": "2"}

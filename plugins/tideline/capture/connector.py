@@ -14,9 +14,9 @@ from confluent_kafka.admin import NewTopic
 
 from tideline import engines
 from tideline.core.config import PipelineConfig
-from tideline.core.connections import Conn
+from tideline.core.connections import Conn, get_connection
 from tideline.core.debezium import connector_name
-from tideline.core.errors import SourceError, TerminalError, TransientError
+from tideline.core.errors import SourceError, TerminalError, TidelineError, TransientError
 from tideline.kafka_offsets import admin_client
 
 log = logging.getLogger("tideline.connector")
@@ -99,6 +99,9 @@ class ConnectClient:
     def put_config(self, name: str, config: dict) -> dict:
         return self._call("PUT", f"/connectors/{name}/config", json=config)
 
+    def config(self, name: str) -> dict | None:
+        return self._call("GET", f"/connectors/{name}/config")
+
     def status(self, name: str) -> dict | None:
         return self._call("GET", f"/connectors/{name}/status")
 
@@ -167,6 +170,17 @@ def capture_failure(cfg: PipelineConfig, connect: Conn) -> str | None:
     state = status["connector"]["state"]
     if state != "RUNNING" or not status.get("tasks"):
         return f"connector {name} is {state} with {len(status.get('tasks') or [])} task(s): no change is captured"
+    try:
+        engine = engines.for_source(get_connection(cfg.source.conn_id))
+        config = ConnectClient(connect.http_base_url(), timeout=10).config(name)
+    except (TidelineError, KeyError) as exc:   # no source connection given to this caller: Connect's word stands
+        log.debug("capture connection not checked: %s", exc)
+        return None
+    cause = engine.capture_disconnected(cfg, config or {})
+    if cause:
+        return (f"connector {name} FAILED to capture: its task says RUNNING but {cause}. No table of pipeline "
+                f"{cfg.name} receives changes until it reads again: fix the cause (the source connection's "
+                f"credentials and reachability), then trigger the sync DAG (it re-creates the connector's config)")
     return None
 
 

@@ -13,6 +13,7 @@ from psycopg2 import sql
 from tideline.core import mariadb_types as mt
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
+from tideline.core.settings import RETRY_WAIT_MS
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 TEXT_CONVERTER = "dev.tideline.debezium.PgTextConverter"
@@ -81,6 +82,10 @@ def common_connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]
         # reads them, and parsing them was ~1/10 of the stream's read time (tests/bench/incremental.py).
         "extended.headers.enabled": "false",
         "errors.tolerance": "none",
+        # A source it cannot reach or log in to is retried for connect.retry_minutes, then the task
+        # FAILS (Debezium's default retries forever with the task RUNNING: capture silently stopped).
+        "errors.max.retries": str(cfg.connect.max_retries),
+        "retriable.restart.connector.wait.ms": str(RETRY_WAIT_MS),
         # kafka.source_fields: only those fields of the `source` block (stack/jvm/slim-source), ~half the bytes.
         # Then an event too big for the topic becomes a marker with its key (GuardSize, same jar): the
         # stream halts that table alone, naming key and size, instead of the task failing for all.

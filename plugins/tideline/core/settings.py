@@ -88,6 +88,20 @@ class KafkaSettings(_Model):
 
 class ConnectSettings(_Model):
     conn_id: str = "tideline_connect"
+    retry_minutes: float = Field(
+        default=5.0, gt=0, le=1440,
+        description="how long the connector retries a source it cannot reach or log in to (a restart, a "
+                    "changed password) before its task FAILS — Debezium would retry forever while its task "
+                    "says RUNNING, a failure that looks like a quiet source; a FAILED task is reported by "
+                    "make status, the stream, the watch DAG and an alert, and the sync DAG restarts it")
+
+    @property
+    def max_retries(self) -> int:
+        """Debezium's errors.max.retries for retry_minutes, at RETRY_WAIT_MS between tries."""
+        return max(1, round(self.retry_minutes * 60_000 / RETRY_WAIT_MS))
+
+
+RETRY_WAIT_MS = 10_000   # Debezium's retriable.restart.connector.wait.ms (its default, made explicit)
 
 
 # A stream's driver JVM: the serial collector (see job_conf); a heap that grows only while under

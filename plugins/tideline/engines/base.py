@@ -147,6 +147,13 @@ class SourceEngine(ABC):
     def wait_capture_ready(self, cfg, client, connector: str, deadline: float) -> None:
         """Returns once every change committed from now on is sure to reach Kafka."""
 
+    def capture_disconnected(self, cfg, connector_config: dict[str, str]) -> str | None:
+        """Why a connector whose task says RUNNING reads nothing from the source, or None. Debezium
+        retries a source it cannot reach or log in to at task start forever, its task RUNNING
+        (errors.max.retries does not apply there): capture stopped while looking healthy. None
+        where the engine cannot tell."""
+        return None
+
     @abstractmethod
     def lost_capture(self, cfg, client, connector: str) -> str | None:
         """Why changes were missed at the source side (the position capture needs is gone), or None."""

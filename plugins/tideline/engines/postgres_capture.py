@@ -12,6 +12,9 @@ from tideline.core import debezium
 from tideline.core.errors import SourceError, TransientError
 
 
+DISCONNECTED_LOOK_S = 5.0
+
+
 class PostgresCapture:
     def connector_config(self, cfg, bootstrap: str | None = None) -> dict[str, str]:
         return debezium.connector_config(cfg, self.source)
@@ -111,6 +114,25 @@ class PostgresCapture:
             row = cur.fetchone()
         conn.close()
         return (row[0], row[1]) if row else None
+
+    def capture_disconnected(self, cfg, connector_config: dict[str, str]) -> str | None:
+        """The slot inactive on three looks 5 s apart (longer than a reconnect, shorter than
+        Debezium's 10 s between tries); the cause from trying the connector's own login."""
+        for look in range(3):
+            slot = self.slot_status(cfg)
+            if slot is None or slot[1]:
+                return None   # active, or gone (lost_capture says that)
+            if look < 2:
+                time.sleep(DISCONNECTED_LOOK_S)
+        try:
+            psycopg2.connect(host=connector_config.get("database.hostname"), port=connector_config.get("database.port"),
+                             dbname=connector_config.get("database.dbname"), user=connector_config.get("database.user"),
+                             password=connector_config.get("database.password"), connect_timeout=5).close()
+            cause = "its login works from here; the Kafka Connect log says what it meets"
+        except psycopg2.Error as exc:
+            cause = f"its login fails: {str(exc).strip().splitlines()[0]}"
+        return (f"replication slot {cfg.slot_name} is inactive for {2 * DISCONNECTED_LOOK_S:.0f} s and more: the "
+                f"connector cannot read the source ({cause})")
 
     def lost_capture(self, cfg, client, connector: str) -> str | None:
         slot = self.slot_status(cfg)
