@@ -87,6 +87,35 @@ def test_first_run_loads_then_streams_second_goes_straight_to_streaming(
         drop_source(source_db, t)
 
 
+def test_a_refused_table_is_left_out_of_the_dag_run_and_the_others_load_and_stream(
+        airflow_env, source_db, target_db, pipelines, unique_name):
+    """Through the sync DAG, as a user runs it: an UNLOGGED table and one with REPLICA IDENTITY
+    NOTHING beside a good one. The refused tables say why in their state; the doctor does not miss
+    the topics capture never made for them; the good table loads and streams."""
+    good, unlogged, nothing = f"{unique_name}_ok", f"{unique_name}_unlog", f"{unique_name}_nothing"
+    make_table(source_db, good, 1000)
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE UNLOGGED TABLE public.{unlogged} (id int PRIMARY KEY, v text)")
+        cur.execute(f"CREATE TABLE public.{nothing} (id int PRIMARY KEY, v text)")
+        cur.execute(f"ALTER TABLE public.{nothing} REPLICA IDENTITY NOTHING")
+    try:
+        cfg = pipelines.adopt(pipelines.make([{"name": good}, {"name": unlogged}, {"name": nothing}],
+                                             create_topics=False))
+        dag_id = f"sync_{cfg.name}"
+        states = run_dag(dag_id, stream_mode="available_now")
+        assert states["__run__"] == "success" and states["doctor"] == "success", states
+        for table, fix in ((unlogged, f"ALTER TABLE public.{unlogged} SET LOGGED"),
+                           (nothing, f"ALTER TABLE public.{nothing} REPLICA IDENTITY DEFAULT")):
+            st = state.get(target_db, cfg.name, table)
+            assert st.phase == "refused" and fix in st.last_error, st.last_error
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE {good} SET qty = qty + 1 WHERE id <= 100")
+        converge(dag_id, source_db, target_db, cfg.name, good)
+        assert state.get(target_db, cfg.name, good).phase == "streaming"
+    finally:
+        drop_source(source_db, good, unlogged, nothing)
+
+
 def test_retention_boundary_reloads_by_itself(airflow_env, stack, source_db, target_db, pipelines, unique_name):
     """The seed case: the stream is stopped, changes go on (an added column too), retention deletes
     offsets it still needs; the next run notices, reloads by itself, streams on, and nothing is lost."""
