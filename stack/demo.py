@@ -96,10 +96,13 @@ CATCH_UP_S = 600
 
 def start_workload(rate: float = 5, mariadb_share: float = 0.2) -> None:
     """The demo's writes, under the stack's supervisor: a database restart kills its connection,
-    and supervisord starts it again like every other part. `make down` stops it."""
+    and supervisord starts it again like every other part. `make down` stops it, and a later
+    `make up` does not start it again (only `make demo` does): nobody's source keeps changing
+    because a demo once ran."""
     stackctl.stop("workload")   # one started by an older demo, outside the supervisor
     stackctl.supervise("workload", stackctl.shlex.join([sys.executable, str(stackctl.STACK / "workload.py"),
-                                                        "--rate", str(rate), "--mariadb-share", str(mariadb_share)]))
+                                                        "--rate", str(rate), "--mariadb-share", str(mariadb_share)]),
+                       autostart=False)
 
 
 def demo_pipelines():

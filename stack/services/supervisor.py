@@ -85,15 +85,17 @@ files={SUP_DIR / "programs"}/*.conf
 
 
 def supervise(part: str, command: str, user: str | None = None, stopsignal: str = "TERM",
-              stopwait: int = 60, environment: dict[str, str] | None = None) -> None:
+              stopwait: int = 60, environment: dict[str, str] | None = None, autostart: bool = True) -> None:
     """Registers `part` with supervisord (restart on any exit, backoff while it fails to stay
-    up) and starts it if it is not running."""
+    up) and starts it if it is not running. autostart=False: supervisord starting again (`make
+    up` after `make down`) leaves it stopped — for what runs only while asked for, like the demo's
+    writes."""
     _ensure_supervisord()
     (SUP_DIR / "programs" / f"{part}.conf").write_text(f"""[program:{part}]
 command={command}
 directory={ROOT}
 priority={PRIORITY.get(part, 900)}
-autostart=true
+autostart={str(autostart).lower()}
 autorestart=true
 startsecs=5
 ; while it keeps failing, supervisord waits 1 s, 2 s, 3 s ... between attempts
