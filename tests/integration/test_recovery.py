@@ -265,9 +265,15 @@ def test_airflow_scheduler_killed(streaming_demo):
     count = stackctl.restarts().get("airflow-scheduler", {}).get("count", 0)
     idle = []
 
+    def idle_worker(p) -> bool:
+        try:
+            return "<idle>" in " ".join(p.cmdline())
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):   # a worker that just ended, not yet reaped
+            return False
+
     def fault():
         pid = stackctl.supervised_pid("airflow-scheduler")
-        idle.extend(p.pid for p in psutil.Process(pid).children() if "<idle>" in " ".join(p.cmdline()))
+        idle.extend(p.pid for p in psutil.Process(pid).children() if idle_worker(p))
         os.kill(pid, signal.SIGKILL)
     _scenario("kill -9 Airflow scheduler", fault, "supervisord restarted the scheduler; the stream task went on "
                                                   "(or was retried by the new scheduler)")
