@@ -23,8 +23,8 @@ MIGRATION_LOCK = 0x71DE11E  # advisory lock key: one migrator at a time
 def connect(target, connect_timeout: int | None = None):
     """A connection to the pipeline's state: in the target itself, for a target that holds it
     (targets.Capabilities.holds_state, PostgreSQL), so state and rows commit together."""
-    import psycopg2
-    return psycopg2.connect(target.postgres_dsn(), **({"connect_timeout": connect_timeout} if connect_timeout else {}))
+    from tideline import targets
+    return targets.for_target(target).connect(connect_timeout=connect_timeout)
 
 
 def migrate(conn) -> int:

@@ -186,9 +186,9 @@ def test_change_events_keep_the_whole_source_block_unless_told_which_fields():
     assert where == "kafka.source_fields" and "must keep ts_ms" in why
 
 
-def test_the_connector_gives_up_on_an_unreachable_source_after_retry_minutes():
-    """Debezium retries a source it cannot reach or log in to forever, its task RUNNING: capture
-    stopped while looking healthy. The task FAILS after connect.retry_minutes instead."""
+def test_the_connectors_retries_while_streaming_follow_retry_minutes():
+    """Debezium retries a source it loses while streaming forever by default, its task RUNNING:
+    capture stopped while looking healthy. errors.max.retries = retry_minutes at 10 s a try."""
     from tideline.core import debezium
     from tideline.core.connections import Conn
     src = Conn("src", "postgres", "db", 5432, "u", "p", "shop")

@@ -156,8 +156,9 @@ def capture_failure(cfg: PipelineConfig, connect: Conn) -> str | None:
     cause first — a failed task means no table of the pipeline receives a change, which must never
     look like a quiet source."""
     name = connector_name(cfg)
+    client = ConnectClient(connect.http_base_url(), timeout=10)
     try:
-        status = ConnectClient(connect.http_base_url(), timeout=10).status(name)
+        status = client.status(name)
     except (TransientError, ConnectError) as exc:
         return str(exc)
     if status is None:
@@ -172,7 +173,7 @@ def capture_failure(cfg: PipelineConfig, connect: Conn) -> str | None:
         return f"connector {name} is {state} with {len(status.get('tasks') or [])} task(s): no change is captured"
     try:
         engine = engines.for_source(get_connection(cfg.source.conn_id))
-        config = ConnectClient(connect.http_base_url(), timeout=10).config(name)
+        config = client.config(name)
     except (TidelineError, KeyError) as exc:   # no source connection given to this caller: Connect's word stands
         log.debug("capture connection not checked: %s", exc)
         return None

@@ -90,10 +90,11 @@ class ConnectSettings(_Model):
     conn_id: str = "tideline_connect"
     retry_minutes: float = Field(
         default=5.0, gt=0, le=1440,
-        description="how long the connector retries a source it cannot reach or log in to (a restart, a "
-                    "changed password) before its task FAILS — Debezium would retry forever while its task "
-                    "says RUNNING, a failure that looks like a quiet source; a FAILED task is reported by "
-                    "make status, the stream, the watch DAG and an alert, and the sync DAG restarts it")
+        description="how long the connector retries a source it loses while streaming (a restart, a "
+                    "network cut) before its task FAILS, which make status, the stream, the watch DAG and an "
+                    "alert report (Debezium's default retries forever). A source it cannot reach or log in to "
+                    "when its task starts is retried forever whatever this says: capture_failure sees that by "
+                    "the source's side (an inactive slot) and names the cause")
 
     @property
     def max_retries(self) -> int:
