@@ -12,12 +12,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg2
 from psycopg2.extras import RealDictCursor
 
 from tideline import sqlfiles
 from tideline.core.errors import FencedError
 
 MIGRATION_LOCK = 0x71DE11E  # advisory lock key: one migrator at a time
+ERRORS = (psycopg2.Error,)    # the state database is PostgreSQL, whatever the target
 
 
 def connect(target, connect_timeout: int | None = None):
@@ -199,3 +201,10 @@ def finish_batch(cur, *, pipeline: str, table: str, epoch: int, cursor: str | No
                                                       "cursor": cursor})
     if cur.rowcount != 1:
         raise FencedError(f"{pipeline}.{table}: the state row changed epoch during the batch; nothing committed")
+
+
+def record_load_progress(conn, run_id: int, rows: int, nbytes: int) -> None:
+    """One sample of a running load (the view charts it); one per instant."""
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO tideline.load_progress (run_id, rows, bytes) VALUES (%s, %s, %s) "
+                    "ON CONFLICT DO NOTHING", (run_id, rows, nbytes))

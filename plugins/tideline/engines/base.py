@@ -57,6 +57,10 @@ class SourceEngine(ABC):
         """An identifier quoted for this engine's SQL."""
         return '"' + name.replace('"', '""') + '"'
 
+    @abstractmethod
+    def verify_side(self, label: str = "source"):
+        """This database as one side of a verify (tideline.verify.sides), on its own connection."""
+
     # ---------------------------------------------------------------- catalog
     @abstractmethod
     def check_capture(self, conn, what: str) -> None:

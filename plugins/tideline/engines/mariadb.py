@@ -53,6 +53,10 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         import pymysql
         return (pymysql.err.Error,)
 
+    def verify_side(self, label: str = "source"):
+        from tideline.engines.mariadb_verify import MariaDbSide
+        return MariaDbSide(self.connect(autocommit=True), label, self.errors)
+
     def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
         import pymysql
         s = self.source

@@ -11,23 +11,12 @@ from tideline.core.table_shape import (Column, TableShape, boundaries_query, cop
                                        hash_predicates, key_range_predicates, read_query, select_columns)
 from tideline.engines.base import Snapshot, SourceEngine
 from tideline.engines.postgres_capture import PostgresCapture
+from tideline.engines.postgres_verify import PgSide, collatable_keys
 
 # Above this many rows the partition boundaries come from a block sample, not the whole index.
 SAMPLE_ABOVE_ROWS = 500_000
 SAMPLE_TARGET_ROWS = 100_000
 FETCH_SIZE = 10_000
-
-
-def collatable_keys(conn, shape: TableShape) -> frozenset[str]:
-    """Key columns of a collatable type (text-like): key ranges compare them in the "C" collation
-    so both databases order keys the same whatever their default collations."""
-    out = set()
-    with conn.cursor() as cur:
-        for k in shape.primary_key:
-            cur.execute("SELECT typcollation <> 0 FROM pg_type WHERE oid = %s::regtype", (shape.column(k).type,))
-            if cur.fetchone()[0]:
-                out.add(k)
-    return frozenset(out)
 
 
 def between(shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> sql.Composed:
@@ -37,6 +26,13 @@ def between(shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> 
             c=sql.Identifier(column), lo=sql.Literal(lo), hi=sql.Literal(hi))
     return sql.SQL("{c} BETWEEN {lo}::{t} AND {hi}::{t}").format(
         c=sql.Identifier(column), lo=sql.Literal(lo), hi=sql.Literal(hi), t=sql.SQL(shape.column(column).type))
+
+
+def key_ranges_where(conn, shape: TableShape, ranges: list) -> str:
+    """Rows inside any of the key ranges (key text compared in the "C" collation, as verify cuts them)."""
+    from tideline.core.verify_plan import range_predicate
+    collatable = collatable_keys(conn, shape)
+    return " OR ".join(f"({range_predicate(shape, r, collatable).as_string(conn)})" for r in ranges)
 
 
 class PostgresEngine(PostgresCapture, SourceEngine):
@@ -132,6 +128,9 @@ class PostgresEngine(PostgresCapture, SourceEngine):
     def collatable_keys(self, conn, shape: TableShape) -> frozenset[str]:
         return collatable_keys(conn, shape)
 
+    def verify_side(self, label: str = "source") -> PgSide:
+        return PgSide(self.connect(autocommit=True), label)
+
     # ---------------------------------------------------------------- batch mode
 
     def cursor_bounds(self, conn, shape: TableShape, col, current, start, end, lag_s: int, time: bool):
@@ -177,9 +176,7 @@ class PostgresEngine(PostgresCapture, SourceEngine):
         return rows
 
     def key_ranges_where(self, conn, shape: TableShape, ranges: list) -> str:
-        from tideline.core.verify_plan import range_predicate
-        collatable = collatable_keys(conn, shape)
-        return " OR ".join(f"({range_predicate(shape, r, collatable).as_string(conn)})" for r in ranges)
+        return key_ranges_where(conn, shape, ranges)
 
     def range_where(self, conn, shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> str:
         return between(shape, column, lo, hi, as_time).as_string(conn)

@@ -16,10 +16,8 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-import psycopg2
-from psycopg2 import sql
 
-from tideline import engines, kafka_offsets, sqlfiles, state, targets
+from tideline import engines, kafka_offsets, state, targets
 
 from tideline.capture import refusals
 from tideline.load.copy_pipe import make_copy_writer, make_pipe_copier
@@ -64,10 +62,10 @@ class _Progress(threading.Thread):
     charts a running load from it)."""
 
     def __init__(self, spark, label: str, total: int, started: float, every: float = 5.0,
-                 sample: tuple[str, int, str] | None = None):
+                 sample: tuple[Target, int, str, str] | None = None):
         super().__init__(daemon=True)
         self.spark, self.label, self.total, self.started, self.every = spark, label, total, started, every
-        self.sample = sample   # (target DSN, run id, schema-qualified table being loaded)
+        self.sample = sample   # (the target, run id, schema and table being loaded)
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -91,19 +89,16 @@ class _Progress(threading.Thread):
 
     def _record(self, conn, rows: int | None = None):
         """One sample: `rows` when known (the start, the end), else what the target has stored so far."""
-        dsn, run_id, rel = self.sample
+        store, run_id, schema, table = self.sample
         try:
             if conn is None:
-                conn = psycopg2.connect(dsn, connect_timeout=10)
+                conn = state.connect(store.conn, connect_timeout=10)
                 conn.autocommit = True
-            with conn.cursor() as cur:
-                if rows is None:
-                    cur.execute(sqlfiles.load("state/load_progress"), {"run_id": run_id, "rel": rel})
-                else:
-                    cur.execute("INSERT INTO tideline.load_progress (run_id, rows, bytes) VALUES (%s, %s, 0) "
-                                "ON CONFLICT DO NOTHING", (run_id, rows))
+            stored = (rows, 0) if rows is not None else store.stored_so_far(conn, schema, table)
+            if stored is not None:
+                state.record_load_progress(conn, run_id, *stored)
             return conn
-        except psycopg2.Error as exc:   # the load itself goes on; only its progress chart misses a point
+        except (*state.ERRORS, *store.errors) as exc:   # the load itself goes on; only its progress chart misses a point
             log.warning("%s: could not record the load's progress in tideline.load_progress: %s",
                         self.label, str(exc).strip())
             if conn is not None:
@@ -133,9 +128,8 @@ def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: Tab
     copy_format = shape.copy_format if all(reads) else "text"   # the JDBC path writes COPY text
     copy_sql = store.copy_statement(tgt, schema, table, shape.written_columns, copy_format)
     target_dsn = store.dsn()
-    rel = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table)).as_string(tgt)
     progress = _Progress(spark, label, len(predicates), started or time.monotonic(),
-                         sample=(target_dsn, run_id, rel) if run_id is not None else None)
+                         sample=(store, run_id, schema, table) if run_id is not None else None)
     progress.start()
     try:
         if all(reads):

@@ -10,10 +10,9 @@ import re
 import sys
 from typing import Callable
 
-import psycopg2
 from confluent_kafka.admin import ConfigResource
 
-from tideline import engines, sqlfiles, state
+from tideline import engines, sqlfiles, state, targets
 from tideline.capture.connector import ConnectClient
 from tideline.core import doctor_checks as dc
 from tideline.core.config import PipelineConfig, load_pipelines
@@ -67,13 +66,11 @@ def kafka_checks(cfg: PipelineConfig, bootstrap: str, skip: set[str] = frozenset
 def target_checks(cfg: PipelineConfig, target: Conn) -> tuple[list[dc.Check], int]:
     """The target's checks, and how many of the pipeline's cdc tables stream (for the slot check)."""
     cdc = [t.name for t in cfg.tables if t.mode == "cdc"]
+    store = targets.for_target(target)
+    with store.connect() as conn:
+        can_create = {schema: store.can_create(conn, schema) for schema in cfg.target_schemas}
+    conn.close()
     with state.connect(target) as conn, conn.cursor() as cur:
-        can_create = {}
-        for schema in cfg.target_schemas:
-            cur.execute("SELECT CASE WHEN to_regnamespace(quote_ident(%s)) IS NULL THEN has_database_privilege("
-                        "current_database(), 'CREATE') ELSE has_schema_privilege(%s::text, 'CREATE') END",
-                        (schema, schema))
-            can_create[schema] = cur.fetchone()[0]
         cur.execute("SELECT CASE WHEN to_regnamespace('tideline') IS NULL THEN has_database_privilege("
                     "current_database(), 'CREATE') ELSE has_schema_privilege('tideline', 'USAGE, CREATE') END")
         state_ok = cur.fetchone()[0]
@@ -113,7 +110,7 @@ def run(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection) ->
         try:
             target_found, streaming = target_checks(cfg, target)
             checks += target_found
-        except psycopg2.Error as exc:
+        except (*state.ERRORS, *targets.for_target(target).errors) as exc:
             checks.append(_unreachable("target", "database", exc))
     if source is not None:
         engine = engines.for_source(source)

@@ -8,11 +8,9 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-import psycopg2
-from psycopg2 import sql
 from psycopg2.extras import RealDictCursor
 
-from tideline import engines, sqlfiles, state
+from tideline import engines, sqlfiles, state, targets
 
 from tideline.stream import coverage
 from tideline.core.config import PipelineConfig, load_pipelines
@@ -54,25 +52,6 @@ class TableStatus:
         return sum(self.lag.values())
 
 
-def _count(conn, schema: str, table: str) -> int | None:
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql.SQL("SELECT count(*) FROM {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))
-            return cur.fetchone()[0]
-    except psycopg2.Error:
-        conn.rollback()
-        return None
-
-
-def _estimate(conn, schema: str, table: str) -> int | None:
-    """Live rows as PostgreSQL's statistics count them: no scan (the view refreshes every few seconds)."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT n_live_tup FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s", (schema, table))
-        row = cur.fetchone()
-    conn.rollback()
-    return row[0] if row else None
-
-
 def _ago(secs: float | None) -> str:
     if secs is None:
         return "-"
@@ -103,7 +82,9 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
     `exact_counts` (the view, the metrics) target rows come from statistics and source rows are not
     counted: a count(*) of both sides on every refresh would scan big tables all day."""
     resolve = connection or (lambda conn_id: get_connection(conn_id, environ))
-    target = state.connect(resolve(cfg.target.conn_id), connect_timeout)
+    target_conn = resolve(cfg.target.conn_id)
+    store = targets.for_target(target_conn)
+    target = state.connect(target_conn, connect_timeout)
     try:
         engine = engines.for_source(resolve(cfg.source.conn_id))
         source = engine.connect(autocommit=True, connect_timeout=connect_timeout)
@@ -133,7 +114,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 lag_s = 0.0 if not sum(lag.values()) else ((now - applied).total_seconds() if applied else None)
             out.append(TableStatus(
                 t.name, st.phase if st else "new", st.epoch if st else None,
-                (_count if exact_counts else _estimate)(target, cfg.target_schema(t.name), t.name),
+                store.row_count(target, cfg.target_schema(t.name), t.name, exact_counts),
                 engine.row_count(source, cfg.source_schema(t.name), t.name) if exact_counts else None,
                 last, lag, headroom, st.last_error if st else None, age, _verify_line(f),
                 headroom_s=c.headroom_s if c else None, covered=not (c and c.gaps), lag_s=lag_s,
@@ -220,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         for cfg in cfgs:
             try:
                 print(render(cfg, pipeline_status(cfg)), flush=True)
-            except (TidelineError, psycopg2.Error) as exc:
+            except (TidelineError, *state.ERRORS) as exc:
                 print(f"pipeline {cfg.name}: status unavailable: {exc}", flush=True)
         if not args.watch:
             return 1 if bad else 0

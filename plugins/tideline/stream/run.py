@@ -7,7 +7,7 @@ committed in one target transaction that checks every table's fencing epoch, ski
 offsets already applied, applies schema changes, deletes and upserts, and advances the offsets.
 
 Three parts: this run *reads* (Spark micro-batches from the positions of tideline.stream.position,
-one batch read while the previous commits); core.change_events and core.batch_events *decode*
+one batch read while the previous commits: tideline.stream.handover); core.change_events and core.batch_events *decode*
 (pure: Debezium events -> last image per key); tideline.stream.commit *commits* through the
 target's interface. tideline.stream.watch is the failure handling beside it, and
 tideline.stream.history what the run leaves in the run history.
@@ -22,8 +22,6 @@ import signal
 import tempfile
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from tideline import engines, state, targets
@@ -31,8 +29,7 @@ from tideline import engines, state, targets
 from tideline.capture import refusals
 
 from tideline.ops import alerts
-from tideline.core.batch_events import SplitBatch, newest_source_commit, split_batch
-from tideline.core.change_events import RECORD_COLUMNS, decode_records
+from tideline.core.batch_events import newest_source_commit
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.errors import FencedError, HaltedError, ResnapshotRequired, SourceError, TidelineError
@@ -40,6 +37,7 @@ from tideline.core.table_shape import Column
 from tideline.load.full_load import run_owner
 from tideline.stream import position
 from tideline.stream.commit import BatchCommitter, StreamTable
+from tideline.stream.handover import BatchHandover, ReadBatch
 from tideline.stream.history import StreamHistory
 from tideline.stream.watch import StreamWatch
 
@@ -51,16 +49,6 @@ log = logging.getLogger("tideline.incremental")
 # and cost ~10 full collections per 200,000-event batch (~1.5 s; tests/bench/incremental.py: 28
 # full GCs per run -> 2). A small batch stays one task per Kafka partition.
 TASK_EVENTS = 6_250
-
-
-@dataclass
-class _ReadBatch:
-    """A batch read and decoded by Spark's batch thread, waiting for the committer."""
-    spark_batch_id: int
-    batch: SplitBatch
-    started: float
-    started_at: datetime
-    read_s: float
 
 
 class IncrementalRun:
@@ -89,8 +77,7 @@ class IncrementalRun:
         self.halted: dict[str, str] = {}   # tables halted by this run: name -> why (the others go on)
         self.history = StreamHistory(cfg, self.store, self.bootstrap, mode, self.owner)
         # one thread commits batch N to the target while Spark's batch thread reads N+1
-        self._commit_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tideline-commit")
-        self._inflight: Future | None = None
+        self.handover = BatchHandover(self._commit_and_report, self._batch_failed, self._stop_query)
         self.committer = BatchCommitter(cfg, self.store, self.engine, self.owner, self.tables, self.by_topic,
                                         self.halted, self._after_halts)
         self.watch = StreamWatch(cfg, self.store, self.engine, self.tables, self.halted, self._needs_resnapshot,
@@ -192,7 +179,7 @@ class IncrementalRun:
                       .option("maxRecordsPerPartition", TASK_EVENTS)
                       .option("kafka.isolation.level", "read_committed")
                       .load())
-            writer = reader.writeStream.foreachBatch(self._apply_batch).option("checkpointLocation", checkpoint)
+            writer = reader.writeStream.foreachBatch(self.handover).option("checkpointLocation", checkpoint)
             writer = (writer.trigger(availableNow=True) if self.mode == "available_now"
                       else writer.trigger(processingTime=f"{stream.trigger_interval_s} seconds"))
             previous = self._install_sigterm()
@@ -203,9 +190,9 @@ class IncrementalRun:
             try:
                 self.query.awaitTermination()
             except Exception as exc:  # the query died: find out why, record it, raise the meaning
-                self._drain()
+                self.handover.drain()
                 self._explain_failure(exc)
-            self._drain()
+            self.handover.drain()
             if self.failure is not None:
                 self._explain_failure(self.failure)
             if self.halted:
@@ -222,7 +209,7 @@ class IncrementalRun:
             self.history.close(None, self.batches, self.halted)
         finally:
             fence_watch.set()
-            self._commit_thread.shutdown(wait=True)   # before its connections close
+            self.handover.shutdown()   # before its connections close
             self.committer.close()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
@@ -263,20 +250,9 @@ class IncrementalRun:
 
     # ------------------------------------------------------------------ one batch
 
-    def _apply_batch(self, df, spark_batch_id: int) -> None:
-        """Spark's batch thread: reads and decodes batch N while batch N-1 commits in the committer
-        thread, then waits for that commit (raising its failure) and hands N over. At most one
-        batch commits while the next is read. The target's state stays the only position:
-        Spark's checkpoint may record N-1 before it committed, but a run whose commit failed ends,
-        and the next run resumes from the target."""
-        try:
-            read = self._read_batch(df, spark_batch_id)
-            self._wait_for_commit()
-            if read is not None:
-                self._inflight = self._commit_thread.submit(self._commit_batch, read)
-        except BaseException as exc:
-            self._batch_failed(exc)
-            raise
+    def _stop_query(self) -> None:
+        if self.query is not None:
+            self.query.stop()
 
     def _batch_failed(self, exc: BaseException) -> None:
         if exc is self.failure:
@@ -288,40 +264,7 @@ class IncrementalRun:
         if not isinstance(exc, HaltedError):   # a halt is raised after its batch committed
             log.error("batch failed, nothing of it was committed: %s", exc)
 
-    def _wait_for_commit(self) -> None:
-        inflight, self._inflight = self._inflight, None
-        if inflight is not None:
-            inflight.result()
-
-    def _drain(self) -> None:
-        """Waits for the batch still committing when the query ends. Its failure is not lost: the
-        committer put it in self.failure, which run() raises."""
-        try:
-            self._wait_for_commit()
-        except BaseException:   # noqa: BLE001 — recorded in self.failure by _commit_batch
-            pass
-
-    def _read_batch(self, df, spark_batch_id: int) -> _ReadBatch | None:
-        started, started_at = time.monotonic(), datetime.now(timezone.utc)
-        # one Spark job reads the raw records; the driver decodes them (core.change_events)
-        events = decode_records(df.select(*RECORD_COLUMNS).toArrow())
-        if not events.num_rows:
-            return None
-        batch = split_batch(events)
-        return _ReadBatch(spark_batch_id, batch, started, started_at, time.monotonic() - started)
-
-    def _commit_batch(self, read: _ReadBatch) -> None:
-        """The committer thread: commits one read batch; a failure also stops the query (an idle
-        stream would never call _apply_batch again to hear of it)."""
-        try:
-            self._commit_and_report(read)
-        except BaseException as exc:
-            self._batch_failed(exc)
-            if self.query is not None:
-                threading.Thread(target=self.query.stop, daemon=True, name="tideline-stop").start()
-            raise
-
-    def _commit_and_report(self, read: _ReadBatch) -> None:
+    def _commit_and_report(self, read: ReadBatch) -> None:
         batch = read.batch
         commit_started = time.monotonic()
         figures = self.committer.commit_through_outages(read.spark_batch_id, batch.per_partition, batch.bad_rows,

@@ -33,7 +33,6 @@ class Capabilities:
     holds_state: bool          # Tideline's state schema lives in the target, in the same transactions
     snapshot_publish: str      # how a full load goes live: "shadow_swap" (rename in one transaction) | "commit"
     copy_in: bool              # accepts PostgreSQL COPY (text and binary) streamed by the load's tasks
-    sql_verify: bool           # fingerprints key ranges with SQL on its own side (tideline.verify.compare)
 
 
 class Target(ABC):
@@ -67,8 +66,17 @@ class Target(ABC):
         """The schema (namespace) exists and may receive tables, or a TargetError saying the grant."""
 
     @abstractmethod
+    def can_create(self, conn, schema: str) -> bool:
+        """The target role may create tables in the schema (or create the schema): the doctor's check."""
+
+    @abstractmethod
     def columns(self, cur, schema: str, table: str) -> list[tuple]:
         """The table's columns as (name, type, not_null, generated), in order."""
+
+    @abstractmethod
+    def row_count(self, conn, schema: str, table: str, exact: bool = True) -> int | None:
+        """Rows in a table: counted, or (exact=False, for views refreshed every few seconds) from the
+        target's statistics without a scan. None when it cannot be read (status shows "-")."""
 
     # ---------------------------------------------------------------- full load
     @abstractmethod
@@ -78,6 +86,11 @@ class Target(ABC):
     @abstractmethod
     def copy_statement(self, conn, schema: str, table: str, columns: list[str], copy_format: str) -> str:
         """The statement each load task streams its rows with."""
+
+    @abstractmethod
+    def stored_so_far(self, state_conn, schema: str, table: str) -> tuple[int, int] | None:
+        """(rows, bytes) a running load has stored in `table` so far, for its progress chart; read
+        through the state connection (the target itself when it holds_state); None when unknown."""
 
     @abstractmethod
     def seal_snapshot(self, conn, shape: TableShape, schema: str, shadow: str, epoch: int) -> None:
@@ -99,6 +112,31 @@ class Target(ABC):
         in the caller's transaction (behind the stream's fence): upsert them and, when the range is
         over the key, delete the table's rows matching `where` that the source no longer has.
         Returns (read, upserted, deleted)."""
+
+    @abstractmethod
+    def value_problem(self, conn, typ: str, value: str) -> str | None:
+        """Why `value` is not a value of the (target) type `typ`, in the target's words; None if it is."""
+
+    @abstractmethod
+    def in_order(self, conn, typ: str, lo: str, hi: str) -> bool:
+        """lo <= hi in the type's order."""
+
+    @abstractmethod
+    def utc_text(self, conn, value: str) -> str:
+        """A point in time (any form the target reads) as UTC text, which every engine's session reads."""
+
+    @abstractmethod
+    def range_where(self, conn, shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> str:
+        """The target's rows with `column` between lo and hi (values of its type, or UTC times)."""
+
+    @abstractmethod
+    def key_ranges_where(self, conn, shape: TableShape, ranges: list) -> str:
+        """The target's rows inside any of the key ranges (a verify's findings)."""
+
+    # ---------------------------------------------------------------- verify
+    @abstractmethod
+    def verify_side(self, label: str = "target"):
+        """The target as one side of a verify (tideline.verify.sides), on its own connection."""
 
     # ---------------------------------------------------------------- batch mode
     @abstractmethod

@@ -17,6 +17,8 @@ from tideline.core.table_shape import Column, TableShape, copy_into, create_tabl
 from tideline.targets import postgres_dependents as dependents
 from tideline.targets.base import Capabilities, Target
 from tideline.targets.postgres_apply import TableApply
+from tideline.engines import postgres as pg_source   # the same database's SQL as a source's
+from tideline.engines.postgres_verify import PgSide
 
 log = logging.getLogger("tideline.targets.postgres")
 
@@ -27,7 +29,7 @@ class PostgresTarget(Target):
 
     @classmethod
     def capabilities(cls) -> Capabilities:
-        return Capabilities(holds_state=True, snapshot_publish="shadow_swap", copy_in=True, sql_verify=True)
+        return Capabilities(holds_state=True, snapshot_publish="shadow_swap", copy_in=True)
 
     def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
         kw = {"connect_timeout": connect_timeout} if connect_timeout else {}
@@ -58,9 +60,32 @@ class PostgresTarget(Target):
             raise TargetError(f"{label}: the target role cannot create schema {schema!r} ({exc.pgerror.strip()}). "
                               f"Create it, or grant CREATE on the database.") from None
 
+    def can_create(self, conn, schema: str) -> bool:
+        with conn.cursor() as cur:
+            cur.execute("SELECT CASE WHEN to_regnamespace(quote_ident(%s)) IS NULL THEN has_database_privilege("
+                        "current_database(), 'CREATE') ELSE has_schema_privilege(%s::text, 'CREATE') END",
+                        (schema, schema))
+            return cur.fetchone()[0]
+
     def columns(self, cur, schema: str, table: str) -> list[tuple]:
         cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{schema}"."{table}"'})
         return list(cur.fetchall())
+
+    def row_count(self, conn, schema: str, table: str, exact: bool = True) -> int | None:
+        try:
+            with conn.cursor() as cur:
+                if exact:
+                    cur.execute(sql.SQL("SELECT count(*) FROM {}.{}").format(sql.Identifier(schema),
+                                                                          sql.Identifier(table)))
+                else:   # live rows as the statistics count them
+                    cur.execute("SELECT n_live_tup FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s",
+                                (schema, table))
+                row = cur.fetchone()
+            return row[0] if row else None
+        except psycopg2.Error:   # the doctor says why
+            return None
+        finally:
+            conn.rollback()
 
     # ---------------------------------------------------------------- full load
 
@@ -71,6 +96,12 @@ class PostgresTarget(Target):
 
     def copy_statement(self, conn, schema: str, table: str, columns: list[str], copy_format: str) -> str:
         return copy_into(schema, table, columns, copy_format).as_string(conn)
+
+    def stored_so_far(self, state_conn, schema: str, table: str) -> tuple[int, int] | None:
+        rel = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table)).as_string(state_conn)
+        with state_conn.cursor() as cur:
+            cur.execute(sqlfiles.load("full_load/stored_so_far"), {"rel": rel})
+            return cur.fetchone()
 
     def seal_snapshot(self, conn, shape: TableShape, schema: str, shadow: str, epoch: int) -> None:
         with conn.cursor() as cur:
@@ -121,7 +152,7 @@ class PostgresTarget(Target):
         pk = sql.SQL(", ").join(sql.Identifier(k) for k in shape.primary_key)
         if delete_missing:  # rows gone at the source go from the target too
             cur.execute(sql.SQL("DELETE FROM {t} WHERE ({w}) AND ({pk}) NOT IN (SELECT {pk} FROM tl_repair)").format(
-                t=table, w=where, pk=pk))
+                t=table, w=sql.SQL(where), pk=pk))
             deleted = cur.rowcount
         updates = sql.SQL(", ").join(sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
                                      for c in shape.written_columns if c not in shape.primary_key)
@@ -129,6 +160,40 @@ class PostgresTarget(Target):
             t=table, cols=cols, pk=pk,
             u=sql.SQL("UPDATE SET {}").format(updates) if updates.seq else sql.SQL("NOTHING")))
         return read, cur.rowcount, deleted
+
+    def value_problem(self, conn, typ: str, value: str) -> str | None:
+        with conn.cursor() as cur:
+            try:
+                cur.execute(sql.SQL("SELECT {}::{}").format(sql.Literal(value), sql.SQL(typ)))
+                return None
+            except psycopg2.Error as exc:
+                return (exc.diag.message_primary or str(exc)).strip()
+            finally:
+                conn.rollback()
+
+    def in_order(self, conn, typ: str, lo: str, hi: str) -> bool:
+        with conn.cursor() as cur:
+            cur.execute(sql.SQL("SELECT {lo}::{t} <= {hi}::{t}").format(lo=sql.Literal(lo), hi=sql.Literal(hi),
+                                                                        t=sql.SQL(typ)))
+            ordered = cur.fetchone()[0]
+        conn.rollback()
+        return ordered
+
+    def utc_text(self, conn, value: str) -> str:
+        with conn.cursor() as cur:
+            cur.execute("SELECT (%s::timestamptz AT TIME ZONE 'UTC')::text", (value,))
+            text = cur.fetchone()[0]
+        conn.rollback()
+        return text
+
+    def range_where(self, conn, shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> str:
+        return pg_source.between(shape, column, lo, hi, as_time).as_string(conn)
+
+    def key_ranges_where(self, conn, shape: TableShape, ranges: list) -> str:
+        return pg_source.key_ranges_where(conn, shape, ranges)
+
+    def verify_side(self, label: str = "target") -> PgSide:
+        return PgSide(self.connect(autocommit=True), label)
 
     # ---------------------------------------------------------------- batch mode
 

@@ -14,30 +14,22 @@ to the run history.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import psycopg2
-from psycopg2 import sql
-
-from tideline import engines, kafka_offsets, sqlfiles, state
+from tideline import engines, kafka_offsets, state, targets
 from tideline.verify.findings import record
+from tideline.verify.sides import VerifySide
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import SourceError, TargetError, TidelineError
 from tideline.core.table_shape import TableShape
 from tideline.core import verify_canonical
-from tideline.core.verify_canonical import MASK
-from tideline.core.verify_plan import PROBE_HASH_SQL, Candidate, Finding, KeyRange, PgDialect, VerifyReport, classify, row_hash
+from tideline.core.verify_plan import Candidate, Finding, KeyRange, VerifyReport, classify
 
 log = logging.getLogger("tideline.verify")
-
-SESSION_SETTINGS = ("SET TimeZone TO 'UTC'; SET DateStyle TO 'ISO, YMD'; SET IntervalStyle TO 'postgres'; "
-                    "SET extra_float_digits TO 1; SET bytea_output TO 'hex'")
-
 
 @dataclass
 class VerifySettings:
@@ -53,47 +45,11 @@ class VerifySettings:
     rechecks: int = 3
 
 
-class _Side:
-    """One database of the comparison: a connection with fixed text settings, and the dialect
-    of the table being compared (set per table)."""
-
-    def __init__(self, conn: Conn, schema: str, label: str):
-        self.engine = engines.for_source(conn)
-        self.postgres = self.engine.kind == "postgres"
-        self.conn = self.engine.connect(autocommit=True)
-        self.schema, self.label = schema, label
-        self.dialect = None
-        if self.postgres:
-            with self.conn.cursor() as cur:
-                cur.execute(SESSION_SETTINGS)
-
-    def all(self, query, params=None) -> list[tuple]:
-        with self.conn.cursor() as cur:
-            cur.execute(query, params)
-            return list(cur.fetchall())
-
-    def grouped(self, query) -> list[tuple]:
-        """A GROUP BY over few buckets: the PostgreSQL planner cannot know there are few, and
-        would sort every row of the range; a hash aggregate is 2-3× faster."""
-        if not self.postgres:
-            return self.all(query)
-        with self.conn.cursor() as cur:
-            cur.execute("SET enable_sort TO off")
-            try:
-                cur.execute(query)
-                return cur.fetchall()
-            finally:
-                cur.execute("RESET enable_sort")
-
-    def close(self) -> None:
-        self.conn.close()
-
-
 class TableVerifier:
-    def __init__(self, cfg: PipelineConfig, src: _Side, tgt: _Side, pool: ThreadPoolExecutor,
-                 settings: VerifySettings, bootstrap: str | None):
-        self.cfg, self.src, self.tgt, self.pool, self.s = cfg, src, tgt, pool, settings
-        self.bootstrap = bootstrap
+    def __init__(self, cfg: PipelineConfig, engine, src: VerifySide, tgt: VerifySide, state_conn,
+                 pool: ThreadPoolExecutor, settings: VerifySettings, bootstrap: str | None):
+        self.cfg, self.engine, self.src, self.tgt, self.pool, self.s = cfg, engine, src, tgt, pool, settings
+        self.state, self.bootstrap = state_conn, bootstrap
 
     def _both(self, fn, *args):
         fs, ft = self.pool.submit(fn, self.src, *args), self.pool.submit(fn, self.tgt, *args)
@@ -102,12 +58,11 @@ class TableVerifier:
     # ---------------------------------------------------------------- setup
 
     def _shape(self, table: str) -> TableShape:
-        shape = self.src.engine.describe(self.src.conn, self.cfg.source_schema(table), table, self.cfg.table(table),
-                                        check_key=False)
+        shape = self.engine.describe(self.src.conn, self.cfg.source_schema(table), table, self.cfg.table(table),
+                                     check_key=False)
         try:
-            cols = {r[0] for r in self.tgt.all(sqlfiles.load("full_load/target_columns"),
-                                               {"relid": f'"{self.cfg.target_schema(table)}"."{table}"'})}
-        except psycopg2.Error as exc:
+            cols = self.tgt.column_types(self.cfg.target_schema(table), table)
+        except self.tgt.errors as exc:
             raise TargetError(f"{self.cfg.name}.{table}: cannot read the target table "
                               f"{self.cfg.target_schema(table)}.{table}: {str(exc).strip()}", table=table) from None
         absent = [c for c in shape.column_names if c not in cols]
@@ -117,55 +72,28 @@ class TableVerifier:
                               f"or action=full_reload", table=table)
         return shape
 
-    def _text_columns(self, shape: TableShape) -> frozenset[str]:
-        """Columns whose type has no hash function (or whose hash ignores a difference, like the
-        scale of an unconstrained numeric): they are fingerprinted by their text."""
-        out = set()
-        for c in shape.columns:
-            if c.type in ("numeric", "numeric[]"):
-                out.add(c.name)
-                continue
-            try:
-                self.src.all(sql.SQL("SELECT hash_record_extended(ROW(NULL::{}), 0)").format(sql.SQL(c.type)))
-            except psycopg2.Error:
-                out.add(c.name)
-        return frozenset(out)
-
-    def _binary_hashes_agree(self) -> bool:
-        s, t = self._both(lambda side: side.all(PROBE_HASH_SQL)[0][0])
-        return s == t
-
     # ---------------------------------------------------------------- compare
 
     def _dialects(self, shape: TableShape) -> None:
-        """Each side's fingerprint SQL: typed hashes between two PostgreSQL databases (row text when
-        they hash differently), canonical text across engines (core.verify_canonical)."""
-        if self.src.postgres:
-            binary = self._binary_hashes_agree()
+        """Each side's fingerprint SQL, for the first fingerprint (in the source's preference) both
+        sides compute: typed hashes between two PostgreSQL databases, canonical text across
+        engines (core.verify_canonical)."""
+        src_schema, tgt_schema = self.cfg.source_schema(shape.name), self.cfg.target_schema(shape.name)
+        mode = next((m for m in self.src.fingerprints if m in self.tgt.fingerprints), None)
+        if mode == "typed":
+            self.src.dialect, self.tgt.dialect, binary = self.src.typed_dialects(shape, src_schema, self.tgt,
+                                                                                 tgt_schema)
             if not binary:
                 log.warning("%s: source and target hash values differently (byte order or version); "
                             "fingerprinting row text instead (slower)", shape.name)
-            collatable = self.src.engine.collatable_keys(self.src.conn, shape)
-            hash_expr = row_hash(shape, self._text_columns(shape), binary)
-            self.src.dialect = PgDialect(shape, self.cfg.source_schema(shape.name), hash_expr, collatable)
-            self.tgt.dialect = PgDialect(shape, self.cfg.target_schema(shape.name), hash_expr, collatable)
-            return
-        verify_canonical.check_keys(shape, f"{self.cfg.name}.{shape.name}")
-        target_shape = self._target_typed(shape)
-        self.src.dialect = verify_canonical.MariaDbDialect(shape, self.cfg.source_schema(shape.name), self.src.conn.escape)
-        self.tgt.dialect = PgDialect(target_shape, self.cfg.target_schema(shape.name), verify_canonical.pg_row_hash(target_shape),
-                                     frozenset(k for k in shape.primary_key
-                                               if target_shape.column(k).type.startswith(("character", "text"))),
-                                     verify_canonical.pg_key_text(target_shape))
-
-    def _target_typed(self, shape: TableShape) -> TableShape:
-        """The shape with the target's column types (a widened column hashes as it is stored)."""
-        rows = self.tgt.all(sqlfiles.load("full_load/target_columns"),
-                            {"relid": f'"{self.cfg.target_schema(shape.name)}"."{shape.name}"'})
-        types = {r[0]: r[1] for r in rows}
-        return TableShape(shape.schema, shape.name,
-                          tuple(dataclasses.replace(c, type=types.get(c.name, c.type)) for c in shape.columns),
-                          shape.primary_key)
+        elif mode == "canonical":
+            verify_canonical.check_keys(shape, f"{self.cfg.name}.{shape.name}")
+            self.src.dialect = self.src.canonical_dialect(shape, src_schema)
+            self.tgt.dialect = self.tgt.canonical_dialect(shape, tgt_schema)
+        else:
+            raise TargetError(f"{self.cfg.name}.{shape.name}: the source fingerprints rows as "
+                              f"{'/'.join(self.src.fingerprints)} and the target as {'/'.join(self.tgt.fingerprints)}: "
+                              f"they share no way to compare", table=shape.name)
 
     def run(self, table: str) -> VerifyReport:
         started = time.time()
@@ -174,7 +102,7 @@ class TableVerifier:
         self._dialects(shape)
         self.shape = shape
         whole = KeyRange()
-        (s_count, s_sum), (t_count, t_sum) = self._both(self._fingerprint, whole)
+        (s_count, s_sum), (t_count, t_sum) = self._both(VerifySide.fingerprint, whole)
         report.source_rows, report.target_rows = s_count, t_count
         if (s_count, s_sum) != (t_count, t_sum):
             if not shape.primary_key:
@@ -187,32 +115,13 @@ class TableVerifier:
         report.seconds = time.time() - started
         return report
 
-    def _fingerprint(self, side: _Side, rng: KeyRange) -> tuple[int, int]:
-        d = side.dialect
-        _b, count, total = side.all(d.fingerprint_query(d.range_predicate(rng)))[0]
-        return count, int(total or 0) & MASK
-
-    def _buckets(self, side: _Side, rng: KeyRange, boundaries) -> dict[int, tuple[int, int]]:
-        d = side.dialect
-        return {int(b): (c, int(s or 0) & MASK)
-                for b, c, s in side.grouped(d.fingerprint_query(d.range_predicate(rng), boundaries))}
-
-    def _rows(self, side: _Side, keys: list[tuple] | KeyRange) -> dict[tuple, int]:
-        d = side.dialect
-        pred = d.range_predicate(keys) if isinstance(keys, KeyRange) else d.keys_predicate(keys)
-        return {tuple(r[:-1]): int(r[-1]) & MASK for r in side.all(d.rows_query(pred))}
-
-    def _boundaries(self, cutter: _Side, rng: KeyRange, parts: int, in_range: int, in_table: int) -> list[tuple]:
+    def _boundaries(self, cutter: VerifySide, rng: KeyRange, parts: int, in_range: int, in_table: int) -> list[tuple]:
         """Cut points inside rng; a block sample of the table when the range is big (exact keys
         are only needed for small ranges, where a sample would miss them)."""
-        d = cutter.dialect
-        pred = d.range_predicate(rng)
-        if in_range > self.s.sample_above_rows and in_table and cutter.postgres:
+        pct = None
+        if in_range > self.s.sample_above_rows and in_table:
             pct = min(100.0, round(100.0 * self.s.sample_rows_target / in_table, 4))
-            cuts = cutter.all(d.boundaries_query(pred, parts, pct))
-            if cuts:
-                return [tuple(r) for r in cuts]
-        return [tuple(r) for r in cutter.all(d.boundaries_query(pred, parts))]
+        return cutter.boundaries(rng, parts, pct)
 
     def _narrow(self, whole: KeyRange, s_count: int, t_count: int, report: VerifyReport) -> list[Candidate]:
         """Depth-first over differing ranges; returns the rows that differed at first look."""
@@ -224,7 +133,7 @@ class TableVerifier:
                 report.truncated = True
                 break
             if max(sc, tc) <= self.s.leaf_rows:
-                src_rows, tgt_rows = self._both(self._rows, rng)
+                src_rows, tgt_rows = self._both(VerifySide.rows, rng)
                 for key in src_rows.keys() | tgt_rows.keys():
                     s, t = src_rows.get(key), tgt_rows.get(key)
                     kind = classify(s, t)
@@ -239,7 +148,7 @@ class TableVerifier:
                 raise TargetError(f"{report.table}: could not cut {rng.describe()} ({max(sc, tc):,} rows) into "
                                   f"smaller ranges", table=report.table)
             subs = rng.split(boundaries)
-            s_b, t_b = self._both(self._buckets, rng, boundaries)
+            s_b, t_b = self._both(VerifySide.buckets, rng, boundaries)
             for i in reversed(range(len(subs))):
                 s_fp, t_fp = s_b.get(i, (0, 0)), t_b.get(i, (0, 0))
                 if s_fp != t_fp:
@@ -253,7 +162,7 @@ class TableVerifier:
         everything Kafka holds for the table. Returns a note when it could not wait it out: the
         stream made no progress for stall_s (not running: stalled=True), or was still behind at the
         timeout."""
-        st = state.get(self.tgt.conn, self.cfg.name, table)
+        st = state.get(self.state, self.cfg.name, table)
         if st is None or st.phase != "streaming" or st.resume_offsets is None or not self.bootstrap:
             return "", False
         time.sleep(self.s.settle_s)
@@ -261,7 +170,7 @@ class TableVerifier:
         deadline = time.time() + self.s.catch_up_timeout_s
         seen, moved_at = st.resume_offsets, time.time()
         while True:
-            st = state.get(self.tgt.conn, self.cfg.name, table)
+            st = state.get(self.state, self.cfg.name, table)
             behind = sum(max(0, end - (st.resume_offsets or {}).get(p, 0)) for p, end in latest.items())
             if behind == 0 or st.phase != "streaming":
                 return "", False
@@ -277,7 +186,7 @@ class TableVerifier:
     def _current(self, keys: list[tuple]) -> tuple[dict, dict]:
         src, tgt = {}, {}
         for i in range(0, len(keys), 1000):
-            s, t = self._both(self._rows, keys[i:i + 1000])
+            s, t = self._both(VerifySide.rows, keys[i:i + 1000])
             src.update(s)
             tgt.update(t)
         return src, tgt
@@ -317,13 +226,16 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], b
            settings: VerifySettings | None = None) -> list[VerifyReport]:
     """Verifies each table and records the outcome, findings and ranges in the run history."""
     settings = settings or VerifySettings()
-    src = _Side(source, cfg.source.schema_, "source")
-    tgt = _Side(target, cfg.target.schema_, "target")
+    engine = engines.for_source(source)
+    src = engine.verify_side("source")
+    tgt = targets.for_target(target).verify_side("target")
+    state_conn = state.connect(target)
+    state_conn.autocommit = True
     reports = []
     try:
-        state.migrate(tgt.conn)
+        state.migrate(state_conn)
         with ThreadPoolExecutor(2, thread_name_prefix="tideline-verify") as pool:
-            verifier = TableVerifier(cfg, src, tgt, pool, settings, bootstrap)
+            verifier = TableVerifier(cfg, engine, src, tgt, state_conn, pool, settings, bootstrap)
             for table in tables:
                 if cfg.table(table).mode != "cdc":
                     log.warning("%s.%s is a batch-mode table: it lags the source by design (rows land per "
@@ -331,9 +243,9 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], b
                     continue
                 try:
                     report = verifier.run(table)
-                except (psycopg2.Error, *src.engine.errors) as exc:
+                except (*src.errors, *tgt.errors) as exc:
                     raise SourceError(f"{cfg.name}.{table}: verify failed: {str(exc).strip()}", table=table) from None
-                record(tgt.conn, cfg.name, report)
+                record(state_conn, cfg.name, report)
                 (log.info if report.equal else log.error)("%s.%s (%.1fs)", cfg.name, report.summary(),
                                                            report.seconds)
                 for line in report.sample_lines():
@@ -342,6 +254,7 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], b
     finally:
         src.close()
         tgt.close()
+        state_conn.close()
     return reports
 
 

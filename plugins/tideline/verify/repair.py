@@ -12,15 +12,11 @@ import io
 import logging
 from dataclasses import dataclass
 
-import psycopg2
-from psycopg2 import sql
-
 from tideline import engines, state, targets
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import TerminalError
 from tideline.core.table_shape import TableShape
-from tideline.engines.postgres import between, collatable_keys
 
 log = logging.getLogger("tideline.repair")
 
@@ -57,8 +53,8 @@ def _loaded_epoch(tgt, pipeline: str, table: str) -> int:
     return st.epoch
 
 
-def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, target: Conn, source_where: str,
-                      target_where: sql.Composable, label: str, delete_missing: bool = True) -> RepairResult:
+def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, store, source_where: str,
+                      target_where: str, label: str, delete_missing: bool = True) -> RepairResult:
     """Re-reads the rows matching `source_where` from the source (one consistent read) and applies
     them to the target in one transaction behind the stream's fence: upsert what the source has
     and, when the predicate is over the key, delete the target's rows matching `target_where` (the
@@ -76,7 +72,7 @@ def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, 
         rows = io.BytesIO()
         engine.copy_out(src, shape, source_where, rows)
         rows.seek(0)
-        read, upserted, deleted = targets.for_target(target).apply_repair(
+        read, upserted, deleted = store.apply_repair(
             cur, shape, cfg.target_schema(table), rows, target_where, delete_missing)
         run_id = state.run_start_in(cur, cfg.name, table, "repair", epoch)
         state.run_end(cur, run_id, "succeeded", read,
@@ -87,9 +83,10 @@ def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, 
 
 
 def _connections(source: Conn, target: Conn):
-    """The source's engine and connection, and the target (with the state: the fence is there)."""
-    engine = engines.for_source(source)
-    return engine, engine.connect(), targets.for_target(target).connect()
+    """The source's engine and connection, the target and a connection to it (with the state: the
+    fence is there)."""
+    engine, store = engines.for_source(source), targets.for_target(target)
+    return engine, engine.connect(), store, store.connect()
 
 
 def _key_column(cfg: PipelineConfig, shape: TableShape):
@@ -103,31 +100,25 @@ def _key_column(cfg: PipelineConfig, shape: TableShape):
     return shape.column(shape.primary_key[0])
 
 
-def _check_range(tgt, table: str, column: str, typ: str, lo: str, hi: str, params: tuple[str, str]) -> None:
-    """Both ends are values of the type (cast by PostgreSQL, which holds the same types in the
-    target whatever the source engine) and in order; the error names the param."""
-    with tgt.cursor() as cur:
-        for param, value in zip(params, (lo, hi)):
-            try:
-                cur.execute(sql.SQL("SELECT {}::{}").format(sql.Literal(value), sql.SQL(typ)))
-            except psycopg2.Error as exc:
-                tgt.rollback()
-                raise RepairError(f"param {param}: {value!r} is not a value of {table}.{column} ({typ}): "
-                                  f"{(exc.diag.message_primary or str(exc)).strip()}", table=table) from None
-        cur.execute(sql.SQL("SELECT {lo}::{t} <= {hi}::{t}").format(lo=sql.Literal(lo), hi=sql.Literal(hi),
-                                                                    t=sql.SQL(typ)))
-        if not cur.fetchone()[0]:
-            raise RepairError(f"params {params[0]}/{params[1]}: the range is inverted ({lo!r} is after {hi!r} in "
-                              f"{typ} order)", table=table)
-    tgt.rollback()
+def _check_range(store, tgt, table: str, column: str, typ: str, lo: str, hi: str, params: tuple[str, str]) -> None:
+    """Both ends are values of the type (as the target reads it, whatever the source engine) and
+    in order; the error names the param."""
+    for param, value in zip(params, (lo, hi)):
+        problem = store.value_problem(tgt, typ, value)
+        if problem:
+            raise RepairError(f"param {param}: {value!r} is not a value of {table}.{column} ({typ}): {problem}",
+                              table=table)
+    if not store.in_order(tgt, typ, lo, hi):
+        raise RepairError(f"params {params[0]}/{params[1]}: the range is inverted ({lo!r} is after {hi!r} in "
+                          f"{typ} order)", table=table)
 
 
 def check_key_range(cfg: PipelineConfig, source: Conn, target: Conn, table: str, key_from: str, key_to: str) -> None:
     """Before any work: the key range names values of the key's type, in order."""
-    engine, src, tgt = _connections(source, target)
+    engine, src, store, tgt = _connections(source, target)
     try:
         col = _key_column(cfg, engine.describe(src, cfg.source_schema(table), table, cfg.table(table)))
-        _check_range(tgt, table, col.name, col.type, key_from, key_to, ("repair_key_from", "repair_key_to"))
+        _check_range(store, tgt, table, col.name, col.type, key_from, key_to, ("repair_key_from", "repair_key_to"))
     finally:
         src.close()
         tgt.close()
@@ -138,7 +129,7 @@ def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_f
            time_to: str | None = None) -> RepairResult:
     """Repair of a range a person names: a key range (one-column keys) or an update-time range."""
     tcfg = cfg.table(table)
-    engine, src, tgt = _connections(source, target)
+    engine, src, store, tgt = _connections(source, target)
     try:
         shape = engine.describe(src, cfg.source_schema(table), table, tcfg)
         if not shape.primary_key:
@@ -146,22 +137,20 @@ def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_f
         if key_from is not None:
             col = _key_column(cfg, shape)
             lo, hi, as_time = key_from, key_to, False
-            _check_range(tgt, table, col.name, col.type, lo, hi, ("repair_key_from", "repair_key_to"))
+            _check_range(store, tgt, table, col.name, col.type, lo, hi, ("repair_key_from", "repair_key_to"))
         else:
             if time_column not in shape.column_names:
                 raise RepairError(f"{cfg.name}.{table} has no column {time_column!r} for a time-range repair",
                                   table=table)
             col, as_time = shape.column(time_column), True
-            _check_range(tgt, table, col.name, "timestamptz", time_from, time_to, ("repair_from", "repair_to"))
-            with tgt.cursor() as cur:   # the times in UTC, which every engine's session reads in
-                cur.execute("SELECT (%s::timestamptz AT TIME ZONE 'UTC')::text, (%s::timestamptz AT TIME ZONE "
-                            "'UTC')::text", (time_from, time_to))
-                lo, hi = cur.fetchone()
-            tgt.rollback()
+            _check_range(store, tgt, table, col.name, "timestamptz", time_from, time_to, ("repair_from", "repair_to"))
+            lo, hi = store.utc_text(tgt, time_from), store.utc_text(tgt, time_to)
         label = f"{'key' if key_from is not None else time_column} range {lo}..{hi}"
         # A time range says nothing about rows deleted at the source: only a key range deletes.
-        return apply_from_source(cfg, engine, shape, src, tgt, target,
-                                 engine.range_where(src, shape, col.name, lo, hi, as_time), between(shape, col.name, lo, hi, as_time), label, delete_missing=not as_time)
+        return apply_from_source(cfg, engine, shape, src, tgt, store,
+                                 engine.range_where(src, shape, col.name, lo, hi, as_time),
+                                 store.range_where(tgt, shape, col.name, lo, hi, as_time), label,
+                                 delete_missing=not as_time)
     finally:
         src.close()
         tgt.close()
@@ -170,9 +159,8 @@ def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_f
 def repair_verified(cfg: PipelineConfig, source: Conn, target: Conn, table: str,
                     ranges_per_transaction: int = 200) -> RepairResult:
     """Re-reads exactly the key ranges the table's last verify found different."""
-    from tideline.core.verify_plan import range_predicate
     from tideline.verify.findings import last_differences
-    engine, src, tgt = _connections(source, target)
+    engine, src, store, tgt = _connections(source, target)
     try:
         run_id, ranges = last_differences(tgt, cfg.name, table)
         tgt.rollback()
@@ -185,13 +173,11 @@ def repair_verified(cfg: PipelineConfig, source: Conn, target: Conn, table: str,
                      run_id)
             return total
         shape = engine.describe(src, cfg.source_schema(table), table, cfg.table(table))
-        collatable = collatable_keys(tgt, shape)
-        tgt.rollback()
         for i in range(0, len(ranges), ranges_per_transaction):
             chunk = ranges[i:i + ranges_per_transaction]
-            target_where = sql.SQL(" OR ").join(sql.SQL("({})").format(range_predicate(shape, r, collatable))
-                                                for r in chunk)
-            r = apply_from_source(cfg, engine, shape, src, tgt, target, engine.key_ranges_where(src, shape, chunk),
+            target_where = store.key_ranges_where(tgt, shape, chunk)
+            tgt.rollback()
+            r = apply_from_source(cfg, engine, shape, src, tgt, store, engine.key_ranges_where(src, shape, chunk),
                                   target_where, f"{len(chunk)} key range(s) verify run {run_id} found different")
             total = RepairResult(table, total.read + r.read, total.upserted + r.upserted, total.deleted + r.deleted)
         return total

@@ -6,10 +6,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from urllib.parse import quote
 
-import psycopg2
 from psycopg2.extras import RealDictCursor
 
-from tideline import sqlfiles
+from tideline import sqlfiles, state
 
 # window -> (its length, the bucket one chart point covers): ~60-170 points per chart
 WINDOWS = {"1h": (3600, 60), "24h": (86400, 600), "7d": (7 * 86400, 3600)}
@@ -35,11 +34,11 @@ def airflow_links(ctx: dict | None) -> dict | None:
     return links
 
 
-def table_history(dsn: str, pipeline: str, table: str, window_name: str, connect_timeout: int = 5) -> dict:
+def table_history(target, pipeline: str, table: str, window_name: str, connect_timeout: int = 5) -> dict:
     seconds, bucket = window(window_name)
     since = datetime.now(timezone.utc) - timedelta(seconds=seconds)
     args = {"pipeline": pipeline, "table": table, "since": since, "bucket": f"{bucket} seconds"}
-    conn = psycopg2.connect(dsn, connect_timeout=connect_timeout)
+    conn = state.connect(target, connect_timeout)
     try:
         conn.set_session(readonly=True, autocommit=True)
         with conn.cursor(cursor_factory=RealDictCursor) as cur:
