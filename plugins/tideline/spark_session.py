@@ -59,12 +59,15 @@ def driver_address() -> dict[str, str]:
     return {"spark.driver.host": host, "spark.driver.bindAddress": bind}
 
 
-def get_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+def get_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None,
+                extra_jars: list[str] | tuple = ()) -> SparkSession:
+    """`extra_jars`: what the job's target needs (targets.Target.spark_jars); under spark-submit
+    the submitter gave them already."""
     builder = SparkSession.builder.appName(app_name)
     under_submit = bool(os.environ.get("SPARK_ENV_LOADED"))  # set by spark-submit's launcher
     if master or not under_submit:
         builder = builder.master(master or os.environ.get("TIDELINE_SPARK_MASTER", "local[2]"))
-    jars = os.environ.get("TIDELINE_SPARK_JARS", "")
+    jars = ",".join(filter(None, [os.environ.get("TIDELINE_SPARK_JARS", ""), *extra_jars]))
     if jars and not under_submit:
         builder = builder.config("spark.jars", jars)
     defaults = {

@@ -46,7 +46,8 @@ HOST = "127.0.0.1"
 # Throwaway credentials of the local stack only; production reads Airflow connections.
 PG_SUPERUSER, PG_SUPERPASS = "postgres", "postgres"
 PG_USER, PG_PASS = "tideline", "tideline"
-DATABASES = {"source": "tideline_source", "target": "tideline_target", "airflow": "airflow"}
+DATABASES = {"source": "tideline_source", "target": "tideline_target", "airflow": "airflow",
+             "lake": "tideline_lake"}   # the Iceberg JDBC catalog (and an Iceberg pipeline's state)
 AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS = "admin", "admin"
 DEBEZIUM_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 DEBEZIUM_MARIADB_CLASS = "io.debezium.connector.mariadb.MariaDbConnector"

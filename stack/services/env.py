@@ -8,11 +8,12 @@ import secrets
 import sys
 
 from services.airflow import airflow_url
-from services.base import (AIRFLOW_ADMIN, DATABASES, HOST, LOGS, PORTS, ROOT, SPARK_CLUSTER, VAR, VENV_BIN)
+from services.base import (AIRFLOW_ADMIN, DATABASES, HOST, LOGS, PG_PASS, PG_USER, PORTS, ROOT, SPARK_CLUSTER, VAR,
+                           VENV_BIN)
 from services.kafka import kafka_bootstrap
 from services.mariadb import mariadb_url
 from services.postgres import pg_url
-from services.spark import CLASS_ARCHIVE, _driver_classpath, spark_jars, spark_master_url
+from services.spark import CLASS_ARCHIVE, _driver_classpath, iceberg_jars, spark_jars, spark_master_url
 
 
 def _jwt_secret() -> str:
@@ -29,6 +30,7 @@ def environment() -> dict[str, str]:
     env = {
         "TIDELINE_HOME": str(ROOT),
         "TIDELINE_SPARK_JARS": ",".join(spark_jars()),
+        "TIDELINE_ICEBERG_JARS": ",".join(iceberg_jars()),   # added to the jobs of Iceberg pipelines
         "TIDELINE_SPARK_CLASS_ARCHIVE": str(CLASS_ARCHIVE),
         # Hadoop's local file system without a forked chmod per file (stack/jvm/hadoop-nio)
         "TIDELINE_SPARK_DRIVER_CLASSPATH": ":".join(map(str, _driver_classpath())),
@@ -40,6 +42,10 @@ def environment() -> dict[str, str]:
         "AIRFLOW_CONN_TIDELINE_SOURCE": pg_url(DATABASES["source"]),
         "AIRFLOW_CONN_TIDELINE_TARGET": pg_url(DATABASES["target"]),
         "AIRFLOW_CONN_TIDELINE_MARIADB_SOURCE": mariadb_url(),
+        # the Iceberg catalog: JDBC catalog tables in its own database, files under the warehouse
+        "AIRFLOW_CONN_TIDELINE_LAKE": json.dumps(
+            {"conn_type": "iceberg", "host": HOST, "port": PORTS["postgres"], "login": PG_USER,
+             "password": PG_PASS, "schema": DATABASES["lake"], "extra": {"warehouse": (VAR / "lake").as_uri()}}),
         "AIRFLOW_CONN_TIDELINE_KAFKA": json.dumps(
             {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap()}}),
         "AIRFLOW_CONN_TIDELINE_CONNECT": json.dumps(

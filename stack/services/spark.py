@@ -20,6 +20,11 @@ def spark_jars() -> list[str]:
     return sorted(str(p) for p in (LIB / "spark").glob("*.jar")) + [str(p) for p in _driver_classpath()]
 
 
+def iceberg_jars() -> list[str]:
+    """Iceberg's Spark runtime (stack/jvm/iceberg), for the jobs of pipelines with an Iceberg target."""
+    return sorted(str(p) for p in (LIB / "iceberg").glob("*.jar"))
+
+
 def spark_check() -> str:
     jars = spark_jars()
     names = " ".join(Path(j).name for j in jars)

@@ -34,7 +34,8 @@ def stack():
 @pytest.fixture(scope="session")
 def spark(stack):
     from tideline.spark_session import get_session
-    session = get_session("tideline-tests")
+    from tideline.targets import target_class
+    session = get_session("tideline-tests", extra_jars=target_class("iceberg").spark_jars())
     yield session
     session.stop()
 

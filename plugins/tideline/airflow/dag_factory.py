@@ -16,6 +16,8 @@ target by key-range bisection; differences alert, and are repaired when verify.r
 """
 from __future__ import annotations
 
+import os
+
 import pendulum
 from airflow.providers.standard.operators.python import BranchPythonOperator, PythonOperator
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
@@ -40,8 +42,11 @@ def _conn_ids(cfg: PipelineConfig) -> list[str]:
 def _submit(cfg: PipelineConfig, kind: str) -> dict:
     """How the DAG submits a Spark job of one kind (load | stream | batch): the pipeline's Spark
     connection and Airflow connections, the kind's Spark settings and memory environment."""
+    from tideline import targets
+    jars = ",".join(filter(None, [os.environ.get("TIDELINE_SPARK_JARS", ""),
+                                  *targets.target_class(cfg.target.kind).spark_jars()]))
     return dict(conn_id=cfg.spark.conn_id, pipeline_conn_ids=_conn_ids(cfg), conf=cfg.spark.job_conf(kind),
-                env_vars=cfg.spark.job_env(kind))
+                env_vars=cfg.spark.job_env(kind), jars=jars)
 
 def _default_args() -> dict:
     return {"retries": 2, "retry_delay": pendulum.duration(seconds=30), "retry_exponential_backoff": True,

@@ -13,8 +13,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tideline.core.errors import ConfigError
 from tideline.core.names import PIPELINE_NAME, identifier, topic_name
-from tideline.core.settings import (AlertSettings, ConnectSettings, Endpoint, KafkaSettings, SourceEndpoint,
-                                    SparkSettings, StreamSettings, VerifyConfig, _Model)
+from tideline.core.settings import (AlertSettings, ConnectSettings, KafkaSettings, SourceEndpoint, SparkSettings,
+                                    StreamSettings, TargetEndpoint, VerifyConfig, _Model)
 
 class TableConfig(_Model):
     name: str
@@ -75,7 +75,7 @@ class TableConfig(_Model):
 class PipelineConfig(_Model):
     name: str
     source: SourceEndpoint
-    target: Endpoint
+    target: TargetEndpoint
     kafka: KafkaSettings
     connect: ConnectSettings = Field(default_factory=ConnectSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from tideline.core.names import TOPIC_PREFIX, identifier
 
@@ -22,6 +22,16 @@ class Endpoint(_Model):
     @classmethod
     def _schema(cls, v: str) -> str:
         return identifier(v, "schema")
+
+
+class TargetEndpoint(Endpoint):
+    """Where rows land: a PostgreSQL database, or an Iceberg catalog (`catalog:` its Airflow
+    connection, `namespace:` the tables' namespace)."""
+    kind: Literal["postgres", "iceberg"] = Field(default="postgres", description="postgres or iceberg; must "
+                                                 "match the connection's type")
+    conn_id: str = Field(validation_alias=AliasChoices("conn_id", "catalog"),
+                         description="Airflow connection id (for iceberg: the catalog's)")
+    schema_: str = Field(default="public", validation_alias=AliasChoices("schema", "namespace"))
 
 
 class SourceEndpoint(Endpoint):

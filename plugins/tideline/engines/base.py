@@ -110,6 +110,13 @@ class SourceEngine(ABC):
         """A derived table for Spark JDBC: every written column as the exact text COPY reads (of
         the rows matching `where`, over `t.<column>`, when given)."""
 
+    def lake_read_query(self, conn, shape: TableShape, columns: list) -> str:
+        """A derived table for Spark JDBC with each column as core.lake_types says it travels
+        (`read`), a `__tl_bad_<i>` flag per column with a `refuse` rule, and the key aliases the
+        snapshot's predicates compare."""
+        raise SourceError(f"{shape.name}: a {self.label} source cannot load into an Iceberg target in this version "
+                          f"of Tideline (PostgreSQL sources can)", table=shape.name)
+
     @abstractmethod
     def open_snapshot(self, conn, shape: TableShape, parts: int) -> Snapshot:
         """Opens the consistent read on `conn` (kept open until the partitions have read) and

@@ -7,8 +7,9 @@ from psycopg2 import sql
 from tideline import sqlfiles
 from tideline.core import debezium, source_shapes
 from tideline.core.errors import SourceError
-from tideline.core.table_shape import (Column, TableShape, boundaries_query, copy_options, ctid_predicates,
-                                       hash_predicates, key_range_predicates, read_query, select_columns)
+from tideline.core.table_shape import (CTID_ALIAS, KEY_ALIAS, Column, TableShape, boundaries_query, copy_options,
+                                       ctid_predicates, hash_predicates, key_range_predicates, read_query,
+                                       select_columns)
 from tideline.engines.base import Snapshot, SourceEngine
 from tideline.engines.postgres_capture import PostgresCapture
 from tideline.engines.postgres_verify import PgSide, collatable_keys
@@ -185,6 +186,25 @@ class PostgresEngine(PostgresCapture, SourceEngine):
 
     def read_query(self, conn, shape: TableShape, where: str | None = None) -> str:
         return read_query(shape, sql.SQL(where) if where else None).as_string(conn)
+
+    def lake_read_query(self, conn, shape: TableShape, columns: list) -> str:
+        from tideline.core.lake_types import BAD_FLAG
+        keys = ([sql.SQL("t.{} AS {}").format(sql.Identifier(k), sql.Identifier(KEY_ALIAS.format(i)))
+                 for i, k in enumerate(shape.primary_key)]
+                or [sql.SQL("t.ctid AS {}").format(sql.Identifier(CTID_ALIAS))])
+        cols = []
+        for i, col in enumerate(columns):
+            c = sql.Identifier(col.name).as_string(conn)
+            read = col.read.replace("{c}", f"t.{c}")
+            if col.refuse:
+                bad = f"coalesce({col.refuse.replace('{c}', f't.{c}')}, false)"
+                read = f"CASE WHEN {bad} THEN NULL ELSE {read} END"
+                cols.append(sql.SQL(f"{bad} AS ") + sql.Identifier(BAD_FLAG.format(i)))
+            if col.read_cast:
+                read = f"({read})::{col.read_cast}"
+            cols.append(sql.SQL(f"{read} AS ") + sql.Identifier(col.name))
+        return sql.SQL("(SELECT {} FROM {} t) AS tideline_read").format(
+            sql.SQL(", ").join(keys + cols), shape.qualified()).as_string(conn)
 
     def copy_read_sql(self, conn, shape: TableShape, where: str | None, predicate: str) -> str | None:
         """Typed columns: COPY prints each with its type's output function, the same text `::text`

@@ -21,6 +21,7 @@ from tideline import engines, kafka_offsets, state, targets
 
 from tideline.capture import refusals
 from tideline.load.copy_pipe import make_copy_writer, make_pipe_copier
+from tideline.load.lake_load import commit_snapshot
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
 from tideline.core.errors import FencedError, LoadVerificationError, SourceError, TidelineError
@@ -162,7 +163,7 @@ class FullLoad:
         self.source: Conn = get_connection(cfg.source.conn_id, environ)
         self.engine: SourceEngine = engines.for_source(self.source)
         self.target: Conn = get_connection(cfg.target.conn_id, environ)
-        self.store: Target = targets.for_target(self.target)
+        self.store: Target = targets.for_pipeline(cfg, self.target)
         self.kafka: Conn = get_connection(cfg.kafka.conn_id, environ)
 
     # ------------------------------------------------------------------ driver steps
@@ -215,40 +216,56 @@ class FullLoad:
             log.info("%s: snapshot %s%s; reading in %d partitions by %s", label, snap.snapshot_id,
                      f" has {snap.rows:,} rows" if snap.rows is not None else "", len(snap.predicates),
                      f"key ({', '.join(shape.primary_key)})" if shape.primary_key else "block range (no key)")
-            # 3. shadow table, COPY from every partition
-            self.store.begin_snapshot(tgt, shape, schema, shadow)
-            figures = copy_source_rows(self.spark, self.engine, self.store, tgt, shape,
-                                       self.engine.read_query(src, shape), snap.predicates, schema,
-                                       shadow, label, session_init=snap.session_init, started=started,
-                                       run_id=run_id)
-            self.engine.close_snapshot(src)  # the snapshot may close now: every partition has read
-            copy_secs = time.monotonic() - started
-            read = sum(f["rows"] for f in figures)
-            landed = sum(f["copied"] for f in figures)
-            snapshot_rows = read if snap.rows is None else snap.rows
-            if not (snapshot_rows == read == landed):
-                raise LoadVerificationError(
-                    f"{label}: the snapshot holds {snapshot_rows:,} rows but {read:,} were read and "
-                    f"{landed:,} stored by COPY; nothing was swapped in. Rerun the full load.")
-            # 4. key (rejects duplicates), then swap with the state in one target transaction
-            self.store.seal_snapshot(tgt, shape, schema, shadow, epoch)
-            tgt.commit()
+            if self.store.capabilities().snapshot_publish == "commit":
+                # 3. one commit of the whole snapshot, the handover offsets in its summary
+                self._check_epoch(tgt, table, epoch)
+                landed = commit_snapshot(self.spark, self.engine, self.store, src, shape, snap, schema, label,
+                                         cfg.name, epoch, offsets)
+                self.engine.close_snapshot(src)
+                copy_secs = time.monotonic() - started
+                snapshot_rows = landed if snap.rows is None else snap.rows
+                how, published = "Spark JDBC -> Iceberg", "committed"
+                if snapshot_rows != landed:
+                    raise LoadVerificationError(
+                        f"{label}: the snapshot holds {snapshot_rows:,} rows but the Iceberg commit holds {landed:,}; "
+                        f"the stream will not start from it. Rerun the full load.")
+            else:
+                # 3. shadow table, COPY from every partition
+                self.store.begin_snapshot(tgt, shape, schema, shadow)
+                figures = copy_source_rows(self.spark, self.engine, self.store, tgt, shape,
+                                           self.engine.read_query(src, shape), snap.predicates, schema,
+                                           shadow, label, session_init=snap.session_init, started=started,
+                                           run_id=run_id)
+                self.engine.close_snapshot(src)  # the snapshot may close now: every partition has read
+                copy_secs = time.monotonic() - started
+                read = sum(f["rows"] for f in figures)
+                landed = sum(f["copied"] for f in figures)
+                snapshot_rows = read if snap.rows is None else snap.rows
+                if not (snapshot_rows == read == landed):
+                    raise LoadVerificationError(
+                        f"{label}: the snapshot holds {snapshot_rows:,} rows but {read:,} were read and "
+                        f"{landed:,} stored by COPY; nothing was swapped in. Rerun the full load.")
+                # 4. key (rejects duplicates), then swap with the state in one target transaction
+                self.store.seal_snapshot(tgt, shape, schema, shadow, epoch)
+                tgt.commit()
+                how, published = figures[0]["how"], "swapped"
             with tgt, tgt.cursor() as cur:
                 state.check_epoch(cur, cfg.name, table, epoch)
-                self.store.publish_snapshot(cur, shape, schema, shadow, label)
+                if published == "swapped":
+                    self.store.publish_snapshot(cur, shape, schema, shadow, label)
                 state.finish_full_load(cur, pipeline=cfg.name, table=table, epoch=epoch, topic=topic,
                                        offsets=offsets, snapshot_id=snap.snapshot_id, snapshot_at=snap.snapshot_at,
                                        snapshot_xmin=snap.position, rows=snapshot_rows)
                 state.set_partitions(cur, cfg.name, table, tree)
                 secs = time.monotonic() - started
                 state.run_end(cur, run_id, "succeeded", snapshot_rows,
-                              f"{why}{len(snap.predicates)} partitions ({figures[0]['how']}), {secs:.1f}s "
+                              f"{why}{len(snap.predicates)} partitions ({how}), {secs:.1f}s "
                               f"(read+copy {copy_secs:.1f}s), "
                               f"resume offsets {offsets}, {self.engine.label} snapshot {snap.snapshot_id}")
             result = LoadResult(table, snapshot_rows, secs, len(snap.predicates), epoch, offsets)
-            log.info("%s: loaded %s rows in %.1fs (%s rows/s; read+copy %.1fs); live table swapped; "
+            log.info("%s: loaded %s rows in %.1fs (%s rows/s; read+copy %.1fs); live table %s; "
                      "stream resumes from %s", label, f"{result.rows:,}", secs, f"{result.rows_per_s:,.0f}",
-                     copy_secs, offsets)
+                     copy_secs, published, offsets)
             return result
         except BaseException as exc:
             self._fail(tgt, table, shadow, run_id, exc)
@@ -257,6 +274,12 @@ class FullLoad:
             src.close()
             tgt.close()
 
+    def _check_epoch(self, tgt, table: str, epoch: int) -> None:
+        """Still this load's table (no newer run claimed it) just before a commit outside the state's
+        transaction."""
+        with tgt, tgt.cursor() as cur:
+            state.check_epoch(cur, self.cfg.name, table, epoch)
+
     def _fail(self, tgt, table: str, shadow: str, run_id: int | None, exc: BaseException) -> None:
         """Leaves live table and state as they were: drop the shadow, record the error and the run."""
         message = str(exc) if isinstance(exc, TidelineError) else f"{type(exc).__name__}: {exc}"
@@ -264,7 +287,8 @@ class FullLoad:
         try:
             tgt.rollback()
             with tgt, tgt.cursor() as cur:
-                self.store.drop_staging(cur, self.cfg.target_schema(table), shadow)
+                if self.store.capabilities().snapshot_publish == "shadow_swap":
+                    self.store.drop_staging(cur, self.cfg.target_schema(table), shadow)
                 if run_id is not None:
                     state.run_end(cur, run_id, "fenced" if isinstance(exc, FencedError) else "failed",
                                   None, message[:2000])

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tideline.core.apply_failure import FailedEvent
 from tideline.core.connections import Conn
-from tideline.core.errors import TidelineError
+from tideline.core.errors import TargetError, TidelineError
 from tideline.core.table_shape import Column, TableShape
 
 
@@ -41,6 +41,20 @@ class Target(ABC):
 
     def __init__(self, conn: Conn):
         self.conn = conn
+
+    @staticmethod
+    def spark_jars() -> list[str]:
+        """Jars a Spark job writing into this kind of target needs beyond the stack's own."""
+        return []
+
+    def use(self, spark) -> None:
+        """Prepares a running Spark session to write into this target (nothing, for most)."""
+
+    def not_built(self, what: str) -> TargetError:
+        """What a target that lacks an operation raises (the operations below the abstract ones
+        are those of a target that takes SQL transactions; PostgreSQL has them all)."""
+        return TargetError(f"a {self.kind} target (connection {self.conn.conn_id!r}) cannot do {what} in this "
+                           f"version of Tideline; use a postgres target for it")
 
     @classmethod
     @abstractmethod
@@ -69,9 +83,9 @@ class Target(ABC):
     def can_create(self, conn, schema: str) -> bool:
         """The target role may create tables in the schema (or create the schema): the doctor's check."""
 
-    @abstractmethod
     def columns(self, cur, schema: str, table: str) -> list[tuple]:
         """The table's columns as (name, type, not_null, generated), in order."""
+        raise self.not_built("the change stream")
 
     @abstractmethod
     def row_count(self, conn, schema: str, table: str, exact: bool = True) -> int | None:
@@ -79,99 +93,101 @@ class Target(ABC):
         target's statistics without a scan. None when it cannot be read (status shows "-")."""
 
     # ---------------------------------------------------------------- full load
-    @abstractmethod
     def begin_snapshot(self, conn, shape: TableShape, schema: str, shadow: str) -> None:
         """An empty table of the shape that the load's tasks fill, out of readers' sight."""
+        raise self.not_built("a shadow-table load")
 
-    @abstractmethod
     def copy_statement(self, conn, schema: str, table: str, columns: list[str], copy_format: str) -> str:
         """The statement each load task streams its rows with."""
+        raise self.not_built("a shadow-table load")
 
     @abstractmethod
     def stored_so_far(self, state_conn, schema: str, table: str) -> tuple[int, int] | None:
         """(rows, bytes) a running load has stored in `table` so far, for its progress chart; read
         through the state connection (the target itself when it holds_state); None when unknown."""
 
-    @abstractmethod
     def seal_snapshot(self, conn, shape: TableShape, schema: str, shadow: str, epoch: int) -> None:
         """Key (rejecting duplicates) and statistics, before the snapshot goes live."""
+        raise self.not_built("a shadow-table load")
 
-    @abstractmethod
     def publish_snapshot(self, cur, shape: TableShape, schema: str, shadow: str, label: str) -> None:
         """The snapshot replaces the live table, inside the caller's transaction (with the state)."""
+        raise self.not_built("a shadow-table load")
 
-    @abstractmethod
     def drop_staging(self, cur, schema: str, name: str) -> None:
         """A snapshot or interval that failed (or was merged) leaves no trace; the live table stays."""
+        raise self.not_built("a shadow-table load")
 
     # ---------------------------------------------------------------- repair
-    @abstractmethod
     def apply_repair(self, cur, shape: TableShape, schema: str, rows, where, delete_missing: bool
                      ) -> tuple[int, int, int]:
         """The source's rows of a range (COPY text in `rows`) replace the table's rows of that range,
         in the caller's transaction (behind the stream's fence): upsert them and, when the range is
         over the key, delete the table's rows matching `where` that the source no longer has.
         Returns (read, upserted, deleted)."""
+        raise self.not_built("repair")
 
-    @abstractmethod
     def value_problem(self, conn, typ: str, value: str) -> str | None:
         """Why `value` is not a value of the (target) type `typ`, in the target's words; None if it is."""
+        raise self.not_built("repair")
 
-    @abstractmethod
     def in_order(self, conn, typ: str, lo: str, hi: str) -> bool:
         """lo <= hi in the type's order."""
+        raise self.not_built("repair")
 
-    @abstractmethod
     def utc_text(self, conn, value: str) -> str:
         """A point in time (any form the target reads) as UTC text, which every engine's session reads."""
+        raise self.not_built("repair")
 
-    @abstractmethod
     def range_where(self, conn, shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> str:
         """The target's rows with `column` between lo and hi (values of its type, or UTC times)."""
+        raise self.not_built("repair")
 
-    @abstractmethod
     def key_ranges_where(self, conn, shape: TableShape, ranges: list) -> str:
         """The target's rows inside any of the key ranges (a verify's findings)."""
+        raise self.not_built("repair")
 
     # ---------------------------------------------------------------- verify
-    @abstractmethod
     def verify_side(self, label: str = "target"):
         """The target as one side of a verify (tideline.verify.sides), on its own connection."""
+        raise self.not_built("verify")
 
     # ---------------------------------------------------------------- batch mode
-    @abstractmethod
     def begin_interval(self, conn, shape: TableShape, schema: str, stage: str) -> None:
         """An empty staging table for one batch-mode interval's rows."""
+        raise self.not_built("batch mode")
 
-    @abstractmethod
     def ensure_table(self, cur, shape: TableShape, schema: str, label: str) -> None:
         """The live table exists with the shape's key, its columns added or widened as the source's."""
+        raise self.not_built("batch mode")
 
-    @abstractmethod
     def merge_interval(self, cur, shape: TableShape, schema: str, stage: str) -> None:
         """Upserts the staged rows into the live table by key, inside the caller's transaction."""
+        raise self.not_built("batch mode")
 
     # ---------------------------------------------------------------- stream
-    @abstractmethod
     def stage_changes(self, cur, rows, table_of_topic: dict[str, str]) -> None:
         """One batch's decoded changes (last image per key), staged for apply_changes."""
+        raise self.not_built("the change stream")
 
-    @abstractmethod
     def begin_table(self, cur) -> None:
         """One table's share of a batch starts: it is kept or undone alone (a halt concerns one table)."""
+        raise self.not_built("the change stream")
 
-    @abstractmethod
-    def undo_table(self, cur) -> None: ...
+    def undo_table(self, cur) -> None:
+        raise self.not_built("the change stream")
 
-    @abstractmethod
-    def end_table(self, cur) -> None: ...
+    def end_table(self, cur) -> None:
+        raise self.not_built("the change stream")
 
-    @abstractmethod
     def apply_changes(self, cur, pipeline: str, schema: str, table: str, topic: str, columns: list[Column],
                       primary_key: list[str], dead_letter: bool) -> tuple[tuple[int, int], int]:
         """Applies one table's staged changes: ((upserts, deletes), dead letters). Raises
         ApplyRefused naming the first change the target refuses."""
+        raise self.not_built("the change stream")
+        raise self.not_built("the change stream")
+        raise self.not_built("the change stream")
 
-    @abstractmethod
     def evolve(self, cur, schema: str, table: str, drift) -> None:
         """Adds and widens columns (core.schema_drift's plan) in the caller's transaction."""
+        raise self.not_built("the change stream")

@@ -1,0 +1,159 @@
+"""Source types -> Apache Iceberg types, exactly or as their exact text (README: "Iceberg types").
+
+Every column of a source shape (PostgreSQL type names; a MariaDB source's shape carries them too)
+gets the Iceberg type that holds each of its values exactly, or its source's exact text where no
+Iceberg type does — numbers beyond 38 digits or without a declared scale, time of day, intervals,
+uuid (Spark writes no uuid), json, enums, network and geometric types, multi-range types. Nothing
+is rounded: a value the chosen type cannot hold (a date or timestamp at ±infinity, a NaN in a
+numeric(p,s)) stops the load before its commit, naming the table, column and key.
+
+How a value travels is fixed here too, so a load and the stream agree: dates as days and
+timestamps as microseconds since the epoch (exact for BC dates, which a java.sql.Date would move
+across calendars), everything textual as the source's text.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tideline.core.table_shape import Column, TableShape
+
+# Spark SQL type of each Iceberg primitive Tideline writes (Spark is the writer)
+_SPARK = {"int": "int", "long": "bigint", "float": "float", "double": "double", "boolean": "boolean",
+          "string": "string", "binary": "binary", "date": "date", "timestamp": "timestamp_ntz",
+          "timestamptz": "timestamp"}
+
+_SCALARS = {
+    "smallint": "int", "integer": "int", "bigint": "long",
+    "real": "float", "double precision": "double", "boolean": "boolean",
+    "text": "string", "character varying": "string", "character": "string", "citext": "string", "name": "string",
+    "bytea": "binary", "date": "date",
+    "timestamp without time zone": "timestamp", "timestamp with time zone": "timestamptz",
+}
+_ARRAY_ELEMENTS = {"smallint": "int", "integer": "int", "bigint": "long", "real": "float",
+                   "double precision": "double", "boolean": "boolean", "text": "string",
+                   "character varying": "string"}
+_NUMERIC = re.compile(r"^numeric\((\d+)(?:,(\d+))?\)$")
+MAX_DECIMAL_DIGITS = 38   # Iceberg's decimal(P,S): P <= 38
+
+
+@dataclass(frozen=True)
+class LakeColumn:
+    """One column's Iceberg type and how its values travel.
+
+    `read` is the source expression (`{c}` is the quoted column) whose value Spark receives;
+    `spark` turns it (`{v}`) into the column's Spark value; `refuse` is a source predicate true
+    for a value the type cannot hold, and `why` says what it is."""
+    name: str
+    iceberg: str           # Iceberg type: int, long, decimal(10,2), string, list<int>, timestamptz, ...
+    spark: str             # Spark SQL expression of the value
+    read: str              # source SQL expression
+    as_text: bool = False  # stored as the source's exact text
+    refuse: str | None = None
+    why: str | None = None
+    read_cast: str | None = None   # source type the read is cast to last (JDBC reports its precision)
+
+    @property
+    def spark_type(self) -> str:
+        if self.iceberg.startswith("list<"):
+            return f"array<{_SPARK[self.iceberg[5:-1]]}>"
+        if self.iceberg.startswith("decimal"):
+            return self.iceberg
+        return _SPARK[self.iceberg]
+
+
+def base_type(pg_type: str) -> str:
+    """The type without its modifiers: character varying(20) -> character varying,
+    timestamp(3) with time zone -> timestamp with time zone."""
+    return re.sub(r"\(\d+(?:,\d+)?\)", "", pg_type).strip()
+
+
+def lake_column(col: Column) -> LakeColumn:
+    """Spark receives each value in the type it writes (a cast that changes nothing is never
+    asked for: Spark 4.0's optimizer breaks on a no-op cast of a JDBC varchar)."""
+    t = col.type
+    if t.endswith("[]"):
+        element = base_type(t[:-2])
+        if element in _ARRAY_ELEMENTS:
+            inner = _ARRAY_ELEMENTS[element]
+            textual = inner == "string"
+            return LakeColumn(col.name, f"list<{inner}>",
+                              "cast({v} as array<int>)" if element == "smallint" else "{v}",
+                              "{c}::text[]" if textual else "{c}",
+                              refuse="array_ndims({c}) > 1 OR array_lower({c}, 1) <> 1",
+                              why="an array with more than one dimension or a lower bound other than 1 (an "
+                                  "Iceberg list holds neither)")
+        return _text(col)
+    m = _NUMERIC.match(t)
+    if m:
+        precision, scale = int(m.group(1)), int(m.group(2) or 0)
+        if precision > MAX_DECIMAL_DIGITS:
+            return _text(col)
+        dec = f"decimal({precision},{scale})"
+        # the cast keeps the declared precision, which JDBC reports to Spark (a bare CASE loses it)
+        return LakeColumn(col.name, dec, "{v}", "{c}", refuse="{c} = 'NaN'",
+                          why="NaN (an Iceberg decimal cannot hold it)", read_cast=f"numeric({precision},{scale})")
+    base = base_type(t)
+    iceberg = _SCALARS.get(base)
+    if iceberg is None:
+        return _text(col)
+    if iceberg == "date":
+        return LakeColumn(col.name, "date", "date_add(DATE'1970-01-01', {v})",
+                          "({c} - DATE '1970-01-01')",
+                          refuse="NOT isfinite({c})", why="infinity (an Iceberg date cannot hold it)")
+    if iceberg in ("timestamp", "timestamptz"):
+        value = "timestamp_micros({v})" if iceberg == "timestamptz" else "cast(timestamp_micros({v}) as timestamp_ntz)"
+        return LakeColumn(col.name, iceberg, value, "(extract(epoch FROM {c}) * 1000000)::bigint",
+                          refuse="NOT isfinite({c})", why=f"infinity (an Iceberg {iceberg} cannot hold it)")
+    if iceberg == "string":
+        return _text(col)
+    if base == "smallint":
+        return LakeColumn(col.name, "int", "cast({v} as int)", "{c}")
+    return LakeColumn(col.name, iceberg, "{v}", "{c}")
+
+
+def _text(col: Column) -> LakeColumn:
+    """The type's output text (a cast to text is not always that: inet drops nothing through its
+    output function but prints its netmask through text(); char(n) keeps its padding)."""
+    textual = base_type(col.type) in ("text", "character varying", "citext", "name")
+    return LakeColumn(col.name, "string", "{v}", "{c}::text" if textual else
+                      "CASE WHEN {c} IS NULL THEN NULL ELSE format('%s', {c}) END", as_text=not textual)
+
+
+def lake_columns(shape: TableShape) -> list[LakeColumn]:
+    """The written columns (generated ones included: their values are data to a lake reader)."""
+    return [lake_column(c) for c in shape.columns]
+
+
+def refused_value_message(label: str, col: LakeColumn, key_text: str) -> str:
+    return (f"{label}: column {col.name} holds {col.why} at key {key_text}; nothing was committed. Change the "
+            f"value at the source, or exclude the column (exclude_columns) and reload")
+
+
+BAD_FLAG = "__tl_bad_{}"
+
+
+def spark_literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def spark_ident(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def spark_projection(label: str, shape: TableShape, columns: list[LakeColumn]) -> list[str]:
+    """Spark SQL expressions turning the read columns (lake_read_query) into the table's values;
+    a value the column's type cannot hold raises, naming the table, column and key, so the
+    write fails before its commit."""
+    keys = list(shape.primary_key)
+    key_text = ("concat_ws(', ', " + ", ".join(f"concat({spark_literal(k + '=')}, cast({spark_ident(k)} as string))"
+                                               for k in keys) + ")") if keys else "'(no key)'"
+    out = []
+    for i, col in enumerate(columns):
+        value = col.spark.replace("{v}", spark_ident(col.name))
+        if col.refuse:
+            message = refused_value_message(label, col, "\x00").split("\x00")
+            value = (f"CASE WHEN {BAD_FLAG.format(i)} THEN raise_error(concat({spark_literal(message[0])}, {key_text}, "
+                     f"{spark_literal(message[1])})) ELSE {value} END")
+        out.append(f"{value} AS {spark_ident(col.name)}")
+    return out

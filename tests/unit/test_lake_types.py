@@ -1,0 +1,62 @@
+"""Source types -> Iceberg types (core.lake_types): exact types, exact text, refused values."""
+from __future__ import annotations
+
+import pytest
+
+from tideline.core.lake_types import lake_column, lake_columns, spark_projection
+from tideline.core.table_shape import Column, TableShape
+
+
+def col(t: str, name: str = "c") -> Column:
+    return Column(name, t, False)
+
+
+@pytest.mark.parametrize("pg_type, iceberg, as_text", [
+    ("smallint", "int", False), ("integer", "int", False), ("bigint", "long", False),
+    ("real", "float", False), ("double precision", "double", False), ("boolean", "boolean", False),
+    ("numeric(12,2)", "decimal(12,2)", False), ("numeric(38,0)", "decimal(38,0)", False),
+    ("numeric(5)", "decimal(5,0)", False),
+    ("numeric(39,2)", "string", True),   # beyond Iceberg's 38 digits: its exact text
+    ("numeric", "string", True),         # no declared scale: any value's exact text
+    ("text", "string", False), ("character varying(20)", "string", False), ("character(3)", "string", True),
+    ("bytea", "binary", False), ("date", "date", False),
+    ("timestamp without time zone", "timestamp", False), ("timestamp(3) with time zone", "timestamptz", False),
+    ("time without time zone", "string", True), ("time with time zone", "string", True),
+    ("interval", "string", True), ("uuid", "string", True), ("json", "string", True), ("jsonb", "string", True),
+    ("inet", "string", True), ("money", "string", True), ("mood", "string", True),
+    ("integer[]", "list<int>", False), ("smallint[]", "list<int>", False), ("text[]", "list<string>", False),
+    ("double precision[]", "list<double>", False), ("numeric[]", "string", True), ("uuid[]", "string", True),
+])
+def test_each_type_maps_to_the_iceberg_type_that_holds_it(pg_type, iceberg, as_text):
+    c = lake_column(col(pg_type))
+    assert (c.iceberg, c.as_text) == (iceberg, as_text)
+
+
+def test_values_a_type_cannot_hold_are_refused_not_rounded():
+    assert lake_column(col("date")).refuse == "NOT isfinite({c})"
+    assert "infinity" in lake_column(col("timestamp with time zone")).why
+    assert lake_column(col("numeric(10,2)")).refuse == "{c} = 'NaN'"
+    assert "dimension" in lake_column(col("integer[]")).why
+    # types whose every value fits have no refusal
+    assert all(lake_column(col(t)).refuse is None for t in ("bigint", "double precision", "numeric", "text", "bytea"))
+
+
+def test_dates_and_times_travel_as_epoch_numbers_exact_for_bc_dates():
+    d, ts = lake_column(col("date")), lake_column(col("timestamp without time zone"))
+    assert d.read == "({c} - DATE '1970-01-01')" and d.spark == "date_add(DATE'1970-01-01', {v})"
+    assert "extract(epoch FROM {c})" in ts.read and ts.spark_type == "timestamp_ntz"
+    assert lake_column(col("timestamp with time zone")).spark_type == "timestamp"
+
+
+def test_decimals_keep_their_declared_precision_through_jdbc():
+    assert lake_column(col("numeric(12,2)")).read_cast == "numeric(12,2)"
+
+
+def test_the_projection_names_table_column_and_key_of_a_refused_value():
+    shape = TableShape("public", "orders", (Column("id", "bigint", True), Column("due", "date", False),
+                                             Column("o'dd`name", "text", False)), ("id",))
+    out = spark_projection("shop.orders", shape, lake_columns(shape))
+    assert out[0] == "`id` AS `id`"
+    assert "raise_error" in out[1] and "__tl_bad_1" in out[1] and "'shop.orders: column due holds infinity" in out[1]
+    assert "concat('id=', cast(`id` as string))" in out[1]
+    assert out[2] == "`o'dd``name` AS `o'dd``name`"
