@@ -66,3 +66,13 @@ def test_repair_params_normalized():
 def test_repair_without_a_range_repairs_what_the_last_verify_found():
     assert check_sync_params(CFG, {"action": "repair", "tables": ["a", "b"]})["repair"] == \
         {"from_verify": True, "tables": ["a", "b"]}
+
+
+def test_repair_from_verify_leaves_out_batch_tables_which_validate_does_not_compare():
+    cfg = parse_pipeline({"name": "shop", "source": {"conn_id": "s"}, "target": {"conn_id": "t"},
+                          "kafka": {"topic_prefix": "p"},
+                          "tables": [{"name": "a"}, {"name": "log", "mode": "batch", "cursor_column": "at"}]}, "x")
+    assert check_sync_params(cfg, {"action": "repair"})["repair"] == \
+        {"from_verify": True, "tables": ["a"], "not_verified": ["log"]}
+    with pytest.raises(ParamError, match="validate does not compare batch-mode tables .log.: give a key range"):
+        check_sync_params(cfg, {"action": "repair", "tables": ["log"]})

@@ -133,6 +133,9 @@ def repair(pipeline: str, checked: dict) -> list[dict]:
     r = dict(checked["repair"])
     try:
         if r.pop("from_verify", False):
+            for table in r.get("not_verified", []):
+                log.warning("%s.%s is a batch-mode table: validate does not compare it, so there is nothing "
+                            "found to repair (give a key or time range to repair it)", cfg.name, table)
             results = [repair_mod.repair_verified(cfg, source, target, table) for table in r["tables"]]
         else:
             table = r.pop("table")

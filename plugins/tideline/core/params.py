@@ -43,7 +43,16 @@ def _check_repair(cfg: PipelineConfig, tables: list[str], params: dict) -> dict:
     from datetime import datetime
     given = {f: params.get(f) for f in REPAIR_FIELDS if params.get(f) not in (None, "")}
     if not given:  # no range named: re-read what each table's last verify found different
-        return {"from_verify": True, "tables": tables}
+        # batch-mode tables are not verified (they lag by design): nothing found to re-read
+        verified = [t for t in tables if cfg.table(t).mode == "cdc"]
+        if not verified:
+            raise ParamError(f"action=repair without a range re-reads what the last validate found, and "
+                             f"validate does not compare batch-mode tables ({', '.join(tables)}): give a key "
+                             f"range (repair_key_from/to) or a time range (repair_time_column/from/to)")
+        out = {"from_verify": True, "tables": verified}
+        if len(verified) < len(tables):
+            out["not_verified"] = [t for t in tables if t not in verified]
+        return out
     if len(tables) != 1:
         raise ParamError(f"a repair of a key or time range works on one table; param tables has {len(tables)}: "
                          f"{', '.join(tables)} (without a range, repair re-reads what the last validate found)")
