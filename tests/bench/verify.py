@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
-"""Benchmark: verify of a clean 2,000,000-row table vs a naive compare, same run.
+"""Benchmark: verify of a 2,000,000-row table against reladiff, side by side in the same run.
 
     .venv/bin/python tests/bench/verify.py [--rows 2000000]
 
 Source: the full-load benchmark's table (2,000,000 rows x 10 columns, created once, reused);
 target: an exact copy (COPY pipe). Tideline: tideline.verify.compare (fingerprints computed inside both
-databases at once). Baseline, the fair naive compare: each table's rows as `t::text` in key order
-through server-side cursors, compared as strings (no Python decoding of values). Last line:
-RESULT verify_rows_per_s=<n> naive_rows_per_s=<n> ratio=<verify/naive> peak_rss_mb=<n>
+databases at once). Peer: reladiff 0.6.0 (installed by the bench, tests/bench/peers.py), the
+maintained fork of data-diff, with its best settings here: `-k id -c '%' -j 2` (every column,
+two threads), `--skip-sort-results` (sorting its output crashes on rows holding NULLs).
+Twice: the clean copy, then with 1,000 rows updated and 100 deleted in the target — both tools
+must find exactly the same keys. Also the naive compare (`t::text` of both tables in key order,
+as strings) on the clean copy. Last line:
+RESULT verify_rows_per_s=<n> reladiff_rows_per_s=<n> ratio=<n> diff_verify_s=<s> diff_reladiff_s=<s>
+       diff_ratio=<n> same_keys=true naive_rows_per_s=<n> naive_ratio=<n> peak_rss_mb=<n>
 """
 from __future__ import annotations
 
@@ -17,8 +22,12 @@ import os
 import time
 from contextlib import closing
 
+import json
+import subprocess
+
 from benchlib import PeakRss, pg, stackctl
 from full_load import TABLE, ensure_source, run_copy_pipe
+from peers import reladiff
 
 SCHEMA = "bench_verify"
 
@@ -47,6 +56,17 @@ def naive_compare(rows: int) -> tuple[float, int]:
     return time.monotonic() - started, differ
 
 
+def run_reladiff(exe: str) -> tuple[float, set[int]]:
+    """reladiff across the two databases; (seconds, the keys it reports as differing)."""
+    started = time.monotonic()
+    out = subprocess.run([exe, stackctl.pg_url(stackctl.DATABASES["source"]), f"public.{TABLE}",
+                          stackctl.pg_url(stackctl.DATABASES["target"]), f"{SCHEMA}.{TABLE}",
+                          "-k", "id", "-c", "%", "-j", "2", "--skip-sort-results", "--json"],
+                         capture_output=True, text=True, check=True)
+    keys = {int(json.loads(line)[1][0]) for line in out.stdout.splitlines() if line.startswith("[")}
+    return time.monotonic() - started, keys
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=2_000_000)
@@ -55,8 +75,9 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="[bench] %(name)s: %(message)s")
     from tideline.core.config import parse_pipeline
     from tideline.core.connections import get_connection
-    from tideline.verify.compare import verify
+    from tideline.verify.compare import VerifySettings, verify
 
+    peer = reladiff()
     ensure_source(args.rows)
     print("[bench] copying the table to the target (the clean copy both compares read) ...", flush=True)
     run_copy_pipe(SCHEMA, keep=True)
@@ -74,24 +95,43 @@ def main() -> int:
         peak.done.set()
         assert report.equal and report.source_rows == args.rows, report.summary()
         print(f"[bench] verify: {verify_s:.2f}s ({report.summary()})", flush=True)
+        reladiff_s, keys = run_reladiff(peer)
+        assert not keys, f"reladiff found {len(keys)} differences in a clean copy"
+        print(f"[bench] reladiff: {reladiff_s:.2f}s", flush=True)
         naive_s, differ = naive_compare(args.rows)
         assert differ == 0, f"the naive compare found {differ} differences in a clean copy"
         print(f"[bench] naive compare: {naive_s:.2f}s", flush=True)
-        # not part of the RESULT: how long narrowing down takes when rows do differ
+        # 1,000 rows updated and 100 deleted in the target: both must find exactly these keys
         with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
-            cur.execute(f"UPDATE {SCHEMA}.{TABLE} SET note = 'tampered' WHERE id % 200000 = 7")
-            cur.execute(f"DELETE FROM {SCHEMA}.{TABLE} WHERE id % 400000 = 11")
+            cur.execute(f"UPDATE {SCHEMA}.{TABLE} SET note = 'tampered' WHERE id % 2000 = 7")
+            cur.execute(f"DELETE FROM {SCHEMA}.{TABLE} WHERE id % 20000 = 11")
+        with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT id FROM public.{TABLE} WHERE id % 2000 = 7 OR id % 20000 = 11")
+            tampered = {r[0] for r in cur.fetchall()}
         started = time.monotonic()
-        [report] = verify(cfg, get_connection("tideline_source"), get_connection("tideline_target"), [TABLE])
-        print(f"[bench] verify with differences: {time.monotonic() - started:.2f}s ({report.summary()})", flush=True)
-        assert report.counts == {"missing": 5, "extra": 0, "different": 10}, report.summary()
+        [report] = verify(cfg, get_connection("tideline_source"), get_connection("tideline_target"), [TABLE],
+                          settings=VerifySettings(sample_rows=10_000))
+        diff_verify_s = time.monotonic() - started
+        print(f"[bench] verify with differences: {diff_verify_s:.2f}s ({report.summary()})", flush=True)
+        found = {int(f.key[0]) for f in report.samples}
+        deleted = sum(1 for k in tampered if k % 20000 == 11)
+        assert report.counts == {"missing": deleted, "extra": 0, "different": len(tampered) - deleted}, \
+            report.summary()
+        diff_reladiff_s, peer_keys = run_reladiff(peer)
+        print(f"[bench] reladiff with differences: {diff_reladiff_s:.2f}s ({len(peer_keys)} keys)", flush=True)
+        same = found == peer_keys == tampered
+        assert same, (f"the tools disagree: Tideline {len(found)} keys, reladiff {len(peer_keys)}, tampered "
+                      f"{len(tampered)}; only Tideline: {sorted(found - peer_keys)[:5]}, only reladiff: "
+                      f"{sorted(peer_keys - found)[:5]}")
     finally:
         with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
             cur.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
             cur.execute("DELETE FROM tideline.runs WHERE pipeline = 'bench_verify'")
-    v, n = args.rows / verify_s, args.rows / naive_s
-    print(f"RESULT verify_rows_per_s={v:.0f} naive_rows_per_s={n:.0f} ratio={v / n:.2f} "
-          f"peak_rss_mb={peak.peak / 1024 / 1024:.0f}")
+    v, r, n = args.rows / verify_s, args.rows / reladiff_s, args.rows / naive_s
+    print(f"RESULT verify_rows_per_s={v:.0f} reladiff_rows_per_s={r:.0f} ratio={v / r:.2f} "
+          f"diff_verify_s={diff_verify_s:.2f} diff_reladiff_s={diff_reladiff_s:.2f} "
+          f"diff_ratio={diff_reladiff_s / diff_verify_s:.2f} same_keys={str(same).lower()} "
+          f"naive_rows_per_s={n:.0f} naive_ratio={v / n:.2f} peak_rss_mb={peak.peak / 1024 / 1024:.0f}")
     return 0
 
 

@@ -7,6 +7,7 @@ import pyarrow.compute as pc
 import pytest
 from pyiceberg import types as it
 
+import stackctl
 from helpers import drop_source, rows_as_text
 from tideline import state
 from tideline.core.connections import get_connection
@@ -41,16 +42,16 @@ def iceberg_pipeline(pipelines, unique_name, tables):
     return pipelines.make(tables, target={"kind": "iceberg", "catalog": "tideline_lake", "namespace": unique_name})
 
 
-def back_in_postgres(source_db, source_table: str, lake_table) -> list[str]:
+def back_in_postgres(source_db, source_table: str, lake_table, schema: str = "public") -> list[str]:
     """The Iceberg table's rows, read by PyIceberg, written back into a temporary copy of the
-    source table by PostgreSQL's own input functions (dates from their day numbers, timestamps from
-    their microseconds): its rows' text must be the source's."""
+    table `schema.source_table` of `source_db` by PostgreSQL's own input functions (dates from
+    their day numbers, timestamps from their microseconds): its rows' text must be that table's."""
     arrow = lake_table.scan().to_arrow()
     fields = {f.name: f.field_type for f in lake_table.schema().fields}
     cols, exprs, values = list(arrow.column_names), [], []
     with source_db.cursor() as cur:
         cur.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass "
-                    "AND attnum > 0 AND NOT attisdropped", (f"public.{source_table}",))
+                    "AND attnum > 0 AND NOT attisdropped", (f'"{schema}"."{source_table}"',))
         pg_types = dict(cur.fetchall())
     for name in cols:
         t, column = fields[name], arrow.column(name)
@@ -66,7 +67,7 @@ def back_in_postgres(source_db, source_table: str, lake_table) -> list[str]:
             exprs.append(f"(%s)::{pg_types[name]}")   # (-32768::smallint would negate 32768)
             values.append([_floats_as_text(v) for v in column.to_pylist()])
     with source_db.cursor() as cur:
-        cur.execute(f'CREATE TEMP TABLE back (LIKE public."{source_table}")')
+        cur.execute(f'CREATE TEMP TABLE back (LIKE "{schema}"."{source_table}")')
         names = ", ".join(f'"{c}"' for c in cols)
         row = ", ".join(f"CASE WHEN %s THEN NULL ELSE {e} END" if e.count("%s") == 2 else e for e in exprs)
         try:
@@ -181,3 +182,26 @@ def test_a_value_iceberg_cannot_hold_stops_the_load_before_its_commit_naming_col
     finally:
         drop_source(source_db, t)
 
+
+
+def test_a_mariadb_table_of_every_type_lands_in_iceberg_as_it_lands_in_postgresql(
+        spark, target_db, pipelines, unique_name, lake):
+    """Every MariaDB type: loaded into PostgreSQL (exact, tested in test_mariadb) and into Iceberg;
+    the Iceberg rows, written back into a copy of the PostgreSQL table, print the same."""
+    from test_mariadb import DB, TYPES_DDL, TYPES_ROWS, _drop, _exec, mariadb_pipeline
+    maria = stackctl.mariadb_connect(DB, autocommit=True)
+    t = f"{unique_name}_mtypes"
+    _exec(maria, "SET SESSION sql_mode = ''", "SET time_zone = '+00:00'", TYPES_DDL.format(t=t))
+    _exec(maria, f"INSERT INTO `{t}` VALUES " + ", ".join(TYPES_ROWS))
+    try:
+        into_pg = mariadb_pipeline(pipelines, [{"name": t}])
+        FullLoad(into_pg, spark).run([t])
+        into_lake = mariadb_pipeline(pipelines, [{"name": t}], create_topics=False,
+                                     target={"kind": "iceberg", "catalog": "tideline_lake", "namespace": unique_name})
+        [loaded] = FullLoad(into_lake, spark).run([t])
+        assert loaded.rows == len(TYPES_ROWS)
+        table = lake.pyiceberg_catalog().load_table((unique_name, t))
+        assert back_in_postgres(target_db, t, table, schema=unique_name) == rows_as_text(target_db, unique_name, t)
+    finally:
+        _drop(maria, t)
+        maria.close()

@@ -60,3 +60,18 @@ def test_the_projection_names_table_column_and_key_of_a_refused_value():
     assert "raise_error" in out[1] and "__tl_bad_1" in out[1] and "'shop.orders: column due holds infinity" in out[1]
     assert "concat('id=', cast(`id` as string))" in out[1]
     assert out[2] == "`o'dd``name` AS `o'dd``name`"
+
+
+def test_a_source_read_as_exact_text_is_parsed_by_spark_into_the_same_types():
+    from tideline.core.lake_types import lake_column_from_text
+    got = {t: (c.iceberg, c.spark) for t in ("numeric(20,0)", "real", "date", "timestamp(6) with time zone",
+                                               "bytea", "interval", "character(3)", "smallint")
+           for c in [lake_column_from_text(col(t))]}
+    assert got["numeric(20,0)"] == ("decimal(20,0)", "cast({v} as decimal(20,0))")
+    assert got["real"] == ("float", "cast({v} as float)")
+    assert got["date"] == ("date", "cast({v} as date)")
+    assert got["timestamp(6) with time zone"] == ("timestamptz", "cast({v} as timestamp)")
+    assert got["bytea"] == ("binary", "unhex(substr({v}, 3))")
+    assert got["interval"] == ("string", "{v}") and got["character(3)"] == ("string", "{v}")
+    assert got["smallint"] == ("int", "cast({v} as int)")
+    assert all(lake_column_from_text(col(t)).refuse is None for t in ("date", "numeric(5,2)"))

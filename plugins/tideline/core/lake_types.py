@@ -157,3 +157,15 @@ def spark_projection(label: str, shape: TableShape, columns: list[LakeColumn]) -
                      f"{spark_literal(message[1])})) ELSE {value} END")
         out.append(f"{value} AS {spark_ident(col.name)}")
     return out
+
+
+def lake_column_from_text(col: Column) -> LakeColumn:
+    """The same Iceberg type, for a source that reads every value as the exact text PostgreSQL's
+    input function of the column's type reads (a MariaDB source: core.mariadb_types): Spark parses
+    that text (numbers, dates and times exactly; bytes from their \\x-hex). `read` is the source's
+    own text expression, which the engine supplies."""
+    lake = lake_column(col)
+    if lake.iceberg == "string" or lake.iceberg.startswith("list<"):
+        return LakeColumn(col.name, "string", "{v}", "{c}", as_text=lake.as_text or lake.iceberg != "string")
+    value = {"binary": "unhex(substr({v}, 3))"}.get(lake.iceberg, f"cast({{v}} as {lake.spark_type})")
+    return LakeColumn(col.name, lake.iceberg, value, "{c}")

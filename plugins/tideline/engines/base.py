@@ -110,6 +110,15 @@ class SourceEngine(ABC):
         """A derived table for Spark JDBC: every written column as the exact text COPY reads (of
         the rows matching `where`, over `t.<column>`, when given)."""
 
+    def lake_jdbc_properties(self) -> dict[str, str]:
+        """Spark JDBC properties of a lake load's read (the session fixed so text prints alike)."""
+        return self.jdbc_properties()
+
+    def lake_columns(self, shape: TableShape) -> list:
+        """Each column's Iceberg type and how its values travel (core.lake_types)."""
+        from tideline.core.lake_types import lake_columns
+        return lake_columns(shape)
+
     def lake_read_query(self, conn, shape: TableShape, columns: list) -> str:
         """A derived table for Spark JDBC with each column as core.lake_types says it travels
         (`read`), a `__tl_bad_<i>` flag per column with a `refuse` rule, and the key aliases the

@@ -187,6 +187,10 @@ class PostgresEngine(PostgresCapture, SourceEngine):
     def read_query(self, conn, shape: TableShape, where: str | None = None) -> str:
         return read_query(shape, sql.SQL(where) if where else None).as_string(conn)
 
+    def lake_jdbc_properties(self) -> dict[str, str]:
+        from tideline.load.copy_pipe import SESSION_OPTIONS
+        return {**self.jdbc_properties(), "options": SESSION_OPTIONS}
+
     def lake_read_query(self, conn, shape: TableShape, columns: list) -> str:
         from tideline.core.lake_types import BAD_FLAG
         keys = ([sql.SQL("t.{} AS {}").format(sql.Identifier(k), sql.Identifier(KEY_ALIAS.format(i)))

@@ -15,34 +15,41 @@ import re
 from tideline.core import lake_types
 from tideline.core.errors import SourceError
 from tideline.core.table_shape import TableShape
-from tideline.load.copy_pipe import SESSION_OPTIONS
 from tideline.targets.iceberg import SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE
 
 log = logging.getLogger("tideline.full_load")
+CHAR_AS_STRING = "spark.sql.legacy.charVarcharAsString"
 
 
 def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: str, label: str, pipeline: str,
                     epoch: int, offsets: dict[int, int]) -> int:
     """Reads the snapshot and commits it as the table's rows; returns the rows the commit holds."""
     store.use(spark)
-    columns = lake_types.lake_columns(shape)
-    props = {**engine.jdbc_properties(), "options": SESSION_OPTIONS}   # values as text print alike everywhere
+    columns = engine.lake_columns(shape)
+    props = engine.lake_jdbc_properties()
     if snap.session_init:
         props["sessionInitStatement"] = snap.session_init
-    df = spark.read.jdbc(engine.jdbc_url(), engine.lake_read_query(src, shape, columns), predicates=snap.predicates,
-                         properties=props)
-    df = df.selectExpr(*lake_types.spark_projection(label, shape, columns))
-    log.info("%s: writing %d partitions into %s (one Iceberg commit): %s", label, len(snap.predicates),
-             store.table_id(schema, shape.name),
-             ", ".join(f"{c.name} {c.iceberg}{' (exact text)' if c.as_text else ''}" for c in columns))
+    # JDBC's CHAR/VARCHAR columns as plain strings: Spark 4.0's optimizer breaks (SimplifyCasts,
+    # PLAN_VALIDATION_FAILED) on the length checks it adds for them when writing a V2 table
+    previous = spark.conf.get(CHAR_AS_STRING, "false")
+    spark.conf.set(CHAR_AS_STRING, "true")
     try:
-        store.write_snapshot(spark, df, schema, shape.name, {
-            SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())}),
-            SUMMARY_EPOCH: str(epoch), SUMMARY_PIPELINE: pipeline})
-    except Exception as exc:   # a refused value: Spark wraps the message raise_error gave
-        refused = re.search(re.escape(label) + r": column .*?and reload", str(exc))
-        if refused:
-            raise SourceError(refused.group(0), table=shape.name) from None
-        raise
+        df = spark.read.jdbc(engine.jdbc_url(), engine.lake_read_query(src, shape, columns), predicates=snap.predicates,
+                             properties=props)
+        df = df.selectExpr(*lake_types.spark_projection(label, shape, columns))
+        log.info("%s: writing %d partitions into %s (one Iceberg commit): %s", label, len(snap.predicates),
+                 store.table_id(schema, shape.name),
+                 ", ".join(f"{c.name} {c.iceberg}{' (exact text)' if c.as_text else ''}" for c in columns))
+        try:
+            store.write_snapshot(spark, df, schema, shape.name, {
+                SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())}),
+                SUMMARY_EPOCH: str(epoch), SUMMARY_PIPELINE: pipeline})
+        except Exception as exc:   # a refused value: Spark wraps the message raise_error gave
+            refused = re.search(re.escape(label) + r": column .*?and reload", str(exc))
+            if refused:
+                raise SourceError(refused.group(0), table=shape.name) from None
+            raise
+    finally:
+        spark.conf.set(CHAR_AS_STRING, previous)
     summary = store.current_summary(schema, shape.name) or {}
     return int(summary.get("total-records", -1))

@@ -124,15 +124,20 @@ class TableVerifier:
         return cutter.boundaries(rng, parts, pct)
 
     def _narrow(self, whole: KeyRange, s_count: int, t_count: int, report: VerifyReport) -> list[Candidate]:
-        """Depth-first over differing ranges; returns the rows that differed at first look."""
+        """Depth-first over differing ranges; returns the rows that differed at first look.
+
+        Where differences are dense (most sub-ranges of a range differ, as when a thousand rows
+        are scattered over a table), narrowing each sub-range further would visit nearly every
+        leaf with a query pair of its own: a dense range's sub-ranges of up to leaf_rows × fanout
+        rows are compared row by row at once instead (memory: one such range's keys and hashes)."""
         candidates: list[Candidate] = []
-        stack = [(whole, s_count, t_count)]
+        stack = [(whole, s_count, t_count, False)]
         while stack:
-            rng, sc, tc = stack.pop()
+            rng, sc, tc, dense = stack.pop()
             if len(candidates) >= self.s.max_candidates:
                 report.truncated = True
                 break
-            if max(sc, tc) <= self.s.leaf_rows:
+            if max(sc, tc) <= self.s.leaf_rows or (dense and max(sc, tc) <= self.s.leaf_rows * self.s.fanout):
                 src_rows, tgt_rows = self._both(VerifySide.rows, rng)
                 for key in src_rows.keys() | tgt_rows.keys():
                     s, t = src_rows.get(key), tgt_rows.get(key)
@@ -149,10 +154,11 @@ class TableVerifier:
                                   f"smaller ranges", table=report.table)
             subs = rng.split(boundaries)
             s_b, t_b = self._both(VerifySide.buckets, rng, boundaries)
-            for i in reversed(range(len(subs))):
+            differing = [i for i in range(len(subs)) if s_b.get(i, (0, 0)) != t_b.get(i, (0, 0))]
+            dense_here = len(differing) * 2 > len(subs)
+            for i in reversed(differing):
                 s_fp, t_fp = s_b.get(i, (0, 0)), t_b.get(i, (0, 0))
-                if s_fp != t_fp:
-                    stack.append((subs[i], s_fp[0], t_fp[0]))
+                stack.append((subs[i], s_fp[0], t_fp[0], dense_here))
         return candidates
 
     # ---------------------------------------------------------------- re-check

@@ -1,0 +1,26 @@
+"""The tools a user would pick instead of Tideline, installed by the benchmarks themselves.
+
+Python peers go into their own virtualenv under the stack's data folder (PyPI, once; their
+dependencies never meet Tideline's pins); Debian peers (pgcopydb, pgloader) come from apt.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from benchlib import stackctl
+
+PEERS = Path(stackctl.VAR) / "bench-peers"
+RELADIFF = "reladiff[postgresql]==0.6.0"
+
+
+def reladiff() -> str:
+    """The reladiff command line (reladiff 0.6.0, the maintained fork of data-diff)."""
+    venv = PEERS / "reladiff"
+    exe = venv / "bin" / "reladiff"
+    if not exe.exists():
+        print(f"[bench] installing {RELADIFF} into {venv} (once)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", RELADIFF], check=True)
+    return str(exe)
