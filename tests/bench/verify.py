@@ -63,8 +63,13 @@ def run_reladiff(exe: str) -> tuple[float, set[int]]:
                           stackctl.pg_url(stackctl.DATABASES["target"]), f"{SCHEMA}.{TABLE}",
                           "-k", "id", "-c", "%", "-j", "2", "--skip-sort-results", "--json"],
                          capture_output=True, text=True, check=True)
-    keys = {int(json.loads(line)[1][0]) for line in out.stdout.splitlines() if line.startswith("[")}
-    return time.monotonic() - started, keys
+    keys, decoder, text, at = set(), json.JSONDecoder(strict=False), out.stdout, 0
+    while True:   # one JSON array per difference; a value may hold a newline, so not line by line
+        at = text.find("[", at)
+        if at < 0:
+            return time.monotonic() - started, keys
+        (_sign, row), at = decoder.raw_decode(text, at)
+        keys.add(int(row[0]))
 
 
 def main() -> int:

@@ -43,6 +43,7 @@ class VerifySettings:
     sample_rows_target: int = 20_000   # ...sampling about this many rows of the table
     stall_s: float = 15.0         # a stream that applies nothing this long is taken as not running
     rechecks: int = 3
+    dense_rows: int = 150_000     # a sub-range of a dense range compared row by row at once, up to this many rows
 
 
 class TableVerifier:
@@ -128,8 +129,8 @@ class TableVerifier:
 
         Where differences are dense (most sub-ranges of a range differ, as when a thousand rows
         are scattered over a table), narrowing each sub-range further would visit nearly every
-        leaf with a query pair of its own: a dense range's sub-ranges of up to leaf_rows × fanout
-        rows are compared row by row at once instead (memory: one such range's keys and hashes)."""
+        leaf with a query pair of its own: a dense range's sub-ranges of up to dense_rows rows are
+        compared row by row at once instead (memory: one such range's keys and hashes, ~30 MB)."""
         candidates: list[Candidate] = []
         stack = [(whole, s_count, t_count, False)]
         while stack:
@@ -137,7 +138,7 @@ class TableVerifier:
             if len(candidates) >= self.s.max_candidates:
                 report.truncated = True
                 break
-            if max(sc, tc) <= self.s.leaf_rows or (dense and max(sc, tc) <= self.s.leaf_rows * self.s.fanout):
+            if max(sc, tc) <= self.s.leaf_rows or (dense and max(sc, tc) <= self.s.dense_rows):
                 src_rows, tgt_rows = self._both(VerifySide.rows, rng)
                 for key in src_rows.keys() | tgt_rows.keys():
                     s, t = src_rows.get(key), tgt_rows.get(key)
