@@ -43,7 +43,6 @@ class VerifySettings:
     sample_rows_target: int = 20_000   # ...sampling about this many rows of the table
     stall_s: float = 15.0         # a stream that applies nothing this long is taken as not running
     rechecks: int = 3
-    dense_rows: int = 150_000     # a sub-range of a dense range compared row by row at once, up to this many rows
 
 
 class TableVerifier:
@@ -125,20 +124,15 @@ class TableVerifier:
         return cutter.boundaries(rng, parts, pct)
 
     def _narrow(self, whole: KeyRange, s_count: int, t_count: int, report: VerifyReport) -> list[Candidate]:
-        """Depth-first over differing ranges; returns the rows that differed at first look.
-
-        Where differences are dense (most sub-ranges of a range differ, as when a thousand rows
-        are scattered over a table), narrowing each sub-range further would visit nearly every
-        leaf with a query pair of its own: a dense range's sub-ranges of up to dense_rows rows are
-        compared row by row at once instead (memory: one such range's keys and hashes, ~30 MB)."""
+        """Depth-first over differing ranges; returns the rows that differed at first look."""
         candidates: list[Candidate] = []
-        stack = [(whole, s_count, t_count, False)]
+        stack = [(whole, s_count, t_count)]
         while stack:
-            rng, sc, tc, dense = stack.pop()
+            rng, sc, tc = stack.pop()
             if len(candidates) >= self.s.max_candidates:
                 report.truncated = True
                 break
-            if max(sc, tc) <= self.s.leaf_rows or (dense and max(sc, tc) <= self.s.dense_rows):
+            if max(sc, tc) <= self.s.leaf_rows:
                 src_rows, tgt_rows = self._both(VerifySide.rows, rng)
                 for key in src_rows.keys() | tgt_rows.keys():
                     s, t = src_rows.get(key), tgt_rows.get(key)
@@ -155,11 +149,10 @@ class TableVerifier:
                                   f"smaller ranges", table=report.table)
             subs = rng.split(boundaries)
             s_b, t_b = self._both(VerifySide.buckets, rng, boundaries)
-            differing = [i for i in range(len(subs)) if s_b.get(i, (0, 0)) != t_b.get(i, (0, 0))]
-            dense_here = len(differing) * 2 > len(subs)
-            for i in reversed(differing):
+            for i in reversed(range(len(subs))):
                 s_fp, t_fp = s_b.get(i, (0, 0)), t_b.get(i, (0, 0))
-                stack.append((subs[i], s_fp[0], t_fp[0], dense_here))
+                if s_fp != t_fp:
+                    stack.append((subs[i], s_fp[0], t_fp[0]))
         return candidates
 
     # ---------------------------------------------------------------- re-check
