@@ -53,7 +53,7 @@ class Target(ABC):
     def not_built(self, what: str) -> TargetError:
         """What a target that lacks an operation raises (the operations below the abstract ones
         are those of a target that takes SQL transactions; PostgreSQL has them all)."""
-        return TargetError(f"a {self.kind} target (connection {self.conn.conn_id!r}) cannot do {what} in this "
+        return TargetError(f"the {self.kind} target (connection {self.conn.conn_id!r}) cannot do {what} in this "
                            f"version of Tideline; use a postgres target for it")
 
     @classmethod
