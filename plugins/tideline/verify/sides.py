@@ -17,6 +17,7 @@ class VerifySide:
     """A DB-API connection, the driver's error classes, and the dialect of the table compared now."""
     fingerprints: tuple[str, ...] = ("canonical",)   # preferred first
     samples = False   # can cut a big range at a block sample of the table instead of ranking every key
+    fine_buckets = False   # fingerprints a range in a thousand sub-ranges at once (one-column keys)
 
     def __init__(self, conn, label: str, errors: tuple[type[BaseException], ...]):
         self.conn, self.label, self.errors = conn, label, errors
@@ -61,6 +62,13 @@ class VerifySide:
         d = self.dialect
         pred = d.range_predicate(keys) if isinstance(keys, KeyRange) else d.keys_predicate(keys)
         return {tuple(r[:-1]): int(r[-1]) & MASK for r in self.all(d.rows_query(pred))}
+
+    def bucket_rows(self, rng: KeyRange, boundaries, buckets: list[int]) -> dict[int, dict[tuple, int]]:
+        """The rows of some sub-ranges of rng (by index), in one query: {sub-range: {key: hash}}."""
+        d, out = self.dialect, {}
+        for b, *rest in self.all(d.bucket_rows_query(d.range_predicate(rng), boundaries, buckets)):
+            out.setdefault(int(b), {})[tuple(rest[:-1])] = int(rest[-1]) & MASK
+        return out
 
     def boundaries(self, rng: KeyRange, parts: int, sample_percent: float | None = None) -> list[tuple]:
         """Cut points inside rng; from a block sample when `sample_percent` is given and the side
