@@ -11,6 +11,7 @@ Tideline's bookkeeping (phases, runs, halts) cannot live in a lake table: it goe
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -18,6 +19,7 @@ import psycopg2
 
 from tideline.core.errors import ConfigError, TargetError
 from tideline.targets.base import Capabilities, Target
+from tideline.targets.postgres import connect_postgres, lost_postgres_connection
 
 SUMMARY_OFFSETS = "tideline.offsets"   # {"<partition>": next offset} of the table's change topic
 SUMMARY_EPOCH = "tideline.epoch"
@@ -51,13 +53,10 @@ class IcebergTarget(Target):
     # ---------------------------------------------------------------- connections
     def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
         """The catalog's PostgreSQL database: Tideline's state lives there (schema tideline)."""
-        kw = {"connect_timeout": connect_timeout} if connect_timeout else {}
-        conn = psycopg2.connect(self.conn.postgres_dsn(), **kw)
-        conn.autocommit = autocommit
-        return conn
+        return connect_postgres(self.conn, autocommit, connect_timeout)
 
     def lost_connection(self, exc: BaseException) -> bool:
-        return isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError))
+        return lost_postgres_connection(exc)
 
     def dsn(self) -> str:
         return self.conn.postgres_dsn()
@@ -145,8 +144,16 @@ class IcebergTarget(Target):
         return ({int(p): int(o) for p, o in json.loads(summary[SUMMARY_OFFSETS]).items()},
                 int(summary.get(SUMMARY_EPOCH, 0)))
 
+    @functools.cached_property
+    def _pyiceberg(self):
+        return self._open_pyiceberg()
+
     def pyiceberg_catalog(self):
-        """The same catalog through PyIceberg (no Spark): status, tests, and any reader."""
+        """The same catalog through PyIceberg (no Spark): status, tests, and any reader; opened
+        once per target object (status asks it for every table)."""
+        return self._pyiceberg
+
+    def _open_pyiceberg(self):
         from urllib.parse import quote
 
         from pyiceberg.catalog.sql import SqlCatalog

@@ -23,6 +23,22 @@ from tideline.engines.postgres_verify import PgSide
 log = logging.getLogger("tideline.targets.postgres")
 
 
+def connect_postgres(conn, autocommit: bool = False, connect_timeout: int | None = None):
+    """A psycopg2 connection to a PostgreSQL database named by an Airflow connection."""
+    kw = {"connect_timeout": connect_timeout} if connect_timeout else {}
+    pg = psycopg2.connect(conn.postgres_dsn(), **kw)
+    pg.autocommit = autocommit
+    return pg
+
+
+def lost_postgres_connection(exc: BaseException) -> bool:
+    """The connection or the server's availability failed (not the data): worth waiting out."""
+    if not isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)):
+        return False
+    code = getattr(exc, "pgcode", None)   # psycopg2 gives none when the connection itself broke
+    return code is None or code[:2] in ("08", "57", "53", "40")
+
+
 class PostgresTarget(Target):
     kind = "postgres"
     errors = (psycopg2.Error,)
@@ -32,16 +48,10 @@ class PostgresTarget(Target):
         return Capabilities(holds_state=True, snapshot_publish="shadow_swap", copy_in=True)
 
     def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
-        kw = {"connect_timeout": connect_timeout} if connect_timeout else {}
-        conn = psycopg2.connect(self.conn.postgres_dsn(), **kw)
-        conn.autocommit = autocommit
-        return conn
+        return connect_postgres(self.conn, autocommit, connect_timeout)
 
     def lost_connection(self, exc: BaseException) -> bool:
-        if not isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)):
-            return False
-        code = getattr(exc, "pgcode", None)   # psycopg2 gives none when the connection itself broke
-        return code is None or code[:2] in ("08", "57", "53", "40")
+        return lost_postgres_connection(exc)
 
     def dsn(self) -> str:
         return self.conn.postgres_dsn()
