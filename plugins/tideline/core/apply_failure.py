@@ -31,6 +31,7 @@ class FailedEvent:
     sqlstate: str | None
     error: str
     constraint: str | None = None
+    hint: str | None = None   # what to do, when the target knows better than the SQLSTATE says
 
     def as_state(self) -> dict:
         return asdict(self)
@@ -44,6 +45,8 @@ def truncate(value: str | None, limit: int = VALUE_CHARS) -> str | None:
 
 def advice(ev: FailedEvent) -> str:
     """What to change so the event applies."""
+    if ev.hint:
+        return ev.hint
     cls = (ev.sqlstate or "")[:2]
     where = f"column {ev.column} of " if ev.column else ""
     if cls == "23":

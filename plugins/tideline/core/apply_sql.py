@@ -29,13 +29,13 @@ RANK_STAGE = sql.SQL(
 COPY_STAGE = sql.SQL("COPY {} (tbl, op, key, after, part, off) FROM STDIN").format(sql.Identifier(STAGE))
 
 
-def _field(doc: str, col: str) -> sql.Composable:
+def field(doc: str, col: str) -> sql.Composable:
     return sql.SQL("s.{}->>{}").format(sql.Identifier(doc), sql.Literal(col))
 
 
-def _row_value(c: Column) -> sql.Composable:
+def row_value(c: Column) -> sql.Composable:
     """The column's value from the event's row image (see the module docstring for an absent one)."""
-    new = value_expr(_field("after", c.name), c.type, c.encoding)
+    new = value_expr(field("after", c.name), c.type, c.encoding)
     if not c.has_missing:   # absent: ->> gives NULL, which is what existing rows hold
         return new
     return sql.SQL("CASE WHEN s.after ? {name} THEN {new} ELSE {missing}::{t} END").format(
@@ -44,7 +44,7 @@ def _row_value(c: Column) -> sql.Composable:
 
 def _key_match(columns: dict[str, Column], pk: list[str], doc: str) -> sql.Composable:
     return sql.SQL(" AND ").join(
-        sql.SQL("t.{} = {}").format(sql.Identifier(k), value_expr(_field(doc, k), columns[k].type,
+        sql.SQL("t.{} = {}").format(sql.Identifier(k), value_expr(field(doc, k), columns[k].type,
                                                                   columns[k].encoding)) for k in pk)
 
 
@@ -82,8 +82,8 @@ def update_sql(schema: str, table: str, columns: list[Column], pk: list[str],
     for c in _written(columns):
         if c.name in pk:
             continue
-        raw = _field("after", c.name)
-        new = _row_value(c)
+        raw = field("after", c.name)
+        new = row_value(c)
         if may_be_unavailable(c.type, c.encoding):
             new = sql.SQL("CASE WHEN {test} THEN t.{col} ELSE {new} END").format(
                 test=unavailable_test(raw, c.type), col=sql.Identifier(c.name), new=new)
@@ -105,7 +105,7 @@ def _missing(schema: str, table: str, columns: list[Column], pk: list[str]) -> s
 def insert_sql(schema: str, table: str, columns: list[Column], pk: list[str],
                only: sql.Composable | None = None) -> sql.Composed:
     columns = _written(columns)
-    values = [_row_value(c) for c in columns]
+    values = [row_value(c) for c in columns]
     return sql.SQL("INSERT INTO {t} ({cols}) SELECT {vals} FROM {stage} AS s "
                    "WHERE s.tbl = {tbl} AND s.op <> 'd'{only} AND {missing}").format(
         t=_target(schema, table), cols=sql.SQL(", ").join(sql.Identifier(c.name) for c in columns),
@@ -116,7 +116,7 @@ def insert_sql(schema: str, table: str, columns: list[Column], pk: list[str],
 def unavailable_on_insert_sql(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composed:
     """Rows about to be inserted that carry a TOAST placeholder: the target lacks a row the source
     has, so the value cannot be known. Returns (part, off, key) of the first few."""
-    tests = [unavailable_test(_field("after", c.name), c.type) for c in _written(columns)
+    tests = [unavailable_test(field("after", c.name), c.type) for c in _written(columns)
              if may_be_unavailable(c.type, c.encoding)]
     if not tests:
         return sql.SQL("SELECT NULL::int, NULL::bigint, NULL::text WHERE false")

@@ -217,8 +217,11 @@ class FullLoad:
                      f" has {snap.rows:,} rows" if snap.rows is not None else "", len(snap.predicates),
                      f"key ({', '.join(shape.primary_key)})" if shape.primary_key else "block range (no key)")
             if self.store.capabilities().snapshot_publish == "commit":
-                # 3. one commit of the whole snapshot, the handover offsets in its summary
-                self._check_epoch(tgt, table, epoch)
+                # 3. one commit of the whole snapshot, the handover offsets in its summary. The state
+                # row stays locked from here to the state's commit below: no newer run can claim the
+                # table while this load commits, nor between its Iceberg commit and its state.
+                with tgt.cursor() as cur:
+                    state.check_epoch(cur, cfg.name, table, epoch)
                 landed = commit_snapshot(self.spark, self.engine, self.store, src, shape, snap, schema, label,
                                          cfg.name, epoch, offsets)
                 self.engine.close_snapshot(src)
@@ -273,12 +276,6 @@ class FullLoad:
         finally:
             src.close()
             tgt.close()
-
-    def _check_epoch(self, tgt, table: str, epoch: int) -> None:
-        """Still this load's table (no newer run claimed it) just before a commit outside the state's
-        transaction."""
-        with tgt, tgt.cursor() as cur:
-            state.check_epoch(cur, self.cfg.name, table, epoch)
 
     def _fail(self, tgt, table: str, shadow: str, run_id: int | None, exc: BaseException) -> None:
         """Leaves live table and state as they were: drop the shadow, record the error and the run."""

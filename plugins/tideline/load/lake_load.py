@@ -43,7 +43,7 @@ def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: 
         try:
             store.write_snapshot(spark, df, schema, shape.name, {
                 SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())}),
-                SUMMARY_EPOCH: str(epoch), SUMMARY_PIPELINE: pipeline})
+                SUMMARY_EPOCH: str(epoch), SUMMARY_PIPELINE: pipeline}, list(shape.columns))
         except Exception as exc:   # a refused value: Spark wraps the message raise_error gave
             refused = re.search(re.escape(label) + r": column .*?and reload", str(exc))
             if refused:

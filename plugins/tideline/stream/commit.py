@@ -27,6 +27,7 @@ from tideline.core.errors import ResnapshotRequired, SourceError, TidelineError
 from tideline.core.offsets import merge_committed
 from tideline.core.table_shape import Column
 from tideline.targets import ApplyRefused
+from tideline.targets.base import CommitStamp
 
 log = logging.getLogger("tideline.incremental.commit")
 
@@ -137,7 +138,9 @@ class BatchCommitter:
                 state.check_epoch(cur, cfg.name, t.name, t.epoch)
                 cur.execute("SELECT resume_offsets FROM tideline.table_state WHERE pipeline = %s AND table_name = %s",
                             (cfg.name, t.name))
-                current[t.topic] = {int(p): int(o) for p, o in (cur.fetchone()[0] or {}).items()}
+                recorded = {int(p): int(o) for p, o in (cur.fetchone()[0] or {}).items()}
+                current[t.topic] = self.store.applied_offsets(cur, cfg.name, cfg.target_schema(t.name), t.name,
+                                                              recorded) or {}
             # 2. exactly once: events below the committed position were applied by an earlier batch
             fresh = [r for r in per_partition if r["hi"] >= current[r["topic"]].get(r["partition"], 0)]
             if not fresh:
@@ -172,7 +175,10 @@ class BatchCommitter:
             if rows.num_rows:
                 self.store.stage_changes(cur, rows, {tp: t.name for tp, t in self.by_topic.items()})
             for name in touched:
-                applied = self._apply_isolated(cur, self.tables[name])
+                t = self.tables[name]
+                batch_max = {r["partition"]: r["hi"] for r in per_partition if r["topic"] == t.topic}
+                stamp = CommitStamp(cfg.name, t.epoch, merge_committed(current[t.topic], batch_max))
+                applied = self._apply_isolated(cur, t, stamp)
                 if isinstance(applied, tuple) and isinstance(applied[0], str):
                     halting[name] = applied
                 else:
@@ -212,14 +218,15 @@ class BatchCommitter:
         figures.batch_id, figures.end_offsets = batch_id, end_offsets
         return figures
 
-    def _apply_isolated(self, cur, table: StreamTable):
+    def _apply_isolated(self, cur, table: StreamTable, stamp: CommitStamp):
         """((upserts, deletes), dead letters) — or (why, event) when the table must halt."""
         self.store.begin_table(cur)
         try:
             self._evolve(cur, table)
             applied = self.store.apply_changes(cur, self.cfg.name, self.cfg.target_schema(table.name), table.name,
                                                table.topic, table.columns, table.primary_key,
-                                               dead_letter=self.cfg.stream.on_bad_message == "dead_letter")
+                                               dead_letter=self.cfg.stream.on_bad_message == "dead_letter",
+                                               stamp=stamp)
         except (schema_drift.SchemaChangeError, SourceError) as exc:   # e.g. a column added that cannot stream
             self.store.undo_table(cur)
             return str(exc), None

@@ -17,18 +17,21 @@ log = logging.getLogger("tideline.incremental.position")
 Watermarks = dict[str, tuple[dict[int, int], dict[int, int]]]   # topic -> (earliest, latest) per partition
 
 
-def check_coverage(cfg: PipelineConfig, conn, tables, bootstrap: str, watermarks: Watermarks,
+def check_coverage(cfg: PipelineConfig, store, conn, tables, bootstrap: str, watermarks: Watermarks,
                    needs_resnapshot: Callable[[str, str], None]) -> dict[str, dict[str, int]]:
-    """Kafka must still hold every committed resume offset; otherwise the table is marked for a
-    reload and DataLossError raised. Returns Spark's startingOffsets; fills `watermarks`."""
+    """Kafka must still hold every committed resume offset (the target's applied position);
+    otherwise the table is marked for a reload and DataLossError raised. Returns Spark's
+    startingOffsets; fills `watermarks`."""
     start: dict[str, dict[str, int]] = {}
     for t in tables:
         st = state.get(conn, cfg.name, t.name)
+        with conn.cursor() as cur:
+            resume = store.applied_offsets(cur, cfg.name, cfg.target_schema(t.name), t.name, st.resume_offsets)
         conn.rollback()
         watermarks[t.topic] = kafka_offsets.watermarks(bootstrap, t.topic)
         earliest, latest = watermarks[t.topic]
         t.partitions = st.raw.get("topic_partitions")
-        gaps = coverage_gaps(t.topic, st.resume_offsets, earliest, latest, t.partitions)
+        gaps = coverage_gaps(t.topic, resume, earliest, latest, t.partitions)
         if gaps:
             reason = "; ".join(g.describe() for g in gaps)
             what = ("Kafka no longer holds what the stream needs" if any(g.partition >= 0 for g in gaps)
@@ -36,10 +39,10 @@ def check_coverage(cfg: PipelineConfig, conn, tables, bootstrap: str, watermarks
             needs_resnapshot(t.name, f"{what}: {reason}")
             raise DataLossError(f"{cfg.name}.{t.name}: {reason}. The table is marked needs_resnapshot; "
                                 f"the sync DAG reloads it by itself (or run action=full_reload).")
-        start[t.topic] = {str(p): o for p, o in starting_offsets(st.resume_offsets, latest).items()}
-        lag = sum(latest[p] - o for p, o in starting_offsets(st.resume_offsets, latest).items())
+        start[t.topic] = {str(p): o for p, o in starting_offsets(resume, latest).items()}
+        lag = sum(latest[p] - o for p, o in starting_offsets(resume, latest).items())
         log.info("%s.%s: epoch %d, resuming %s at %s (%s events behind)", cfg.name, t.name, t.epoch,
-                 t.topic, dict(sorted(st.resume_offsets.items())), f"{lag:,}")
+                 t.topic, dict(sorted(resume.items())), f"{lag:,}")
     return start
 
 

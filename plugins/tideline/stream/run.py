@@ -88,6 +88,7 @@ class IncrementalRun:
     def prepare(self) -> dict[str, dict[str, int]]:
         """Claims the tables, checks Kafka still covers their positions; returns startingOffsets."""
         cfg = self.cfg
+        self.store.use(self.spark)
         self._tgt = self.store.connect()
         self._src = self.engine.connect(autocommit=True)
         state.migrate(self._tgt)
@@ -133,7 +134,7 @@ class IncrementalRun:
         return start
 
     def _check_coverage(self, conn) -> dict[str, dict[str, int]]:
-        return position.check_coverage(self.cfg, conn, self.tables.values(), self.bootstrap, self._watermarks,
+        return position.check_coverage(self.cfg, self.store, conn, self.tables.values(), self.bootstrap, self._watermarks,
                                        self._needs_resnapshot)
 
     def _target_columns(self, table: str, source: dict[str, Column]) -> list[Column]:

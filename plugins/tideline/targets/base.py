@@ -28,6 +28,16 @@ class ApplyRefused(TidelineError):
 
 
 @dataclass(frozen=True)
+class CommitStamp:
+    """What a table's share of a stream batch commits with: the run's fencing epoch and the
+    table's topic offsets after the batch (a target that keeps its own position stores them in
+    the same commit as the rows)."""
+    pipeline: str
+    epoch: int
+    offsets: dict[int, int]
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What callers may ask of a target instead of asking its kind."""
     holds_state: bool          # Tideline's state schema lives in the target, in the same transactions
@@ -181,12 +191,18 @@ class Target(ABC):
         raise self.not_built("the change stream")
 
     def apply_changes(self, cur, pipeline: str, schema: str, table: str, topic: str, columns: list[Column],
-                      primary_key: list[str], dead_letter: bool) -> tuple[tuple[int, int], int]:
+                      primary_key: list[str], dead_letter: bool, stamp: CommitStamp
+                      ) -> tuple[tuple[int, int], int]:
         """Applies one table's staged changes: ((upserts, deletes), dead letters). Raises
         ApplyRefused naming the first change the target refuses."""
         raise self.not_built("the change stream")
-        raise self.not_built("the change stream")
-        raise self.not_built("the change stream")
+
+    def applied_offsets(self, cur, pipeline: str, schema: str, table: str,
+                        recorded: dict[int, int] | None) -> dict[int, int] | None:
+        """The table's position: the offsets below which every event is applied. `recorded` is the
+        state's (committed with the rows when the target holds the state); a target that commits
+        the offsets with its rows elsewhere says which is further."""
+        return recorded
 
     def evolve(self, cur, schema: str, table: str, drift) -> None:
         """Adds and widens columns (core.schema_drift's plan) in the caller's transaction."""

@@ -13,25 +13,43 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 
 import psycopg2
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from tideline.core.errors import ConfigError, TargetError
-from tideline.targets.base import Capabilities, Target
+from tideline.core import lake_types
+from tideline.core.errors import ConfigError, FencedError, ResnapshotRequired, SchemaChangeError, TargetError
+from tideline.core.table_shape import Column
+from tideline.targets.base import Capabilities, CommitStamp, Target
+from tideline.targets.iceberg_apply import LakeApply, _Call
 from tideline.targets.postgres import connect_postgres, lost_postgres_connection
+from tideline.targets.postgres_apply import StagedChanges
+
+log = logging.getLogger("tideline.targets.iceberg")
 
 SUMMARY_OFFSETS = "tideline.offsets"   # {"<partition>": next offset} of the table's change topic
 SUMMARY_EPOCH = "tideline.epoch"
 SUMMARY_PIPELINE = "tideline.pipeline"
+# the table's columns as the source declares them ([name, type, not null, generated]): how the
+# stream decodes each column's events and what schema drift compares with
+COLUMNS_PROPERTY = "tideline.columns"
+PROMOTIONS = {("int", "long"), ("float", "double")}   # Iceberg's type promotions (and decimal precision)
 # merge-on-read: a commit of changes writes delete files, not a rewrite of the data files it touches
 TABLE_PROPERTIES = {"format-version": "2", "write.delete.mode": "merge-on-read",
                     "write.update.mode": "merge-on-read", "write.merge.mode": "merge-on-read"}
 
 
-class IcebergTarget(Target):
+class IcebergTarget(StagedChanges, Target):
     kind = "iceberg"
     errors = (psycopg2.Error,)   # the catalog's (and the state's) database
+
+    def __init__(self, conn):
+        super().__init__(conn)
+        self._spark = None   # the session the stream's commits run in (use)
+        self._seen: dict[tuple[str, str], int | None] = {}   # each table's snapshot a batch was cut against
 
     @classmethod
     def capabilities(cls) -> Capabilities:
@@ -68,7 +86,10 @@ class IcebergTarget(Target):
         c, k = self.conn, f"spark.sql.catalog.{self.catalog}"
         return {k: "org.apache.iceberg.spark.SparkCatalog", f"{k}.type": "jdbc", f"{k}.uri": c.jdbc_url(),
                 f"{k}.jdbc.user": c.login or "", f"{k}.jdbc.password": c.password or "",
-                f"{k}.warehouse": self.warehouse, f"{k}.jdbc.schema-version": "V1"}
+                f"{k}.warehouse": self.warehouse, f"{k}.jdbc.schema-version": "V1",
+                # every statement sees the table's newest metadata: the stream's commits check what
+                # landed before them, and schema changes are made through PyIceberg
+                f"{k}.cache-enabled": "false"}
 
     @staticmethod
     def spark_jars() -> list[str]:
@@ -77,6 +98,7 @@ class IcebergTarget(Target):
 
     def use(self, spark) -> None:
         """Registers the catalog in a running Spark session; says so when the session lacks the jar."""
+        self._spark = spark
         for key, value in self.spark_conf().items():
             spark.conf.set(key, value)
         try:
@@ -103,20 +125,25 @@ class IcebergTarget(Target):
             return cur.fetchone()[0]
 
     def row_count(self, conn, schema: str, table: str, exact: bool = True) -> int | None:
-        """Rows of the current snapshot, from its summary (Iceberg keeps the total): no scan."""
+        """Rows of the current snapshot, from its summary (Iceberg keeps the totals): the data files'
+        records less their position deletes (the stream writes no equality deletes); no scan."""
         summary = self.current_summary(schema, table)
-        return int(summary["total-records"]) if summary and "total-records" in summary else None
+        if not summary or "total-records" not in summary:
+            return None
+        return int(summary["total-records"]) - int(summary.get("total-position-deletes", 0))
 
     def stored_so_far(self, state_conn, schema: str, table: str) -> tuple[int, int] | None:
         return None   # a snapshot's files are invisible until its commit; the load logs its tasks
 
     # ---------------------------------------------------------------- snapshots
-    def write_snapshot(self, spark, df, schema: str, table: str, summary: dict[str, str]) -> None:
+    def write_snapshot(self, spark, df, schema: str, table: str, summary: dict[str, str],
+                       columns: list[Column]) -> None:
         """The DataFrame's rows become the table's rows in one commit (created, or replaced with
-        the new schema), whose snapshot summary carries `summary`."""
+        the new schema), whose snapshot summary carries `summary`; the source's `columns` go in
+        the table's properties."""
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.catalog}.`{schema}`")
         writer = df.writeTo(self.table_id(schema, table)).using("iceberg")
-        for key, value in TABLE_PROPERTIES.items():
+        for key, value in {**TABLE_PROPERTIES, COLUMNS_PROPERTY: columns_property(columns)}.items():
             writer = writer.tableProperty(key, value)
         for key, value in summary.items():
             writer = writer.option(f"snapshot-property.{key}", value)
@@ -161,3 +188,188 @@ class IcebergTarget(Target):
         uri = (f"postgresql+psycopg2://{quote(c.login or '', safe='')}:{quote(c.password or '', safe='')}@"
                f"{c.host or 'localhost'}:{c.port or 5432}/{c.schema}")
         return SqlCatalog(self.catalog, uri=uri, warehouse=self.warehouse)
+
+    def _table(self, schema: str, table: str):
+        """The table's newest metadata (PyIceberg), or None."""
+        from pyiceberg.exceptions import NoSuchTableError
+        try:
+            return self.pyiceberg_catalog().load_table((schema, table))
+        except NoSuchTableError:
+            return None
+
+    # ---------------------------------------------------------------- stream
+    def columns(self, cur, schema: str, table: str) -> list[tuple]:
+        """The source's columns the table was written with (its property), in the table's order."""
+        t = self._table(schema, table)
+        if t is None or COLUMNS_PROPERTY not in t.properties:
+            raise TargetError(f"Iceberg table {schema}.{table} of catalog {self.catalog} "
+                              f"{'does not exist' if t is None else 'was not written by Tideline (no ' + COLUMNS_PROPERTY + ' property)'}: "
+                              f"run the sync DAG with action=full_reload for it")
+        declared = {c[0]: c for c in json.loads(t.properties[COLUMNS_PROPERTY])}
+        return [tuple(declared[f.name]) for f in t.schema().fields if f.name in declared]
+
+    def applied_offsets(self, cur, pipeline: str, schema: str, table: str,
+                        recorded: dict[int, int] | None) -> dict[int, int] | None:
+        """The newest Tideline commit's offsets (a commit whose state update was lost is still
+        applied), or the state's where they are further (a batch whose events changed no row)."""
+        t = self._table(schema, table)
+        snap = t.current_snapshot() if t is not None else None
+        self._seen[(schema, table)] = snap.snapshot_id if snap else None
+        stamped = _newest_stamped(t, snap)
+        if stamped is None or stamped.get(SUMMARY_PIPELINE) != pipeline:
+            return recorded
+        committed = {int(p): int(o) for p, o in json.loads(stamped[SUMMARY_OFFSETS]).items()}
+        if recorded is None:
+            return committed
+        return {p: max(recorded.get(p, 0), committed.get(p, 0)) for p in recorded.keys() | committed.keys()}
+
+    def apply_changes(self, cur, pipeline: str, schema: str, table: str, topic: str, columns: list[Column],
+                      primary_key: list[str], dead_letter: bool, stamp: CommitStamp = None
+                      ) -> tuple[tuple[int, int], int]:
+        """One MERGE commit carrying the stamp (iceberg_apply), while the caller holds the fence."""
+        apply = LakeApply(self, pipeline, schema, table, topic, columns, primary_key, dead_letter=dead_letter)
+        counts = apply.run(cur, stamp)
+        return counts, len(apply.dead_lettered)
+
+    def merge(self, apply: LakeApply, changes: pa.Table, stamp: CommitStamp) -> None:
+        """Commits the changes by key in one Iceberg commit whose summary carries the stamp; refuses
+        when a Tideline commit landed since the snapshot this batch was cut against."""
+        spark = self._spark
+        if spark is None:
+            raise TargetError("the Iceberg target was not given a Spark session (Target.use)")
+        key = (apply.schema, apply.table)
+        seen = self._seen.get(key)
+        t = self._table(*key)
+        landed = _stamped_since(t, t.current_snapshot(), seen)
+        if landed:
+            raise FencedError(f"{apply.label}: the Iceberg table received commit(s) of epoch "
+                              f"{', '.join(s.get(SUMMARY_EPOCH, '?') for s in landed)} since snapshot {seen}, which "
+                              f"this batch (epoch {stamp.epoch}) was cut against. This run commits nothing and stops.",
+                              table=apply.table)
+        table_id, view = self.table_id(*key), apply.view_name()
+        spark.createDataFrame(changes).selectExpr(*apply.projection()).createOrReplaceTempView(view)
+        try:
+            unsent = [f"u{i}" for i in range(len(apply.columns))]
+            if any(pc.any(changes.column(u)).as_py() for u in unsent):
+                for part, off, k in spark.sql(apply.unsent_on_insert_sql(table_id, view)).collect():
+                    raise ResnapshotRequired(
+                        f"{apply.label}: the change at partition {part} offset {off} (key {k}) updates a row the "
+                        f"Iceberg table does not have, and Debezium did not send its unchanged large values; the "
+                        f"table has diverged from the source and is reloaded.", table=apply.table)
+            self._commit_with(spark, {SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(stamp.offsets.items())}),
+                                      SUMMARY_EPOCH: str(stamp.epoch), SUMMARY_PIPELINE: stamp.pipeline},
+                              lambda: spark.sql(apply.merge_sql(table_id, view)))
+        finally:
+            spark.catalog.dropTempView(view)
+        t = self._table(*key)
+        mine = t.current_snapshot()
+        between = _stamped_since(t, t.snapshot_by_id(mine.parent_snapshot_id) if mine.parent_snapshot_id else None,
+                                 seen)
+        if between or (mine.summary or {}).get(SUMMARY_OFFSETS) is None:
+            raise ResnapshotRequired(f"{apply.label}: another Tideline commit landed between snapshot {seen} and "
+                                     f"this batch's commit; the table's changes may be out of order, so it is "
+                                     f"reloaded by itself.", table=apply.table)
+        self._seen[key] = mine.snapshot_id
+
+    @staticmethod
+    def _commit_with(spark, properties: dict[str, str], body) -> None:
+        """Runs `body` (a Spark SQL write) so that its commit's summary carries `properties`."""
+        from pyspark.java_gateway import ensure_callback_server_started
+        ensure_callback_server_started(spark.sparkContext._gateway)
+        jvm = spark.sparkContext._jvm
+        props = jvm.java.util.HashMap()
+        for k, v in properties.items():
+            props.put(k, v)
+        call = _Call(body)
+        jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
+            props, call, jvm.java.lang.RuntimeException._java_lang_class)
+        if call.failure is not None:
+            raise call.failure
+
+    def evolve(self, cur, schema: str, table: str, drift) -> None:
+        """Added columns and Iceberg's type promotions (int to long, float to double, a decimal's
+        precision) in one schema commit with the columns property; anything else halts the table."""
+        from pyiceberg import types as it
+        label = f"{schema}.{table}"
+        for c in drift.add:
+            if c.default is not None:
+                raise ResnapshotRequired(
+                    f"table {label}, column {c.name}: added at the source with the default {c.default}, which the "
+                    f"existing rows hold without change events; an Iceberg v2 table cannot give its existing rows a "
+                    f"value without rewriting them, so the table is reloaded by itself.", table=table)
+        promote = []
+        for name, old, new in drift.widen:
+            was, now = (lake_types.lake_column(Column(name, ty, False)).iceberg for ty in (old, new))
+            if was == now:
+                continue
+            if (was, now) in PROMOTIONS or (was.startswith("decimal(") and now.startswith("decimal(")
+                                            and _scale(was) == _scale(now) and _precision(now) >= _precision(was)):
+                promote.append((name, now))
+                continue
+            raise SchemaChangeError(
+                f"table {label}, column {name}: type changed at the source from {old} to {new}; the Iceberg column "
+                f"({was}) cannot become {now} without rewriting its values (Iceberg widens int to long, float to "
+                f"double and a decimal's precision only). The table is HALTED at its last committed batch. To "
+                f"continue: run the sync DAG with action=full_reload for this table.", table=table)
+        t = self._table(schema, table)
+        declared = json.loads(t.properties[COLUMNS_PROPERTY])
+        widened = {name: new for name, _old, new in drift.widen}
+        declared = [[n, widened.get(n, ty), nn, g] for n, ty, nn, g in declared] + json.loads(
+            columns_property(list(drift.add)))
+        with t.transaction() as tx:
+            with tx.update_schema() as update:
+                for c in drift.add:
+                    update.add_column(c.name, pyiceberg_type(lake_types.lake_column(c).iceberg, it))
+                for name, now in promote:
+                    update.update_column(name, field_type=pyiceberg_type(now, it))
+            tx.set_properties({COLUMNS_PROPERTY: json.dumps(declared)})
+
+
+def columns_property(columns: list[Column]) -> str:
+    return json.dumps([[c.name, c.type, c.not_null, c.generated] for c in columns])
+
+
+def _scale(decimal: str) -> int:
+    return int(decimal[8:-1].split(",")[1])
+
+
+def _precision(decimal: str) -> int:
+    return int(decimal[8:-1].split(",")[0])
+
+
+def pyiceberg_type(iceberg: str, it):
+    """A lake_types Iceberg type name as a PyIceberg type."""
+    simple = {"int": it.IntegerType, "long": it.LongType, "float": it.FloatType, "double": it.DoubleType,
+              "boolean": it.BooleanType, "string": it.StringType, "binary": it.BinaryType, "date": it.DateType,
+              "timestamp": it.TimestampType, "timestamptz": it.TimestamptzType}
+    if iceberg.startswith("list<"):
+        return it.ListType(element_id=1, element_type=simple[iceberg[5:-1]](), element_required=False)
+    if iceberg.startswith("decimal("):
+        return it.DecimalType(_precision(iceberg), _scale(iceberg))
+    return simple[iceberg]()
+
+
+def _summary(snap) -> dict[str, str]:
+    return dict(snap.summary.additional_properties) if snap is not None and snap.summary else {}
+
+
+def _newest_stamped(t, snap) -> dict[str, str] | None:
+    """The summary of the newest snapshot in `snap`'s ancestry that a Tideline write made (a
+    compaction's commit carries no offsets)."""
+    while snap is not None:
+        summary = _summary(snap)
+        if SUMMARY_OFFSETS in summary:
+            return summary
+        snap = t.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
+    return None
+
+
+def _stamped_since(t, snap, seen: int | None) -> list[dict[str, str]]:
+    """Summaries of Tideline's commits from `snap` back to (not including) snapshot `seen`."""
+    out = []
+    while snap is not None and snap.snapshot_id != seen:
+        summary = _summary(snap)
+        if SUMMARY_OFFSETS in summary:
+            out.append(summary)
+        snap = t.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
+    return out

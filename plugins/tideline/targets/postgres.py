@@ -5,18 +5,15 @@ from __future__ import annotations
 import logging
 
 import psycopg2
-import pyarrow as pa
-import pyarrow.compute as pc
 from psycopg2 import sql
 
 from tideline import sqlfiles
-from tideline.core import apply_sql, schema_drift
-from tideline.core.copy_text import CopyStream
+from tideline.core import schema_drift
 from tideline.core.errors import TargetError
 from tideline.core.table_shape import Column, TableShape, copy_into, create_table
 from tideline.targets import postgres_dependents as dependents
-from tideline.targets.base import Capabilities, Target
-from tideline.targets.postgres_apply import TableApply
+from tideline.targets.base import Capabilities, CommitStamp, Target
+from tideline.targets.postgres_apply import StagedChanges, TableApply
 from tideline.engines import postgres as pg_source   # the same database's SQL as a source's
 from tideline.engines.postgres_verify import PgSide
 
@@ -39,7 +36,7 @@ def lost_postgres_connection(exc: BaseException) -> bool:
     return code is None or code[:2] in ("08", "57", "53", "40")
 
 
-class PostgresTarget(Target):
+class PostgresTarget(StagedChanges, Target):
     kind = "postgres"
     errors = (psycopg2.Error,)
 
@@ -235,30 +232,10 @@ class PostgresTarget(Target):
 
     # ---------------------------------------------------------------- stream
 
-    def stage_changes(self, cur, rows: pa.Table, table_of_topic: dict[str, str]) -> None:
-        topics = pc.dictionary_encode(rows.column("topic").combine_chunks())
-        names = pa.array([table_of_topic[t] for t in topics.dictionary.to_pylist()], pa.string())
-        tables = pc.take(names, topics.indices)
-        staged = pa.table({"tbl": tables, "op": rows.column("op"), "key": rows.column("key"),
-                           "after": rows.column("after"),
-                           "part": pc.cast(rows.column("partition"), pa.string()),
-                           "off": pc.cast(rows.column("offset"), pa.string())})
-        cur.execute(apply_sql.CREATE_STAGE)
-        stream = CopyStream(staged.to_batches(max_chunksize=50_000), [True, False, True, True, False, False])
-        cur.copy_expert(apply_sql.COPY_STAGE, stream, size=1 << 20)
-        cur.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(apply_sql.STAGE)))  # temp tables have no stats
-
-    def begin_table(self, cur) -> None:
-        cur.execute("SAVEPOINT tl_table")
-
-    def undo_table(self, cur) -> None:
-        cur.execute("ROLLBACK TO SAVEPOINT tl_table")
-
-    def end_table(self, cur) -> None:
-        cur.execute("RELEASE SAVEPOINT tl_table")
-
     def apply_changes(self, cur, pipeline: str, schema: str, table: str, topic: str, columns: list[Column],
-                      primary_key: list[str], dead_letter: bool) -> tuple[tuple[int, int], int]:
+                      primary_key: list[str], dead_letter: bool, stamp: CommitStamp = None
+                      ) -> tuple[tuple[int, int], int]:
+        """The stamp's offsets and epoch commit in the caller's transaction, with the state."""
         apply = TableApply(pipeline, schema, table, topic, columns, primary_key, dead_letter=dead_letter)
         counts = apply.run(cur)
         return counts, len(apply.dead_lettered)

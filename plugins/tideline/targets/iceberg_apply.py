@@ -1,0 +1,249 @@
+"""One table's share of a stream batch into an Iceberg table: one MERGE commit whose snapshot
+summary carries the offsets it applied and the run's fencing epoch.
+
+The batch is staged in the catalog's PostgreSQL database (targets.postgres_apply.StagedChanges)
+and decoded there by the same SQL that applies it to a PostgreSQL target (core.apply_sql,
+core.debezium), so both targets read every change event alike; each value then travels to Spark
+as core.lake_types says (the full load's way), and Spark merges the rows by key. A value the
+Iceberg column cannot hold, or one that does not decode, is found down to its event before
+anything is written: the table halts on it, or it goes to the dead letters.
+
+The commit runs while the caller's transaction holds the table's state row (the fence), after
+checking that the table's current snapshot is the one whose offsets this batch was cut against
+and that no newer epoch wrote it; after the commit, its parent must be that snapshot.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+import psycopg2
+import pyarrow as pa
+from psycopg2 import sql
+
+from tideline.core import apply_sql, lake_types
+from tideline.core.apply_failure import FailedEvent, describe, is_deterministic, truncate
+from tideline.core.debezium import may_be_unavailable, unavailable_test, value_expr
+from tideline.core.errors import SourceError
+from tideline.core.lake_types import spark_ident
+from tideline.core.table_shape import Column
+from tideline.targets.base import ApplyRefused, CommitStamp
+from tideline.targets.postgres_apply import record_dead_letter
+
+log = logging.getLogger("tideline.apply")
+
+# the session the decoding runs in: the text forms the full load reads (copy_pipe.SESSION_OPTIONS)
+SESSION = ("SET LOCAL TimeZone = 'UTC'", "SET LOCAL IntervalStyle = 'postgres'", "SET LOCAL DateStyle = 'ISO, MDY'",
+           "SET LOCAL extra_float_digits = 3", "SET LOCAL bytea_output = 'hex'")
+_ARROW = {"int": pa.int32(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64(),
+          "boolean": pa.bool_(), "string": pa.string(), "binary": pa.binary(), "date": pa.int32(),
+          "timestamp": pa.int64(), "timestamptz": pa.int64()}
+OP, PART, OFF, KEY = "__tl_op", "__tl_part", "__tl_off", "__tl_key"
+
+
+def arrow_type(lake: lake_types.LakeColumn) -> pa.DataType:
+    """The Arrow type of a value as the decoding query reads it (days, microseconds, ...)."""
+    t = lake.iceberg
+    if t.startswith("list<"):
+        return pa.list_(_ARROW[t[5:-1]])
+    if t.startswith("decimal"):
+        p, s = t[8:-1].split(",")
+        return pa.decimal128(int(p), int(s))
+    return _ARROW[t]
+
+
+class _Call:
+    """A java.util.concurrent.Callable running a Python function (the commit's body); its
+    failure is kept and raised again on the Python side, not lost in py4j."""
+
+    def __init__(self, fn):
+        self.fn, self.failure = fn, None
+
+    def call(self):
+        try:
+            self.fn()
+        except BaseException as exc:   # noqa: BLE001 — raised again by the caller
+            self.failure = exc
+        return None
+
+    class Java:
+        implements = ["java.util.concurrent.Callable"]
+
+
+@dataclass
+class LakeApply:
+    target: object           # the IcebergTarget
+    pipeline: str
+    schema: str
+    table: str
+    topic: str
+    columns: list[Column]
+    primary_key: list[str]
+    dead_letter: bool = False
+    dead_lettered: list[FailedEvent] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.lake = [lake_types.lake_column(c) for c in self.columns]
+        self.label = f"{self.pipeline}.{self.table}"
+
+    # ------------------------------------------------------------------ decode
+
+    def _decoded(self, c: Column) -> sql.Composable:
+        """The column's value of the event, in its source type (NULL where Debezium did not send
+        an unchanged large value; a delete carries only the key)."""
+        if c.name in self.primary_key:
+            return sql.SQL("CASE WHEN s.op = 'd' THEN {} ELSE {} END").format(
+                value_expr(apply_sql.field("key", c.name), c.type, c.encoding), apply_sql.row_value(c))
+        value = apply_sql.row_value(c)
+        if may_be_unavailable(c.type, c.encoding):
+            value = sql.SQL("CASE WHEN {} THEN NULL ELSE {} END").format(
+                unavailable_test(apply_sql.field("after", c.name), c.type), value)
+        return sql.SQL("CASE WHEN s.op = 'd' THEN NULL ELSE {} END").format(value)
+
+    def _query(self, cur, where: sql.Composable | None = None, columns: list[int] | None = None) -> str:
+        idx = range(len(self.columns)) if columns is None else columns
+        decoded = sql.SQL(", ").join(sql.SQL("{} AS {}").format(self._decoded(self.columns[i]), sql.Identifier(f"c{i}"))
+                                     for i in idx)
+        out = ["s.op", "s.part", "s.off", "s.key::text"]
+        for i in idx:
+            lake, value = self.lake[i], f'v."c{i}"'
+            refused = f"coalesce(({lake.refuse.replace('{c}', value)}), false)" if lake.refuse else None
+            read = lake.read.replace("{c}", value)
+            out.append(f"CASE WHEN {refused} THEN NULL ELSE {read} END" if refused else read)
+            out.append(refused or "false")
+            c = self.columns[i]
+            out.append(sql.SQL("s.op <> 'd' AND {}").format(unavailable_test(apply_sql.field("after", c.name), c.type))
+                       .as_string(cur) if may_be_unavailable(c.type, c.encoding) and c.name not in self.primary_key
+                       else "false")
+        return sql.SQL("SELECT {out} FROM {stage} s, LATERAL (SELECT {decoded}) v WHERE s.tbl = {tbl}{where} "
+                       "ORDER BY s.part, s.off").format(
+            out=sql.SQL(", ".join(out)), stage=sql.Identifier(apply_sql.STAGE), decoded=decoded,
+            tbl=sql.Literal(self.table), where=sql.SQL(" AND {}").format(where) if where is not None else sql.SQL("")
+        ).as_string(cur)
+
+    def _read(self, cur) -> list[tuple]:
+        """The table's staged events decoded, in Kafka order; a value that does not decode is
+        found down to its event (ApplyRefused, or a dead letter and the rest read again)."""
+        for stmt in SESSION:
+            cur.execute(stmt)
+        while True:
+            cur.execute("SAVEPOINT tl_decode")
+            try:
+                cur.execute(self._query(cur))
+                rows = cur.fetchall()
+                cur.execute("RELEASE SAVEPOINT tl_decode")
+                return rows
+            except psycopg2.Error as exc:
+                cur.execute("ROLLBACK TO SAVEPOINT tl_decode")
+                if not is_deterministic(exc.pgcode):
+                    raise
+                event = self._undecodable(cur, exc)
+            self._refuse(cur, event)
+            cur.execute(sql.SQL("DELETE FROM {} WHERE tbl = %s AND part = %s AND off = %s").format(
+                sql.Identifier(apply_sql.STAGE)), (self.table, event.partition, event.offset))
+
+    def _undecodable(self, cur, exc) -> FailedEvent:
+        """The first event (Kafka order) with a value that does not decode, and its column."""
+        cur.execute(sql.SQL("SELECT part, off, op, key::text FROM {} WHERE tbl = %s ORDER BY part, off").format(
+            sql.Identifier(apply_sql.STAGE)), (self.table,))
+        for part, off, op, key in cur.fetchall():
+            for i, c in enumerate(self.columns):
+                cur.execute("SAVEPOINT tl_decode")
+                try:
+                    cur.execute(self._query(cur, sql.SQL("s.part = {} AND s.off = {}").format(
+                        sql.Literal(part), sql.Literal(off)), [i]))
+                    cur.execute("RELEASE SAVEPOINT tl_decode")
+                except psycopg2.Error as one:
+                    cur.execute("ROLLBACK TO SAVEPOINT tl_decode")
+                    return self._event(cur, part, off, op, key, c.name, (one.diag.message_primary or str(one)).strip(),
+                                       one.pgcode)
+        raise exc   # no single value fails alone: the error is not the data's
+
+    def _event(self, cur, part, off, op, key, column, error, sqlstate, hint=None) -> FailedEvent:
+        cur.execute(sql.SQL("SELECT s.{}->>%s FROM {} s WHERE s.tbl = %s AND s.part = %s AND s.off = %s").format(
+            sql.Identifier("key" if op == "d" else "after"), sql.Identifier(apply_sql.STAGE)),
+            (column, self.table, part, off))
+        row = cur.fetchone()
+        return FailedEvent(table=self.table, topic=self.topic, partition=part, offset=off, key=truncate(key), op=op,
+                           column=column, value=truncate(row[0]) if row else None, sqlstate=sqlstate, error=error,
+                           hint=hint)
+
+    def _refuse(self, cur, event: FailedEvent) -> None:
+        if not self.dead_letter:
+            raise ApplyRefused(describe(self.pipeline, event), event)
+        record_dead_letter(cur, self.pipeline, event)
+        self.dead_lettered.append(event)
+
+    # ------------------------------------------------------------------ apply
+
+    def run(self, cur, stamp: CommitStamp) -> tuple[int, int]:
+        generated = [c.name for c in self.columns if c.generated is not None]
+        if generated:
+            raise SourceError(
+                f"{self.label}: column(s) {', '.join(generated)} are generated at the source, and change events do "
+                f"not carry generated values, so the Iceberg table cannot follow them. The table is HALTED before "
+                f"this batch. Leave them out (exclude_columns) and run action=full_reload, or put the table in "
+                f"batch mode.", table=self.table)
+        rows = self._read(cur)
+        kept = []
+        for row in rows:   # values the Iceberg column cannot hold: halt on the first, or dead-letter each
+            bad = next((i for i in range(len(self.columns)) if row[5 + 3 * i]), None)
+            if bad is None:
+                kept.append(row)
+                continue
+            lake = self.lake[bad]
+            self._refuse(cur, self._event(
+                cur, row[1], row[2], row[0], row[3], lake.name, f"the Iceberg column ({lake.iceberg}) cannot hold "
+                f"{lake.why.split(' (')[0]}", None,
+                hint=f"change the value at the source, or leave column {lake.name} out of the sync (exclude_columns) "
+                     f"and run action=full_reload"))
+        if not kept:
+            return 0, 0
+        changes = self._arrow(kept)
+        deletes = sum(1 for r in kept if r[0] == "d")
+        self.target.merge(self, changes, stamp)
+        return len(kept) - deletes, deletes
+
+    def _arrow(self, rows: list[tuple]) -> pa.Table:
+        cols = list(zip(*rows))
+        data = {OP: pa.array(cols[0], pa.string()), PART: pa.array(cols[1], pa.int32()),
+                OFF: pa.array(cols[2], pa.int64()), KEY: pa.array(cols[3], pa.string())}
+        for i, lake in enumerate(self.lake):
+            values = cols[4 + 3 * i]
+            if lake.iceberg == "binary":
+                values = [None if v is None else bytes(v) for v in values]
+            data[f"c{i}"] = pa.array(values, arrow_type(lake))
+            data[f"u{i}"] = pa.array(cols[6 + 3 * i], pa.bool_())
+        return pa.table(data)
+
+    # ------------------------------------------------------------------ the MERGE
+
+    def merge_sql(self, table_id: str, view: str) -> str:
+        """Deletes, updates (a value Debezium did not send keeps the table's) and inserts by key."""
+        on = " AND ".join(f"t.{spark_ident(k)} <=> s.{spark_ident(k)}" for k in self.primary_key)
+        names = [spark_ident(c.name) for c in self.columns]
+        sets = ", ".join(f"t.{n} = CASE WHEN s.`u{i}` THEN t.{n} ELSE s.{n} END" for i, n in enumerate(names)
+                         if self.columns[i].name not in self.primary_key)
+        update = f" WHEN MATCHED THEN UPDATE SET {sets}" if sets else ""
+        return (f"MERGE INTO {table_id} t USING {view} s ON {on} WHEN MATCHED AND s.{OP} = 'd' THEN DELETE{update} "
+                f"WHEN NOT MATCHED AND s.{OP} <> 'd' THEN INSERT ({', '.join(names)}) "
+                f"VALUES ({', '.join('s.' + n for n in names)})")
+
+    def projection(self) -> list[str]:
+        """Spark values from the read ones (lake_types), plus the op and the unsent-value flags."""
+        out = [OP, PART, OFF, KEY]
+        for i, lake in enumerate(self.lake):
+            out.append(f"{lake.spark.replace('{v}', f'c{i}')} AS {spark_ident(lake.name)}")
+            out.append(f"u{i}")
+        return out
+
+    def unsent_on_insert_sql(self, table_id: str, view: str) -> str:
+        """Rows about to be inserted that lack a value Debezium did not send (see apply_sql)."""
+        on = " AND ".join(f"t.{spark_ident(k)} <=> s.{spark_ident(k)}" for k in self.primary_key)
+        flags = " OR ".join(f"s.`u{i}`" for i in range(len(self.columns)))
+        return (f"SELECT s.{PART}, s.{OFF}, s.{KEY} FROM {view} s LEFT ANTI JOIN {table_id} t ON {on} "
+                f"WHERE s.{OP} <> 'd' AND ({flags}) LIMIT 1")
+
+    def view_name(self) -> str:
+        return f"tl_changes_{uuid.uuid4().hex[:12]}"
