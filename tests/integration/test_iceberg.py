@@ -14,7 +14,7 @@ import stackctl
 from helpers import drop_source, rows_as_text
 from tideline import state
 from tideline.core.connections import get_connection
-from tideline.core.errors import SourceError
+from tideline.core.errors import HaltedError, SourceError
 from tideline.load.full_load import FullLoad
 from tideline.targets import for_target
 
@@ -288,3 +288,134 @@ def test_the_stream_commits_each_batch_once_with_its_offsets_and_equals_the_sour
         assert len(stamped_commits(lake, unique_name, t)) == len(commits)
     finally:
         drop_source(source_db, t, big)
+
+
+def test_every_type_streams_exactly_and_a_value_iceberg_cannot_hold_halts_only_its_table(
+        spark, source_db, pipelines, unique_name, lake):
+    t, other = f"{unique_name}_st", f"{unique_name}_other"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TYPE {t}_mood AS ENUM ('ok', 'sad')")
+        cur.execute(f"""CREATE TABLE public.{t} (
+            id bigint PRIMARY KEY, n_exact numeric(38,10), n_free numeric, n_wide numeric(50,5), f4 real,
+            f8 double precision, small smallint, flag boolean, ts timestamp, tstz timestamptz, d date, tm time,
+            iv interval, j json, jb jsonb, u uuid, b bytea, tags text[], ints integer[], f8s double precision[],
+            nums numeric[], vc varchar(20), ch char(3), mood {t}_mood, ip inet)""")
+        cur.execute(f"CREATE TABLE public.{other} (id int PRIMARY KEY, v text)")
+    try:
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}, {"name": other}], capture=True)
+        FullLoad(cfg, spark).run([t, other])   # empty: every row below arrives through the stream
+        with source_db.cursor() as cur:
+            cur.execute(f"""INSERT INTO public.{t} VALUES
+                (1, 1234567890123456789012345678.0123456789, 1e-30 + 123456789012345678901234567890.5,
+                 123456789012345678901234567890123456789012345.12345, 3.4028235e38, 'NaN', -32768, true,
+                 '2024-02-29 23:59:59.999999', '1999-12-31 23:59:59.123456+14', '0044-03-15 BC', '24:00:00',
+                 '1 year 2 mons -3 days 04:05:06.789', '{{"a": [1, 2.50, null]}}', '{{"ß": "Zoë \\\\ \\"q\\" \\t"}}',
+                 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '\\x00015c0a0d09ff', ARRAY['a,b', 'c"d', NULL, '😀'],
+                 ARRAY[1, NULL, -3], ARRAY['NaN', 'Infinity', '-0']::float8[], ARRAY[1.50, NULL], 'Grüße, 李',
+                 'ab', 'sad', '10.0.0.1/8'),
+                (2, NULL, 'NaN', NULL, '-Infinity', 'Infinity', NULL, false, NULL, NULL, NULL, NULL, NULL, NULL,
+                 'null', NULL, '\\x', '{{}}', '{{}}', '{{}}', '{{}}', '', NULL, NULL, NULL),
+                (3, 0, 0, 0, '-0', '-0', 0, NULL, '0001-01-01 00:00:00', '1970-01-01 00:00:00+00', '5874897-12-31',
+                 '00:00', '0', '[]', '[]', '00000000-0000-0000-0000-000000000000', NULL, ARRAY[NULL]::text[],
+                 NULL, NULL, NULL, 'tab	and', '   ', 'ok', '::1')""")
+            cur.execute(f"INSERT INTO public.{other} VALUES (1, 'one')")
+        stream_until_equal(cfg, spark, source_db, lake, [t, other])
+        # a date Iceberg cannot hold: this table halts at that event; the other one keeps streaming
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE public.{t} SET d = 'infinity', small = 1 WHERE id = 3")
+            cur.execute(f"UPDATE public.{t} SET small = 2 WHERE id = 1")
+            cur.execute(f"INSERT INTO public.{other} VALUES (2, 'two')")
+        from tideline.stream.run import IncrementalRun
+        deadline = time.time() + 90
+        while not lake_rows_equal(source_db, lake, cfg.name, other):
+            try:
+                IncrementalRun(cfg, spark, "available_now").run()
+            except HaltedError:
+                pass
+            assert time.time() < deadline
+        st = state.get(lake.connect(), cfg.name, t)
+        assert st.phase == "halted", st
+        assert "column d = 'infinity'" in st.last_error and "cannot hold infinity" in st.last_error
+        assert "exclude_columns" in st.last_error and f"{cfg.topic(t)} partition" in st.last_error
+        rows = lake.pyiceberg_catalog().load_table((unique_name, t)).scan(selected_fields=("id", "small")).to_arrow()
+        assert dict(zip(rows["id"].to_pylist(), rows["small"].to_pylist())) == {1: -32768, 2: None, 3: 0}
+    finally:
+        drop_source(source_db, t, other)
+        with source_db.cursor() as cur:
+            cur.execute(f"DROP TYPE IF EXISTS {t}_mood")
+
+
+def test_columns_added_and_widened_at_the_source_evolve_the_iceberg_table_and_other_changes_halt_it(
+        spark, source_db, pipelines, unique_name, lake):
+    t = f"{unique_name}_evo"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, n int, f real, amount numeric(10,2))")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, g, g / 3.0, g * 1.25 FROM generate_series(1, 500) g")
+    try:
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}], capture=True)
+        FullLoad(cfg, spark).run([t])
+        with source_db.cursor() as cur:
+            cur.execute(f"ALTER TABLE public.{t} ADD COLUMN note text, ALTER COLUMN n TYPE bigint, "
+                        f"ALTER COLUMN f TYPE double precision, ALTER COLUMN amount TYPE numeric(20,2)")
+            cur.execute(f"INSERT INTO public.{t} VALUES (501, 9007199254740993, 0.1, 123456789012345678.99, 'new')")
+            cur.execute(f"UPDATE public.{t} SET note = 'noted' WHERE id <= 5")
+        stream_until_equal(cfg, spark, source_db, lake, [t])
+        table = lake.pyiceberg_catalog().load_table((unique_name, t))
+        assert {f.name: str(f.field_type) for f in table.schema().fields} == {
+            "id": "int", "n": "long", "f": "double", "amount": "decimal(20, 2)", "note": "string"}
+        # a widening PostgreSQL applies but an Iceberg decimal cannot (its scale): the table halts, named
+        with source_db.cursor() as cur:
+            cur.execute(f"ALTER TABLE public.{t} ALTER COLUMN amount TYPE numeric(22,4)")
+            cur.execute(f"UPDATE public.{t} SET amount = 1.2345 WHERE id = 1")
+        from tideline.stream.run import IncrementalRun
+        deadline = time.time() + 90
+        while state.get(lake.connect(), cfg.name, t).phase != "halted":
+            try:
+                IncrementalRun(cfg, spark, "available_now").run()
+            except HaltedError:
+                pass
+            assert time.time() < deadline
+        error = state.get(lake.connect(), cfg.name, t).last_error
+        assert "column amount: type changed at the source from numeric(20,2) to numeric(22,4)" in error
+        assert "action=full_reload" in error
+    finally:
+        drop_source(source_db, t)
+
+
+def test_kill_9_during_iceberg_commits_loses_and_duplicates_nothing(spark, source_db, pipelines, unique_name, lake):
+    import os
+    import random
+    import signal
+
+    from helpers import Writer
+    from test_incremental import make_items, spark_submit
+    t = f"{unique_name}_crash"
+    make_items(source_db, t, 5_000)
+    writer = Writer(f"public.{t}", 5_001, seed=5, pause=0.002)
+    rng = random.Random(7)
+    try:
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}], capture=True,
+                               stream={"max_offsets_per_trigger": 300, "trigger_interval_s": 0.5})
+        FullLoad(cfg, spark).run([t])
+        writer.start()
+        env = {"TIDELINE_PIPELINES": str(pipelines.dir)}
+        for _ in range(3):
+            commits = len(stamped_commits(lake, unique_name, t))
+            proc = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env,
+                                jars=tuple(lake.spark_jars()))
+            deadline = time.time() + 180
+            while len(stamped_commits(lake, unique_name, t)) == commits:   # it commits at least once...
+                assert proc.poll() is None, proc.stdout.read()[-3000:]
+                assert time.time() < deadline, "no Iceberg commit within 180s"
+                time.sleep(0.2)
+            time.sleep(rng.uniform(0.0, 1.5))   # ...then dies at a random moment, mid-commit or not
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        writer.stop()
+        stream_until_equal(cfg, spark, source_db, lake, [t])
+        commits = stamped_commits(lake, unique_name, t)
+        for before, after in zip(commits, commits[1:]):
+            assert all(after["offsets"][p] >= o for p, o in before["offsets"].items())
+    finally:
+        writer.stop_event.set()
+        drop_source(source_db, t)

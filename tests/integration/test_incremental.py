@@ -50,10 +50,10 @@ def sync_until_equal(cfg, spark, source_db, target_db, tables: dict[str, str], t
 
 
 def spark_submit(job: str, *args: str, env_extra: dict | None = None, master: str = "local[2]",
-                 submit_args: tuple[str, ...] = ()) -> subprocess.Popen:
+                 submit_args: tuple[str, ...] = (), jars: tuple[str, ...] = ()) -> subprocess.Popen:
     env = dict(os.environ, **(env_extra or {}))
     return subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", master,
-                             "--jars", os.environ["TIDELINE_SPARK_JARS"],
+                             "--jars", ",".join([os.environ["TIDELINE_SPARK_JARS"], *jars]),
                              *[x for k, v in driver_conf({}).items() for x in ("--conf", f"{k}={v}")],
                              *submit_args, str(ROOT / "spark_jobs" / job), *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
