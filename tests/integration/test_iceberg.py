@@ -382,24 +382,26 @@ def test_columns_added_and_widened_at_the_source_evolve_the_iceberg_table_and_ot
         drop_source(source_db, t)
 
 
-def test_kill_9_during_iceberg_commits_loses_and_duplicates_nothing(spark, source_db, pipelines, unique_name, lake):
+def test_kill_9_and_a_second_run_at_once_lose_and_duplicate_nothing_in_iceberg(spark, source_db, pipelines, unique_name, lake):
     import os
     import random
     import signal
 
     from helpers import Writer
     from test_incremental import make_items, spark_submit
+    from tideline.core.errors import EXIT_FENCED
     t = f"{unique_name}_crash"
     make_items(source_db, t, 5_000)
     writer = Writer(f"public.{t}", 5_001, seed=5, pause=0.002)
     rng = random.Random(7)
+    first = second = None
     try:
         cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}], capture=True,
                                stream={"max_offsets_per_trigger": 300, "trigger_interval_s": 0.5})
         FullLoad(cfg, spark).run([t])
         writer.start()
         env = {"TIDELINE_PIPELINES": str(pipelines.dir)}
-        for _ in range(3):
+        for _ in range(2):
             commits = len(stamped_commits(lake, unique_name, t))
             proc = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env,
                                 jars=tuple(lake.spark_jars()))
@@ -411,11 +413,34 @@ def test_kill_9_during_iceberg_commits_loses_and_duplicates_nothing(spark, sourc
             time.sleep(rng.uniform(0.0, 1.5))   # ...then dies at a random moment, mid-commit or not
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
+        # two runs at once: the second claims the table; the first is fenced and commits nothing more
+        first = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env, jars=tuple(lake.spark_jars()))
+        commits = len(stamped_commits(lake, unique_name, t))
+        deadline = time.time() + 180
+        while len(stamped_commits(lake, unique_name, t)) == commits:
+            assert first.poll() is None, first.stdout.read()[-3000:]
+            assert time.time() < deadline, "no Iceberg commit within 180s"
+            time.sleep(0.2)
+        second = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env, jars=tuple(lake.spark_jars()))
+        out, _ = first.communicate(timeout=180)
+        assert first.returncode == EXIT_FENCED, out[-3000:]
+        epoch = state.get(lake.connect(), cfg.name, t).epoch
+        deadline = time.time() + 120
+        while stamped_commits(lake, unique_name, t)[-1]["epoch"] != epoch:   # the second commits on
+            assert second.poll() is None, second.stdout.read()[-3000:]
+            assert time.time() < deadline, "the second run did not commit within 120s"
+            time.sleep(0.3)
         writer.stop()
+        os.killpg(second.pid, signal.SIGTERM)
+        second.wait(60)
         stream_until_equal(cfg, spark, source_db, lake, [t])
         commits = stamped_commits(lake, unique_name, t)
         for before, after in zip(commits, commits[1:]):
             assert all(after["offsets"][p] >= o for p, o in before["offsets"].items())
+            assert after["epoch"] >= before["epoch"]   # no commit of an older run after a newer one's
     finally:
         writer.stop_event.set()
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
         drop_source(source_db, t)
