@@ -286,6 +286,14 @@ def test_the_stream_commits_each_batch_once_with_its_offsets_and_equals_the_sour
         from tideline.stream.run import IncrementalRun
         IncrementalRun(cfg, spark, "available_now").run()
         assert len(stamped_commits(lake, unique_name, t)) == len(commits)
+        # status shows the table's rows, its current snapshot and the files a reader opens
+        from tideline.ops.status import pipeline_status, render
+        rows = {r.table: r for r in pipeline_status(cfg)}
+        assert rows[t].target_rows == rows[t].source_rows == 2000 + 2 - 50 + 1 + 30000
+        facts = rows[t].target_facts
+        assert facts["snapshots"] == len(commits) and facts["epoch"] == commits[-1]["epoch"]
+        assert facts["delete_files"] >= 1 and facts["data_files"] >= 2   # merge-on-read: deletes are files
+        assert f"iceberg snapshot {facts['snapshot']} committed" in render(cfg, list(rows.values()))
     finally:
         drop_source(source_db, t, big)
 

@@ -46,6 +46,7 @@ class TableStatus:
     load_rows: int | None = None     # a load running now: rows stored so far...
     load_rows_per_s: float | None = None   # ...and its mean rate since it started copying
     capture_error: str | None = None  # the pipeline's connector failed: this table receives no change
+    target_facts: dict | None = None  # the target's own (an Iceberg table's snapshot and files)
 
     @property
     def lag_total(self) -> int:
@@ -122,7 +123,8 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 error_at=f.get("last_error_at"), error_event=f.get("last_error_event"),
                 verify_outcome=f.get("verify_outcome"), verify_counts=f.get("verify_counts"),
                 rows_estimated=not exact_counts, load_rows=f.get("load_rows"),
-                load_rows_per_s=float(f["load_rows_per_s"]) if f.get("load_rows_per_s") is not None else None))
+                load_rows_per_s=float(f["load_rows_per_s"]) if f.get("load_rows_per_s") is not None else None,
+                target_facts=store.table_facts(cfg.target_schema(t.name), t.name)))
         capture = _capture_error(cfg, resolve, out)
         for row in out:
             if cfg.table(row.table).mode == "cdc" and row.phase == "streaming":
@@ -181,6 +183,12 @@ def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
                      f"{r.lag_total:>7,}  {r.headroom}")
         if len(r.lag) > 1 and r.lag_total:
             lines.append(f"  {'':22s} lag per partition: {dict(sorted(r.lag.items()))}")
+        if r.target_facts and "snapshot" in r.target_facts:
+            f = r.target_facts
+            age = datetime.now(timezone.utc).timestamp() - f["committed_ms"] / 1000
+            lines.append(f"  {'':22s} iceberg snapshot {f['snapshot']} committed {_ago(age)}"
+                         f"{'' if f['epoch'] is None else ' (epoch ' + str(f['epoch']) + ')'}; {f['snapshots']} "
+                         f"snapshots, {f['data_files']} data files, {f['delete_files']} delete files")
         if r.error:
             lines.append(f"  {'':22s} last error: {r.error[:1500 if r.phase == 'halted' else 300]}")
         if r.last_verify:

@@ -102,6 +102,11 @@ class Target(ABC):
         """Rows in a table: counted, or (exact=False, for views refreshed every few seconds) from the
         target's statistics without a scan. None when it cannot be read (status shows "-")."""
 
+    def table_facts(self, schema: str, table: str) -> dict | None:
+        """What status shows about a table beyond its rows, in the target's terms (an Iceberg
+        table's current snapshot and file counts); None when there is nothing more to say."""
+        return None
+
     # ---------------------------------------------------------------- full load
     def begin_snapshot(self, conn, shape: TableShape, schema: str, shadow: str) -> None:
         """An empty table of the shape that the load's tasks fill, out of readers' sight."""

@@ -132,6 +132,19 @@ class IcebergTarget(StagedChanges, Target):
             return None
         return int(summary["total-records"]) - int(summary.get("total-position-deletes", 0))
 
+    def table_facts(self, schema: str, table: str) -> dict | None:
+        """The current snapshot (id, when, by which epoch), how many snapshots are kept, and the
+        data and delete files a reader opens: what grows with every commit until maintenance."""
+        t = self._table(schema, table)
+        snap = t.current_snapshot() if t is not None else None
+        if snap is None:
+            return None
+        summary = _summary(snap)
+        return {"snapshot": snap.snapshot_id, "committed_ms": snap.timestamp_ms,
+                "epoch": int(summary[SUMMARY_EPOCH]) if SUMMARY_EPOCH in summary else None,
+                "snapshots": len(t.snapshots()), "data_files": int(summary.get("total-data-files", 0)),
+                "delete_files": int(summary.get("total-delete-files", 0))}
+
     def stored_so_far(self, state_conn, schema: str, table: str) -> tuple[int, int] | None:
         return None   # a snapshot's files are invisible until its commit; the load logs its tasks
 
