@@ -3,7 +3,9 @@
 A pipeline file that fails validation is left out here and shows up as the import error of
 tideline_config_errors.py (naming the file, field and line); the other pipelines keep their DAGs.
 """
-from tideline.airflow.dag_factory import build_batch_dag, build_sync_dag, build_verify_dag, build_watch_dag
+from tideline import targets
+from tideline.airflow.dag_factory import (build_batch_dag, build_maintenance_dag, build_sync_dag, build_verify_dag,
+                                         build_watch_dag)
 from tideline.airflow.pipelines import pipelines_dir
 from tideline.core.config import load_pipelines
 
@@ -11,7 +13,10 @@ pipelines, _broken = load_pipelines(pipelines_dir())
 for _name, _cfg in pipelines.items():
     if any(t.mode == "cdc" for t in _cfg.tables):
         globals()[f"sync_{_name}"] = build_sync_dag(_cfg)
-        globals()[f"verify_{_name}"] = build_verify_dag(_cfg)
+        if targets.target_class(_cfg.target.kind).capabilities().verifies:
+            globals()[f"verify_{_name}"] = build_verify_dag(_cfg)
         globals()[f"watch_{_name}"] = build_watch_dag(_cfg)
     if any(t.mode == "batch" for t in _cfg.tables):
         globals()[f"batch_{_name}"] = build_batch_dag(_cfg)
+    if targets.target_class(_cfg.target.kind).capabilities().maintenance:
+        globals()[f"maintain_{_name}"] = build_maintenance_dag(_cfg)

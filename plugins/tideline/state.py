@@ -96,6 +96,12 @@ def check_epoch(cur, pipeline: str, table: str, epoch: int) -> None:
             f"(claimed by {owner}). A newer run replaced this one; this run commits nothing and stops.")
 
 
+def lock(cur, pipeline: str, table: str) -> None:
+    """Inside the caller's transaction: hold the table's state row, as a stream's batch does
+    while it commits — so work that rewrites the table's files waits for, and holds off, batches."""
+    cur.execute(sqlfiles.load("state/check_epoch"), {"pipeline": pipeline, "table": table})
+
+
 def run_start(conn, pipeline: str, table: str, kind: str, epoch: int | None, detail: str = "") -> int:
     """Opens a run in the history, committed at once (so a killed run still shows)."""
     with conn, conn.cursor() as cur:

@@ -1,5 +1,6 @@
 -- One table's figures beside its state row, for status, the view and the metrics: the last batch
--- that moved it (how long it took, the newest source commit it applied), the last verify, and the
+-- that moved it (how long it took, the newest source commit it applied), the last verify and
+-- maintenance, and the
 -- load running now (rows stored so far, mean rows/s since it started copying). A load's driver
 -- samples every 5 s; a run still marked running whose newest sample is over a minute old was
 -- killed (its row stays 'running' until the next run of the table closes it) and is not shown.
@@ -7,13 +8,19 @@ SELECT s.events_applied, s.last_error_at, s.last_error_event,
        extract(epoch FROM b.committed_at - b.started_at) AS last_batch_s, b.source_ts_max,
        extract(epoch FROM now() - v.ended_at) AS verify_age_s, v.outcome AS verify_outcome,
        v.counts AS verify_counts, v.detail AS verify_detail,
-       lp.load_rows, lp.load_rows_per_s
+       lp.load_rows, lp.load_rows_per_s,
+       extract(epoch FROM now() - m.ended_at) AS maintain_age_s, m.outcome AS maintain_outcome,
+       m.detail AS maintain_detail
   FROM tideline.table_state s
   LEFT JOIN tideline.batches b ON b.pipeline = s.pipeline AND b.batch_id = s.last_batch_id
   LEFT JOIN LATERAL (SELECT ended_at, outcome, counts, detail FROM tideline.runs r
                       WHERE r.pipeline = s.pipeline AND r.table_name = s.table_name AND r.kind = 'verify'
                         AND r.outcome <> 'running'
                       ORDER BY r.run_id DESC LIMIT 1) v ON true
+  LEFT JOIN LATERAL (SELECT ended_at, outcome, detail FROM tideline.runs r
+                      WHERE r.pipeline = s.pipeline AND r.table_name = s.table_name AND r.kind = 'maintenance'
+                        AND r.outcome <> 'running'
+                      ORDER BY r.run_id DESC LIMIT 1) m ON true
   LEFT JOIN LATERAL (SELECT max(p.rows) AS load_rows,
                             (max(p.rows) - min(p.rows)) / nullif(extract(epoch FROM max(p.at) - min(p.at)), 0)
                                 AS load_rows_per_s

@@ -452,3 +452,44 @@ def test_kill_9_and_a_second_run_at_once_lose_and_duplicate_nothing_in_iceberg(s
             if p is not None and p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
         drop_source(source_db, t)
+
+
+def test_maintenance_compacts_a_streamed_table_keeps_its_resume_offsets_and_the_stream_goes_on(
+        spark, source_db, pipelines, unique_name, lake):
+    from tideline.ops.maintenance import maintain
+    from tideline.ops.status import pipeline_status, render
+    from tideline.stream.run import IncrementalRun
+    t = f"{unique_name}_mnt"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, v int, note text)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, g, 'row ' || g FROM generate_series(1, 3000) g")
+    try:
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}], capture=True,
+                               stream={"max_offsets_per_trigger": 100},
+                               maintenance={"snapshot_retention_hours": 0, "orphan_age_hours": 1})
+        FullLoad(cfg, spark).run([t])
+        with source_db.cursor() as cur:   # many small commits: one per 100 events
+            for i in range(8):
+                cur.execute(f"UPDATE public.{t} SET v = v + 1 WHERE id % 8 = {i} AND id <= 800")
+                cur.execute(f"DELETE FROM public.{t} WHERE id = {2000 + i}")
+        stream_until_equal(cfg, spark, source_db, lake, [t])
+        before = lake.table_facts(unique_name, t)
+        offsets = lake.resume_offsets(unique_name, t)[0]
+        assert before["snapshots"] >= 8 and before["delete_files"] >= 8
+        [figures] = maintain(cfg, spark).values()
+        after = lake.table_facts(unique_name, t)
+        assert after["delete_files"] == 0 and after["data_files"] < before["data_files"]
+        assert after["snapshots"] <= 2   # the compaction's, and the stream's last (it holds the offsets)
+        assert figures["data_files"] == [before["data_files"], after["data_files"]]
+        assert lake_rows_equal(source_db, lake, cfg.name, t)
+        with lake.connect() as conn, conn.cursor() as cur:
+            assert lake.applied_offsets(cur, cfg.name, unique_name, t, None) == offsets
+        # the stream goes on from the same position after the compaction's commit
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE public.{t} SET note = 'after maintenance' WHERE id <= 10")
+        stream_until_equal(cfg, spark, source_db, lake, [t])
+        rows = {r.table: r for r in pipeline_status(cfg)}
+        assert rows[t].last_maintenance.endswith(" orphan files removed, " + f"{figures['seconds']:.1f}s")
+        assert "last maintenance" in render(cfg, list(rows.values()))
+    finally:
+        drop_source(source_db, t)

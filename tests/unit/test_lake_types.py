@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from tideline.core import lake_types
 from tideline.core.lake_types import lake_column, lake_columns, spark_projection
 from tideline.core.table_shape import Column, TableShape
 
@@ -75,3 +76,13 @@ def test_a_source_read_as_exact_text_is_parsed_by_spark_into_the_same_types():
     assert got["interval"] == ("string", "{v}") and got["character(3)"] == ("string", "{v}")
     assert got["smallint"] == ("int", "cast({v} as int)")
     assert all(lake_column_from_text(col(t)).refuse is None for t in ("date", "numeric(5,2)"))
+
+
+@pytest.mark.parametrize("old,new,follows", [
+    ("integer", "bigint", "long"), ("smallint", "integer", "same"), ("real", "double precision", "double"),
+    ("numeric(10,2)", "numeric(20,2)", "decimal(20,2)"), ("numeric(10,2)", "numeric(12,4)", None),
+    ("numeric(30,2)", "numeric(40,2)", None), ("integer", "numeric(20,0)", None),
+    ("character varying(10)", "text", "same"), ("text[]", "text[]", "same"),
+])
+def test_an_iceberg_column_follows_only_the_widenings_iceberg_can_promote(old, new, follows):
+    assert lake_types.iceberg_widening(old, new) == follows

@@ -164,6 +164,23 @@ def build_batch_dag(cfg: PipelineConfig) -> DAG:
     return dag
 
 
+def build_maintenance_dag(cfg: PipelineConfig) -> DAG:
+    """maintain_<pipeline> (a target whose commits add files, e.g. Iceberg; on maintenance.schedule,
+    nightly by default, and triggerable): compaction, snapshot expiry, orphan files, per table."""
+    table_names = [t.name for t in cfg.tables]
+    with DAG(dag_id=f"maintain_{cfg.name}",
+             description=f"Tideline: compact {', '.join(table_names)} and expire old snapshots and files",
+             doc_md=__doc__, schedule=cfg.maintenance.schedule, start_date=START, catchup=False, max_active_runs=1,
+             tags=["tideline", cfg.name, "maintenance"], default_args={**_default_args(), "retries": 1},
+             params={"tables": Param(table_names, type="array", items={"type": "string", "enum": table_names},
+                                     title="Tables", description="Tables to maintain (default: all)")}) as dag:
+        TidelineSparkSubmitOperator(
+            task_id="maintain", job="maintain.py", name=f"tideline-maintain-{cfg.name}",
+            application_args=["--pipeline", cfg.name, "--tables", "{{ params.tables | join(',') }}"],
+            **_submit(cfg, "load"))
+    return dag
+
+
 def _one_task_dag(cfg: PipelineConfig, kind: str, description: str, schedule, task_id: str, python_callable,
                   retries: int) -> DAG:
     """<kind>_<pipeline>: one scheduled Python task, one run at a time, no catch-up."""

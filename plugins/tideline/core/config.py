@@ -13,7 +13,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tideline.core.errors import ConfigError
 from tideline.core.names import PIPELINE_NAME, identifier, topic_name
-from tideline.core.settings import (AlertSettings, ConnectSettings, KafkaSettings, SourceEndpoint, SparkSettings,
+from tideline.core.settings import (AlertSettings, ConnectSettings, KafkaSettings, MaintenanceSettings,
+                                    SourceEndpoint, SparkSettings,
                                     StreamSettings, TargetEndpoint, VerifyConfig, _Model)
 
 class TableConfig(_Model):
@@ -82,6 +83,7 @@ class PipelineConfig(_Model):
     stream: StreamSettings = Field(default_factory=StreamSettings)
     batch_schedule: str = Field(default="@daily", description="schedule of the batch_<name> DAG (cron or preset)")
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
+    maintenance: MaintenanceSettings = Field(default_factory=MaintenanceSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     tables: list[TableConfig] = Field(min_length=1)
 

@@ -169,3 +169,27 @@ def lake_column_from_text(col: Column) -> LakeColumn:
         return LakeColumn(col.name, "string", "{v}", "{c}", as_text=lake.as_text or lake.iceberg != "string")
     value = {"binary": "unhex(substr({v}, 3))"}.get(lake.iceberg, f"cast({{v}} as {lake.spark_type})")
     return LakeColumn(col.name, lake.iceberg, value, "{c}")
+
+
+PROMOTIONS = {("int", "long"), ("float", "double")}   # Iceberg's type promotions (and a decimal's precision)
+
+
+def _decimal(iceberg: str) -> tuple[int, int] | None:
+    m = re.match(r"^decimal\((\d+),(\d+)\)$", iceberg)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def iceberg_widening(old: str, new: str) -> str | None:
+    """How an Iceberg column follows a source column widened from `old` to `new` (PostgreSQL type
+    names; core.schema_drift decided it is a widening): "same" (the Iceberg type does not change),
+    the Iceberg type to promote it to, or None when Iceberg cannot (a decimal's scale, int to
+    decimal, decimal to text): only a reload can."""
+    was, now = lake_column(Column("c", old, False)).iceberg, lake_column(Column("c", new, False)).iceberg
+    if was == now:
+        return "same"
+    if (was, now) in PROMOTIONS:
+        return now
+    a, b = _decimal(was), _decimal(now)
+    if a and b and a[1] == b[1] and b[0] >= a[0]:
+        return now
+    return None

@@ -209,6 +209,21 @@ class VerifyConfig(_Model):
     sample_rows: int = Field(default=100, ge=0, le=100_000, description="differing keys listed per table")
 
 
+class MaintenanceSettings(_Model):
+    """Table maintenance of a target whose every commit adds files (Iceberg): compaction, snapshot
+    expiry and orphan-file removal, by the maintain_<name> DAG."""
+    schedule: str | None = Field(default="30 2 * * *", description="cron of the maintain_<name> DAG (nightly by "
+                                                                   "default); null = only when triggered")
+    snapshot_retention_hours: float = Field(default=24, ge=0, description="snapshots older than this are expired "
+                                                                           "(never the one holding the offsets the "
+                                                                           "stream resumes from, nor anything newer)")
+    orphan_age_hours: float = Field(default=72, ge=1, description="files no snapshot references and older than "
+                                                                   "this are deleted (younger ones may belong to a "
+                                                                   "write still committing)")
+    target_file_mb: int = Field(default=128, ge=1, le=4096, description="compaction writes data files of about "
+                                                                         "this size")
+
+
 class AlertSettings(_Model):
     webhook_conn_id: str | None = Field(default=None, description="Airflow HTTP connection of a chat webhook "
                                                                   "(Slack/Mattermost-style JSON {\"text\": ...})")

@@ -47,6 +47,7 @@ class TableStatus:
     load_rows_per_s: float | None = None   # ...and its mean rate since it started copying
     capture_error: str | None = None  # the pipeline's connector failed: this table receives no change
     target_facts: dict | None = None  # the target's own (an Iceberg table's snapshot and files)
+    last_maintenance: str | None = None   # "5h ago: data files 480 -> 2, ..." (targets that need it)
 
     @property
     def lag_total(self) -> int:
@@ -124,7 +125,9 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 verify_outcome=f.get("verify_outcome"), verify_counts=f.get("verify_counts"),
                 rows_estimated=not exact_counts, load_rows=f.get("load_rows"),
                 load_rows_per_s=float(f["load_rows_per_s"]) if f.get("load_rows_per_s") is not None else None,
-                target_facts=store.table_facts(cfg.target_schema(t.name), t.name)))
+                target_facts=store.table_facts(cfg.target_schema(t.name), t.name),
+                last_maintenance=(f"{_ago(f['maintain_age_s'])}: {f['maintain_outcome']}, {f['maintain_detail']}"
+                                  if f.get("maintain_outcome") else None)))
         capture = _capture_error(cfg, resolve, out)
         for row in out:
             if cfg.table(row.table).mode == "cdc" and row.phase == "streaming":
@@ -189,6 +192,8 @@ def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
             lines.append(f"  {'':22s} iceberg snapshot {f['snapshot']} committed {_ago(age)}"
                          f"{'' if f['epoch'] is None else ' (epoch ' + str(f['epoch']) + ')'}; {f['snapshots']} "
                          f"snapshots, {f['data_files']} data files, {f['delete_files']} delete files")
+        if r.last_maintenance:
+            lines.append(f"  {'':22s} last maintenance {r.last_maintenance[:300]}")
         if r.error:
             lines.append(f"  {'':22s} last error: {r.error[:1500 if r.phase == 'halted' else 300]}")
         if r.last_verify:

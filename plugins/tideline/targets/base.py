@@ -43,6 +43,8 @@ class Capabilities:
     holds_state: bool          # Tideline's state schema lives in the target, in the same transactions
     snapshot_publish: str      # how a full load goes live: "shadow_swap" (rename in one transaction) | "commit"
     copy_in: bool              # accepts PostgreSQL COPY (text and binary) streamed by the load's tasks
+    maintenance: bool = False  # every commit adds files: needs compaction and expiry (a maintain_<name> DAG)
+    verifies: bool = True      # can be one side of a verify (verify_side): a verify_<name> DAG is built
 
 
 class Target(ABC):
@@ -106,6 +108,12 @@ class Target(ABC):
         """What status shows about a table beyond its rows, in the target's terms (an Iceberg
         table's current snapshot and file counts); None when there is nothing more to say."""
         return None
+
+    def maintain(self, spark, schema: str, table: str, settings, fence) -> dict | None:
+        """Compacts a table's files and expires what readers no longer need (capabilities().maintenance);
+        `fence()` is a context manager holding off the stream's commits while files are rewritten.
+        Returns the figures before and after; None when the table does not exist yet."""
+        raise self.not_built("table maintenance")
 
     # ---------------------------------------------------------------- full load
     def begin_snapshot(self, conn, shape: TableShape, schema: str, shadow: str) -> None:

@@ -36,7 +36,6 @@ SUMMARY_PIPELINE = "tideline.pipeline"
 # the table's columns as the source declares them ([name, type, not null, generated]): how the
 # stream decodes each column's events and what schema drift compares with
 COLUMNS_PROPERTY = "tideline.columns"
-PROMOTIONS = {("int", "long"), ("float", "double")}   # Iceberg's type promotions (and decimal precision)
 # merge-on-read: a commit of changes writes delete files, not a rewrite of the data files it touches
 TABLE_PROPERTIES = {"format-version": "2", "write.delete.mode": "merge-on-read",
                     "write.update.mode": "merge-on-read", "write.merge.mode": "merge-on-read"}
@@ -53,7 +52,8 @@ class IcebergTarget(StagedChanges, Target):
 
     @classmethod
     def capabilities(cls) -> Capabilities:
-        return Capabilities(holds_state=False, snapshot_publish="commit", copy_in=False)
+        return Capabilities(holds_state=False, snapshot_publish="commit", copy_in=False, maintenance=True,
+                            verifies=False)
 
     @property
     def catalog(self) -> str:
@@ -144,6 +144,12 @@ class IcebergTarget(StagedChanges, Target):
                 "epoch": int(summary[SUMMARY_EPOCH]) if SUMMARY_EPOCH in summary else None,
                 "snapshots": len(t.snapshots()), "data_files": int(summary.get("total-data-files", 0)),
                 "delete_files": int(summary.get("total-delete-files", 0))}
+
+    def maintain(self, spark, schema: str, table: str, settings, fence) -> dict | None:
+        from tideline.targets.iceberg_maintenance import maintain_table
+        if self._table(schema, table) is None:
+            return None
+        return maintain_table(self, spark, schema, table, settings, fence)
 
     def stored_so_far(self, state_conn, schema: str, table: str) -> tuple[int, int] | None:
         return None   # a snapshot's files are invisible until its commit; the load logs its tasks
@@ -312,17 +318,17 @@ class IcebergTarget(StagedChanges, Target):
                     f"value without rewriting them, so the table is reloaded by itself.", table=table)
         promote = []
         for name, old, new in drift.widen:
-            was, now = (lake_types.lake_column(Column(name, ty, False)).iceberg for ty in (old, new))
-            if was == now:
+            now = lake_types.iceberg_widening(old, new)
+            if now == "same":
                 continue
-            if (was, now) in PROMOTIONS or (was.startswith("decimal(") and now.startswith("decimal(")
-                                            and _scale(was) == _scale(now) and _precision(now) >= _precision(was)):
+            if now is not None:
                 promote.append((name, now))
                 continue
+            was, wanted = (lake_types.lake_column(Column(name, ty, False)).iceberg for ty in (old, new))
             raise SchemaChangeError(
                 f"table {label}, column {name}: type changed at the source from {old} to {new}; the Iceberg column "
-                f"({was}) cannot become {now} without rewriting its values (Iceberg widens int to long, float to "
-                f"double and a decimal's precision only). The table is HALTED at its last committed batch. To "
+                f"({was}) cannot become {wanted} without rewriting its values (Iceberg widens int to long, float "
+                f"to double and a decimal's precision only). The table is HALTED at its last committed batch. To "
                 f"continue: run the sync DAG with action=full_reload for this table.", table=table)
         t = self._table(schema, table)
         declared = json.loads(t.properties[COLUMNS_PROPERTY])
@@ -366,15 +372,20 @@ def _summary(snap) -> dict[str, str]:
     return dict(snap.summary.additional_properties) if snap is not None and snap.summary else {}
 
 
-def _newest_stamped(t, snap) -> dict[str, str] | None:
-    """The summary of the newest snapshot in `snap`'s ancestry that a Tideline write made (a
-    compaction's commit carries no offsets)."""
+def _newest_stamped_snapshot(t, snap=None):
+    """The newest snapshot in the ancestry of `snap` (default: the current one) that a Tideline
+    write made (a compaction's commit carries no offsets); None when there is none."""
+    snap = t.current_snapshot() if snap is None and t is not None else snap
     while snap is not None:
-        summary = _summary(snap)
-        if SUMMARY_OFFSETS in summary:
-            return summary
+        if SUMMARY_OFFSETS in _summary(snap):
+            return snap
         snap = t.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
     return None
+
+
+def _newest_stamped(t, snap) -> dict[str, str] | None:
+    found = _newest_stamped_snapshot(t, snap) if snap is not None else None
+    return _summary(found) if found is not None else None
 
 
 def _stamped_since(t, snap, seen: int | None) -> list[dict[str, str]]:

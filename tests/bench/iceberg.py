@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Benchmark: the Iceberg target — full load against the plain Spark job a user would write
+instead, the change stream's rate, and a day of commits before and after maintenance.
+
+    .venv/bin/python tests/bench/iceberg.py [--rows 5000000] [--parallelism 4] [--events 1000000]
+                                            [--commits 240] [--skip-load]
+
+1. Full load: spark-submit of spark_jobs/full_load.py into catalog tideline_lake (Spark start-up
+   included), vs spark-submit of a plain PySpark job on the same table with the same parallelism:
+   `spark.read.jdbc` partitioned on the key -> `writeTo(...).create()` (what the Iceberg docs
+   show). Both results are checked: row count, sum of total, count of note, sum of customer_id.
+2. Stream: `--events` changes (60% updates, 20% inserts, 20% deletes) on a table of `--events`/4
+   keys, captured by Debezium; the incremental job (available_now, its default batch size) applies
+   them into Iceberg, timed end to end with its peak RSS; then the table, read by PyIceberg, is
+   checked equal to the source (count and an order-independent digest of every row).
+3. A day of commits: `--commits` small batches (one every few minutes is ~240-480 a day), then the
+   number of files and a full PyIceberg scan's time, before and after the maintenance job.
+Last line:
+RESULT full_load_rows_per_s=<n> plain_spark_rows_per_s=<n> ratio=<full_load/plain> stream_events_per_s=<n>
+       stream_peak_rss_mb=<n> files_before=<data+delete> files_after=<n> scan_s_before=<x> scan_s_after=<x>
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import closing
+from pathlib import Path
+
+import yaml
+
+from benchlib import ROOT, PeakRss, ensure_topic, pg, run_full_load, stackctl
+from full_load import TABLE, ensure_source
+
+os.environ.update(stackctl.environment())
+
+from tideline.capture.connector import drop_capture, ensure_capture  # noqa: E402
+from tideline.core.config import load_pipeline  # noqa: E402
+from tideline.core.connections import get_connection  # noqa: E402
+from tideline.kafka_offsets import end_offsets  # noqa: E402
+from tideline.spark_session import driver_conf  # noqa: E402
+from tideline.targets import for_target  # noqa: E402
+
+NAMESPACE = "bench_lake"
+LOAD_PIPELINE, STREAM_PIPELINE, STREAM_TABLE = "benchlake", "benchlakes", "bench_lake_changes"
+PLAIN_JOB = '''
+import sys
+from pyspark.sql import SparkSession
+url, user, password, table, target, parts, lo, hi = sys.argv[1:9]
+spark = SparkSession.builder.getOrCreate()
+df = spark.read.jdbc(url, table, column="id", lowerBound=int(lo), upperBound=int(hi) + 1, numPartitions=int(parts),
+                     properties={"user": user, "password": password, "driver": "org.postgresql.Driver"})
+df.writeTo(target).using("iceberg").create()
+'''
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+def lake():
+    return for_target(get_connection("tideline_lake"))
+
+
+def drop_namespace(store) -> None:
+    catalog = store.pyiceberg_catalog()
+    if (NAMESPACE,) in catalog.list_namespaces():
+        for ident in catalog.list_tables(NAMESPACE):
+            catalog.purge_table(ident)
+        catalog.drop_namespace(NAMESPACE)
+
+
+def submit(args: list[str], env: dict, store) -> tuple[float, float, str]:
+    """spark-submit with the stack's and Iceberg's jars: (seconds, peak RSS MB, output)."""
+    conf = driver_conf({}, environ=env)
+    started = time.monotonic()
+    proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
+                             *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")],
+                             "--jars", ",".join([env["TIDELINE_SPARK_JARS"], *store.spark_jars()]), *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rss = PeakRss(proc.pid)
+    rss.start()
+    out, _ = proc.communicate()
+    rss.done.set()
+    if proc.returncode != 0:
+        print(out[-4000:])
+        raise SystemExit(f"{args[0]} failed with exit status {proc.returncode}")
+    return time.monotonic() - started, rss.peak / 1e6, out
+
+
+def aggregates(arrow) -> tuple:
+    import pyarrow.compute as pc
+    return (arrow.num_rows, str(pc.sum(arrow["total"]).as_py()), pc.count(arrow["note"]).as_py(),
+            pc.sum(arrow["customer_id"]).as_py())
+
+
+def bench_load(args, env: dict, store) -> tuple[float, float]:
+    ensure_source(args.rows)
+    ensure_topic(f"benchlake.public.{TABLE}")
+    with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT count(*), sum(total)::text, count(note), sum(customer_id), min(id), max(id) FROM {TABLE}")
+        *expected, lo, hi = cur.fetchone()
+    expected = (expected[0], expected[1], expected[2], int(expected[3]))
+    drop_namespace(store)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / f"{LOAD_PIPELINE}.yaml").write_text(yaml.safe_dump({
+            "name": LOAD_PIPELINE, "source": {"conn_id": "tideline_source"},
+            "target": {"kind": "iceberg", "catalog": "tideline_lake", "namespace": NAMESPACE},
+            "kafka": {"topic_prefix": "benchlake"}, "spark": {"parallelism": args.parallelism},
+            "tables": [{"name": TABLE}]}))
+        log(f"Tideline full load of {args.rows:,} rows into Iceberg (spark-submit, {args.parallelism} partitions)")
+        ours, peak = run_full_load(LOAD_PIPELINE, Path(tmp), dict(env, TIDELINE_SPARK_JARS=",".join(
+            [env["TIDELINE_SPARK_JARS"], *store.spark_jars()])))
+        got = aggregates(store.pyiceberg_catalog().load_table((NAMESPACE, TABLE)).scan(
+            selected_fields=("total", "note", "customer_id")).to_arrow())
+        if got != expected:
+            raise SystemExit(f"Tideline's Iceberg table differs from the source: {got} vs {expected}")
+        log(f"Tideline: {ours:.1f}s, peak RSS {peak:.0f} MB; checked {got}")
+        job = Path(tmp) / "plain_iceberg_load.py"
+        job.write_text(PLAIN_JOB)
+        src = get_connection("tideline_source")
+        conf = [x for k, v in store.spark_conf().items() for x in ("--conf", f"{k}={v}")]
+        log(f"plain Spark job: spark.read.jdbc partitioned on id ({args.parallelism}) -> writeTo().create()")
+        plain, _, _ = submit([*conf, str(job), src.jdbc_url(), src.login, src.password, TABLE,
+                              f"tideline_lake.{NAMESPACE}.plain_{TABLE}", str(args.parallelism), str(lo), str(hi)],
+                             env, store)
+        got = aggregates(store.pyiceberg_catalog().load_table((NAMESPACE, f"plain_{TABLE}")).scan(
+            selected_fields=("total", "note", "customer_id")).to_arrow())
+        if got != expected:
+            raise SystemExit(f"the plain job's Iceberg table differs from the source: {got} vs {expected}")
+        log(f"plain Spark job: {plain:.1f}s; checked {got}")
+    return args.rows / ours, args.rows / plain, peak
+
+
+def source_digest() -> tuple[int, str]:
+    with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT id, v, note FROM {STREAM_TABLE}")
+        return digest(cur.fetchall())
+
+
+def digest(rows) -> tuple[int, str]:
+    h = 0
+    for r in rows:
+        h ^= int.from_bytes(hashlib.blake2b(repr(tuple(r)).encode(), digest_size=8).digest(), "big")
+    return len(rows), f"{h:016x}"
+
+
+def lake_digest(store) -> tuple[int, str]:
+    arrow = store.pyiceberg_catalog().load_table((NAMESPACE, STREAM_TABLE)).scan().to_arrow()
+    return digest(list(zip(arrow["id"].to_pylist(), arrow["v"].to_pylist(), arrow["note"].to_pylist())))
+
+
+def stream_pipeline(folder: Path, max_events: int | None = None) -> Path:
+    (folder / f"{STREAM_PIPELINE}.yaml").write_text(yaml.safe_dump({
+        "name": STREAM_PIPELINE, "source": {"conn_id": "tideline_source"},
+        "target": {"kind": "iceberg", "catalog": "tideline_lake", "namespace": NAMESPACE},
+        "kafka": {"topic_prefix": "benchlakes", "partitions": 2},
+        "stream": {"max_offsets_per_trigger": max_events} if max_events else {},
+        "maintenance": {"snapshot_retention_hours": 0, "orphan_age_hours": 1},
+        "tables": [{"name": STREAM_TABLE}]}))
+    return folder
+
+
+def wait_for_events(cfg, at_least: int) -> None:
+    deadline = time.time() + 600
+    while sum(end_offsets(stackctl.kafka_bootstrap(), cfg.topic(STREAM_TABLE)).values()) < at_least:
+        if time.time() > deadline:
+            raise SystemExit("Debezium did not deliver the changes within 600s")
+        time.sleep(1)
+
+
+def run_stream(folder: Path, env: dict, store) -> tuple[float, float]:
+    env = dict(env, TIDELINE_PIPELINES=str(folder))
+    from tideline.core.settings import SparkSettings
+    env.update(SparkSettings.job_env("stream"))
+    secs, peak, out = submit([str(ROOT / "spark_jobs" / "incremental.py"), "--pipeline", STREAM_PIPELINE,
+                              "--mode", "available_now"], env, store)
+    for line in out.splitlines():
+        if "batch " in line and "events" in line:
+            print("   ", line.strip()[-170:])
+    return secs, peak
+
+
+def bench_stream(args, env: dict, store) -> tuple[float, float, int, int, float, float]:
+    keys = args.events // 4
+    with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {STREAM_TABLE}")
+        cur.execute(f"CREATE TABLE {STREAM_TABLE} (id bigint PRIMARY KEY, v bigint NOT NULL, note text)")
+        cur.execute(f"INSERT INTO {STREAM_TABLE} SELECT g, g, 'note ' || g FROM generate_series(1, {keys}) g")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = stream_pipeline(Path(tmp))
+        cfg = load_pipeline(folder / f"{STREAM_PIPELINE}.yaml")
+        drop_capture(cfg, get_connection("tideline_connect"), get_connection("tideline_source"))
+        ensure_capture(cfg, get_connection("tideline_kafka"), get_connection("tideline_connect"),
+                       get_connection("tideline_source"))
+        from tideline.load.full_load import FullLoad
+        from tideline.spark_session import get_session
+        spark = get_session("bench-lake", extra_jars=store.spark_jars())
+        FullLoad(cfg, spark).run([STREAM_TABLE])
+        base = sum(end_offsets(stackctl.kafka_bootstrap(), cfg.topic(STREAM_TABLE)).values())
+        log(f"making {args.events:,} changes over {keys:,} keys (60% updates, 20% inserts, 20% deletes)")
+        with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+            step = args.events // 10
+            for i in range(10):   # each round: 6 updates, 2 inserts, 2 deletes per 10 events
+                n = step // 10
+                cur.execute(f"UPDATE {STREAM_TABLE} SET v = v + 1 WHERE id IN (SELECT id FROM {STREAM_TABLE} "
+                            f"ORDER BY (id * {7919 + i}) % 1000003 LIMIT {6 * n})")
+                cur.execute(f"INSERT INTO {STREAM_TABLE} SELECT g, g, 'new ' || g FROM generate_series("
+                            f"{keys * 10 + i * 2 * n + 1}, {keys * 10 + (i + 1) * 2 * n}) g")
+                cur.execute(f"DELETE FROM {STREAM_TABLE} WHERE id IN (SELECT id FROM {STREAM_TABLE} "
+                            f"ORDER BY (id * {104729 + i}) % 1000033 LIMIT {2 * n})")
+        events = (args.events // 100) * 100
+        wait_for_events(cfg, base + events)
+        log(f"stream of {events:,} events into Iceberg (spark-submit, available_now)")
+        secs, peak = run_stream(folder, env, store)
+        expected, got = source_digest(), lake_digest(store)
+        if got != expected:
+            raise SystemExit(f"the Iceberg table differs from the source after the stream: {got} vs {expected}")
+        log(f"stream: {secs:.1f}s end to end ({events / secs:,.0f} events/s), peak RSS {peak:.0f} MB; equal {got}")
+        # a day of small commits, then maintenance
+        folder = stream_pipeline(Path(tmp), max_events=100)
+        per = 100
+        log(f"{args.commits} small commits ({per} events each)")
+        with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+            for i in range(args.commits):
+                cur.execute(f"UPDATE {STREAM_TABLE} SET v = v + 1 WHERE id IN (SELECT id FROM {STREAM_TABLE} "
+                            f"ORDER BY (id * {31 + i}) % 1000003 LIMIT {per - 10})")
+                cur.execute(f"DELETE FROM {STREAM_TABLE} WHERE id IN (SELECT id FROM {STREAM_TABLE} "
+                            f"ORDER BY (id * {97 + i}) % 1000033 LIMIT 10)")
+        wait_for_events(cfg, base + events + args.commits * per)
+        run_stream(folder, env, store)
+        before = store.table_facts(NAMESPACE, STREAM_TABLE)
+        scan_before = timed_scan(store)
+        log(f"after the commits: {before}; full scan {scan_before:.2f}s")
+        m_secs, _, _ = submit([str(ROOT / "spark_jobs" / "maintain.py"), "--pipeline", STREAM_PIPELINE],
+                              dict(env, TIDELINE_PIPELINES=str(folder)), store)
+        after = store.table_facts(NAMESPACE, STREAM_TABLE)
+        scan_after = timed_scan(store)
+        if lake_digest(store) != source_digest():
+            raise SystemExit("the Iceberg table differs from the source after maintenance")
+        log(f"after maintenance ({m_secs:.1f}s end to end): {after}; full scan {scan_after:.2f}s; equal to the source")
+        spark.stop()
+    return (events / secs, peak, before["data_files"] + before["delete_files"],
+            after["data_files"] + after["delete_files"], scan_before, scan_after)
+
+
+def timed_scan(store) -> float:
+    best = None
+    for _ in range(3):
+        started = time.monotonic()
+        store.pyiceberg_catalog().load_table((NAMESPACE, STREAM_TABLE)).scan().to_arrow()
+        secs = time.monotonic() - started
+        best = secs if best is None else min(best, secs)
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=5_000_000)
+    ap.add_argument("--parallelism", type=int, default=4)
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--commits", type=int, default=240)
+    ap.add_argument("--skip-load", action="store_true")
+    args = ap.parse_args()
+    env = stackctl.full_env()
+    store = lake()
+    ours = plain = peak_load = 0.0
+    if not args.skip_load:
+        ours, plain, peak_load = bench_load(args, env, store)
+    rate, peak, files_before, files_after, scan_before, scan_after = bench_stream(args, env, store)
+    print(f"RESULT full_load_rows_per_s={ours:.0f} plain_spark_rows_per_s={plain:.0f} "
+          f"ratio={ours / plain if plain else 0:.2f} load_peak_rss_mb={peak_load:.0f} stream_events_per_s={rate:.0f} "
+          f"stream_peak_rss_mb={peak:.0f} files_before={files_before} files_after={files_after} "
+          f"scan_s_before={scan_before:.2f} scan_s_after={scan_after:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
