@@ -17,6 +17,9 @@ import psycopg2
 import stackctl
 
 ROOT = stackctl.ROOT
+# the demo's pipelines (pipelines/<name>.yaml) and the DAGs `make demo` starts
+PIPELINES = ("demo", "shop_mariadb", "shop_lake")
+DAGS = tuple(f"sync_{name}" for name in PIPELINES)
 
 
 def wait_for_dag(dag_id: str, timeout: float = 120) -> None:
@@ -70,11 +73,12 @@ def main() -> int:
                                  "--seed-orders", "10000", "--seed", "42"], check=True, env=stackctl.full_env())
     seed_mariadb()
     start_workload()
-    for dag_id in ("sync_demo", "sync_shop_mariadb"):
+    for dag_id in DAGS:
         trigger(dag_id)
     print(f"""
 [demo] Airflow UI : {stackctl.airflow_url()}/dags/sync_demo   login {stackctl.AIRFLOW_ADMIN} / {stackctl.AIRFLOW_ADMIN_PASS}
 [demo]              {stackctl.airflow_url()}/dags/sync_shop_mariadb   (the MariaDB shop)
+[demo]              {stackctl.airflow_url()}/dags/sync_shop_lake   (the shop into Apache Iceberg tables)
 [demo] workload   : ~5 transactions/s on customers, orders, order_items, and ~1/s on the MariaDB shop
                      (supervised like every part; log {stackctl.log_file('workload')})
 [demo] waiting for the target to catch up with the sources ...
@@ -85,8 +89,8 @@ def main() -> int:
               flush=True)
         print(view_address(), flush=True)
         return 0
-    print(f"[demo] the target did not catch up within {CATCH_UP_S // 60} minutes; look at the sync_demo and "
-          f"sync_shop_mariadb runs in the Airflow UI and at {stackctl.LOGS}", flush=True)
+    print(f"[demo] the target did not catch up within {CATCH_UP_S // 60} minutes; look at the "
+          f"{', '.join(DAGS)} runs in the Airflow UI and at {stackctl.LOGS}", flush=True)
     print(view_address(), flush=True)
     return 1
 
@@ -107,7 +111,7 @@ def start_workload(rate: float = 5, mariadb_share: float = 0.2) -> None:
 
 def demo_pipelines():
     from tideline.core.config import load_pipeline
-    return [load_pipeline(ROOT / "pipelines" / f) for f in ("demo.yaml", "shop_mariadb.yaml")]
+    return [load_pipeline(ROOT / "pipelines" / f"{name}.yaml") for name in PIPELINES]
 
 
 def wait_until_caught_up(cfgs, timeout: float, every: float = 5, quiet: bool = False) -> bool:

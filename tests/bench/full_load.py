@@ -9,11 +9,14 @@ into a table created without its key, the key added after the copy (as Tideline 
 COPY ... TO STDOUT | psql COPY ... FROM STDIN` pipe, `--parallelism` such pipes side by side (one
 per id range), and — because Tideline pipes this table's built-in types in COPY's binary format —
 one pipe with `(FORMAT binary)` on both ends, so the share of the gain that is the format alone
-is visible. Every result is checked equal to the source (row count and an order-independent
+is visible; and the peer a user would pick, pgcopydb (Debian's, installed by the bench when
+missing): `copy table-data` with `--parallelism` table jobs, then the key. Every result is checked equal to the source (row count and an order-independent
 digest of `t::text`) before anything is reported. Last line:
 RESULT full_load_rows_per_s=<n> copy_pipe_rows_per_s=<n> ratio=<full_load/copy_pipe> peak_rss_mb=<n>
        parallel_pipe_rows_per_s=<n> parallel_ratio=<full_load/parallel_pipe>
        binary_pipe_rows_per_s=<n> binary_ratio=<full_load/binary_pipe>
+       pgcopydb_rows_per_s=<n> pgcopydb_ratio=<full_load/pgcopydb> same_result=yes
+(same_result: every result's row count and digest equal the source's; a difference stops the bench)
 """
 from __future__ import annotations
 
@@ -114,6 +117,38 @@ def run_copy_pipe(schema: str = "bench_pipe", keep: bool = False, parts: int = 1
     return secs
 
 
+def run_pgcopydb(jobs: int) -> float:
+    """Seconds for `pgcopydb copy table-data` of the table (into public.<table> of the target,
+    created without its key; `jobs` table jobs, the table split into parts above 220 MB) and then
+    its primary key, as a user would move one table with pgcopydb. Checked equal, then dropped."""
+    from peers import debian_tool
+    exe = debian_tool("pgcopydb")
+    with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS public.{TABLE}")
+        cur.execute(SCHEMA_SQL.replace("id bigint PRIMARY KEY", "id bigint NOT NULL"))
+    checkpoint()
+    with tempfile.TemporaryDirectory() as work:
+        filters = Path(work) / "filters.ini"
+        filters.write_text(f"[include-only-table]\npublic.{TABLE}\n")
+        started = time.monotonic()
+        res = subprocess.run([exe, "copy", "table-data", "--source", stackctl.pg_url(stackctl.DATABASES["source"]),
+                              "--target", stackctl.pg_url(stackctl.DATABASES["target"]), "--dir", f"{work}/run",
+                              "--table-jobs", str(jobs), "--split-tables-larger-than", "220MB",
+                              "--filters", str(filters), "--notice"],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            print(res.stdout[-3000:], res.stderr[-3000:])
+            raise SystemExit(f"[bench] pgcopydb failed with exit status {res.returncode}")
+        with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
+            cur.execute("SET maintenance_work_mem = '512MB'")
+            cur.execute(f"ALTER TABLE public.{TABLE} ADD PRIMARY KEY (id)")
+        secs = time.monotonic() - started
+    check_equal(f"pgcopydb ({jobs} table jobs)", f"public.{TABLE}", table_digest("source", TABLE))
+    with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP TABLE public.{TABLE}")
+    return secs
+
+
 def write_pipeline(folder: Path, parallelism: int) -> None:
     """The benchmark pipeline's config (PIPELINE over TABLE into schema bench) in folder."""
     (folder / f"{PIPELINE}.yaml").write_text(yaml.safe_dump({
@@ -149,11 +184,17 @@ def main() -> int:
     print("[bench] binary baseline: one pipe, COPY (FORMAT binary) on both ends, then the key", flush=True)
     bin_secs = run_copy_pipe(binary=True)
     print(f"[bench] binary copy pipe: {bin_secs:.1f}s", flush=True)
-    fl_rate, pipe_rate, par_rate, bin_rate = (args.rows / s for s in (fl_secs, pipe_secs, par_secs, bin_secs))
+    print(f"[bench] peer: pgcopydb copy table-data --table-jobs {args.parallelism} --split-tables-larger-than "
+          f"220MB, then the key", flush=True)
+    peer_secs = run_pgcopydb(args.parallelism)
+    print(f"[bench] pgcopydb: {peer_secs:.1f}s", flush=True)
+    fl_rate, pipe_rate, par_rate, bin_rate, peer_rate = (args.rows / s for s in (fl_secs, pipe_secs, par_secs,
+                                                                                 bin_secs, peer_secs))
     print(f"RESULT full_load_rows_per_s={fl_rate:.0f} copy_pipe_rows_per_s={pipe_rate:.0f} "
           f"ratio={fl_rate / pipe_rate:.2f} peak_rss_mb={peak_mb:.0f} parallel_pipe_rows_per_s={par_rate:.0f} "
           f"parallel_ratio={fl_rate / par_rate:.2f} binary_pipe_rows_per_s={bin_rate:.0f} "
-          f"binary_ratio={fl_rate / bin_rate:.2f}")
+          f"binary_ratio={fl_rate / bin_rate:.2f} pgcopydb_rows_per_s={peer_rate:.0f} "
+          f"pgcopydb_ratio={fl_rate / peer_rate:.2f} same_result=yes")
     return 0
 
 

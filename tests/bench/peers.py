@@ -24,3 +24,17 @@ def reladiff() -> str:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(venv / "bin" / "pip"), "install", "-q", RELADIFF], check=True)
     return str(exe)
+
+
+def debian_tool(command: str, package: str | None = None) -> str:
+    """A peer packaged by Debian (pgcopydb, pgloader): apt-get installs it once when missing."""
+    import shutil
+    found = shutil.which(command)
+    if found is None:
+        print(f"[bench] installing Debian's {package or command} (once)", flush=True)
+        subprocess.run(["apt-get", "install", "-y", "-q", package or command], check=True,
+                       stdout=subprocess.DEVNULL)
+        found = shutil.which(command)
+    if found is None:
+        raise SystemExit(f"[bench] {command} is not on PATH after installing {package or command}")
+    return found

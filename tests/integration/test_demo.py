@@ -1,5 +1,5 @@
-"""`make demo`'s own path, on the real stack: it starts the supervised workload, triggers both demo
-pipelines through Airflow and returns 0 once its readiness rule sees every table caught up — so
+"""`make demo`'s own path, on the real stack: it starts the supervised workload, triggers the demo
+pipelines (PostgreSQL and MariaDB into PostgreSQL, PostgreSQL into Iceberg) through Airflow and returns 0 once its readiness rule sees every table caught up — so
 the README's first command cannot break again unnoticed."""
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ def _stop_runs(dag_id: str) -> None:
         stackctl.airflow_api("PATCH", f"dags/{dag_id}/dagRuns/{run['dag_run_id']}", {"state": "failed"})
 
 
-def test_make_demo_catches_up_with_both_sources_and_its_workload_is_supervised(stack, source_db):
+def test_make_demo_catches_up_with_both_sources_and_the_lake_and_its_workload_is_supervised(stack, source_db):
     import demo
     seed_demo(source_db)   # small: the demo itself seeds 10,000 orders on a fresh stack
-    for dag_id in ("sync_demo", "sync_shop_mariadb"):
+    for dag_id in demo.DAGS:
         _stop_runs(dag_id)   # the demo starts its own
     try:
         assert demo.main() == 0
@@ -34,5 +34,5 @@ def test_make_demo_catches_up_with_both_sources_and_its_workload_is_supervised(s
             time.sleep(1)
     finally:
         stack._supervisorctl("stop", "workload")
-        for dag_id in ("sync_demo", "sync_shop_mariadb"):
+        for dag_id in demo.DAGS:
             _stop_runs(dag_id)

@@ -282,6 +282,12 @@ def test_the_stream_commits_each_batch_once_with_its_offsets_and_equals_the_sour
         for before, after in zip(commits, commits[1:]):   # each commit moves every partition forward
             assert all(after["offsets"][p] >= o for p, o in before["offsets"].items())
         assert lake.row_count(None, unique_name, t) == 2000 + 2 - 50 + 1 + 30000
+        # any engine reads it: DuckDB over PyIceberg's scan agrees with the source
+        duck = lake.pyiceberg_catalog().load_table((unique_name, t)).scan().to_duckdb("orders")
+        with source_db.cursor() as cur:
+            cur.execute(f"SELECT count(*), sum(qty), sum(price)::text, count(note) FROM public.{t}")
+            assert duck.execute("SELECT count(*), sum(qty), sum(price)::text, count(note) FROM orders").fetchone() \
+                == cur.fetchone()
         # a run with nothing new commits nothing
         from tideline.stream.run import IncrementalRun
         IncrementalRun(cfg, spark, "available_now").run()

@@ -37,8 +37,11 @@ SUMMARY_PIPELINE = "tideline.pipeline"
 # stream decodes each column's events and what schema drift compares with
 COLUMNS_PROPERTY = "tideline.columns"
 # merge-on-read: a commit of changes writes delete files, not a rewrite of the data files it touches
+# every commit also writes a metadata file: keep the last 50, not one per commit forever
 TABLE_PROPERTIES = {"format-version": "2", "write.delete.mode": "merge-on-read",
-                    "write.update.mode": "merge-on-read", "write.merge.mode": "merge-on-read"}
+                    "write.update.mode": "merge-on-read", "write.merge.mode": "merge-on-read",
+                    "write.metadata.delete-after-commit.enabled": "true",
+                    "write.metadata.previous-versions-max": "50"}
 
 
 class IcebergTarget(StagedChanges, Target):
