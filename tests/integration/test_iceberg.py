@@ -481,11 +481,11 @@ def test_maintenance_compacts_a_streamed_table_keeps_its_resume_offsets_and_the_
         stream_until_equal(cfg, spark, source_db, lake, [t])
         before = lake.table_facts(unique_name, t)
         offsets = lake.resume_offsets(unique_name, t)[0]
-        assert before["snapshots"] >= 8 and before["delete_files"] >= 8
+        assert before["snapshots"] >= 8 and before["data_files"] >= 8 and before["delete_files"] >= 1
         [figures] = maintain(cfg, spark).values()
         after = lake.table_facts(unique_name, t)
         assert after["delete_files"] == 0 and after["data_files"] < before["data_files"]
-        assert after["snapshots"] <= 2   # the compaction's, and the stream's last (it holds the offsets)
+        assert after["snapshots"] <= 3   # the stream's last (it holds the offsets) and the compaction's two
         assert figures["data_files"] == [before["data_files"], after["data_files"]]
         assert lake_rows_equal(source_db, lake, cfg.name, t)
         with lake.connect() as conn, conn.cursor() as cur:

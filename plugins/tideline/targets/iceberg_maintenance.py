@@ -3,8 +3,9 @@ a delete file and a snapshot, so without it a reader opens ever more files.
 
 Three of Iceberg's own Spark actions, in order:
 - compaction (rewrite_data_files, bin-packing, applying the position deletes: a file with any
-  delete is rewritten, and deletes left pointing at nothing are dropped), run while the caller's
-  fence holds off the stream's commits, which would otherwise conflict with it;
+  delete is rewritten; then rewrite_position_delete_files drops the deletes left pointing at
+  rewritten files), run while the caller's fence holds off the stream's commits, which would
+  otherwise conflict with it;
 - snapshot expiry: snapshots older than `snapshot_retention_hours` go, but never the newest one
   whose summary holds the offsets the stream resumes from (compaction's own commit carries none),
   nor anything newer;
@@ -35,6 +36,10 @@ def maintain_table(store, spark, schema: str, table: str, settings, fence) -> di
          .option("min-input-files", "2")
          .option("target-file-size-bytes", str(settings.target_file_mb * 1024 * 1024))
          .execute())
+        # the delete files the rewrite left pointing at rewritten files (measured: Iceberg 1.10's
+        # remove-dangling-deletes left them) go, and the rest are packed per data file
+        ice = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(jspark, name)
+        actions.rewritePositionDeletes(ice).option("rewrite-all", "true").execute()
     compact_s = time.monotonic() - started
     now_ms = int(time.time() * 1000)
     stamped = _newest_stamped_snapshot(store._table(schema, table))
