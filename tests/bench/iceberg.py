@@ -180,7 +180,7 @@ def run_stream(folder: Path, env: dict, store) -> tuple[float, float]:
     secs, peak, out = submit([str(ROOT / "spark_jobs" / "incremental.py"), "--pipeline", STREAM_PIPELINE,
                               "--mode", "available_now"], env, store)
     for line in out.splitlines():
-        if "batch " in line and "events" in line:
+        if ("batch " in line and "events" in line) or "merged in one Iceberg commit" in line:
             print("   ", line.strip()[-170:])
     return secs, peak
 

@@ -15,6 +15,7 @@ and that no newer epoch wrote it; after the commit, its parent must be that snap
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -185,7 +186,9 @@ class LakeApply:
                 f"not carry generated values, so the Iceberg table cannot follow them. The table is HALTED before "
                 f"this batch. Leave them out (exclude_columns) and run action=full_reload, or put the table in "
                 f"batch mode.", table=self.table)
+        started = time.monotonic()
         rows = self._read(cur)
+        decoded = time.monotonic()
         kept = []
         for row in rows:   # values the Iceberg column cannot hold: halt on the first, or dead-letter each
             bad = next((i for i in range(len(self.columns)) if row[5 + 3 * i]), None)
@@ -202,7 +205,10 @@ class LakeApply:
             return 0, 0
         changes = self._arrow(kept)
         deletes = sum(1 for r in kept if r[0] == "d")
+        arrow = time.monotonic()
         self.target.merge(self, changes, stamp)
+        log.info("%s: %s changes decoded in %.2fs, as Arrow in %.2fs, merged in one Iceberg commit in %.2fs",
+                 self.label, f"{len(kept):,}", decoded - started, arrow - decoded, time.monotonic() - arrow)
         return len(kept) - deletes, deletes
 
     def _arrow(self, rows: list[tuple]) -> pa.Table:
