@@ -53,7 +53,8 @@ from pyspark.sql import SparkSession
 url, user, password, table, target, parts, lo, hi = sys.argv[1:9]
 spark = SparkSession.builder.getOrCreate()
 df = spark.read.jdbc(url, table, column="id", lowerBound=int(lo), upperBound=int(hi) + 1, numPartitions=int(parts),
-                     properties={"user": user, "password": password, "driver": "org.postgresql.Driver"})
+                     properties={"user": user, "password": password, "driver": "org.postgresql.Driver",
+                                 "fetchsize": "10000"})   # without it the driver holds a whole partition
 df.writeTo(target).using("iceberg").create()
 '''
 
@@ -88,7 +89,7 @@ def submit(args: list[str], env: dict, store) -> tuple[float, float, str]:
     rss.done.set()
     if proc.returncode != 0:
         print(out[-4000:])
-        raise SystemExit(f"{args[0]} failed with exit status {proc.returncode}")
+        raise SystemExit(f"{next(a for a in args if a.endswith('.py'))} failed with exit status {proc.returncode}")
     return time.monotonic() - started, rss.peak / 1e6, out
 
 

@@ -359,6 +359,41 @@ def test_every_type_streams_exactly_and_a_value_iceberg_cannot_hold_halts_only_i
             cur.execute(f"DROP TYPE IF EXISTS {t}_mood")
 
 
+def test_a_truncate_marks_the_iceberg_table_for_a_reload_which_replaces_its_rows_in_one_commit(
+        spark, source_db, pipelines, unique_name, lake):
+    from tideline.core.errors import ResnapshotRequired
+    from tideline.stream.run import IncrementalRun
+    t = f"{unique_name}_trunc"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, v text)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, 'v' || g FROM generate_series(1, 50) g")
+    try:
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}], partitions=1, capture=True)
+        FullLoad(cfg, spark).run([t])
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE public.{t} SET v = 'changed' WHERE id <= 5")
+        stream_until_equal(cfg, spark, source_db, lake, [t])
+        commits = stamped_commits(lake, unique_name, t)
+        with source_db.cursor() as cur:
+            cur.execute(f"TRUNCATE public.{t}")
+            cur.execute(f"INSERT INTO public.{t} VALUES (1, 'after the truncate')")
+        deadline = time.time() + 60
+        with pytest.raises(ResnapshotRequired, match=r"was truncated"):
+            while time.time() < deadline:
+                IncrementalRun(cfg, spark, "available_now").run()
+                time.sleep(1)
+        st = state.get(lake.connect(), cfg.name, t)
+        assert st.phase == "needs_resnapshot" and "truncated" in st.last_error
+        assert stamped_commits(lake, unique_name, t) == commits   # nothing of the batch was committed
+        # the re-snapshot the sync DAG runs by itself: one more commit, equal to the source
+        FullLoad(cfg, spark).run([t])
+        assert lake_rows_equal(source_db, lake, cfg.name, t)
+        assert len(stamped_commits(lake, unique_name, t)) == len(commits) + 1
+        stream_until_equal(cfg, spark, source_db, lake, [t])
+    finally:
+        drop_source(source_db, t)
+
+
 def test_columns_added_and_widened_at_the_source_evolve_the_iceberg_table_and_other_changes_halt_it(
         spark, source_db, pipelines, unique_name, lake):
     t = f"{unique_name}_evo"

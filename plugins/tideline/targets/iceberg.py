@@ -17,22 +17,19 @@ import logging
 import os
 
 import psycopg2
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from tideline.core import lake_types
-from tideline.core.errors import ConfigError, FencedError, ResnapshotRequired, SchemaChangeError, TargetError
+from tideline.core.errors import ConfigError, ResnapshotRequired, SchemaChangeError, TargetError
 from tideline.core.table_shape import Column
 from tideline.targets.base import Capabilities, CommitStamp, Target
-from tideline.targets.iceberg_apply import LakeApply, _Call
+from tideline.targets.iceberg_apply import LakeApply
+from tideline.targets.iceberg_snapshots import (SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE, newest_stamped,
+                                                summary_of)
 from tideline.targets.postgres import connect_postgres, lost_postgres_connection
 from tideline.targets.postgres_apply import StagedChanges
 
 log = logging.getLogger("tideline.targets.iceberg")
 
-SUMMARY_OFFSETS = "tideline.offsets"   # {"<partition>": next offset} of the table's change topic
-SUMMARY_EPOCH = "tideline.epoch"
-SUMMARY_PIPELINE = "tideline.pipeline"
 # the table's columns as the source declares them ([name, type, not null, generated]): how the
 # stream decodes each column's events and what schema drift compares with
 COLUMNS_PROPERTY = "tideline.columns"
@@ -50,8 +47,8 @@ class IcebergTarget(StagedChanges, Target):
 
     def __init__(self, conn):
         super().__init__(conn)
-        self._spark = None   # the session the stream's commits run in (use)
-        self._seen: dict[tuple[str, str], int | None] = {}   # each table's snapshot a batch was cut against
+        self.spark = None   # the session the stream's commits run in (use)
+        self.seen: dict[tuple[str, str], int | None] = {}   # each table's snapshot a batch was cut against
 
     @classmethod
     def capabilities(cls) -> Capabilities:
@@ -101,7 +98,7 @@ class IcebergTarget(StagedChanges, Target):
 
     def use(self, spark) -> None:
         """Registers the catalog in a running Spark session; says so when the session lacks the jar."""
-        self._spark = spark
+        self.spark = spark
         for key, value in self.spark_conf().items():
             spark.conf.set(key, value)
         try:
@@ -138,11 +135,11 @@ class IcebergTarget(StagedChanges, Target):
     def table_facts(self, schema: str, table: str) -> dict | None:
         """The current snapshot (id, when, by which epoch), how many snapshots are kept, and the
         data and delete files a reader opens: what grows with every commit until maintenance."""
-        t = self._table(schema, table)
+        t = self.iceberg_table(schema, table)
         snap = t.current_snapshot() if t is not None else None
         if snap is None:
             return None
-        summary = _summary(snap)
+        summary = summary_of(snap)
         return {"snapshot": snap.snapshot_id, "committed_ms": snap.timestamp_ms,
                 "epoch": int(summary[SUMMARY_EPOCH]) if SUMMARY_EPOCH in summary else None,
                 "snapshots": len(t.snapshots()), "data_files": int(summary.get("total-data-files", 0)),
@@ -150,7 +147,7 @@ class IcebergTarget(StagedChanges, Target):
 
     def maintain(self, spark, schema: str, table: str, settings, fence) -> dict | None:
         from tideline.targets.iceberg_maintenance import maintain_table
-        if self._table(schema, table) is None:
+        if self.iceberg_table(schema, table) is None:
             return None
         return maintain_table(self, spark, schema, table, settings, fence)
 
@@ -211,7 +208,7 @@ class IcebergTarget(StagedChanges, Target):
                f"{c.host or 'localhost'}:{c.port or 5432}/{c.schema}")
         return SqlCatalog(self.catalog, uri=uri, warehouse=self.warehouse)
 
-    def _table(self, schema: str, table: str):
+    def iceberg_table(self, schema: str, table: str):
         """The table's newest metadata (PyIceberg), or None."""
         from pyiceberg.exceptions import NoSuchTableError
         try:
@@ -222,7 +219,7 @@ class IcebergTarget(StagedChanges, Target):
     # ---------------------------------------------------------------- stream
     def columns(self, cur, schema: str, table: str) -> list[tuple]:
         """The source's columns the table was written with (its property), in the table's order."""
-        t = self._table(schema, table)
+        t = self.iceberg_table(schema, table)
         if t is None or COLUMNS_PROPERTY not in t.properties:
             raise TargetError(f"Iceberg table {schema}.{table} of catalog {self.catalog} "
                               f"{'does not exist' if t is None else 'was not written by Tideline (no ' + COLUMNS_PROPERTY + ' property)'}: "
@@ -234,10 +231,10 @@ class IcebergTarget(StagedChanges, Target):
                         recorded: dict[int, int] | None) -> dict[int, int] | None:
         """The newest Tideline commit's offsets (a commit whose state update was lost is still
         applied), or the state's where they are further (a batch whose events changed no row)."""
-        t = self._table(schema, table)
+        t = self.iceberg_table(schema, table)
         snap = t.current_snapshot() if t is not None else None
-        self._seen[(schema, table)] = snap.snapshot_id if snap else None
-        stamped = _newest_stamped(t, snap)
+        self.seen[(schema, table)] = snap.snapshot_id if snap else None
+        stamped = newest_stamped(t, snap)
         if stamped is None or stamped.get(SUMMARY_PIPELINE) != pipeline:
             return recorded
         committed = {int(p): int(o) for p, o in json.loads(stamped[SUMMARY_OFFSETS]).items()}
@@ -252,61 +249,6 @@ class IcebergTarget(StagedChanges, Target):
         apply = LakeApply(self, pipeline, schema, table, topic, columns, primary_key, dead_letter=dead_letter)
         counts = apply.run(cur, stamp)
         return counts, len(apply.dead_lettered)
-
-    def merge(self, apply: LakeApply, changes: pa.Table, stamp: CommitStamp) -> None:
-        """Commits the changes by key in one Iceberg commit whose summary carries the stamp; refuses
-        when a Tideline commit landed since the snapshot this batch was cut against."""
-        spark = self._spark
-        if spark is None:
-            raise TargetError("the Iceberg target was not given a Spark session (Target.use)")
-        key = (apply.schema, apply.table)
-        seen = self._seen.get(key)
-        t = self._table(*key)
-        landed = _stamped_since(t, t.current_snapshot(), seen)
-        if landed:
-            raise FencedError(f"{apply.label}: the Iceberg table received commit(s) of epoch "
-                              f"{', '.join(s.get(SUMMARY_EPOCH, '?') for s in landed)} since snapshot {seen}, which "
-                              f"this batch (epoch {stamp.epoch}) was cut against. This run commits nothing and stops.",
-                              table=apply.table)
-        table_id, view = self.table_id(*key), apply.view_name()
-        spark.createDataFrame(changes).selectExpr(*apply.projection()).createOrReplaceTempView(view)
-        try:
-            unsent = [f"u{i}" for i in range(len(apply.columns))]
-            if any(pc.any(changes.column(u)).as_py() for u in unsent):
-                for part, off, k in spark.sql(apply.unsent_on_insert_sql(table_id, view)).collect():
-                    raise ResnapshotRequired(
-                        f"{apply.label}: the change at partition {part} offset {off} (key {k}) updates a row the "
-                        f"Iceberg table does not have, and Debezium did not send its unchanged large values; the "
-                        f"table has diverged from the source and is reloaded.", table=apply.table)
-            self._commit_with(spark, {SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(stamp.offsets.items())}),
-                                      SUMMARY_EPOCH: str(stamp.epoch), SUMMARY_PIPELINE: stamp.pipeline},
-                              lambda: spark.sql(apply.merge_sql(table_id, view)))
-        finally:
-            spark.catalog.dropTempView(view)
-        t = self._table(*key)
-        mine = t.current_snapshot()
-        between = _stamped_since(t, t.snapshot_by_id(mine.parent_snapshot_id) if mine.parent_snapshot_id else None,
-                                 seen)
-        if between or (mine.summary or {}).get(SUMMARY_OFFSETS) is None:
-            raise ResnapshotRequired(f"{apply.label}: another Tideline commit landed between snapshot {seen} and "
-                                     f"this batch's commit; the table's changes may be out of order, so it is "
-                                     f"reloaded by itself.", table=apply.table)
-        self._seen[key] = mine.snapshot_id
-
-    @staticmethod
-    def _commit_with(spark, properties: dict[str, str], body) -> None:
-        """Runs `body` (a Spark SQL write) so that its commit's summary carries `properties`."""
-        from pyspark.java_gateway import ensure_callback_server_started
-        ensure_callback_server_started(spark.sparkContext._gateway)
-        jvm = spark.sparkContext._jvm
-        props = jvm.java.util.HashMap()
-        for k, v in properties.items():
-            props.put(k, v)
-        call = _Call(body)
-        jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
-            props, call, jvm.java.lang.RuntimeException._java_lang_class)
-        if call.failure is not None:
-            raise call.failure
 
     def evolve(self, cur, schema: str, table: str, drift) -> None:
         """Added columns and Iceberg's type promotions (int to long, float to double, a decimal's
@@ -333,7 +275,7 @@ class IcebergTarget(StagedChanges, Target):
                 f"({was}) cannot become {wanted} without rewriting its values (Iceberg widens int to long, float "
                 f"to double and a decimal's precision only). The table is HALTED at its last committed batch. To "
                 f"continue: run the sync DAG with action=full_reload for this table.", table=table)
-        t = self._table(schema, table)
+        t = self.iceberg_table(schema, table)
         declared = json.loads(t.properties[COLUMNS_PROPERTY])
         widened = {name: new for name, _old, new in drift.widen}
         declared = [[n, widened.get(n, ty), nn, g] for n, ty, nn, g in declared] + json.loads(
@@ -369,34 +311,3 @@ def pyiceberg_type(iceberg: str, it):
     if iceberg.startswith("decimal("):
         return it.DecimalType(_precision(iceberg), _scale(iceberg))
     return simple[iceberg]()
-
-
-def _summary(snap) -> dict[str, str]:
-    return dict(snap.summary.additional_properties) if snap is not None and snap.summary else {}
-
-
-def _newest_stamped_snapshot(t, snap=None):
-    """The newest snapshot in the ancestry of `snap` (default: the current one) that a Tideline
-    write made (a compaction's commit carries no offsets); None when there is none."""
-    snap = t.current_snapshot() if snap is None and t is not None else snap
-    while snap is not None:
-        if SUMMARY_OFFSETS in _summary(snap):
-            return snap
-        snap = t.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
-    return None
-
-
-def _newest_stamped(t, snap) -> dict[str, str] | None:
-    found = _newest_stamped_snapshot(t, snap) if snap is not None else None
-    return _summary(found) if found is not None else None
-
-
-def _stamped_since(t, snap, seen: int | None) -> list[dict[str, str]]:
-    """Summaries of Tideline's commits from `snap` back to (not including) snapshot `seen`."""
-    out = []
-    while snap is not None and snap.snapshot_id != seen:
-        summary = _summary(snap)
-        if SUMMARY_OFFSETS in summary:
-            out.append(summary)
-        snap = t.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
-    return out

@@ -14,6 +14,7 @@ and that no newer epoch wrote it; after the commit, its parent must be that snap
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -21,15 +22,18 @@ from dataclasses import dataclass, field
 
 import psycopg2
 import pyarrow as pa
+import pyarrow.compute as pc
 from psycopg2 import sql
 
 from tideline.core import apply_sql, lake_types
 from tideline.core.apply_failure import FailedEvent, describe, is_deterministic, truncate
 from tideline.core.debezium import may_be_unavailable, unavailable_test, value_expr
-from tideline.core.errors import SourceError
+from tideline.core.errors import FencedError, ResnapshotRequired, SourceError, TargetError
 from tideline.core.lake_types import spark_ident
 from tideline.core.table_shape import Column
 from tideline.targets.base import ApplyRefused, CommitStamp
+from tideline.targets.iceberg_snapshots import (SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE, stamped_since,
+                                                summary_of)
 from tideline.targets.postgres_apply import record_dead_letter
 
 log = logging.getLogger("tideline.apply")
@@ -206,7 +210,7 @@ class LakeApply:
         changes = self._arrow(kept)
         deletes = sum(1 for r in kept if r[0] == "d")
         arrow = time.monotonic()
-        self.target.merge(self, changes, stamp)
+        self.commit(changes, stamp)
         log.info("%s: %s changes decoded in %.2fs, as Arrow in %.2fs, merged in one Iceberg commit in %.2fs",
                  self.label, f"{len(kept):,}", decoded - started, arrow - decoded, time.monotonic() - arrow)
         return len(kept) - deletes, deletes
@@ -253,3 +257,56 @@ class LakeApply:
 
     def view_name(self) -> str:
         return f"tl_changes_{uuid.uuid4().hex[:12]}"
+
+    def commit(self, changes: pa.Table, stamp: CommitStamp) -> None:
+        """Merges the changes by key in one Iceberg commit whose summary carries the stamp; refuses
+        when a Tideline commit landed since the snapshot this batch was cut against."""
+        target, key = self.target, (self.schema, self.table)
+        spark, seen = target.spark, target.seen.get(key)
+        if spark is None:
+            raise TargetError("the Iceberg target was not given a Spark session (Target.use)")
+        t = target.iceberg_table(*key)
+        landed = stamped_since(t, t.current_snapshot(), seen)
+        if landed:
+            raise FencedError(f"{self.label}: the Iceberg table received commit(s) of epoch "
+                              f"{', '.join(s.get(SUMMARY_EPOCH, '?') for s in landed)} since snapshot {seen}, which "
+                              f"this batch (epoch {stamp.epoch}) was cut against. This run commits nothing and stops.",
+                              table=self.table)
+        table_id, view = target.table_id(*key), self.view_name()
+        spark.createDataFrame(changes).selectExpr(*self.projection()).createOrReplaceTempView(view)
+        try:
+            if any(pc.any(changes.column(f"u{i}")).as_py() for i in range(len(self.columns))):
+                for part, off, k in spark.sql(self.unsent_on_insert_sql(table_id, view)).collect():
+                    raise ResnapshotRequired(
+                        f"{self.label}: the change at partition {part} offset {off} (key {k}) updates a row the "
+                        f"Iceberg table does not have, and Debezium did not send its unchanged large values; the "
+                        f"table has diverged from the source and is reloaded.", table=self.table)
+            commit_with(spark, {SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(stamp.offsets.items())}),
+                                SUMMARY_EPOCH: str(stamp.epoch), SUMMARY_PIPELINE: stamp.pipeline},
+                        lambda: spark.sql(self.merge_sql(table_id, view)))
+        finally:
+            spark.catalog.dropTempView(view)
+        t = target.iceberg_table(*key)
+        mine = t.current_snapshot()
+        between = stamped_since(t, t.snapshot_by_id(mine.parent_snapshot_id) if mine.parent_snapshot_id else None,
+                                seen)
+        if between or SUMMARY_OFFSETS not in summary_of(mine):
+            raise ResnapshotRequired(f"{self.label}: another Tideline commit landed between snapshot {seen} and "
+                                     f"this batch's commit; the table's changes may be out of order, so it is "
+                                     f"reloaded by itself.", table=self.table)
+        target.seen[key] = mine.snapshot_id
+
+
+def commit_with(spark, properties: dict[str, str], body) -> None:
+    """Runs `body` (a Spark SQL write) so that its commit's summary carries `properties`."""
+    from pyspark.java_gateway import ensure_callback_server_started
+    ensure_callback_server_started(spark.sparkContext._gateway)
+    jvm = spark.sparkContext._jvm
+    props = jvm.java.util.HashMap()
+    for k, v in properties.items():
+        props.put(k, v)
+    call = _Call(body)
+    jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
+        props, call, jvm.java.lang.RuntimeException._java_lang_class)
+    if call.failure is not None:
+        raise call.failure

@@ -17,12 +17,12 @@ import logging
 import time
 
 from tideline.core.errors import TargetError
+from tideline.targets.iceberg_snapshots import SUMMARY_OFFSETS, newest_stamped_snapshot, summary_of
 
 log = logging.getLogger("tideline.maintenance")
 
 
 def maintain_table(store, spark, schema: str, table: str, settings, fence) -> dict:
-    from tideline.targets.iceberg import SUMMARY_OFFSETS, _newest_stamped_snapshot, _summary
     jvm, jspark = spark.sparkContext._jvm, spark._jsparkSession
     name = f"{store.catalog}.{schema}.{table}"
     before = store.table_facts(schema, table)
@@ -42,7 +42,7 @@ def maintain_table(store, spark, schema: str, table: str, settings, fence) -> di
         actions.rewritePositionDeletes(ice).option("rewrite-all", "true").execute()
     compact_s = time.monotonic() - started
     now_ms = int(time.time() * 1000)
-    stamped = _newest_stamped_snapshot(store._table(schema, table))
+    stamped = newest_stamped_snapshot(store.iceberg_table(schema, table))
     cutoff = now_ms - int(settings.snapshot_retention_hours * 3600 * 1000)
     if stamped is not None:   # keep the snapshot the stream resumes from, and everything after it
         cutoff = min(cutoff, stamped.timestamp_ms)
@@ -51,8 +51,8 @@ def maintain_table(store, spark, schema: str, table: str, settings, fence) -> di
     orphans = actions.deleteOrphanFiles(ice).olderThan(now_ms - int(settings.orphan_age_hours * 3600 * 1000)).execute()
     removed = sum(1 for _ in orphans.orphanFileLocations())
     after = store.table_facts(schema, table)
-    kept = _newest_stamped_snapshot(store._table(schema, table))
-    if stamped is not None and (kept is None or SUMMARY_OFFSETS not in _summary(kept)):
+    kept = newest_stamped_snapshot(store.iceberg_table(schema, table))
+    if stamped is not None and (kept is None or SUMMARY_OFFSETS not in summary_of(kept)):
         raise TargetError(f"{name}: after snapshot expiry no snapshot holds the stream's offsets any more; the "
                           f"stream resumes from the state's copy. Report this: expiry must keep snapshot "
                           f"{stamped.snapshot_id}")
