@@ -28,6 +28,10 @@ def maintain(cfg: PipelineConfig, spark, tables: list[str] | None = None, enviro
     out, failed = {}, None
     try:
         for name in tables or [t.name for t in cfg.tables]:
+            if store.table_facts(cfg.target_schema(name), name) is None:   # not loaded yet: nothing to record
+                log.info("%s.%s: no table yet; nothing to maintain", cfg.name, name)
+                out[name] = None
+                continue
             run_id = state.run_start(conn, cfg.name, name, "maintenance", None, "compaction, snapshot expiry, orphans")
 
             @contextlib.contextmanager
@@ -46,7 +50,7 @@ def maintain(cfg: PipelineConfig, spark, tables: list[str] | None = None, enviro
                     state.run_end(cur, run_id, "failed", None, message[:2000])
                 failed = failed or exc
                 continue
-            detail = ("no table yet" if figures is None else
+            detail = "the table was dropped meanwhile" if figures is None else (
                       f"data files {figures['data_files'][0]} -> {figures['data_files'][1]}, delete files "
                       f"{figures['delete_files'][0]} -> {figures['delete_files'][1]}, snapshots "
                       f"{figures['snapshots'][0]} -> {figures['snapshots'][1]}, "
