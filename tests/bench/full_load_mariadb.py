@@ -10,12 +10,16 @@ PostgreSQL's COPY text format reads) then `COPY ... FROM` into a table created w
 the key added afterwards — as Tideline does. Both results are checked equal (count + digest of
 the rows as text) before anything is reported. Last line:
 RESULT full_load_rows_per_s=<n> baseline_rows_per_s=<n> ratio=<n> peak_rss_mb=<n>
+       pgloader_rows_per_s=<n> pgloader_ratio=<full_load/pgloader> pgloader_same_result=yes|no
+The peer a user would pick, pgloader (Debian's 3.6.9, installed by the bench when missing), moves
+the same table's data into a table created as Tideline's type rules map it, then the key.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import pwd
+import subprocess
 import sys
 import tempfile
 import time
@@ -88,6 +92,38 @@ def run_dump_pipe(schema: str) -> float:
     return secs
 
 
+def run_pgloader(schema: str, workers: int) -> float:
+    """Seconds for pgloader (Debian's, installed by the bench when missing) moving the table's
+    data (`data only`, into <schema>.bench_orders created as Tideline's type rules map it, without
+    its key), then the key — as a user would move one MySQL/MariaDB table with pgloader."""
+    from peers import debian_tool
+    exe = debian_tool("pgloader")
+    with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        cur.execute(f"DROP TABLE IF EXISTS {schema}.{TABLE}")
+        cur.execute(f"CREATE TABLE {schema}.{TABLE} ({TARGET_COLUMNS})")
+    db = stackctl.MARIADB_DATABASE
+    with tempfile.TemporaryDirectory() as work:
+        command = Path(work) / "bench.load"
+        command.write_text(
+            f"LOAD DATABASE\n"
+            f"  FROM mysql://{stackctl.MARIADB_USER}:{stackctl.MARIADB_PASS}@{stackctl.HOST}:"
+            f"{stackctl.PORTS['mariadb']}/{db}\n"
+            f"  INTO {stackctl.pg_url(stackctl.DATABASES['target'])}\n"
+            f"WITH data only, workers = {workers}, concurrency = 1, prefetch rows = 25000, batch rows = 25000\n"
+            f"INCLUDING ONLY TABLE NAMES MATCHING '{TABLE}'\n"
+            f"ALTER SCHEMA '{db}' RENAME TO '{schema}';\n")
+        started = time.monotonic()
+        res = subprocess.run([exe, "--no-ssl-cert-verification", str(command)], capture_output=True, text=True,
+                             cwd=work)
+        if res.returncode != 0:
+            print(res.stdout[-3000:], res.stderr[-3000:])
+            raise SystemExit(f"[bench] pgloader failed with exit status {res.returncode}")
+        with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
+            cur.execute(f"ALTER TABLE {schema}.{TABLE} ADD PRIMARY KEY (id)")
+        return time.monotonic() - started
+
+
 def digest(schema: str) -> tuple[int, str]:
     with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
         cur.execute(f"SELECT count(*), md5(string_agg(t::text, E'\\n' ORDER BY id)) FROM {schema}.{TABLE} t")
@@ -115,15 +151,26 @@ def main() -> int:
     print("[bench] baseline: SELECT ... INTO OUTFILE, COPY FROM, ADD PRIMARY KEY", flush=True)
     pipe_secs = run_dump_pipe("bench_mariadb_pipe")
     print(f"[bench] dump pipe: {pipe_secs:.1f}s", flush=True)
-    loaded, piped = digest(PIPELINE), digest("bench_mariadb_pipe")
+    print(f"[bench] peer: pgloader (data only, {args.parallelism} workers), then the key", flush=True)
+    peer_secs = run_pgloader("bench_mariadb_pgloader", args.parallelism)
+    print(f"[bench] pgloader: {peer_secs:.1f}s", flush=True)
+    loaded, piped, peer = digest(PIPELINE), digest("bench_mariadb_pipe"), digest("bench_mariadb_pgloader")
     with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
         cur.execute("DROP SCHEMA bench_mariadb_pipe CASCADE")
     if loaded != piped or loaded[0] != args.rows:
         print(f"[bench] MISMATCH: full load {loaded}, dump pipe {piped}, source {args.rows:,} rows")
         return 1
-    fl_rate, pipe_rate = args.rows / fl_secs, args.rows / pipe_secs
+    if peer != loaded:   # reported, not fatal: the peer's own value forms are its business
+        print(f"[bench] pgloader's rows differ from the source's text: {peer} vs {loaded}; first differences:")
+        with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT a::text, b::text FROM {PIPELINE}.{TABLE} a JOIN bench_mariadb_pgloader.{TABLE} b "
+                        f"USING (id) WHERE a::text <> b::text ORDER BY id LIMIT 3")
+            for row in cur.fetchall():
+                print("   ", row)
+    fl_rate, pipe_rate, peer_rate = args.rows / fl_secs, args.rows / pipe_secs, args.rows / peer_secs
     print(f"RESULT full_load_rows_per_s={fl_rate:.0f} baseline_rows_per_s={pipe_rate:.0f} "
-          f"ratio={fl_rate / pipe_rate:.2f} peak_rss_mb={peak_mb:.0f}")
+          f"ratio={fl_rate / pipe_rate:.2f} peak_rss_mb={peak_mb:.0f} pgloader_rows_per_s={peer_rate:.0f} "
+          f"pgloader_ratio={fl_rate / peer_rate:.2f} pgloader_same_result={'yes' if peer == loaded else 'no'}")
     return 0
 
 
