@@ -74,8 +74,14 @@ function renderPipelines(pipelines) {
               el("span", { class: "phase phase-loading" }, "loading"),
               ` ${fmtInt(t.load_rows)} rows stored${t.load_rows_per_s !== null ? `, ${fmtInt(Math.round(t.load_rows_per_s))}/s` : ""}`) : null),
           el("td", { class: "num" }, t.epoch ?? "-"),
-          el("td", { class: "num", title: t.rows_estimated ? "from PostgreSQL's statistics (no count on every refresh)" : null },
-            t.rows_estimated && t.target_rows !== null ? `≈ ${fmtInt(t.target_rows)}` : fmtInt(t.target_rows)),
+          el("td", { class: "num", title: t.rows_estimated ? "from the target's statistics (no count on every refresh)" : null },
+            t.rows_estimated && t.target_rows !== null ? `≈ ${fmtInt(t.target_rows)}` : fmtInt(t.target_rows),
+            // a lake table's files grow with every commit until maintenance: shown beside its rows
+            t.target_facts && t.target_facts.snapshot !== undefined ? el("div", { class: "muted", "data-lake-files":
+              t.target_facts.data_files + t.target_facts.delete_files, title: `Iceberg snapshot ${t.target_facts.snapshot}` +
+              (t.last_maintenance ? `; last maintenance ${t.last_maintenance}` : "; never maintained") },
+              `${fmtInt(t.target_facts.snapshots)} snapshots, ${fmtInt(t.target_facts.data_files)} data + ` +
+              `${fmtInt(t.target_facts.delete_files)} delete files`) : null),
           el("td", { class: "num", title: JSON.stringify(t.lag) }, fmtInt(t.lag_total)),
           el("td", { class: "num" }, fmtSecs(t.lag_s)),
           el("td", {}, t.last_batch, t.last_batch_s !== null ? el("span", { class: "muted" }, ` (${fmtSecs(t.last_batch_s)})`) : null),
