@@ -125,7 +125,8 @@ def run_pgcopydb(jobs: int) -> float:
     exe = debian_tool("pgcopydb")
     with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
         cur.execute(f"DROP TABLE IF EXISTS public.{TABLE}")
-        cur.execute(SCHEMA_SQL.replace("id bigint PRIMARY KEY", "id bigint NOT NULL"))
+        cur.execute(SCHEMA_SQL.replace(f"CREATE TABLE {TABLE}", f"CREATE TABLE public.{TABLE}")
+                    .replace("id bigint PRIMARY KEY", "id bigint NOT NULL"))
     checkpoint()
     with tempfile.TemporaryDirectory() as work:
         filters = Path(work) / "filters.ini"
