@@ -21,26 +21,6 @@ from tideline.targets import for_target
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def lake(stack, pipelines, unique_name):
-    """An Iceberg pipeline's target (catalog tideline_lake, namespace = the test's name); its
-    tables, namespace and state rows are removed afterwards."""
-    store = for_target(get_connection("tideline_lake"))
-    yield store
-    catalog = store.pyiceberg_catalog()
-    if (unique_name,) in catalog.list_namespaces():
-        for ident in catalog.list_tables(unique_name):
-            catalog.purge_table(ident)
-        catalog.drop_namespace(unique_name)
-    conn = store.connect(autocommit=True)
-    with conn.cursor() as cur:
-        cur.execute("SELECT to_regclass('tideline.table_state') IS NOT NULL")
-        if cur.fetchone()[0]:
-            for t in ("table_state", "runs"):
-                cur.execute(f"DELETE FROM tideline.{t} WHERE pipeline = %s", (unique_name,))
-    conn.close()
-
-
 def iceberg_pipeline(pipelines, unique_name, tables, **settings):
     return pipelines.make(tables, target={"kind": "iceberg", "catalog": "tideline_lake", "namespace": unique_name},
                           **settings)

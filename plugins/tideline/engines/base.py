@@ -119,10 +119,11 @@ class SourceEngine(ABC):
         from tideline.core.lake_types import lake_columns
         return lake_columns(shape)
 
-    def lake_read_query(self, conn, shape: TableShape, columns: list) -> str:
+    def lake_read_query(self, conn, shape: TableShape, columns: list, where: str | None = None) -> str:
         """A derived table for Spark JDBC with each column as core.lake_types says it travels
         (`read`), a `__tl_bad_<i>` flag per column with a `refuse` rule, and the key aliases the
-        snapshot's predicates compare."""
+        snapshot's predicates compare; only the rows matching `where` (over the table's own
+        columns: a repair's range) when given."""
         raise SourceError(f"{shape.name}: a {self.label} source cannot load into an Iceberg target in this version "
                           f"of Tideline (PostgreSQL sources can)", table=shape.name)
 

@@ -166,11 +166,12 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         from tideline.core.lake_types import lake_column_from_text
         return [lake_column_from_text(c) for c in shape.columns]
 
-    def lake_read_query(self, conn, shape: TableShape, columns: list) -> str:
+    def lake_read_query(self, conn, shape: TableShape, columns: list, where: str | None = None) -> str:
         """The full load's read, generated columns included (a lake keeps their values)."""
         keys = [f"t.{q(k)} AS {q(KEY_ALIAS.format(i))}" for i, k in enumerate(shape.primary_key)]
         cols = [f"{c.read.replace(q(c.name), 't.' + q(c.name))} AS {q(c.name)}" for c in shape.columns]
-        return f"(SELECT {', '.join(keys + cols)} FROM {q(shape.schema)}.{q(shape.name)} t) AS tideline_read"
+        return (f"(SELECT {', '.join(keys + cols)} FROM {q(shape.schema)}.{q(shape.name)} t"
+                f"{f' WHERE {where}' if where else ''}) AS tideline_read")
 
     def open_snapshot(self, conn, shape: TableShape, parts: int) -> Snapshot:
         """No shared snapshot: each partition opens its own after the offsets were recorded (see

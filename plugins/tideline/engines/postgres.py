@@ -191,7 +191,7 @@ class PostgresEngine(PostgresCapture, SourceEngine):
         from tideline.load.copy_pipe import SESSION_OPTIONS
         return {**self.jdbc_properties(), "options": SESSION_OPTIONS}
 
-    def lake_read_query(self, conn, shape: TableShape, columns: list) -> str:
+    def lake_read_query(self, conn, shape: TableShape, columns: list, where: str | None = None) -> str:
         from tideline.core.lake_types import BAD_FLAG
         keys = ([sql.SQL("t.{} AS {}").format(sql.Identifier(k), sql.Identifier(KEY_ALIAS.format(i)))
                  for i, k in enumerate(shape.primary_key)]
@@ -207,8 +207,9 @@ class PostgresEngine(PostgresCapture, SourceEngine):
             if col.read_cast:
                 read = f"({read})::{col.read_cast}"
             cols.append(sql.SQL(f"{read} AS ") + sql.Identifier(col.name))
-        return sql.SQL("(SELECT {} FROM {} t) AS tideline_read").format(
-            sql.SQL(", ").join(keys + cols), shape.qualified()).as_string(conn)
+        return sql.SQL("(SELECT {} FROM {} t{}) AS tideline_read").format(
+            sql.SQL(", ").join(keys + cols), shape.qualified(),
+            sql.SQL(f" WHERE {where}" if where else "")).as_string(conn)
 
     def copy_read_sql(self, conn, shape: TableShape, where: str | None, predicate: str) -> str | None:
         """Typed columns: COPY prints each with its type's output function, the same text `::text`

@@ -7,7 +7,7 @@ import psycopg2
 from psycopg2 import sql
 
 from tideline import sqlfiles
-from tideline.core import verify_canonical
+from tideline.core import verify_canonical, verify_lake
 from tideline.core.table_shape import TableShape
 from tideline.core.verify_plan import PROBE_HASH_SQL, PgDialect, row_hash
 from tideline.verify.sides import VerifySide
@@ -29,7 +29,7 @@ def collatable_keys(conn, shape: TableShape) -> frozenset[str]:
 
 
 class PgSide(VerifySide):
-    fingerprints = ("typed", "canonical")
+    fingerprints = ("typed", "canonical", "lake")
     samples = True
     fine_buckets = True   # width_bucket: a binary search over the boundaries, ~0.04 s for 1,000 over 62,500 rows
 
@@ -62,6 +62,10 @@ class PgSide(VerifySide):
         return PgDialect(stored, schema, verify_canonical.pg_row_hash(stored),
                          frozenset(k for k in shape.primary_key if stored.column(k).type.startswith(("character", "text"))),
                          verify_canonical.pg_key_text(stored))
+
+    def lake_dialect(self, shape: TableShape, schema: str) -> PgDialect:
+        """The canonical text of each column's Iceberg value (core.verify_lake), from the source's columns."""
+        return PgDialect(shape, schema, verify_lake.pg_row_hash(shape), collatable_keys(self.conn, shape))
 
     def _text_columns(self, shape: TableShape) -> frozenset[str]:
         """Columns whose type has no hash function (or whose hash ignores a difference, like the

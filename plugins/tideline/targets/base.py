@@ -9,6 +9,7 @@ commit per snapshot whose summary holds the offsets.
 """
 from __future__ import annotations
 
+import io
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -142,6 +143,16 @@ class Target(ABC):
         raise self.not_built("a shadow-table load")
 
     # ---------------------------------------------------------------- repair
+    def repair_from_source(self, cur, engine, src, shape: TableShape, schema: str, source_where: str,
+                           target_where: str, delete_missing: bool, label: str) -> tuple[int, int, int]:
+        """Reads the source's rows matching `source_where` (one consistent read, made now: the
+        caller holds the fence) and applies them (apply_repair). A target that stores values in
+        another form reads the source its own way. Returns (read, upserted, deleted)."""
+        rows = io.BytesIO()
+        engine.copy_out(src, shape, source_where, rows)
+        rows.seek(0)
+        return self.apply_repair(cur, shape, schema, rows, target_where, delete_missing)
+
     def apply_repair(self, cur, shape: TableShape, schema: str, rows, where, delete_missing: bool
                      ) -> tuple[int, int, int]:
         """The source's rows of a range (COPY text in `rows`) replace the table's rows of that range,

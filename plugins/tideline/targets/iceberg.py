@@ -25,7 +25,7 @@ from tideline.targets.base import Capabilities, CommitStamp, Target
 from tideline.targets.iceberg_apply import LakeApply
 from tideline.targets.iceberg_snapshots import (SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE, newest_stamped,
                                                 summary_of)
-from tideline.targets.postgres import connect_postgres, lost_postgres_connection
+from tideline.targets.postgres import PostgresValues, connect_postgres, lost_postgres_connection
 from tideline.targets.postgres_apply import StagedChanges
 
 log = logging.getLogger("tideline.targets.iceberg")
@@ -41,7 +41,7 @@ TABLE_PROPERTIES = {"format-version": "2", "write.delete.mode": "merge-on-read",
                     "write.metadata.previous-versions-max": "50"}
 
 
-class IcebergTarget(StagedChanges, Target):
+class IcebergTarget(PostgresValues, StagedChanges, Target):
     kind = "iceberg"
     errors = (psycopg2.Error,)   # the catalog's (and the state's) database
 
@@ -52,8 +52,7 @@ class IcebergTarget(StagedChanges, Target):
 
     @classmethod
     def capabilities(cls) -> Capabilities:
-        return Capabilities(holds_state=False, snapshot_publish="commit", copy_in=False, maintenance=True,
-                            verifies=False)
+        return Capabilities(holds_state=False, snapshot_publish="commit", copy_in=False, maintenance=True)
 
     @property
     def catalog(self) -> str:
@@ -109,6 +108,15 @@ class IcebergTarget(StagedChanges, Target):
             raise TargetError(f"the Spark session has no Iceberg runtime jar (catalog {self.catalog}): submit the "
                               f"job with --jars $TIDELINE_ICEBERG_JARS (make setup fetches it)") from None
 
+    def session(self):
+        """The Spark session this target works in: the job's (use), or one started here for work
+        that runs in an Airflow task's own process (verify, repair), in local mode or on the
+        cluster TIDELINE_SPARK_MASTER names."""
+        if self.spark is None:
+            from tideline.spark_session import get_session
+            self.use(get_session(f"tideline-{self.catalog}", extra_jars=self.spark_jars()))
+        return self.spark
+
     def table_id(self, schema: str, table: str) -> str:
         return f"{self.catalog}.`{schema}`.`{table}`"
 
@@ -150,6 +158,25 @@ class IcebergTarget(StagedChanges, Target):
         if self.iceberg_table(schema, table) is None:
             return None
         return maintain_table(self, spark, schema, table, settings, fence)
+
+    # ---------------------------------------------------------------- verify and repair
+    def verify_side(self, label: str = "target"):
+        from tideline.targets.iceberg_verify import IcebergSide
+        return IcebergSide(self, label)
+
+    def repair_from_source(self, cur, engine, src, shape, schema: str, source_where: str, target_where: str,
+                           delete_missing: bool, label: str) -> tuple[int, int, int]:
+        from tideline.targets import iceberg_repair
+        return iceberg_repair.repair_from_source(self, engine, src, shape, schema, source_where, target_where,
+                                                 delete_missing, label)
+
+    def range_where(self, conn, shape, column: str, lo: str, hi: str, as_time: bool) -> str:
+        from tideline.targets import iceberg_repair
+        return iceberg_repair.range_where(shape, column, lo, hi, as_time)
+
+    def key_ranges_where(self, conn, shape, ranges: list) -> str:
+        from tideline.targets import iceberg_repair
+        return iceberg_repair.key_ranges_where(shape, ranges)
 
     def stored_so_far(self, state_conn, schema: str, table: str) -> tuple[int, int] | None:
         return None   # a snapshot's files are invisible until its commit; the load logs its tasks

@@ -36,7 +36,37 @@ def lost_postgres_connection(exc: BaseException) -> bool:
     return code is None or code[:2] in ("08", "57", "53", "40")
 
 
-class PostgresTarget(StagedChanges, Target):
+class PostgresValues:
+    """A repair's checks of the values a person gives, made by a PostgreSQL database's own input
+    functions and order (the target's, or an Iceberg catalog's: the same types)."""
+
+    def value_problem(self, conn, typ: str, value: str) -> str | None:
+        with conn.cursor() as cur:
+            try:
+                cur.execute(sql.SQL("SELECT {}::{}").format(sql.Literal(value), sql.SQL(typ)))
+                return None
+            except psycopg2.Error as exc:
+                return (exc.diag.message_primary or str(exc)).strip()
+            finally:
+                conn.rollback()
+
+    def in_order(self, conn, typ: str, lo: str, hi: str) -> bool:
+        with conn.cursor() as cur:
+            cur.execute(sql.SQL("SELECT {lo}::{t} <= {hi}::{t}").format(lo=sql.Literal(lo), hi=sql.Literal(hi),
+                                                                        t=sql.SQL(typ)))
+            ordered = cur.fetchone()[0]
+        conn.rollback()
+        return ordered
+
+    def utc_text(self, conn, value: str) -> str:
+        with conn.cursor() as cur:
+            cur.execute("SELECT (%s::timestamptz AT TIME ZONE 'UTC')::text", (value,))
+            text = cur.fetchone()[0]
+        conn.rollback()
+        return text
+
+
+class PostgresTarget(PostgresValues, StagedChanges, Target):
     kind = "postgres"
     errors = (psycopg2.Error,)
 
@@ -167,31 +197,6 @@ class PostgresTarget(StagedChanges, Target):
             t=table, cols=cols, pk=pk,
             u=sql.SQL("UPDATE SET {}").format(updates) if updates.seq else sql.SQL("NOTHING")))
         return read, cur.rowcount, deleted
-
-    def value_problem(self, conn, typ: str, value: str) -> str | None:
-        with conn.cursor() as cur:
-            try:
-                cur.execute(sql.SQL("SELECT {}::{}").format(sql.Literal(value), sql.SQL(typ)))
-                return None
-            except psycopg2.Error as exc:
-                return (exc.diag.message_primary or str(exc)).strip()
-            finally:
-                conn.rollback()
-
-    def in_order(self, conn, typ: str, lo: str, hi: str) -> bool:
-        with conn.cursor() as cur:
-            cur.execute(sql.SQL("SELECT {lo}::{t} <= {hi}::{t}").format(lo=sql.Literal(lo), hi=sql.Literal(hi),
-                                                                        t=sql.SQL(typ)))
-            ordered = cur.fetchone()[0]
-        conn.rollback()
-        return ordered
-
-    def utc_text(self, conn, value: str) -> str:
-        with conn.cursor() as cur:
-            cur.execute("SELECT (%s::timestamptz AT TIME ZONE 'UTC')::text", (value,))
-            text = cur.fetchone()[0]
-        conn.rollback()
-        return text
 
     def range_where(self, conn, shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> str:
         return pg_source.between(shape, column, lo, hi, as_time).as_string(conn)

@@ -28,7 +28,7 @@ from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import SourceError, TargetError, TidelineError
 from tideline.core.table_shape import TableShape
-from tideline.core import verify_canonical
+from tideline.core import verify_canonical, verify_lake
 from tideline.core.verify_plan import Candidate, Finding, KeyRange, VerifyReport, classify
 
 log = logging.getLogger("tideline.verify")
@@ -94,6 +94,10 @@ class TableVerifier:
             verify_canonical.check_keys(shape, f"{self.cfg.name}.{shape.name}")
             self.src.dialect = self.src.canonical_dialect(shape, src_schema)
             self.tgt.dialect = self.tgt.canonical_dialect(shape, tgt_schema)
+        elif mode == "lake":
+            verify_lake.check_keys(shape, f"{self.cfg.name}.{shape.name}")
+            self.src.dialect = self.src.lake_dialect(shape, src_schema)
+            self.tgt.dialect = self.tgt.lake_dialect(shape, tgt_schema)
         else:
             raise TargetError(f"{self.cfg.name}.{shape.name}: the source fingerprints rows as "
                               f"{'/'.join(self.src.fingerprints)} and the target as {'/'.join(self.tgt.fingerprints)}: "

@@ -8,7 +8,6 @@ afterwards are newer than or equal to what was read, so the table converges.
 """
 from __future__ import annotations
 
-import io
 import logging
 from dataclasses import dataclass
 
@@ -69,11 +68,9 @@ def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, 
     epoch = _loaded_epoch(tgt, cfg.name, table)
     with tgt, tgt.cursor() as cur:
         _lock_for_repair(cur, cfg.name, table, epoch)
-        rows = io.BytesIO()
-        engine.copy_out(src, shape, source_where, rows)
-        rows.seek(0)
-        read, upserted, deleted = store.apply_repair(
-            cur, shape, cfg.target_schema(table), rows, target_where, delete_missing)
+        read, upserted, deleted = store.repair_from_source(
+            cur, engine, src, shape, cfg.target_schema(table), source_where, target_where, delete_missing,
+            f"{cfg.name}.{table}")
         run_id = state.run_start_in(cur, cfg.name, table, "repair", epoch)
         state.run_end(cur, run_id, "succeeded", read,
                       f"{label}: {read} read, {upserted} upserted, {deleted} deleted")

@@ -1,0 +1,90 @@
+"""Repair of an Iceberg table: the source's rows of a range replace the table's, in one commit.
+
+Spark reads the range from the source as the full load does (core.lake_types: each value in the
+form the table holds it, a value the table cannot hold refused naming column and key), once, while
+the caller holds the table's fence; then one MERGE upserts those rows and, for a key range, deletes
+the table's rows in the range the source no longer has (WHEN NOT MATCHED BY SOURCE). The commit
+carries no offsets: the stream's position is untouched, and the stream's own checks pass over it
+as over a compaction's commit (targets.iceberg_snapshots).
+"""
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+
+from tideline.core import lake_types, verify_lake
+from tideline.core.errors import SourceError, TargetError
+from tideline.core.lake_types import spark_ident
+from tideline.core.table_shape import TableShape
+from tideline.load.lake_load import CHAR_AS_STRING
+from tideline.targets.iceberg_apply import commit_with
+
+log = logging.getLogger("tideline.repair")
+SUMMARY_REPAIR = "tideline.repair"
+
+
+def key_ranges_where(shape: TableShape, ranges: list) -> str:
+    """Spark SQL: the table's rows inside any of the key ranges (a verify's findings)."""
+    verify_lake.check_keys(shape, shape.name)
+    dialect = verify_lake.SparkLakeDialect(shape, "")
+    return " OR ".join(f"({dialect.range_predicate(r)})" for r in ranges)
+
+
+def range_where(shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> str:
+    """Spark SQL: `column` between lo and hi — values of a key's type, or UTC times (the session's
+    time zone is UTC, so a timestamp without zone compares as UTC, as the source's does)."""
+    col = shape.column(column)
+    lake = lake_types.lake_column(col)
+    ident = spark_ident(column)
+    if as_time:
+        if lake.iceberg not in ("timestamp", "timestamptz"):
+            raise TargetError(f"{shape.name}.{column} is {col.type}, stored in Iceberg as {lake.iceberg}: a time-range "
+                              f"repair needs a timestamp column", table=shape.name)
+        typ = lake.spark_type
+        return (f"{ident} BETWEEN CAST({lake_types.spark_literal(lo)} AS {typ}) "
+                f"AND CAST({lake_types.spark_literal(hi)} AS {typ})")
+    problem = verify_lake.key_problem(col)
+    if problem:
+        raise TargetError(f"{shape.name}: a key-range repair of an Iceberg table: {problem}", table=shape.name)
+    dialect = verify_lake.SparkLakeDialect(shape, "")
+    return f"{ident} BETWEEN {dialect._literal(column, lo)} AND {dialect._literal(column, hi)}"
+
+
+def repair_from_source(target, engine, src, shape: TableShape, schema: str, source_where: str, target_where: str,
+                       delete_missing: bool, label: str) -> tuple[int, int, int]:
+    spark = target.session()
+    columns = engine.lake_columns(shape)
+    previous = spark.conf.get(CHAR_AS_STRING, "false")
+    spark.conf.set(CHAR_AS_STRING, "true")   # as the full load (load.lake_load)
+    view, table_id = f"tl_repair_{uuid.uuid4().hex[:12]}", target.table_id(schema, shape.name)
+    try:
+        df = spark.read.jdbc(engine.jdbc_url(), engine.lake_read_query(src, shape, columns, source_where),
+                             properties=engine.lake_jdbc_properties())
+        rows = df.selectExpr(*lake_types.spark_projection(label, shape, columns)).persist()
+        try:
+            try:
+                read = rows.count()   # the one read of the source, now, behind the fence
+            except Exception as exc:   # a refused value: Spark wraps the message raise_error gave
+                refused = re.search(re.escape(label) + r": column .*?and reload", str(exc))
+                if refused:
+                    raise SourceError(refused.group(0).replace("nothing was committed", "nothing was repaired"),
+                                      table=shape.name) from None
+                raise
+            rows.createOrReplaceTempView(view)
+            on = " AND ".join(f"t.{spark_ident(k)} <=> s.{spark_ident(k)}" for k in shape.primary_key)
+            deleted = 0
+            gone = ""
+            if delete_missing:
+                deleted = spark.sql(f"SELECT count(*) FROM (SELECT * FROM {table_id} WHERE {target_where}) t "
+                                    f"LEFT ANTI JOIN {view} s ON {on}").first()[0]
+                gone = f" WHEN NOT MATCHED BY SOURCE AND ({target_where}) THEN DELETE"
+            merge = (f"MERGE INTO {table_id} t USING {view} s ON {on} WHEN MATCHED THEN UPDATE SET * "
+                     f"WHEN NOT MATCHED THEN INSERT *{gone}")
+            commit_with(spark, {SUMMARY_REPAIR: label}, lambda: spark.sql(merge))
+            return read, read, deleted
+        finally:
+            spark.catalog.dropTempView(view)
+            rows.unpersist()
+    finally:
+        spark.conf.set(CHAR_AS_STRING, previous)
