@@ -168,9 +168,35 @@ def validate(pipeline: str, checked: dict) -> list[dict]:
 
 
 def scheduled_verify(pipeline: str) -> list[dict]:
+    """The verify_<pipeline> DAG's run: the tables a full load has finished for (one still waiting
+    for its first load has nothing to compare yet, which is no failure; none loaded: skipped)."""
+    from airflow.sdk.exceptions import AirflowSkipException
     cfg = get_pipeline(pipeline)
     tables = cfg.verify.tables or [t.name for t in cfg.tables if t.mode == "cdc"]
-    return verify(pipeline, tables, repair_found=cfg.verify.repair)
+    loaded = loaded_tables(cfg, tables)
+    waiting = [t for t in tables if t not in loaded]
+    if waiting:
+        log.info("%s: %s not loaded yet (no full load has finished): nothing to verify there until the sync DAG "
+                 "loads it", cfg.name, ", ".join(waiting))
+    if not loaded:
+        raise AirflowSkipException(f"pipeline {cfg.name}: no table is loaded yet; run sync_{cfg.name} first")
+    return verify(pipeline, loaded, repair_found=cfg.verify.repair)
+
+
+def loaded_tables(cfg, tables: list[str]) -> list[str]:
+    """The tables a full load has finished for and that are not waiting for a reload."""
+    conn = state.connect(connections.get(cfg.target.conn_id))
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT to_regclass('tideline.table_state') IS NOT NULL")
+            if not cur.fetchone()[0]:
+                return []
+            cur.execute("SELECT table_name FROM tideline.table_state WHERE pipeline = %s AND table_name = ANY(%s) "
+                        "AND phase IN ('streaming', 'halted')", (cfg.name, tables))
+            done = {r[0] for r in cur.fetchall()}
+        return [t for t in tables if t in done]
+    finally:
+        conn.close()
 
 
 def watch(pipeline: str) -> dict:
