@@ -59,6 +59,19 @@ def earliest_offsets(bootstrap: str, topic: str, timeout: float = 15.0) -> dict[
                  timeout)
 
 
+def topic_id(bootstrap: str, topic: str, timeout: float = 15.0) -> str | None:
+    """The broker's id of the topic (new each time a topic of that name is created); None from a
+    broker that gives none."""
+    from confluent_kafka import TopicCollection
+    admin = admin_client(bootstrap)
+    try:
+        [fut] = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout).values()
+        found = fut.result()
+    except KafkaException as exc:
+        raise TransientError(f"describing topic {topic!r} at {bootstrap} failed: {exc}") from None
+    return str(found.topic_id) if getattr(found, "topic_id", None) else None
+
+
 def watermarks(bootstrap: str, topic: str, timeout: float = 15.0) -> tuple[dict[int, int], dict[int, int]]:
     """(earliest retained, log end) per partition, with one client and one metadata lookup."""
     admin = admin_client(bootstrap)

@@ -21,13 +21,20 @@ class Gap:
 
 
 def coverage_gaps(topic: str, resume: dict[int, int], earliest: dict[int, int],
-                  latest: dict[int, int], partitions_at_load: int | None = None) -> list[Gap]:
+                  latest: dict[int, int], partitions_at_load: int | None = None,
+                  id_at_load: str | None = None, id_now: str | None = None) -> list[Gap]:
     """Every partition whose resume position Kafka can no longer serve. Empty list = covered.
 
     A partition that appeared after the snapshot must still hold its offset 0 — and the topic must
     still have the partition count it had at the full load (partitions_at_load, when recorded):
     with more partitions, keys hash elsewhere, one key's events sit in two partitions, and "the
-    highest offset is the latest event" no longer holds."""
+    highest offset is the latest event" no longer holds. And it must still be the same topic
+    (id_at_load, when recorded): a topic created again under its name counts from 0, and once it
+    holds as many events as the old one did, its offsets look valid but skip its first events."""
+    if id_at_load and id_now and id_at_load != id_now:
+        return [Gap(topic, -1, 0, None, None,
+                    f"the topic was deleted and created again since the full load (topic id {id_at_load}, now "
+                    f"{id_now}): the offsets the stream would resume from belong to the old topic")]
     gaps = []
     if partitions_at_load is not None and len(latest) != partitions_at_load:
         gaps.append(Gap(topic, -1, 0, None, None,

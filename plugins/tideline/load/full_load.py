@@ -208,6 +208,7 @@ class FullLoad:
                    and before.phase == "needs_resnapshot" and before.last_error else "")
             run_id = state.run_start(tgt, cfg.name, table, "full_load", epoch, f"{why}topic {topic}")
             # 1. the handover position, before the snapshot opens
+            topic_id = kafka_offsets.topic_id(self.kafka.kafka_bootstrap, topic)   # before: a recreation reloads
             offsets = kafka_offsets.end_offsets(self.kafka.kafka_bootstrap, topic)
             log.info("%s: epoch %d; stream will resume from %s offsets %s", label, epoch, topic, offsets)
             # 2. the consistent read (the engine says how), held open for the whole read
@@ -258,7 +259,7 @@ class FullLoad:
                     self.store.publish_snapshot(cur, shape, schema, shadow, label)
                 state.finish_full_load(cur, pipeline=cfg.name, table=table, epoch=epoch, topic=topic,
                                        offsets=offsets, snapshot_id=snap.snapshot_id, snapshot_at=snap.snapshot_at,
-                                       snapshot_xmin=snap.position, rows=snapshot_rows)
+                                       snapshot_xmin=snap.position, rows=snapshot_rows, topic_id=topic_id)
                 state.set_partitions(cur, cfg.name, table, tree)
                 secs = time.monotonic() - started
                 state.run_end(cur, run_id, "succeeded", snapshot_rows,

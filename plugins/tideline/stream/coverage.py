@@ -66,7 +66,9 @@ def check(cfg: PipelineConfig, target_conn, bootstrap: str, tables: list[str]) -
             continue
         topic = cfg.topic(name)
         earliest, latest = kafka_offsets.watermarks(bootstrap, topic)
-        gaps = coverage_gaps(topic, st.resume_offsets, earliest, latest, st.raw.get("topic_partitions"))
+        gaps = coverage_gaps(topic, st.resume_offsets, earliest, latest, st.raw.get("topic_partitions"),
+                             st.raw.get("topic_id"),
+                             kafka_offsets.topic_id(bootstrap, topic) if st.raw.get("topic_id") else None)
         lag = {p: max(0, end - st.resume_offsets.get(p, 0)) for p, end in latest.items()}
         headroom = None
         if not gaps and any(lag.values()):

@@ -31,7 +31,8 @@ def check_coverage(cfg: PipelineConfig, store, conn, tables, bootstrap: str, wat
         watermarks[t.topic] = kafka_offsets.watermarks(bootstrap, t.topic)
         earliest, latest = watermarks[t.topic]
         t.partitions = st.raw.get("topic_partitions")
-        gaps = coverage_gaps(t.topic, resume, earliest, latest, t.partitions)
+        gaps = coverage_gaps(t.topic, resume, earliest, latest, t.partitions, st.raw.get("topic_id"),
+                             kafka_offsets.topic_id(bootstrap, t.topic) if st.raw.get("topic_id") else None)
         if gaps:
             reason = "; ".join(g.describe() for g in gaps)
             what = ("Kafka no longer holds what the stream needs" if any(g.partition >= 0 for g in gaps)

@@ -88,7 +88,10 @@ class IcebergTarget(PostgresValues, StagedChanges, Target):
                 f"{k}.warehouse": self.warehouse, f"{k}.jdbc.schema-version": "V1",
                 # every statement sees the table's newest metadata: the stream's commits check what
                 # landed before them, and schema changes are made through PyIceberg
-                f"{k}.cache-enabled": "false"}
+                f"{k}.cache-enabled": "false",
+                # a pooled connection the catalog database ended (a restart: admin/crash shutdown) is
+                # replaced and the call retried; Iceberg retries only the 08xxx states by itself
+                f"{k}.retryable_status_codes": "57P01,57P02,57P03"}
 
     @staticmethod
     def spark_jars() -> list[str]:
@@ -233,7 +236,8 @@ class IcebergTarget(PostgresValues, StagedChanges, Target):
         c = self.conn
         uri = (f"postgresql+psycopg2://{quote(c.login or '', safe='')}:{quote(c.password or '', safe='')}@"
                f"{c.host or 'localhost'}:{c.port or 5432}/{c.schema}")
-        return SqlCatalog(self.catalog, uri=uri, warehouse=self.warehouse)
+        # pool_pre_ping: a pooled connection the catalog database dropped (a restart) is replaced, not used
+        return SqlCatalog(self.catalog, uri=uri, warehouse=self.warehouse, pool_pre_ping="true")
 
     def iceberg_table(self, schema: str, table: str):
         """The table's newest metadata (PyIceberg), or None."""

@@ -1,0 +1,176 @@
+"""An Iceberg table through the failures around it: its change topic deleted and created again
+while the stream was stopped (the new topic's offsets pass the old ones, so they look valid), and
+the catalog's PostgreSQL restarting under a running stream. Each ends with the table equal to the
+source row for row, with no person acting beyond what the DAG does by itself (a reload)."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import psycopg2
+import pytest
+from confluent_kafka.admin import NewTopic
+
+import stackctl
+from helpers import drop_source
+from test_iceberg import iceberg_pipeline, stamped_commits, stream_until_equal
+from test_incremental import make_items, spark_submit
+from tideline import kafka_offsets, state
+from tideline.core.errors import DataLossError
+from tideline.load.full_load import FullLoad
+from tideline.stream.run import IncrementalRun
+
+pytestmark = pytest.mark.integration
+
+
+def _until(check, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while not check():
+        assert time.time() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
+        time.sleep(0.5)
+
+
+def recreate_topic(bootstrap: str, topic: str) -> None:
+    """Deletes the topic and creates it again with the same partitions and settings (what a
+    recreated Kafka cluster or an operator's cleanup does)."""
+    admin = kafka_offsets.admin_client(bootstrap)
+    parts = len(kafka_offsets.partitions(admin, bootstrap, topic))
+    before = kafka_offsets.topic_id(bootstrap, topic)
+    admin.delete_topics([topic])[topic].result(30)
+    deadline = time.time() + 60
+    while True:   # deletion is asynchronous: creating too early fails with "marked for deletion"
+        try:
+            admin.create_topics([NewTopic(topic, parts, 1)])[topic].result(30)
+            break
+        except Exception:   # noqa: BLE001 — TOPIC_ALREADY_EXISTS until the deletion completes
+            assert time.time() < deadline, f"topic {topic} could not be created again"
+            time.sleep(1)
+    assert kafka_offsets.topic_id(bootstrap, topic) != before
+
+
+def test_a_change_topic_created_again_past_the_old_offsets_reloads_the_table(stack, spark, source_db, pipelines,
+                                                                             unique_name, lake):
+    t = f"{unique_name}_re"
+    make_items(source_db, t, 300)
+    try:
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}], capture=True, partitions=1)
+        FullLoad(cfg, spark).run([t])
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE {t} SET qty = qty + 1 WHERE id <= 40")
+        stream_until_equal(cfg, spark, source_db, lake, [t])
+        resume = stamped_commits(lake, unique_name, t)[-1]["offsets"]
+        # the stream is stopped; the topic is deleted and created again, and Debezium fills the new
+        # one with more events than the old one had: its offsets now pass the stream's position
+        bootstrap = stack.kafka_bootstrap()
+        recreate_topic(bootstrap, cfg.topic(t))
+        with source_db.cursor() as cur:
+            for i in range(4):
+                cur.execute(f"UPDATE {t} SET note = note || '+' WHERE id > %s", (i * 10,))
+        _until(lambda: kafka_offsets.end_offsets(bootstrap, cfg.topic(t))[0] > resume["0"] + 100, 120,
+               "the new topic to pass the old resume offset")
+        # before topic ids, these offsets looked valid and the stream skipped the new topic's first events
+        with pytest.raises(DataLossError, match="deleted and created again since the full load"):
+            IncrementalRun(cfg, spark, "available_now").run()
+        st = state.get(lake.connect(), cfg.name, t)
+        assert st.phase == "needs_resnapshot" and "topic id" in st.last_error
+        # what the DAG does by itself: reload, then stream
+        FullLoad(cfg, spark).run([t])
+        with source_db.cursor() as cur:
+            cur.execute(f"DELETE FROM {t} WHERE id <= 5")
+        stream_until_equal(cfg, spark, source_db, lake, [t])
+    finally:
+        drop_source(source_db, t)
+
+
+def test_the_catalog_database_restarting_under_a_running_stream_loses_and_duplicates_nothing(
+        stack, spark, source_db, pipelines, unique_name, lake):
+    t = f"{unique_name}_pgr"
+    make_items(source_db, t, 2_000)
+    writer = ResilientInserts(t, 2_001)
+    proc, fresh = None, source_db
+    try:
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}], capture=True,
+                               stream={"max_offsets_per_trigger": 200, "trigger_interval_s": 0.5})
+        FullLoad(cfg, spark).run([t])
+        writer.start()
+        proc = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra={"TIDELINE_PIPELINES": str(
+            pipelines.dir)}, jars=tuple(lake.spark_jars()))
+        _until(lambda: len(stamped_commits(lake, unique_name, t)) >= 3 or proc.poll() is not None, 180,
+               "the stream's first commits")
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        restarts = stackctl.restarts().get("postgres", {}).get("count", 0)
+        # fast shutdown of the PostgreSQL that holds the catalog, the state and the source, mid-stream
+        pid = int((stackctl.VAR / "pg" / "data" / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGINT)
+        _until(lambda: stackctl.restarts().get("postgres", {}).get("count", 0) > restarts
+               and stackctl.supervised_state("postgres") == "RUNNING", 180, "PostgreSQL to be restarted")
+        _until(_accepting, 120, "PostgreSQL to accept connections")
+        fresh = _source()   # the test's own connection died with the server
+        commits = len(stamped_commits(lake, unique_name, t))
+        # the stream carries on (or, if the outage ended it, the next run resumes from the table)
+        _until(lambda: len(stamped_commits(lake, unique_name, t)) > commits + 2 or proc.poll() is not None, 180,
+               "a commit after the restart")
+        writer.stop()
+        assert writer.outages >= 1 and writer.count > 0
+        print(f"[measure] Iceberg stream after the catalog database restarted: "
+              f"{'still running' if proc.poll() is None else f'exited with status {proc.returncode}'}")
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(60)
+        stream_until_equal(cfg, spark, fresh, lake, [t])
+        stamped = stamped_commits(lake, unique_name, t)
+        for before, after in zip(stamped, stamped[1:]):   # no batch applied twice, none skipped
+            assert all(after["offsets"][p] >= o for p, o in before["offsets"].items())
+    finally:
+        writer.stop()
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        drop_source(fresh, t)
+
+
+def _source():
+    conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"]), connect_timeout=3)
+    conn.autocommit = True
+    return conn
+
+
+def _accepting() -> bool:
+    try:
+        _source().close()
+        return True
+    except psycopg2.OperationalError:
+        return False
+
+
+class ResilientInserts(threading.Thread):
+    """Inserts and updates rows until stopped, reconnecting through an outage (a transaction cut
+    off by it never happened, so the source stays consistent)."""
+
+    def __init__(self, table: str, first_id: int):
+        super().__init__(daemon=True)
+        self.table, self.next_id, self.count, self.outages = table, first_id, 0, 0
+        self.stop_event = threading.Event()
+
+    def run(self):
+        conn = None
+        while not self.stop_event.is_set():
+            try:
+                if conn is None:
+                    conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"]), connect_timeout=3)
+                    conn.autocommit = True
+                with conn.cursor() as cur:
+                    cur.execute(f"INSERT INTO {self.table} (id, qty, note) VALUES (%s, 1, 'r')", (self.next_id,))
+                    cur.execute(f"UPDATE {self.table} SET qty = qty + 1 WHERE id = %s", (self.next_id // 2,))
+                self.next_id += 1
+                self.count += 1
+                time.sleep(0.005)
+            except (psycopg2.OperationalError, psycopg2.InterfaceError):
+                self.outages += 1
+                conn = None
+                time.sleep(0.5)
+
+    def stop(self):
+        self.stop_event.set()
+        self.join(30)
