@@ -99,9 +99,11 @@ class TableVerifier:
             self.src.dialect = self.src.lake_dialect(shape, src_schema)
             self.tgt.dialect = self.tgt.lake_dialect(shape, tgt_schema)
         else:
-            raise TargetError(f"{self.cfg.name}.{shape.name}: the source fingerprints rows as "
-                              f"{'/'.join(self.src.fingerprints)} and the target as {'/'.join(self.tgt.fingerprints)}: "
-                              f"they share no way to compare", table=shape.name)
+            raise TargetError(f"{self.cfg.name}.{shape.name}: verify cannot compare a {self.engine.label} source with "
+                              f"a {self.cfg.target.kind} target in this version of Tideline (the source fingerprints "
+                              f"rows as {'/'.join(self.src.fingerprints)}, the target as "
+                              f"{'/'.join(self.tgt.fingerprints)}). The stream's own checks still hold; `make status` "
+                              f"compares row counts, and action=full_reload re-copies the table.", table=shape.name)
 
     def run(self, table: str) -> VerifyReport:
         started = time.time()
