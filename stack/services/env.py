@@ -34,6 +34,8 @@ def environment() -> dict[str, str]:
         "TIDELINE_SPARK_CLASS_ARCHIVE": str(CLASS_ARCHIVE),
         # Hadoop's local file system without a forked chmod per file (stack/jvm/hadoop-nio)
         "TIDELINE_SPARK_DRIVER_CLASSPATH": ":".join(map(str, _driver_classpath())),
+        # connector passwords: files the sync DAG writes here (0600) and Connect resolves (services.connect)
+        "TIDELINE_CONNECT_SECRETS_DIR": str(VAR / "connect-secrets"),
         "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)]),
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": HOST,  # Spark binds to loopback only

@@ -13,6 +13,7 @@ import requests
 from confluent_kafka.admin import NewTopic
 
 from tideline import engines
+from tideline.capture import secrets
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
 from tideline.core.debezium import connector_name
@@ -105,8 +106,8 @@ class ConnectClient:
     def status(self, name: str) -> dict | None:
         return self._call("GET", f"/connectors/{name}/status")
 
-    def restart(self, name: str) -> None:
-        self._call("POST", f"/connectors/{name}/restart?includeTasks=true&onlyFailed=true")
+    def restart(self, name: str, only_failed: bool = True) -> None:
+        self._call("POST", f"/connectors/{name}/restart?includeTasks=true&onlyFailed={str(only_failed).lower()}")
 
     def delete(self, name: str) -> None:
         self._call("DELETE", f"/connectors/{name}")
@@ -202,7 +203,13 @@ def ensure_connector(cfg: PipelineConfig, connect: Conn, source: Conn, timeout: 
     engine.ensure_heartbeat_table(cfg)
     client = ConnectClient(connect.http_base_url())
     name = connector_name(cfg)
-    client.put_config(name, engine.connector_config(cfg, bootstrap))
+    config, rotated = secrets.externalize(name, engine.connector_config(cfg, bootstrap))
+    existed = client.status(name) is not None
+    client.put_config(name, config)
+    if rotated and existed:   # same config, a new password behind its reference: only a restart reads it
+        log.info("connector %s: the source credentials changed in the Airflow connection; restarting it to read "
+                 "them", name)
+        client.restart(name, only_failed=False)
     deadline = time.time() + timeout
     status, restarted = None, False
     while time.time() < deadline:
@@ -265,6 +272,7 @@ def drop_capture(cfg: PipelineConfig, connect: Conn, source: Conn) -> None:
     """Takes a pipeline's capture down for good: the connector (with its stored position) and
     what the source holds for it (slot, publication), so nothing keeps pinning the source's log."""
     remove_connector(cfg, connect)
+    secrets.remove(connector_name(cfg))
     engines.for_source(source).drop_capture(cfg)
 
 

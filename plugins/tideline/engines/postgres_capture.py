@@ -75,7 +75,11 @@ class PostgresCapture:
             for attempt in (1, 2):   # two pipelines creating it at once: the loser sees it exist
                 try:
                     with conn, conn.cursor() as cur:
-                        cur.execute(debezium.heartbeat_table_ddl(cfg))
+                        # a role without CREATE on the schema may still use a table its DBA made
+                        cur.execute("SELECT to_regclass(%s) IS NOT NULL",
+                                    (f'"{cfg.source.schema_}"."{cfg.source.heartbeat_table}"',))
+                        if not cur.fetchone()[0]:
+                            cur.execute(debezium.heartbeat_table_ddl(cfg))
                     return
                 except psycopg2.errors.UniqueViolation:
                     if attempt == 2:
@@ -127,7 +131,7 @@ class PostgresCapture:
         try:
             psycopg2.connect(host=connector_config.get("database.hostname"), port=connector_config.get("database.port"),
                              dbname=connector_config.get("database.dbname"), user=connector_config.get("database.user"),
-                             password=connector_config.get("database.password"), connect_timeout=5).close()
+                             password=self.source.password, connect_timeout=5).close()
             cause = "its login works from here; the Kafka Connect log says what it meets"
         except psycopg2.Error as exc:
             cause = f"its login fails: {str(exc).strip().splitlines()[0]}"
