@@ -13,10 +13,8 @@ from pyiceberg import types as it
 import stackctl
 from helpers import drop_source, rows_as_text
 from tideline import state
-from tideline.core.connections import get_connection
 from tideline.core.errors import HaltedError, SourceError
 from tideline.load.full_load import FullLoad
-from tideline.targets import for_target
 
 pytestmark = pytest.mark.integration
 
