@@ -213,3 +213,58 @@ def test_an_idle_pipeline_does_not_pin_the_sources_wal(spark, source_db, pipelin
                 time.sleep(1)
     finally:
         drop_source(source_db, t, busy)
+
+
+def test_the_doctor_judges_the_source_role_least_privilege_naming_the_grant(source_db, pipelines, unique_name):
+    """Each role a user's DBA might give Tideline, asked the real database what it may do."""
+    from tideline.engines.postgres_capture import role_checks
+    t, role = f"{unique_name}_priv", f"r_{unique_name}"
+    make_table(source_db, t, 10)
+    super_url = stackctl.pg_url(stackctl.DATABASES["source"], stackctl.PG_SUPERUSER, stackctl.PG_SUPERPASS)
+    admin = psycopg2.connect(super_url)
+    admin.autocommit = True
+
+    def judged(user: str, password: str) -> dict:
+        conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"], user, password))
+        try:
+            with conn.cursor() as cur:
+                return {c.status + " " + c.name: c for c in role_checks(cur, cfg)}
+        finally:
+            conn.close()
+    try:
+        cfg = pipelines.make([{"name": t}], create_topics=False,
+                             source={"conn_id": "tideline_source", "schema": "public", "heartbeat_table": None})
+        with admin.cursor() as cur:
+            cur.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'")
+        # no REPLICATION, no SELECT, no publication it could make: each missing right named with its fix
+        got = judged(role, "pw")
+        assert got["fail role"].fix == f"ALTER ROLE {role} REPLICATION"
+        assert got[f"fail privilege on public.{t}"].fix == f"GRANT SELECT ON public.{t} TO {role}"
+        assert got[f"fail privilege on public.{t}"].table == t   # refuses that table alone
+        assert f"CREATE PUBLICATION {cfg.publication_name} FOR TABLE public.{t}" in \
+            got[f"fail publication {cfg.publication_name}"].fix
+        # what a DBA gives it, and nothing more: pass
+        with admin.cursor() as cur:
+            cur.execute(f"ALTER ROLE {role} REPLICATION")
+            cur.execute(f"GRANT SELECT ON public.{t} TO {role}")
+            cur.execute(f"CREATE PUBLICATION {cfg.publication_name} FOR TABLE public.{t} "
+                        f"WITH (publish_via_partition_root = true)")
+            cur.execute(f"ALTER PUBLICATION {cfg.publication_name} OWNER TO {role}")
+        got = judged(role, "pw")
+        assert list(got) == ["pass role"], [c.describe() for c in got.values()]
+        # more than needed warns: writing the table, or being a superuser
+        with admin.cursor() as cur:
+            cur.execute(f"GRANT DELETE, TRUNCATE ON public.{t} TO {role}")
+        got = judged(role, "pw")
+        assert got["warn role"].fix == f"REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON public.{t} FROM {role}"
+        assert "may DELETE/TRUNCATE" in got["warn role"].detail
+        assert "is a superuser" in judged(stackctl.PG_SUPERUSER, stackctl.PG_SUPERPASS)["warn role"].detail
+        # the stack's own role owns the tables it made: it works, and the doctor says it is more than needed
+        assert "owns (so may ALTER or DROP)" in judged(stackctl.PG_USER, stackctl.PG_PASS)["warn role"].detail
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"DROP PUBLICATION IF EXISTS {cfg.publication_name}")
+        drop_source(source_db, t)
+        with admin.cursor() as cur:
+            cur.execute(f"DROP ROLE IF EXISTS {role}")
+        admin.close()

@@ -179,6 +179,15 @@ def target_privileges(schema: str, can_create: bool, state_schema_ok: bool) -> C
                  "GRANT " + "; GRANT ".join(missing) + " TO <the target role>")
 
 
+def target_role(role: str, superuser: bool) -> Check:
+    """The target role needs to own the target schemas and Tideline's state, nothing more."""
+    if superuser:
+        return Check("target", "role", WARN, f"{role} is a superuser: far more than the sync needs",
+                     f"use a role that owns only the target schemas and schema tideline: CREATE ROLE tideline_sync "
+                     f"LOGIN; GRANT CREATE ON DATABASE <target> TO tideline_sync")
+    return Check("target", "role", PASS, f"{role} is not a superuser")
+
+
 def state_version(current: int | None, latest: int) -> Check:
     if current == latest:
         return Check("target", "state schema", PASS, f"version {current}")
@@ -200,3 +209,54 @@ def halted_table(table: str, error: str | None) -> Check:
     """A halted table stops only itself; it is a warning here so the run that resumes it can start."""
     return Check("target", f"table {table}", WARN, f"HALTED: {(error or 'no reason recorded')[:1500]}",
                  "fix what the error names, then trigger the sync DAG (resume_halted) to resume it from its offsets")
+
+
+def source_role(role: str, facts: dict, publication: str, wanted: list[str], published: list[str]) -> list[Check]:
+    """What the source role may do, against what capture needs (README "Security"): REPLICATION and
+    SELECT on each synced table, and a publication of exactly those tables that it owns or a DBA
+    made for it. facts: superuser, replication, tables {name: {select, modify: [...], owner}},
+    publication {"exists", "complete"}. Missing a right fails (a table's SELECT fails that table
+    alone); more than needed (superuser, writing or owning the synced tables) warns. `wanted`: the
+    synced tables as schema.table; `published`: what the publication holds (they and the heartbeat
+    table)."""
+    out: list[Check] = []
+    tables = facts["tables"]
+    if facts["superuser"]:
+        out.append(Check("source", "role", WARN, f"{role} is a superuser: far more than capture needs",
+                         f"use a role with REPLICATION and SELECT on the synced tables only: CREATE ROLE tideline_cdc "
+                         f"LOGIN REPLICATION; GRANT SELECT ON {', '.join(wanted)} TO tideline_cdc"))
+        return out
+    if not facts["replication"]:
+        out.append(Check("source", "role", FAIL, f"{role} lacks REPLICATION: the connector cannot open its "
+                                                 f"replication slot", f"ALTER ROLE {role} REPLICATION"))
+    for name in wanted:
+        t = tables[name]
+        if not t["select"]:
+            out.append(Check("source", f"privilege on {name}", FAIL, f"{role} cannot SELECT {name}: the full load "
+                             f"cannot read it", f"GRANT SELECT ON {name} TO {role}", table=t["table"]))
+    pub = facts["publication"]
+    if not pub["complete"] and not all(tables[n]["owner"] for n in wanted):
+        what = "does not exist" if not pub["exists"] else "does not publish exactly the synced tables"
+        verb = "CREATE PUBLICATION" if not pub["exists"] else "ALTER PUBLICATION"
+        body = "FOR TABLE" if not pub["exists"] else "SET TABLE"
+        opts = " WITH (publish_via_partition_root = true)" if not pub["exists"] else ""
+        out.append(Check("source", f"publication {publication}", FAIL,
+                         f"{what}, and {role} does not own every synced table, which creating it takes",
+                         f"as the tables' owner: {verb} {publication} {body} {', '.join(published)}{opts}; "
+                         f"ALTER PUBLICATION {publication} OWNER TO {role}"))
+    writes = sorted(n for n in wanted if tables[n]["modify"])
+    owns = sorted(n for n in wanted if tables[n]["owner"])
+    if writes or owns:
+        detail = "; ".join(filter(None, [
+            f"may {'/'.join(sorted({p for n in writes for p in tables[n]['modify']}))} {', '.join(writes)}" if writes
+            else "", f"owns (so may ALTER or DROP) {', '.join(owns)}" if owns else ""]))
+        out.append(Check("source", "role", WARN, f"{role} {detail}: more than capture needs",
+                         "; ".join(filter(None, [
+                             f"REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {', '.join(writes)} FROM {role}" if writes
+                             else "",
+                             f"let another role own {', '.join(owns)} and create publication {publication} for "
+                             f"{role}" if owns else ""]))))
+    if not any(c.status != PASS for c in out):
+        out.append(Check("source", "role", PASS, f"{role}: REPLICATION and SELECT on the {len(wanted)} synced "
+                                                 f"table(s), nothing more"))
+    return out

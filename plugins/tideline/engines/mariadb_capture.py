@@ -4,6 +4,8 @@ binlogs, and the doctor's source checks (binlog settings, GTIDs, the capture use
 A mixin of MariaDbEngine (engines.mariadb), which holds the catalog, full load, batch and repair."""
 from __future__ import annotations
 
+import re
+
 import time
 import zlib
 
@@ -147,7 +149,7 @@ class MariaDbCapture:
             out = mariadb_capture_checks(settings, cfg.kafka.allowed_downtime_hours)
             with conn.cursor() as cur:
                 cur.execute("SHOW GRANTS")
-                grants = " ".join(r[0] for r in cur.fetchall()).upper()
+                grants = " ".join(r[0] for r in cur.fetchall())
             out.append(mariadb_privileges(grants))
             out += self.table_checks(conn, cfg)
         finally:
@@ -192,7 +194,7 @@ def mariadb_capture_checks(s: dict, allowed_downtime_hours: float) -> list:
 def mariadb_privileges(grants: str) -> object:
     """REPLICATION SLAVE (read the binlog) and REPLICATION CLIENT / BINLOG MONITOR (its position)."""
     from tideline.core import doctor_checks as dc
-    grants = grants.upper()
+    raw, grants = grants, grants.upper()
     allp = "ALL PRIVILEGES ON *.*" in grants
     missing = [p for p, alts in (("REPLICATION SLAVE", ("REPLICATION SLAVE", "REPLICATION REPLICA")),
                                  ("REPLICATION CLIENT", ("REPLICATION CLIENT", "BINLOG MONITOR")))
@@ -200,7 +202,15 @@ def mariadb_privileges(grants: str) -> object:
     if missing:
         return dc.Check("source", "privileges", dc.FAIL, f"the source user lacks {', '.join(missing)}",
                         f"GRANT {', '.join(missing)} ON *.* TO <the source user>")
-    return dc.Check("source", "privileges", dc.PASS, "REPLICATION SLAVE, REPLICATION CLIENT")
+    more = sorted({f"{p} ON {on}" for privs, on in re.findall(r"GRANT (.+?) ON (\S+) TO ", raw, re.I)
+                   for p in (x.strip().upper() for x in privs.split(","))
+                   if p in ("ALL PRIVILEGES", "SUPER", "DROP", "DELETE", "INSERT", "UPDATE", "ALTER", "CREATE")})
+    if more:
+        return dc.Check("source", "privileges", dc.WARN, f"the source user also holds {'; '.join(more)}: more than "
+                                                         f"capture needs (it only reads)",
+                        "give capture its own user: GRANT SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, "
+                        "REPLICATION CLIENT ON *.* TO <the capture user>, and nothing else")
+    return dc.Check("source", "privileges", dc.PASS, "REPLICATION SLAVE, REPLICATION CLIENT, and no right to write")
 
 
 def parse_gtids(text: str | None) -> dict[int, int]:

@@ -199,9 +199,41 @@ class PostgresCapture:
             cur.execute("SELECT setting::int FROM pg_settings WHERE name = 'max_slot_wal_keep_size'")
             out.append(dc.max_slot_wal_keep_size(cur.fetchone()[0], slot["retained_bytes"] if slot else None))
             out.append(dc.heartbeat(cfg.source.heartbeat_table, _heartbeat_age(cur, cfg)))
+            out += role_checks(cur, cfg)
         conn.close()
         return out
 
+
+
+def role_checks(cur, cfg) -> list:
+    """The source role's rights against what capture needs (core.doctor_checks.source_role)."""
+    from tideline.core import doctor_checks as dc
+    cur.execute("SELECT current_user, rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user")
+    role, superuser, replication = cur.fetchone()
+    tables, wanted = {}, []
+    for t in cfg.tables:
+        if t.mode != "cdc":
+            continue
+        schema = cfg.source_schema(t.name)
+        cur.execute("SELECT has_table_privilege(c.oid, 'SELECT'), ARRAY(SELECT p FROM unnest(ARRAY['INSERT', 'UPDATE', "
+                    "'DELETE', 'TRUNCATE']) p WHERE has_table_privilege(c.oid, p)), pg_has_role(c.relowner, 'USAGE') "
+                    "FROM pg_class c WHERE c.oid = to_regclass(%s)", (f'"{schema}"."{t.name}"',))
+        row = cur.fetchone()
+        if row is None:
+            continue   # a missing table is the table check's to report
+        name = f"{schema}.{t.name}"
+        wanted.append(name)
+        tables[name] = {"table": t.name, "select": row[0], "modify": list(row[1]), "owner": row[2]}
+    published = wanted + ([f"{cfg.source.schema_}.{cfg.source.heartbeat_table}"] if cfg.source.heartbeat_table else [])
+    cur.execute("SELECT n.nspname || '.' || c.relname FROM pg_publication p JOIN pg_publication_rel r ON "
+                "r.prpubid = p.oid JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = "
+                "c.relnamespace WHERE p.pubname = %s", (cfg.publication_name,))
+    members = {r[0] for r in cur.fetchall()}
+    cur.execute("SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = %s)", (cfg.publication_name,))
+    exists = cur.fetchone()[0]
+    facts = {"superuser": superuser, "replication": replication, "tables": tables,
+             "publication": {"exists": exists, "complete": exists and members == set(published)}}
+    return dc.source_role(role, facts, cfg.publication_name, wanted, published)
 
 
 def _heartbeat_age(cur, cfg) -> float | None:

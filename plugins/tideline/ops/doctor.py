@@ -74,6 +74,8 @@ def target_checks(cfg: PipelineConfig, target: Conn) -> tuple[list[dc.Check], in
         cur.execute("SELECT CASE WHEN to_regnamespace('tideline') IS NULL THEN has_database_privilege("
                     "current_database(), 'CREATE') ELSE has_schema_privilege('tideline', 'USAGE, CREATE') END")
         state_ok = cur.fetchone()[0]
+        cur.execute("SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user")
+        role = dc.target_role(*cur.fetchone())
         cur.execute("SELECT to_regclass('tideline.schema_version') IS NOT NULL")
         version, streaming, halted = None, 0, []
         if cur.fetchone()[0]:   # the state schema exists (migrate creates both tables together)
@@ -86,7 +88,7 @@ def target_checks(cfg: PipelineConfig, target: Conn) -> tuple[list[dc.Check], in
                         "'halted' AND table_name = ANY(%s) ORDER BY table_name", (cfg.name, cdc))
             halted = cur.fetchall()
     conn.close()
-    return [dc.target_privileges(schema, ok, state_ok) for schema, ok in can_create.items()] \
+    return [dc.target_privileges(schema, ok, state_ok) for schema, ok in can_create.items()] + [role] \
         + [dc.state_version(version, _latest_state_version())] \
         + [dc.halted_table(t, e) for t, e in halted], streaming
 
