@@ -64,6 +64,7 @@ def topic_id(bootstrap: str, topic: str, timeout: float = 15.0) -> str | None:
     broker that gives none."""
     from confluent_kafka import TopicCollection
     admin = admin_client(bootstrap)
+    partitions(admin, bootstrap, topic, timeout)   # a missing topic: the error that says what to do
     try:
         [fut] = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout).values()
         found = fut.result()

@@ -12,7 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, HOST, LOGS, PORTS, ROOT, STACKCTL, VAR, VENV_BIN,
+from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, HOST, LOGS, PORTS, ROOT, STACKCTL, VAR, VENV_BIN,
                            StackError, http_json, log_file, wait_until)
 from services.supervisor import _stop_unsupervised, supervise
 
@@ -127,7 +127,8 @@ def exec_part(part: str) -> None:
 def up_airflow() -> None:
     home = VAR / "airflow"
     home.mkdir(parents=True, exist_ok=True)
-    (home / "passwords.json").write_text(json.dumps({AIRFLOW_ADMIN: AIRFLOW_ADMIN_PASS}))
+    (home / "passwords.json").write_text(json.dumps({user: password for user, (_role, password) in
+                                                     AIRFLOW_USERS.items()}))
     env = _full_env()
     if not (home / ".db_migrated").exists():
         res = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env,

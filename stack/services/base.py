@@ -49,6 +49,8 @@ PG_USER, PG_PASS = "tideline", "tideline"
 DATABASES = {"source": "tideline_source", "target": "tideline_target", "airflow": "airflow",
              "lake": "tideline_lake"}   # the Iceberg JDBC catalog (and an Iceberg pipeline's state)
 AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS = "admin", "admin"
+# a user of each of Airflow's roles besides admin (simple auth manager): username -> (role, password)
+AIRFLOW_USERS = {AIRFLOW_ADMIN: ("admin", AIRFLOW_ADMIN_PASS), "viewer": ("viewer", "viewer"), "operator": ("op", "op")}
 DEBEZIUM_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 DEBEZIUM_MARIADB_CLASS = "io.debezium.connector.mariadb.MariaDbConnector"
 # MariaDB: the demo shop's database, a capture user with exactly the privileges Debezium and

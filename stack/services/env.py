@@ -8,7 +8,7 @@ import secrets
 import sys
 
 from services.airflow import airflow_url
-from services.base import (AIRFLOW_ADMIN, DATABASES, HOST, LOGS, PG_PASS, PG_USER, PORTS, ROOT, SPARK_CLUSTER, VAR,
+from services.base import (AIRFLOW_USERS, DATABASES, HOST, LOGS, PG_PASS, PG_USER, PORTS, ROOT, SPARK_CLUSTER, VAR,
                            VENV_BIN)
 from services.kafka import kafka_bootstrap
 from services.mariadb import mariadb_url
@@ -17,10 +17,16 @@ from services.spark import CLASS_ARCHIVE, _driver_classpath, iceberg_jars, spark
 
 
 def _jwt_secret() -> str:
-    path = VAR / "airflow" / "jwt_secret"
+    return _secret("jwt_secret")
+
+
+def _secret(name: str) -> str:
+    """A random secret made once per stack (stack/var/airflow/<name>, mode 0600)."""
+    path = VAR / "airflow" / name
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(secrets.token_urlsafe(32))
+        path.chmod(0o600)
     return path.read_text().strip()
 
 
@@ -65,7 +71,7 @@ def environment() -> dict[str, str]:
         "AIRFLOW__CORE__PARALLELISM": "8",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{airflow_url()}/execution/",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{AIRFLOW_ADMIN}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{role}" for u, (role, _p) in AIRFLOW_USERS.items()),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(airflow_home / "passwords.json"),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": pg_url(DATABASES["airflow"], scheme="postgresql+psycopg2"),
         # Riding out a metadata database restart: pooled connections are tested before use and
@@ -89,6 +95,8 @@ def environment() -> dict[str, str]:
     }
     if (airflow_home / "jwt_secret").exists() or VAR.exists():
         env["AIRFLOW__API_AUTH__JWT_SECRET"] = _jwt_secret()
+        # Prometheus scrapes /tideline/metrics with this bearer token, without an Airflow session
+        env["TIDELINE_METRICS_TOKEN"] = _secret("metrics_token")
     return env
 
 

@@ -289,3 +289,42 @@ def test_a_load_shows_as_running_while_it_samples_and_not_after_its_driver_was_k
     finally:
         with source_db.cursor() as cur:
             cur.execute(f"DROP TABLE public.{pipelines.name}")
+
+
+def _user_token(user: str) -> str:
+    _role, password = stackctl.AIRFLOW_USERS[user]
+    return stackctl.http_json(f"{stackctl.airflow_url()}/auth/token", "POST",
+                              {"username": user, "password": password})["access_token"]
+
+
+def _status(method: str, url: str, token: str | None, body: dict | None = None) -> int:
+    req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Content-Type": "application/json",
+                                          **({"Authorization": f"Bearer {token}"} if token else {})})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_each_airflow_role_reads_the_view_only_operators_trigger_and_metrics_scrape_with_a_token(demo):
+    """A real user of each of Airflow's roles: the view and its API are read-only for all of them;
+    triggering a sync (hence full_reload, repair, validate) is Airflow's DAG-run permission, which a
+    viewer lacks and an operator has; /tideline/metrics takes the scrape token without a session."""
+    base = stackctl.airflow_url()
+    for user in ("viewer", "operator", stackctl.AIRFLOW_ADMIN):
+        token = _user_token(user)
+        assert _status("GET", f"{base}/tideline/api/pipelines?pipeline=demo", token) == 200, user
+        assert _status("GET", f"{base}/tideline/", token) == 200, user
+        assert _status("POST", f"{base}/tideline/api/pipelines", token, {}) == 405, user   # nothing to write
+    run = {"logical_date": None, "conf": {"action": "validate"}}
+    # a DAG that does not exist: the role check comes first (403), then the lookup (404) — no run starts
+    assert _status("POST", f"{base}/api/v2/dags/sync_nothing_here/dagRuns", _user_token("viewer"), run) == 403
+    assert _status("POST", f"{base}/api/v2/dags/sync_nothing_here/dagRuns", _user_token("operator"), run) == 404
+    assert _status("PATCH", f"{base}/api/v2/dags/sync_demo", _user_token("viewer"), {"is_paused": True}) == 403
+    scrape = stackctl.environment()["TIDELINE_METRICS_TOKEN"]
+    assert _status("GET", f"{base}/tideline/metrics", scrape) == 200
+    assert _status("GET", f"{base}/tideline/metrics", None) == 401
+    assert _status("GET", f"{base}/tideline/metrics", scrape + "x") in (401, 403)
+    assert _status("GET", f"{base}/tideline/api/pipelines", scrape) in (401, 403)   # the token opens metrics only
