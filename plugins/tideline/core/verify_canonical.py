@@ -22,7 +22,7 @@ from psycopg2 import sql
 from tideline.core import mariadb_types as mt
 from tideline.core.errors import SourceError
 from tideline.core.table_shape import TableShape
-from tideline.core.verify_plan import KeyRange
+from tideline.core.verify_plan import TextKeyRanges
 
 SEP, NUL = "\x1f", "\x1e"
 MASK = (1 << 64) - 1
@@ -53,7 +53,7 @@ def check_keys(shape: TableShape, label: str) -> None:
                               table=shape.name)
 
 
-class MariaDbDialect:
+class MariaDbDialect(TextKeyRanges):
     """The fingerprint SQL of one table in MariaDB (the source side), as text; `quote` renders a
     string literal (the connection's escape)."""
 
@@ -72,22 +72,10 @@ class MariaDbDialect:
     def _literal_row(self, values: tuple[str, ...]) -> str:
         return "(" + ", ".join(lit.format(lit=self.quote(v)) for (_k, _e, lit), v in zip(self.keys, values)) + ")"
 
-    def range_predicate(self, rng: KeyRange) -> str:
-        parts = []
-        if rng.lo is not None:
-            parts.append(f"{self._key_row()} >= {self._literal_row(rng.lo)}")
-        if rng.hi is not None:
-            parts.append(f"{self._key_row()} < {self._literal_row(rng.hi)}")
-        return " AND ".join(parts) or "TRUE"
-
-    def keys_predicate(self, keys: list[tuple[str, ...]]) -> str:
-        return f"{self._key_row()} IN ({', '.join(self._literal_row(k) for k in keys)})"
-
     def fingerprint_query(self, pred: str, boundaries: list[tuple[str, ...]] | None = None) -> str:
         if boundaries is None:
             return f"SELECT 0, COUNT(*), BIT_XOR({self.hash}) FROM {self._table()} WHERE {pred}"
-        whens = " ".join(f"WHEN {self._key_row()} < {self._literal_row(b)} THEN {i}" for i, b in enumerate(boundaries))
-        return (f"SELECT CASE {whens} ELSE {len(boundaries)} END AS bucket, COUNT(*), BIT_XOR({self.hash}) "
+        return (f"SELECT {self.bucket_case(boundaries)} AS bucket, COUNT(*), BIT_XOR({self.hash}) "
                 f"FROM {self._table()} WHERE {pred} GROUP BY bucket")
 
     def _key_texts(self) -> str:

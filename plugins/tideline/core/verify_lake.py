@@ -29,7 +29,7 @@ from tideline.core import lake_types
 from tideline.core.errors import SourceError
 from tideline.core.lake_types import spark_ident, spark_literal
 from tideline.core.table_shape import Column, TableShape
-from tideline.core.verify_plan import KeyRange
+from tideline.core.verify_plan import TextKeyRanges
 
 SEP, NUL, ITEM = 31, 30, 29   # code points: between columns, a NULL, between list elements
 
@@ -121,7 +121,7 @@ def check_keys(shape: TableShape, label: str) -> None:
             raise SourceError(f"{label}: {problem}. Use action=full_reload to re-copy the table.", table=shape.name)
 
 
-class SparkLakeDialect:
+class SparkLakeDialect(TextKeyRanges):
     """The fingerprint SQL of one Iceberg table in Spark SQL (the target side of a `lake` verify)."""
 
     def __init__(self, shape: TableShape, table_id: str):
@@ -134,24 +134,14 @@ class SparkLakeDialect:
         cols = [spark_ident(k) for k in self.keys]
         return cols[0] if len(cols) == 1 else f"struct({', '.join(cols)})"
 
-    def _literal(self, key: str, text: str) -> str:
+    def literal(self, key: str, text: str) -> str:
+        """A key column's value in Spark SQL, from its text (a repair's range ends too)."""
         t = self.types[key]
         return spark_literal(text) if t == "string" else f"CAST({spark_literal(text)} AS {t})"
 
     def _literal_row(self, values: tuple[str, ...]) -> str:
-        lits = [self._literal(k, v) for k, v in zip(self.keys, values)]
+        lits = [self.literal(k, v) for k, v in zip(self.keys, values)]
         return lits[0] if len(lits) == 1 else f"struct({', '.join(lits)})"
-
-    def range_predicate(self, rng: KeyRange) -> str:
-        parts = []
-        if rng.lo is not None:
-            parts.append(f"{self._key_row()} >= {self._literal_row(rng.lo)}")
-        if rng.hi is not None:
-            parts.append(f"{self._key_row()} < {self._literal_row(rng.hi)}")
-        return " AND ".join(parts) or "TRUE"
-
-    def keys_predicate(self, keys: list[tuple[str, ...]]) -> str:
-        return f"{self._key_row()} IN ({', '.join(self._literal_row(k) for k in keys)})"
 
     def _combine(self) -> str:
         if self.keys:
@@ -163,8 +153,7 @@ class SparkLakeDialect:
         refuses a reflective call, which the float bits are, inside one)."""
         if boundaries is None:
             return f"SELECT 0, count(*), {self._combine()} FROM (SELECT {self.hash} AS h FROM {self.table_id} WHERE {pred})"
-        whens = " ".join(f"WHEN {self._key_row()} < {self._literal_row(b)} THEN {i}" for i, b in enumerate(boundaries))
-        return (f"SELECT bucket, count(*), {self._combine()} FROM (SELECT CASE {whens} ELSE {len(boundaries)} END "
+        return (f"SELECT bucket, count(*), {self._combine()} FROM (SELECT {self.bucket_case(boundaries)} "
                 f"AS bucket, {self.hash} AS h FROM {self.table_id} WHERE {pred}) GROUP BY bucket")
 
     def _key_texts(self) -> str:

@@ -255,6 +255,27 @@ def boundaries_in_range(shape: TableShape, schema: str, pred: sql.Composable, pa
              s=sql.Identifier(schema), t=sql.Identifier(shape.name), p=pred, border=border, sample=sample)
 
 
+class TextKeyRanges:
+    """Key ranges as SQL text for a dialect that renders its key row (`_key_row`) and a row of key
+    literals (`_literal_row`): MariaDB's (core.verify_canonical) and Spark's (core.verify_lake)."""
+
+    def range_predicate(self, rng: KeyRange) -> str:
+        parts = []
+        if rng.lo is not None:
+            parts.append(f"{self._key_row()} >= {self._literal_row(rng.lo)}")
+        if rng.hi is not None:
+            parts.append(f"{self._key_row()} < {self._literal_row(rng.hi)}")
+        return " AND ".join(parts) or "TRUE"
+
+    def keys_predicate(self, keys: list[tuple[str, ...]]) -> str:
+        return f"{self._key_row()} IN ({', '.join(self._literal_row(k) for k in keys)})"
+
+    def bucket_case(self, boundaries: list[tuple[str, ...]]) -> str:
+        """Index of the sub-range a row falls in (0 = before the first boundary), as bucket_expr."""
+        whens = " ".join(f"WHEN {self._key_row()} < {self._literal_row(b)} THEN {i}" for i, b in enumerate(boundaries))
+        return f"CASE {whens} ELSE {len(boundaries)} END"
+
+
 class PgDialect:
     """The fingerprint SQL of one table in a PostgreSQL database (either side of a verify), with
     its row hash and key text expressions fixed."""

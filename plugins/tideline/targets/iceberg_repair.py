@@ -48,7 +48,7 @@ def range_where(shape: TableShape, column: str, lo: str, hi: str, as_time: bool)
     if problem:
         raise TargetError(f"{shape.name}: a key-range repair of an Iceberg table: {problem}", table=shape.name)
     dialect = verify_lake.SparkLakeDialect(shape, "")
-    return f"{ident} BETWEEN {dialect._literal(column, lo)} AND {dialect._literal(column, hi)}"
+    return f"{ident} BETWEEN {dialect.literal(column, lo)} AND {dialect.literal(column, hi)}"
 
 
 def repair_from_source(target, engine, src, shape: TableShape, schema: str, source_where: str, target_where: str,
