@@ -267,6 +267,9 @@ def main(argv: list[str]) -> int:
         if cmd == "restart-listener":   # run by supervisord
             return restart_listener()
         if cmd == "env":
+            if rest == ["--json"]:   # for programs (the secure-mode test reads a second stack's)
+                print(json.dumps(environment()))
+                return 0
             for k, v in environment().items():
                 print(f"export {k}={json.dumps(v) if not v.startswith('{') else repr(v)}")
             return 0

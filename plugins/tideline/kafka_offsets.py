@@ -7,6 +7,7 @@ import time
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from tideline.core.kafka_access import KafkaAccess, client_config
 from tideline.core.errors import SourceError, TransientError
 
 _quiet = logging.getLogger("tideline.rdkafka")
@@ -14,15 +15,15 @@ _quiet.addHandler(logging.NullHandler())
 _quiet.propagate = False
 
 
-def admin_client(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000}, logger=_quiet)
+def admin_client(kafka: KafkaAccess | str) -> AdminClient:
+    return AdminClient(client_config(kafka, {"socket.timeout.ms": 10000}), logger=_quiet)
 
 
-def partitions(admin: AdminClient, bootstrap: str, topic: str, timeout: float = 15.0) -> list[int]:
+def partitions(admin: AdminClient, kafka: KafkaAccess | str, topic: str, timeout: float = 15.0) -> list[int]:
     try:
         md = admin.list_topics(topic=topic, timeout=timeout)
     except KafkaException as exc:
-        raise TransientError(f"Kafka at {bootstrap} is unreachable while looking up topic {topic!r}: {exc}. "
+        raise TransientError(f"Kafka at {kafka} is unreachable while looking up topic {topic!r}: {exc}. "
                              f"Check that the brokers run and the Kafka connection's bootstrap.servers.") from None
     info = md.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
@@ -36,52 +37,52 @@ def partitions(admin: AdminClient, bootstrap: str, topic: str, timeout: float = 
     return sorted(info.partitions)
 
 
-def _list(admin: AdminClient, bootstrap: str, topic: str, parts: list[int], spec: OffsetSpec,
+def _list(admin: AdminClient, kafka: KafkaAccess | str, topic: str, parts: list[int], spec: OffsetSpec,
           timeout: float) -> dict[int, int]:
     request = {TopicPartition(topic, p): spec for p in parts}
     try:
         futures = admin.list_offsets(request, request_timeout=timeout)
         return {tp.partition: fut.result().offset for tp, fut in futures.items()}
     except KafkaException as exc:
-        raise TransientError(f"listing offsets of topic {topic!r} at {bootstrap} failed: {exc}") from None
+        raise TransientError(f"listing offsets of topic {topic!r} at {kafka} failed: {exc}") from None
 
 
-def end_offsets(bootstrap: str, topic: str, timeout: float = 15.0) -> dict[int, int]:
+def end_offsets(kafka: KafkaAccess | str, topic: str, timeout: float = 15.0) -> dict[int, int]:
     """Next offset to be written, per partition."""
-    admin = admin_client(bootstrap)
-    return _list(admin, bootstrap, topic, partitions(admin, bootstrap, topic, timeout), OffsetSpec.latest(), timeout)
+    admin = admin_client(kafka)
+    return _list(admin, kafka, topic, partitions(admin, kafka, topic, timeout), OffsetSpec.latest(), timeout)
 
 
-def earliest_offsets(bootstrap: str, topic: str, timeout: float = 15.0) -> dict[int, int]:
+def earliest_offsets(kafka: KafkaAccess | str, topic: str, timeout: float = 15.0) -> dict[int, int]:
     """Oldest offset still retained, per partition."""
-    admin = admin_client(bootstrap)
-    return _list(admin, bootstrap, topic, partitions(admin, bootstrap, topic, timeout), OffsetSpec.earliest(),
+    admin = admin_client(kafka)
+    return _list(admin, kafka, topic, partitions(admin, kafka, topic, timeout), OffsetSpec.earliest(),
                  timeout)
 
 
-def topic_id(bootstrap: str, topic: str, timeout: float = 15.0) -> str | None:
+def topic_id(kafka: KafkaAccess | str, topic: str, timeout: float = 15.0) -> str | None:
     """The broker's id of the topic (new each time a topic of that name is created); None from a
     broker that gives none."""
     from confluent_kafka import TopicCollection
-    admin = admin_client(bootstrap)
-    partitions(admin, bootstrap, topic, timeout)   # a missing topic: the error that says what to do
+    admin = admin_client(kafka)
+    partitions(admin, kafka, topic, timeout)   # a missing topic: the error that says what to do
     try:
         [fut] = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout).values()
         found = fut.result()
     except KafkaException as exc:
-        raise TransientError(f"describing topic {topic!r} at {bootstrap} failed: {exc}") from None
+        raise TransientError(f"describing topic {topic!r} at {kafka} failed: {exc}") from None
     return str(found.topic_id) if getattr(found, "topic_id", None) else None
 
 
-def watermarks(bootstrap: str, topic: str, timeout: float = 15.0) -> tuple[dict[int, int], dict[int, int]]:
+def watermarks(kafka: KafkaAccess | str, topic: str, timeout: float = 15.0) -> tuple[dict[int, int], dict[int, int]]:
     """(earliest retained, log end) per partition, with one client and one metadata lookup."""
-    admin = admin_client(bootstrap)
-    parts = partitions(admin, bootstrap, topic, timeout)
-    return (_list(admin, bootstrap, topic, parts, OffsetSpec.earliest(), timeout),
-            _list(admin, bootstrap, topic, parts, OffsetSpec.latest(), timeout))
+    admin = admin_client(kafka)
+    parts = partitions(admin, kafka, topic, timeout)
+    return (_list(admin, kafka, topic, parts, OffsetSpec.earliest(), timeout),
+            _list(admin, kafka, topic, parts, OffsetSpec.latest(), timeout))
 
 
-def mean_event_bytes(bootstrap: str, marks: dict[str, tuple[dict[int, int], dict[int, int]]], sample: int = 200,
+def mean_event_bytes(kafka: KafkaAccess | str, marks: dict[str, tuple[dict[int, int], dict[int, int]]], sample: int = 200,
                      timeout: float = 10.0) -> float | None:
     """The largest mean size (key + value bytes) of the newest `sample` events of any partition of
     the topics in `marks` (each topic's watermarks()): what a batch's raw records weigh per event.
@@ -95,8 +96,8 @@ def mean_event_bytes(bootstrap: str, marks: dict[str, tuple[dict[int, int], dict
                 ranges[(topic, p)] = (max(earliest.get(p, 0), end - sample), end)
     if not ranges:
         return None
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tideline-event-size", "enable.auto.commit": False,
-                         "enable.partition.eof": True, "isolation.level": "read_committed"}, logger=_quiet)
+    consumer = Consumer(client_config(kafka, {"group.id": "tideline-event-size", "enable.auto.commit": False,
+                         "enable.partition.eof": True, "isolation.level": "read_committed"}), logger=_quiet)
     sizes: dict[tuple[str, int], list[int]] = {tp: [] for tp in ranges}
     try:
         consumer.assign([TopicPartition(t, p, lo) for (t, p), (lo, _end) in ranges.items()])

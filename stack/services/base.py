@@ -43,6 +43,12 @@ SPARK_WORKER_MEMORY = os.environ.get("TIDELINE_SPARK_WORKER_MEMORY", "2g")
 # on the broker/controller ports + 2·(i-1).
 KAFKA_BROKERS = 3 if os.environ.get("TIDELINE_KAFKA_CLUSTER", "").lower() in ("1", "true", "yes", "on") else 1
 HOST = "127.0.0.1"
+# Secure mode (TIDELINE_STACK_SECURE=1), as a production DBA and Kafka operator would run it: the
+# stack's own CA (services.tls), PostgreSQL over TLS only (hostssl, clients verify-full), Kafka
+# over SASL_SSL only (SCRAM-SHA-512) for Connect and every Tideline client.
+SECURE = os.environ.get("TIDELINE_STACK_SECURE", "").lower() in ("1", "true", "yes", "on")
+KAFKA_ADMIN, KAFKA_ADMIN_PASS = "admin", "kafka-admin"      # the brokers' login to each other (secure mode)
+KAFKA_USER, KAFKA_PASS = "tideline", "tideline-kafka"       # Connect's and Tideline's (secure mode)
 # Throwaway credentials of the local stack only; production reads Airflow connections.
 PG_SUPERUSER, PG_SUPERPASS = "postgres", "postgres"
 PG_USER, PG_PASS = "tideline", "tideline"

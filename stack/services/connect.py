@@ -21,6 +21,16 @@ def secrets_lines(folder) -> str:
             f"config.providers.directory.param.allowed.paths={folder}\n")
 
 
+def _security_lines(kafka: KafkaCluster) -> str:
+    """A secure cluster: the worker's own clients and the producers, consumers and admin clients
+    it makes for connectors log in over SASL_SSL (Connect takes each client's settings apart)."""
+    sec = kafka.java_client_security()
+    if not sec:
+        return ""
+    return "# SASL_SSL to the secure cluster: the worker, and the clients it makes for connectors\n" + "".join(
+        f"{prefix}{k}={v}\n" for prefix in ("", "producer.", "consumer.", "admin.") for k, v in sec.items())
+
+
 def connect_url() -> str:
     return f"http://{HOST}:{PORTS['connect']}"
 
@@ -68,7 +78,7 @@ offset.flush.interval.ms=1000
 topic.creation.enable=true
 # Connector passwords are references resolved from files the sync DAG writes (mode 0600), never
 # stored in the config topic nor returned by the REST API (plugins/tideline/capture/secrets.py).
-{secrets_lines(SECRETS)}# No-loss producer settings for every source task: acks from all in-sync replicas (the default,
+{secrets_lines(SECRETS)}{_security_lines(kafka)}# No-loss producer settings for every source task: acks from all in-sync replicas (the default,
 # made explicit), idempotence, and retries without a count limit inside the delivery timeout —
 # 10 min, so a Kafka outage that short (or too few in-sync replicas) blocks the connector rather
 # than failing its task; a longer one fails the task, which ensure_connector restarts, resuming
@@ -85,6 +95,7 @@ producer.delivery.timeout.ms=600000
         wait_until(part, lambda: connect_healthy(url), 120, f"GET {url}/connector-plugins lists {DEBEZIUM_CLASS}")
         return url
     props.write_text(text)
+    props.chmod(0o600)   # secure mode: the worker's SCRAM login
     if running:   # a worker started with older settings (an upgraded checkout) takes the new ones
         _supervisorctl("restart", part)
     supervise(part, shlex.join(_jvm(part, "org.apache.kafka.connect.cli.ConnectDistributed", [str(props)], "1g")),

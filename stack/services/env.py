@@ -10,9 +10,9 @@ import sys
 from services.airflow import airflow_url
 from services.base import (AIRFLOW_USERS, DATABASES, HOST, LOGS, PG_PASS, PG_USER, PORTS, ROOT, SPARK_CLUSTER, VAR,
                            VENV_BIN)
-from services.kafka import kafka_bootstrap
+from services.kafka import KAFKA, kafka_bootstrap
 from services.mariadb import mariadb_url
-from services.postgres import pg_url
+from services.postgres import client_tls, pg_url
 from services.spark import CLASS_ARCHIVE, _driver_classpath, iceberg_jars, spark_jars, spark_master_url
 
 
@@ -53,9 +53,11 @@ def environment() -> dict[str, str]:
         # the Iceberg catalog: JDBC catalog tables in its own database, files under the warehouse
         "AIRFLOW_CONN_TIDELINE_LAKE": json.dumps(
             {"conn_type": "iceberg", "host": HOST, "port": PORTS["postgres"], "login": PG_USER,
-             "password": PG_PASS, "schema": DATABASES["lake"], "extra": {"warehouse": (VAR / "lake").as_uri()}}),
+             "password": PG_PASS, "schema": DATABASES["lake"],
+             "extra": {"warehouse": (VAR / "lake").as_uri(), **client_tls()}}),
+        # secure mode: SASL_SSL with the stack's SCRAM user and CA (services.kafka)
         "AIRFLOW_CONN_TIDELINE_KAFKA": json.dumps(
-            {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap()}}),
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap(), **KAFKA.client_security()}}),
         "AIRFLOW_CONN_TIDELINE_CONNECT": json.dumps(
             {"conn_type": "http", "host": HOST, "port": PORTS["connect"], "schema": "http"}),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(

@@ -8,7 +8,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.base import HOST, KAFKA_BROKERS, LIB, PORTS, VAR, StackError, java, wait_until
+from services.base import (HOST, KAFKA_ADMIN, KAFKA_ADMIN_PASS, KAFKA_BROKERS, KAFKA_PASS, KAFKA_USER, LIB, PORTS, SECURE,
+                           VAR, StackError, java, wait_until)
 from services.supervisor import KAFKA_PARTS, _stop_unsupervised, _unsupervise, supervise, supervised_state
 
 
@@ -64,6 +65,7 @@ class KafkaCluster:
     controller_port: int
     home: Path
     stopwait: int = 60     # seconds a node gets to shut down cleanly
+    secure: bool = False   # SASL_SSL (SCRAM-SHA-512) clients, SSL between controllers; no PLAINTEXT listener
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -75,13 +77,32 @@ class KafkaCluster:
     def bootstrap(self) -> str:
         return ",".join(f"{HOST}:{self.node_ports(i)[0]}" for i in range(1, self.nodes + 1))
 
+    def client_security(self, user: str = KAFKA_USER, password: str = KAFKA_PASS) -> dict[str, str]:
+        """The librdkafka security settings of a client (the Airflow Kafka connection's extra)."""
+        if not self.secure:
+            return {}
+        from services.tls import certificates
+        return {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
+                "sasl.password": password, "ssl.ca.location": str(certificates().ca)}
+
+    def java_client_security(self, user: str = KAFKA_USER, password: str = KAFKA_PASS) -> dict[str, str]:
+        """The same for a Java client (Connect's worker, producers, consumers and admin)."""
+        if not self.secure:
+            return {}
+        from services.tls import certificates
+        return {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                    f'username="{user}" password="{password}";',
+                "ssl.truststore.type": "PEM", "ssl.truststore.location": str(certificates().ca)}
+
     def healthy(self) -> bool:
         import logging
         from confluent_kafka.admin import AdminClient
         quiet = logging.getLogger("stackctl.rdkafka")
         quiet.addHandler(logging.NullHandler())
         quiet.propagate = False
-        admin = AdminClient({"bootstrap.servers": self.bootstrap(), "socket.timeout.ms": 3000}, logger=quiet)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap(), "socket.timeout.ms": 3000,
+                             **self.client_security()}, logger=quiet)
         return len(admin.list_topics(timeout=3).brokers) >= self.nodes
 
     def properties(self, node: int, data: Path) -> str:
@@ -93,11 +114,7 @@ class KafkaCluster:
 process.roles=broker,controller
 node.id={node}
 controller.quorum.voters={voters}
-listeners=PLAINTEXT://{HOST}:{broker},CONTROLLER://{HOST}:{controller}
-advertised.listeners=PLAINTEXT://{HOST}:{broker}
-controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
+{self._listeners(broker, controller)}
 log.dirs={data}
 num.partitions=1
 default.replication.factor={replicas}
@@ -118,6 +135,30 @@ log.initial.task.delay.ms=1000
 group.initial.rebalance.delay.ms=0
 """
 
+    def _listeners(self, broker: int, controller: int) -> str:
+        if not self.secure:
+            return f"""listeners=PLAINTEXT://{HOST}:{broker},CONTROLLER://{HOST}:{controller}
+advertised.listeners=PLAINTEXT://{HOST}:{broker}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT"""
+        from services.tls import certificates
+        certs = certificates()
+        return f"""# secure mode: clients over SASL_SSL with SCRAM-SHA-512 only, controllers over SSL
+listeners=SASL_SSL://{HOST}:{broker},CONTROLLER://{HOST}:{controller}
+advertised.listeners=SASL_SSL://{HOST}:{broker}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SSL
+inter.broker.listener.name=SASL_SSL
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="{KAFKA_ADMIN}" password="{KAFKA_ADMIN_PASS}";
+ssl.keystore.type=PEM
+ssl.keystore.location={certs.bundle}
+ssl.truststore.type=PEM
+ssl.truststore.location={certs.ca}
+ssl.endpoint.identification.algorithm=https"""
+
     def start(self) -> None:
         if all(supervised_state(p) == "RUNNING" for p in self.parts):
             wait_until(self.prefix, self.healthy, 60, f"metadata from {self.bootstrap()}")
@@ -134,9 +175,12 @@ group.initial.rebalance.delay.ms=0
             data, props = ndir / "data", ndir / "server.properties"
             ndir.mkdir(parents=True, exist_ok=True)
             props.write_text(self.properties(node, data))
+            props.chmod(0o600)   # secure mode: the brokers' own SCRAM login
             if not (data / "meta.properties").exists():
+                scram = [x for user, pw in ((KAFKA_ADMIN, KAFKA_ADMIN_PASS), (KAFKA_USER, KAFKA_PASS))
+                         for x in ("--add-scram", f"SCRAM-SHA-512=[name={user},password={pw}]")] if self.secure else []
                 fmt = subprocess.run(_jvm("kafka-storage", "kafka.tools.StorageTool",
-                                          ["format", "-t", cluster_id, "-c", str(props)], "256m"),
+                                          ["format", "-t", cluster_id, "-c", str(props), *scram], "256m"),
                                      capture_output=True, text=True)
                 if fmt.returncode != 0:
                     raise StackError(f"{part}: formatting {data} failed: {fmt.stdout}{fmt.stderr}")
@@ -148,7 +192,7 @@ group.initial.rebalance.delay.ms=0
         _unsupervise(self.parts)
 
 
-KAFKA = KafkaCluster("kafka", KAFKA_BROKERS, PORTS["kafka"], PORTS["kafka_controller"], VAR / "kafka")
+KAFKA = KafkaCluster("kafka", KAFKA_BROKERS, PORTS["kafka"], PORTS["kafka_controller"], VAR / "kafka", secure=SECURE)
 
 
 def kafka_healthy() -> bool:

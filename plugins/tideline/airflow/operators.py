@@ -112,14 +112,14 @@ class CoverageSensor(BaseSensorOperator):
         tables = (plan.get("stream", []) + plan.get("full_load", [])) or [t.name for t in cfg.tables
                                                                            if t.mode == "cdc"]
         try:
-            bootstrap = connections.get(cfg.kafka.conn_id).kafka_bootstrap
+            kafka = connections.get(cfg.kafka.conn_id).kafka_access
             conn = state.connect(connections.get(cfg.target.conn_id))
         except errors.TransientError as exc:
             self.log.warning("cannot check coverage yet: %s", exc)
             return False
         try:
             try:
-                lost = coverage.review(cfg, conn, bootstrap, tables, alert_sender(cfg))
+                lost = coverage.review(cfg, conn, kafka, tables, alert_sender(cfg))
             except errors.TransientError as exc:
                 self.log.warning("cannot check coverage yet: %s", exc)
                 return False

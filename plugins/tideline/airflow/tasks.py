@@ -152,7 +152,7 @@ def verify(pipeline: str, tables: list[str], repair_found: bool = False) -> list
     cfg = get_pipeline(pipeline)
     reports = verify_mod.verify_and_repair(
         cfg, connections.get(cfg.source.conn_id), connections.get(cfg.target.conn_id), tables,
-        connections.get(cfg.kafka.conn_id).kafka_bootstrap, alert_sender(cfg), repair_found)
+        connections.get(cfg.kafka.conn_id).kafka_access, alert_sender(cfg), repair_found)
     different = [r for r in reports if not r.equal]
     if different:
         raise AirflowFailException(f"pipeline {cfg.name}: source and target differ: "
@@ -212,9 +212,9 @@ def watch(pipeline: str) -> dict:
         state.migrate(conn)
         tables = [t.name for t in cfg.tables if t.mode == "cdc"]
         send = alerts.once_per(conn, cfg, alert_sender(cfg))
-        bootstrap = connections.get(cfg.kafka.conn_id).kafka_bootstrap
-        checked = coverage.check(cfg, conn, bootstrap, tables)
-        lost = coverage.review(cfg, conn, bootstrap, tables, send, mark=False, checked=checked)
+        kafka = connections.get(cfg.kafka.conn_id).kafka_access
+        checked = coverage.check(cfg, conn, kafka, tables)
+        lost = coverage.review(cfg, conn, kafka, tables, send, mark=False, checked=checked)
         pending = {r.table: r.pending for r in checked}
         halted, stalled = [], []
         now = datetime.now(timezone.utc)

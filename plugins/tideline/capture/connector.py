@@ -14,6 +14,7 @@ from confluent_kafka.admin import NewTopic
 
 from tideline import engines
 from tideline.capture import secrets
+from tideline.core.kafka_access import KafkaAccess
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
 from tideline.core.debezium import connector_name
@@ -30,10 +31,10 @@ class ConnectError(TerminalError):
     """Kafka Connect refused or failed the connector; the message carries Connect's own words."""
 
 
-def ensure_topics(cfg: PipelineConfig, bootstrap: str, extra: dict[str, dict[str, str]] | None = None) -> list[str]:
+def ensure_topics(cfg: PipelineConfig, kafka: KafkaAccess | str, extra: dict[str, dict[str, str]] | None = None) -> list[str]:
     """Creates missing change topics with the pipeline's partitions, replication and retention,
     and the engine's own topics (`extra`: name -> config overrides; one partition each)."""
-    admin = admin_client(bootstrap)
+    admin = admin_client(kafka)
     wanted = [cfg.topic(t.name) for t in cfg.tables if t.mode == "cdc"]
     existing = admin.list_topics(timeout=15).topics
     topic_config = {"retention.ms": str(cfg.kafka.retention_ms), "cleanup.policy": "delete",
@@ -196,14 +197,14 @@ def _failure_trace(status: dict) -> str | None:
 
 
 def ensure_connector(cfg: PipelineConfig, connect: Conn, source: Conn, timeout: float = 120.0,
-                     bootstrap: str | None = None) -> dict:
+                     kafka: KafkaAccess | None = None) -> dict:
     """Creates or updates the connector and waits until it and its task run and the source side
     of capture is in place (the slot exists / the connector streams past a marker)."""
     engine = engines.for_source(source)
     engine.ensure_heartbeat_table(cfg)
     client = ConnectClient(connect.http_base_url())
     name = connector_name(cfg)
-    config, rotated = secrets.externalize(name, engine.connector_config(cfg, bootstrap))
+    config, rotated = secrets.externalize(name, engine.connector_config(cfg, kafka))
     existed = client.status(name) is not None
     client.put_config(name, config)
     if rotated and existed:   # same config, a new password behind its reference: only a restart reads it
@@ -285,7 +286,7 @@ def ensure_capture(cfg: PipelineConfig, kafka: Conn, connect: Conn, source: Conn
     from tideline.capture import refusals
     engine = engines.for_source(source)
     cfg = refusals.carried(cfg, refusals.check_and_record(cfg, source, target, notify))
-    ensure_topics(cfg, kafka.kafka_bootstrap, engine.capture_topics(cfg))
+    ensure_topics(cfg, kafka.kafka_access, engine.capture_topics(cfg))
     marked = recover_lost_capture(cfg, connect, source, target) if target is not None else []
     missed = engine.prepare_capture(cfg)
     if missed and target is not None:
@@ -293,7 +294,7 @@ def ensure_capture(cfg: PipelineConfig, kafka: Conn, connect: Conn, source: Conn
                                                             "stream does not read (a publication made before "
                                                             "partitioned tables were carried via their root); "
                                                             "the publication is repaired")
-    ensure_connector(cfg, connect, source, bootstrap=kafka.kafka_bootstrap)
+    ensure_connector(cfg, connect, source, kafka=kafka.kafka_access)
     return marked
 
 

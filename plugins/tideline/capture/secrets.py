@@ -22,7 +22,9 @@ log = logging.getLogger("tideline.connector")
 SECRETS_DIR_ENV = "TIDELINE_CONNECT_SECRETS_DIR"
 PROVIDER = "directory"
 PROVIDER_CLASS = "org.apache.kafka.common.config.provider.DirectoryConfigProvider"
-SECRET_KEYS = ("database.password",)
+# the database password, and the SASL login of a MariaDB connector's schema-history Kafka clients
+SECRET_KEYS = ("database.password", "schema.history.internal.producer.sasl.jaas.config",
+               "schema.history.internal.consumer.sasl.jaas.config")
 
 
 def secrets_dir() -> Path | None:

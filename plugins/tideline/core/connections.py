@@ -9,9 +9,13 @@ import json
 import os
 from dataclasses import dataclass, field
 from typing import Mapping
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from tideline.core.errors import ConfigError
+from tideline.core.kafka_access import KafkaAccess, kafka_access
+
+TLS_KEYS = ("sslmode", "sslrootcert", "sslcert", "sslkey")
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 
 
 @dataclass(frozen=True)
@@ -25,21 +29,39 @@ class Conn:
     schema: str | None = None
     extra: dict = field(default_factory=dict)
 
+    @property
+    def tls(self) -> dict[str, str]:
+        """The database connection's TLS settings, libpq's names in the connection's extra (the
+        Airflow Postgres connection's convention): sslmode, sslrootcert, sslcert, sslkey. Every
+        client of the database — psycopg2, Spark's JDBC reads, the Debezium connector — gets them."""
+        tls = {k: str(self.extra[k]) for k in TLS_KEYS if self.extra.get(k)}
+        mode = tls.get("sslmode")
+        if mode is not None and mode not in SSL_MODES:
+            raise ConfigError(f"connection {self.conn_id}", [("extra.sslmode", f"is {mode!r}; one of {', '.join(SSL_MODES)}")])
+        if ("sslcert" in tls) != ("sslkey" in tls):
+            raise ConfigError(f"connection {self.conn_id}", [("extra.sslcert/sslkey", "a client certificate needs both")])
+        return tls
+
     def postgres_dsn(self) -> str:
         """libpq keyword DSN for psycopg2."""
         parts = {"host": self.host or "localhost", "port": self.port or 5432, "dbname": self.schema,
-                 "user": self.login, "password": self.password}
+                 "user": self.login, "password": self.password, **self.tls}
         return " ".join(f"{k}={_dsn_quote(str(v))}" for k, v in parts.items() if v not in (None, ""))
 
     def jdbc_url(self) -> str:
-        return f"jdbc:postgresql://{self.host or 'localhost'}:{self.port or 5432}/{self.schema or ''}"
+        """The PostgreSQL JDBC URL (pgjdbc takes libpq's TLS names: sslmode, sslrootcert, ...)."""
+        base = f"jdbc:postgresql://{self.host or 'localhost'}:{self.port or 5432}/{self.schema or ''}"
+        tls = self.tls
+        return f"{base}?{urlencode(tls)}" if tls else base
 
     @property
     def kafka_bootstrap(self) -> str:
-        servers = self.extra.get("bootstrap.servers") or (f"{self.host}:{self.port}" if self.host else None)
-        if not servers:
-            raise ConfigError(f"connection {self.conn_id}", [("extra.bootstrap.servers", "is missing")])
-        return servers
+        return self.kafka_access.bootstrap
+
+    @property
+    def kafka_access(self) -> KafkaAccess:
+        """Brokers and security settings of a Kafka connection (core.kafka_access)."""
+        return kafka_access(self.conn_id, self.extra, self.host, self.port)
 
     def http_base_url(self) -> str:
         scheme = self.schema or "http"

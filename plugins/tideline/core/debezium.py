@@ -111,6 +111,8 @@ def connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]:
         "plugin.name": "pgoutput",
         "database.port": str(source.port or 5432),
         "database.dbname": source.schema or "",
+        # TLS as the connection's extra says (sslmode verify-full, sslrootcert, client certificate)
+        **{f"database.{k}": v for k, v in source.tls.items()},
         "slot.name": cfg.slot_name,
         "publication.name": cfg.publication_name,
         # Tideline owns the publication (engines.postgres.prepare_capture): exactly the carried

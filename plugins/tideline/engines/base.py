@@ -4,6 +4,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from tideline.core.kafka_access import KafkaAccess
 from tideline.core import source_shapes
 from tideline.core.connections import Conn
 from tideline.core.errors import SourceError
@@ -144,7 +145,7 @@ class SourceEngine(ABC):
 
     # ---------------------------------------------------------------- capture
     @abstractmethod
-    def connector_config(self, cfg, bootstrap: str | None = None) -> dict[str, str]:
+    def connector_config(self, cfg, kafka: KafkaAccess | None = None) -> dict[str, str]:
         """The Debezium connector's config, generated from the pipeline."""
 
     def prepare_capture(self, cfg) -> list[str]:

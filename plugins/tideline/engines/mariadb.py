@@ -28,7 +28,7 @@ from __future__ import annotations
 from tideline import sqlfiles
 from tideline.core import mariadb_types as mt
 from tideline.core import source_shapes
-from tideline.core.errors import SourceError, TransientError
+from tideline.core.errors import ConfigError, SourceError, TransientError
 from tideline.core.table_shape import KEY_ALIAS, Column, TableShape
 from tideline.engines.base import Snapshot, SourceEngine
 from tideline.engines.mariadb_capture import MariaDbCapture, capture_problems
@@ -47,6 +47,13 @@ FOREIGN_ENGINES = frozenset({"CONNECT", "FEDERATED", "FEDERATEDX", "SPIDER"})
 class MariaDbEngine(MariaDbCapture, SourceEngine):
     kind, label = "mariadb", "MariaDB"
     quote = staticmethod(q)
+
+    def __init__(self, source):
+        super().__init__(source)
+        if source.tls:
+            raise ConfigError(f"connection {source.conn_id!r}", [("extra." + "/".join(source.tls), (
+                "TLS to a MariaDB source is not supported yet (the binlog connector needs a Java truststore); "
+                "reach MariaDB over a private network or an SSH tunnel, or use a PostgreSQL source with TLS"))])
 
     @property
     def errors(self):

@@ -9,6 +9,7 @@ import re
 import time
 import zlib
 
+from tideline.core.kafka_access import KafkaAccess
 from tideline.core import mariadb_types as mt
 from tideline.core.errors import ConfigError, SourceError, TransientError
 
@@ -25,7 +26,7 @@ class MariaDbCapture:
     def schema_history_topic(self, cfg) -> str:
         return f"__tideline-schema-history.{cfg.kafka.topic_prefix}"
 
-    def connector_config(self, cfg, bootstrap: str | None = None) -> dict[str, str]:
+    def connector_config(self, cfg, kafka: KafkaAccess | None = None) -> dict[str, str]:
         from tideline.core import debezium
         if not cfg.source.heartbeat_table:
             raise ConfigError(f"pipeline {cfg.name}", [("source.heartbeat_table", (
@@ -39,7 +40,11 @@ class MariaDbCapture:
             "database.include.list": ",".join(debezium.regex_literal(db) for db in cfg.source_schemas),
             # the connector reads the tables' schema (no rows) and streams from the current position
             "snapshot.locking.mode": "minimal",
-            "schema.history.internal.kafka.bootstrap.servers": bootstrap or "",
+            "schema.history.internal.kafka.bootstrap.servers": kafka.bootstrap if kafka else "",
+            # the schema history's own Kafka clients reach a secured cluster like every other client
+            # (its SASL login is a secret: capture.secrets keeps it out of Connect's config)
+            **{f"schema.history.internal.{client}.{k}": v for k, v in (kafka.java() if kafka else {}).items()
+               for client in ("producer", "consumer") if k != "bootstrap.servers"},
             "schema.history.internal.kafka.topic": self.schema_history_topic(cfg),
             "schema.history.internal.store.only.captured.tables.ddl": "true",
             "schema.history.internal.producer.acks": "all",

@@ -8,6 +8,7 @@ import time
 import psycopg2
 from psycopg2 import sql
 
+from tideline.core.kafka_access import KafkaAccess
 from tideline.core import debezium
 from tideline.core.errors import SourceError, TransientError
 
@@ -16,7 +17,7 @@ DISCONNECTED_LOOK_S = 5.0
 
 
 class PostgresCapture:
-    def connector_config(self, cfg, bootstrap: str | None = None) -> dict[str, str]:
+    def connector_config(self, cfg, kafka: KafkaAccess | None = None) -> dict[str, str]:
         return debezium.connector_config(cfg, self.source)
 
     def capture_topics(self, cfg) -> dict[str, dict[str, str]]:
@@ -129,9 +130,7 @@ class PostgresCapture:
             if look < 2:
                 time.sleep(DISCONNECTED_LOOK_S)
         try:
-            psycopg2.connect(host=connector_config.get("database.hostname"), port=connector_config.get("database.port"),
-                             dbname=connector_config.get("database.dbname"), user=connector_config.get("database.user"),
-                             password=self.source.password, connect_timeout=5).close()
+            psycopg2.connect(self.source.postgres_dsn(), connect_timeout=5).close()   # the connector's login
             cause = "its login works from here; the Kafka Connect log says what it meets"
         except psycopg2.Error as exc:
             cause = f"its login fails: {str(exc).strip().splitlines()[0]}"

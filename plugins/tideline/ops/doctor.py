@@ -14,6 +14,7 @@ from confluent_kafka.admin import ConfigResource
 
 from tideline import engines, sqlfiles, state, targets
 from tideline.capture.connector import ConnectClient
+from tideline.core.kafka_access import KafkaAccess
 from tideline.core import doctor_checks as dc
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import Conn, get_connection
@@ -39,10 +40,10 @@ def source_checks(cfg: PipelineConfig, source: Conn, streaming: int) -> list[dc.
     return engines.for_source(source).doctor_checks(cfg, streaming)
 
 
-def kafka_checks(cfg: PipelineConfig, bootstrap: str, skip: set[str] = frozenset()) -> list[dc.Check]:
+def kafka_checks(cfg: PipelineConfig, kafka: KafkaAccess | str, skip: set[str] = frozenset()) -> list[dc.Check]:
     """Each cdc table's topic (but those of `skip`, the refused tables): exists, partitions,
     replication, min ISR and retention against the pipeline's durability and allowed downtime."""
-    admin = admin_client(bootstrap)
+    admin = admin_client(kafka)
     topics = admin.list_topics(timeout=15).topics
     out = []
     for t in cfg.tables:
@@ -125,7 +126,7 @@ def run(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection) ->
         try:
             # a refused table is left out of capture: its topic is never made, and not missed
             refused = {c.table for c in checks if c.table is not None and c.status == dc.FAIL}
-            checks += kafka_checks(cfg, kafka.kafka_bootstrap, skip=refused)
+            checks += kafka_checks(cfg, kafka.kafka_access, skip=refused)
         except Exception as exc:
             checks.append(_unreachable("kafka", "brokers", exc))
     if connect is not None and has_cdc:

@@ -93,11 +93,11 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
     except BaseException:
         target.close()
         raise
-    bootstrap = resolve(cfg.kafka.conn_id).kafka_bootstrap
+    kafka = resolve(cfg.kafka.conn_id).kafka_access
     out = []
     try:
         state.migrate(target)
-        cov = {c.table: c for c in coverage.check(cfg, target, bootstrap, [t.name for t in cfg.tables])}
+        cov = {c.table: c for c in coverage.check(cfg, target, kafka, [t.name for t in cfg.tables])}
         for t in cfg.tables:
             st = state.get(target, cfg.name, t.name)
             target.rollback()

@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import ConfigResource
 
 from tideline import kafka_offsets, state
+from tideline.core.kafka_access import KafkaAccess, client_config
 from tideline.core.config import PipelineConfig
 from tideline.core.offsets import Gap, coverage_gaps
 
@@ -28,20 +29,20 @@ class TableCoverage:
         return sum(self.lag.values())
 
 
-def _retention_ms(bootstrap: str, topic: str) -> int:
-    admin = kafka_offsets.admin_client(bootstrap)
+def _retention_ms(kafka: KafkaAccess | str, topic: str) -> int:
+    admin = kafka_offsets.admin_client(kafka)
     fut = admin.describe_configs([ConfigResource("topic", topic)])
     configs = list(fut.values())[0].result(15)
     return int(configs["retention.ms"].value)
 
 
-def _oldest_needed_timestamp_ms(bootstrap: str, topic: str, resume: dict[int, int], latest: dict[int, int]):
+def _oldest_needed_timestamp_ms(kafka: KafkaAccess | str, topic: str, resume: dict[int, int], latest: dict[int, int]):
     """Timestamp of the oldest message the stream still needs (the one at its resume offset)."""
     needed = [(p, o) for p, o in resume.items() if o < latest.get(p, 0)]
     if not needed:
         return None
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tideline-coverage-probe",
-                         "enable.auto.commit": False})
+    consumer = Consumer(client_config(kafka, {"group.id": "tideline-coverage-probe",
+                         "enable.auto.commit": False}))
     try:
         consumer.assign([TopicPartition(topic, p, o) for p, o in needed])
         oldest, seen, deadline = None, set(), time.time() + 15
@@ -57,7 +58,7 @@ def _oldest_needed_timestamp_ms(bootstrap: str, topic: str, resume: dict[int, in
         consumer.close()
 
 
-def check(cfg: PipelineConfig, target_conn, bootstrap: str, tables: list[str]) -> list[TableCoverage]:
+def check(cfg: PipelineConfig, target_conn, kafka: KafkaAccess | str, tables: list[str]) -> list[TableCoverage]:
     out = []
     for name in tables:
         st = state.get(target_conn, cfg.name, name)
@@ -65,16 +66,16 @@ def check(cfg: PipelineConfig, target_conn, bootstrap: str, tables: list[str]) -
         if st is None or st.phase != "streaming" or st.resume_offsets is None:
             continue
         topic = cfg.topic(name)
-        earliest, latest = kafka_offsets.watermarks(bootstrap, topic)
+        earliest, latest = kafka_offsets.watermarks(kafka, topic)
         gaps = coverage_gaps(topic, st.resume_offsets, earliest, latest, st.raw.get("topic_partitions"),
                              st.raw.get("topic_id"),
-                             kafka_offsets.topic_id(bootstrap, topic) if st.raw.get("topic_id") else None)
+                             kafka_offsets.topic_id(kafka, topic) if st.raw.get("topic_id") else None)
         lag = {p: max(0, end - st.resume_offsets.get(p, 0)) for p, end in latest.items()}
         headroom = None
         if not gaps and any(lag.values()):
-            oldest = _oldest_needed_timestamp_ms(bootstrap, topic, st.resume_offsets, latest)
+            oldest = _oldest_needed_timestamp_ms(kafka, topic, st.resume_offsets, latest)
             if oldest is not None:
-                headroom = (oldest + _retention_ms(bootstrap, topic)) / 1000 - time.time()
+                headroom = (oldest + _retention_ms(kafka, topic)) / 1000 - time.time()
         out.append(TableCoverage(name, gaps, lag, headroom))
     return out
 
@@ -88,7 +89,7 @@ def describe_headroom(seconds: float | None) -> str:
     return f"the oldest needed offset expires in {h}h{rem // 60:02d}m"
 
 
-def review(cfg: PipelineConfig, target_conn, bootstrap: str, tables: list[str], notify,
+def review(cfg: PipelineConfig, target_conn, kafka: KafkaAccess | str, tables: list[str], notify,
            mark: bool = True, checked: list[TableCoverage] | None = None) -> list[str]:
     """The coverage verdict: tables Kafka no longer covers are returned and, with mark, marked
     needs_resnapshot (the sync DAG reloads them); covered ones are logged with their lag and
@@ -97,7 +98,7 @@ def review(cfg: PipelineConfig, target_conn, bootstrap: str, tables: list[str], 
     from tideline.ops import alerts
     lost = []
     threshold_s = cfg.alerts.headroom_below_hours * 3600
-    for r in (checked if checked is not None else check(cfg, target_conn, bootstrap, tables)):
+    for r in (checked if checked is not None else check(cfg, target_conn, kafka, tables)):
         if r.gaps:
             why = "Kafka no longer holds what the stream needs: " + "; ".join(g.describe() for g in r.gaps)
             if mark:

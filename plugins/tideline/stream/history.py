@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from tideline import state
+from tideline.core.kafka_access import KafkaAccess, client_config
 from tideline.core.config import PipelineConfig
 from tideline.core.errors import FencedError
 
@@ -15,8 +16,8 @@ log = logging.getLogger("tideline.incremental.history")
 
 
 class StreamHistory:
-    def __init__(self, cfg: PipelineConfig, store, bootstrap: str, mode: str, owner: str):
-        self.cfg, self.store, self.bootstrap, self.mode, self.owner = cfg, store, bootstrap, mode, owner
+    def __init__(self, cfg: PipelineConfig, store, kafka: KafkaAccess | str, mode: str, owner: str):
+        self.cfg, self.store, self.kafka, self.mode, self.owner = cfg, store, kafka, mode, owner
         self.run_ids: dict[str, int] = {}
         self.applied: dict[str, int] = {}  # events applied per table by this run
         self._consumer = None
@@ -77,8 +78,8 @@ class StreamHistory:
         from confluent_kafka import Consumer, TopicPartition
         try:
             if self._consumer is None:
-                self._consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"tideline-{self.cfg.name}",
-                                           "enable.auto.commit": False})
+                self._consumer = Consumer(client_config(self.kafka, {"group.id": f"tideline-{self.cfg.name}",
+                                           "enable.auto.commit": False}))
             offsets = [TopicPartition(topic, int(p), o) for topic, parts in committed.items()
                        for p, o in parts.items()]
             if offsets:

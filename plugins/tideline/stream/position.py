@@ -8,6 +8,7 @@ import logging
 from typing import Callable
 
 from tideline import kafka_offsets, state
+from tideline.core.kafka_access import KafkaAccess
 from tideline.core.config import PipelineConfig
 from tideline.core.errors import DataLossError
 from tideline.core.offsets import coverage_gaps, starting_offsets
@@ -17,7 +18,7 @@ log = logging.getLogger("tideline.incremental.position")
 Watermarks = dict[str, tuple[dict[int, int], dict[int, int]]]   # topic -> (earliest, latest) per partition
 
 
-def check_coverage(cfg: PipelineConfig, store, conn, tables, bootstrap: str, watermarks: Watermarks,
+def check_coverage(cfg: PipelineConfig, store, conn, tables, kafka: KafkaAccess | str, watermarks: Watermarks,
                    needs_resnapshot: Callable[[str, str], None]) -> dict[str, dict[str, int]]:
     """Kafka must still hold every committed resume offset (the target's applied position);
     otherwise the table is marked for a reload and DataLossError raised. Returns Spark's
@@ -28,11 +29,11 @@ def check_coverage(cfg: PipelineConfig, store, conn, tables, bootstrap: str, wat
         with conn.cursor() as cur:
             resume = store.applied_offsets(cur, cfg.name, cfg.target_schema(t.name), t.name, st.resume_offsets)
         conn.rollback()
-        watermarks[t.topic] = kafka_offsets.watermarks(bootstrap, t.topic)
+        watermarks[t.topic] = kafka_offsets.watermarks(kafka, t.topic)
         earliest, latest = watermarks[t.topic]
         t.partitions = st.raw.get("topic_partitions")
         gaps = coverage_gaps(t.topic, resume, earliest, latest, t.partitions, st.raw.get("topic_id"),
-                             kafka_offsets.topic_id(bootstrap, t.topic) if st.raw.get("topic_id") else None)
+                             kafka_offsets.topic_id(kafka, t.topic) if st.raw.get("topic_id") else None)
         if gaps:
             reason = "; ".join(g.describe() for g in gaps)
             what = ("Kafka no longer holds what the stream needs" if any(g.partition >= 0 for g in gaps)
@@ -47,11 +48,11 @@ def check_coverage(cfg: PipelineConfig, store, conn, tables, bootstrap: str, wat
     return start
 
 
-def batch_events(cfg: PipelineConfig, bootstrap: str, watermarks: Watermarks) -> int:
+def batch_events(cfg: PipelineConfig, kafka: KafkaAccess | str, watermarks: Watermarks) -> int:
     """Events per batch for this run, from the size of the newest events in the topics
     (stream.max_batch_mb); logged when the size lowers it."""
     stream = cfg.stream
-    mean = kafka_offsets.mean_event_bytes(bootstrap, watermarks)
+    mean = kafka_offsets.mean_event_bytes(kafka, watermarks)
     events = stream.batch_events(mean)
     if events < stream.max_offsets_per_trigger:
         log.info("batches of at most %s events: the newest events weigh %s bytes on average, and "

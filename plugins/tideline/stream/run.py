@@ -63,7 +63,7 @@ class IncrementalRun:
         self.engine = engines.for_source(self.source)
         self.target = get_connection(cfg.target.conn_id, environ)
         self.store = targets.for_target(self.target)
-        self.bootstrap = get_connection(cfg.kafka.conn_id, environ).kafka_bootstrap
+        self.kafka = get_connection(cfg.kafka.conn_id, environ).kafka_access
         self.owner = run_owner("incremental")
         self.tables: dict[str, StreamTable] = {}
         self.by_topic: dict[str, StreamTable] = {}
@@ -75,7 +75,7 @@ class IncrementalRun:
         self._tgt = None
         self._src = None
         self.halted: dict[str, str] = {}   # tables halted by this run: name -> why (the others go on)
-        self.history = StreamHistory(cfg, self.store, self.bootstrap, mode, self.owner)
+        self.history = StreamHistory(cfg, self.store, self.kafka, mode, self.owner)
         # one thread commits batch N to the target while Spark's batch thread reads N+1
         self.handover = BatchHandover(self._commit_and_report, self._batch_failed, self._stop_query)
         self.committer = BatchCommitter(cfg, self.store, self.engine, self.owner, self.tables, self.by_topic,
@@ -134,7 +134,7 @@ class IncrementalRun:
         return start
 
     def _check_coverage(self, conn) -> dict[str, dict[str, int]]:
-        return position.check_coverage(self.cfg, self.store, conn, self.tables.values(), self.bootstrap, self._watermarks,
+        return position.check_coverage(self.cfg, self.store, conn, self.tables.values(), self.kafka, self._watermarks,
                                        self._needs_resnapshot)
 
     def _target_columns(self, table: str, source: dict[str, Column]) -> list[Column]:
@@ -169,9 +169,9 @@ class IncrementalRun:
                 os.makedirs(self.cfg.stream.checkpoint_dir, exist_ok=True)
             checkpoint = tempfile.mkdtemp(prefix=f"tideline-{self.cfg.name}-", dir=self.cfg.stream.checkpoint_dir)
             stream = self.cfg.stream
-            batch_events = position.batch_events(self.cfg, self.bootstrap, self._watermarks)
+            batch_events = position.batch_events(self.cfg, self.kafka, self._watermarks)
             reader = (self.spark.readStream.format("kafka")
-                      .option("kafka.bootstrap.servers", self.bootstrap)
+                      .options(**self.kafka.spark_options())
                       .option("subscribe", ",".join(sorted(self.by_topic)))
                       .option("startingOffsets", json.dumps(start))
                       .option("failOnDataLoss", "true")

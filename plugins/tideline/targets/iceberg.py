@@ -230,12 +230,12 @@ class IcebergTarget(PostgresValues, StagedChanges, Target):
         return self._pyiceberg
 
     def _open_pyiceberg(self):
-        from urllib.parse import quote
+        from urllib.parse import quote, urlencode
 
         from pyiceberg.catalog.sql import SqlCatalog
         c = self.conn
         uri = (f"postgresql+psycopg2://{quote(c.login or '', safe='')}:{quote(c.password or '', safe='')}@"
-               f"{c.host or 'localhost'}:{c.port or 5432}/{c.schema}")
+               f"{c.host or 'localhost'}:{c.port or 5432}/{c.schema}" + (f"?{urlencode(c.tls)}" if c.tls else ""))
         # pool_pre_ping: a pooled connection the catalog database dropped (a restart) is replaced, not used
         return SqlCatalog(self.catalog, uri=uri, warehouse=self.warehouse, pool_pre_ping="true")
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from tideline import engines, kafka_offsets, state, targets
 from tideline.verify.findings import record
 from tideline.verify.sides import VerifySide
+from tideline.core.kafka_access import KafkaAccess
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import SourceError, TargetError, TidelineError
@@ -51,9 +52,9 @@ class VerifySettings:
 
 class TableVerifier:
     def __init__(self, cfg: PipelineConfig, engine, src: VerifySide, tgt: VerifySide, state_conn,
-                 pool: ThreadPoolExecutor, settings: VerifySettings, bootstrap: str | None):
+                 pool: ThreadPoolExecutor, settings: VerifySettings, kafka: KafkaAccess | None):
         self.cfg, self.engine, self.src, self.tgt, self.pool, self.s = cfg, engine, src, tgt, pool, settings
-        self.state, self.bootstrap = state_conn, bootstrap
+        self.state, self.kafka = state_conn, kafka
 
     def _both(self, fn, *args):
         fs, ft = self.pool.submit(fn, self.src, *args), self.pool.submit(fn, self.tgt, *args)
@@ -211,10 +212,10 @@ class TableVerifier:
         stream made no progress for stall_s (not running: stalled=True), or was still behind at the
         timeout."""
         st = state.get(self.state, self.cfg.name, table)
-        if st is None or st.phase != "streaming" or st.resume_offsets is None or not self.bootstrap:
+        if st is None or st.phase != "streaming" or st.resume_offsets is None or not self.kafka:
             return "", False
         time.sleep(self.s.settle_s)
-        _earliest, latest = kafka_offsets.watermarks(self.bootstrap, self.cfg.topic(table))
+        _earliest, latest = kafka_offsets.watermarks(self.kafka, self.cfg.topic(table))
         deadline = time.time() + self.s.catch_up_timeout_s
         seen, moved_at = st.resume_offsets, time.time()
         while True:
@@ -270,7 +271,7 @@ class TableVerifier:
         report.ranges = list(ranges)
 
 
-def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], bootstrap: str | None = None,
+def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], kafka: KafkaAccess | None = None,
            settings: VerifySettings | None = None) -> list[VerifyReport]:
     """Verifies each table and records the outcome, findings and ranges in the run history."""
     settings = settings or VerifySettings()
@@ -283,7 +284,7 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], b
     try:
         state.migrate(state_conn)
         with ThreadPoolExecutor(2, thread_name_prefix="tideline-verify") as pool:
-            verifier = TableVerifier(cfg, engine, src, tgt, state_conn, pool, settings, bootstrap)
+            verifier = TableVerifier(cfg, engine, src, tgt, state_conn, pool, settings, kafka)
             for table in tables:
                 if cfg.table(table).mode != "cdc":
                     log.warning("%s.%s is a batch-mode table: it lags the source by design (rows land per "
@@ -306,14 +307,14 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], b
     return reports
 
 
-def verify_and_repair(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], bootstrap: str | None,
+def verify_and_repair(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], kafka: KafkaAccess | None,
                       notify, repair_found: bool = False) -> list[VerifyReport]:
     """Verify; alert on each differing table (notify(event, message)); with repair_found, repair
     exactly what differed and verify those tables again. Returns the final reports."""
     from tideline.ops import alerts
     from tideline.verify.repair import repair_verified
     settings = VerifySettings(sample_rows=cfg.verify.sample_rows)
-    reports = verify(cfg, source, target, tables, bootstrap, settings)
+    reports = verify(cfg, source, target, tables, kafka, settings)
     different = [r for r in reports if not r.equal]
     for r in different:
         notify(alerts.VERIFY_DIFFERENCES, r.summary() + "".join(f"\n{line}" for line in r.sample_lines()[:10]))
@@ -321,7 +322,7 @@ def verify_and_repair(cfg: PipelineConfig, source: Conn, target: Conn, tables: l
         return reports
     for r in different:
         repair_verified(cfg, source, target, r.table)
-    again = {r.table: r for r in verify(cfg, source, target, [r.table for r in different], bootstrap, settings)}
+    again = {r.table: r for r in verify(cfg, source, target, [r.table for r in different], kafka, settings)}
     for r in again.values():
         (log.info if r.equal else log.error)("after the repair: %s", r.summary())
     return [again.get(r.table, r) for r in reports]
@@ -348,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         for t in tables:
             cfg.table(t)   # names the pipeline's tables when one is unknown
         reports = verify_and_repair(cfg, get_connection(cfg.source.conn_id), get_connection(cfg.target.conn_id),
-                                    tables, get_connection(cfg.kafka.conn_id).kafka_bootstrap,
+                                    tables, get_connection(cfg.kafka.conn_id).kafka_access,
                                     lambda event, message, subject="": alerts.notify(cfg, event, message),
                                     args.repair)
     except TidelineError as exc:
