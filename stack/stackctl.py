@@ -30,7 +30,8 @@ from typing import Callable
 
 from services.airflow import (AIRFLOW_PARTS, airflow_api, airflow_healthy, airflow_url, exec_part,
                               orphaned_airflow_workers, reap_orphaned_airflow_workers, up_airflow)
-from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, DATABASES, DEBEZIUM_CLASS, HOST, LOGS,
+from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, DATABASES, DEBEZIUM_CLASS, HOST, KAFKA_PASS,
+                           KAFKA_USER, LOGS,
                            MARIADB_DATABASE, MARIADB_PASS, MARIADB_USER, PG_PASS, PG_SUPERPASS, PG_SUPERUSER,
                            PG_USER, PORTS, ROOT, SPARK_CLUSTER, SPARK_WORKERS, STACK, VAR, VENV_BIN, StackError,
                            http_json, log_file, stop, wait_until)
@@ -60,6 +61,8 @@ __all__ = [
     "KafkaCluster",
     "LOGS",
     "MARIADB_DATABASE",
+    "KAFKA_PASS",
+    "KAFKA_USER",
     "MARIADB_PASS",
     "MARIADB_USER",
     "PG_PASS",

@@ -48,10 +48,12 @@ HOST = "127.0.0.1"
 # over SASL_SSL only (SCRAM-SHA-512) for Connect and every Tideline client.
 SECURE = os.environ.get("TIDELINE_STACK_SECURE", "").lower() in ("1", "true", "yes", "on")
 KAFKA_ADMIN, KAFKA_ADMIN_PASS = "admin", "kafka-admin"      # the brokers' login to each other (secure mode)
-KAFKA_USER, KAFKA_PASS = "tideline", "tideline-kafka"       # Connect's and Tideline's (secure mode)
+KAFKA_USER, KAFKA_PASS = "tideline", "tl-kafka-pw-4c1e"     # Connect's and Tideline's (secure mode)
 # Throwaway credentials of the local stack only; production reads Airflow connections.
 PG_SUPERUSER, PG_SUPERPASS = "postgres", "postgres"
-PG_USER, PG_PASS = "tideline", "tideline"
+# Tideline's own logins are words found nowhere else, so a whole test run's logs can be searched
+# for them (tests/integration/test_log_hygiene.py): none may ever be printed.
+PG_USER, PG_PASS = "tideline", "tl-pg-pw-8d2f"
 DATABASES = {"source": "tideline_source", "target": "tideline_target", "airflow": "airflow",
              "lake": "tideline_lake"}   # the Iceberg JDBC catalog (and an Iceberg pipeline's state)
 AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS = "admin", "admin"
@@ -62,7 +64,7 @@ DEBEZIUM_MARIADB_CLASS = "io.debezium.connector.mariadb.MariaDbConnector"
 # MariaDB: the demo shop's database, a capture user with exactly the privileges Debezium and
 # the full load need, and an admin for setting up (throwaway, local stack only).
 MARIADB_DATABASE = "shop"
-MARIADB_USER, MARIADB_PASS = "tideline", "tideline"
+MARIADB_USER, MARIADB_PASS = "tideline", "tl-maria-pw-5b7a"
 MARIADB_ADMIN, MARIADB_ADMIN_PASS = "admin", "admin"
 
 

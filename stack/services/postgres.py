@@ -162,6 +162,8 @@ def _bootstrap_databases() -> None:
         cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (PG_USER,))
         if not cur.fetchone():
             cur.execute(f"CREATE ROLE {PG_USER} LOGIN REPLICATION CREATEDB PASSWORD %s", (PG_PASS,))
+        else:   # a stack made when the password was another
+            cur.execute(f"ALTER ROLE {PG_USER} PASSWORD %s", (PG_PASS,))
         for db in DATABASES.values():
             cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,))
             if not cur.fetchone():

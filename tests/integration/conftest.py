@@ -20,6 +20,11 @@ import stackctl
 logging.getLogger("py4j.clientserver").setLevel(logging.WARNING)
 
 
+def pytest_collection_modifyitems(items):
+    """Tests marked `last` after all others, in their order (the log check reads the whole run's logs)."""
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+
+
 @pytest.fixture(scope="session")
 def stack():
     """Brings every part of the local stack up (idempotent) and exports its environment."""

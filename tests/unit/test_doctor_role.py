@@ -42,3 +42,15 @@ def test_a_superuser_or_a_writer_is_more_than_needed():
     assert su.status == WARN and "superuser" in su.detail
     [w] = source_role("cdc", facts(tables={"public.orders": {"modify": ["DELETE", "UPDATE"]}}), "p", WANTED, PUBLISHED)
     assert w.status == WARN and w.fix == "REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON public.orders FROM cdc"
+
+
+def test_encryption_passes_verified_tls_and_loopback_and_warns_clear_or_unverified_traffic():
+    from tideline.core.doctor_checks import encryption
+    assert encryption("source", "src", ["db.internal"], "verify-full", True).status == "pass"
+    assert encryption("kafka", "k", ["127.0.0.1"], "PLAINTEXT", False).status == "pass"
+    clear = encryption("source", "src", ["db.internal"], "prefer", False)
+    assert clear.status == "warn" and "verify-full" in clear.fix and "src" in clear.fix
+    unverified = encryption("target", "tgt", ["db.internal"], "require", False)
+    assert unverified.status == "warn" and "not verified" in unverified.detail
+    kafka = encryption("kafka", "k", ["k1", "k2"], "PLAINTEXT", False)
+    assert kafka.status == "warn" and "SASL_SSL" in kafka.fix

@@ -260,3 +260,27 @@ def source_role(role: str, facts: dict, publication: str, wanted: list[str], pub
         out.append(Check("source", "role", PASS, f"{role}: REPLICATION and SELECT on the {len(wanted)} synced "
                                                  f"table(s), nothing more"))
     return out
+
+
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
+def encryption(part: str, conn_id: str, hosts: list[str], protocol: str, verified: bool) -> Check:
+    """How a connection travels (README "Security"): verified TLS passes; TLS that does not check
+    the server's certificate, or no TLS to another host, warns with the setting to change; plain
+    loopback (the local stack) passes as what it is. protocol: what the connection says (sslmode,
+    or Kafka's security.protocol)."""
+    where = ", ".join(hosts)
+    if verified:
+        return Check(part, "encryption", PASS, f"connection {conn_id} to {where}: {protocol}, the server verified")
+    plain = protocol in ("disable", "allow", "prefer", "PLAINTEXT", "SASL_PLAINTEXT", "")
+    if plain and all(h in LOOPBACK for h in hosts):
+        return Check(part, "encryption", PASS, f"connection {conn_id} to {where}: not encrypted (loopback only)")
+    kafka = part == "kafka"
+    fix = ('set extra "security.protocol": "SASL_SSL" with "ssl.ca.location" (and the SASL login)' if kafka and plain
+           else 'set extra "ssl.ca.location" and keep ssl.endpoint.identification.algorithm https' if kafka
+           else 'set extra "sslmode": "verify-full" and "sslrootcert" (the CA that signed the server)')
+    what = "not encrypted" if plain else "encrypted, but the server's certificate is not verified"
+    return Check(part, "encryption", WARN, f"connection {conn_id} to {where}: {protocol or 'no TLS'}: {what}",
+                 f"in connection {conn_id}: {fix}")
+

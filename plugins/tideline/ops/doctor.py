@@ -40,6 +40,22 @@ def source_checks(cfg: PipelineConfig, source: Conn, streaming: int) -> list[dc.
     return engines.for_source(source).doctor_checks(cfg, streaming)
 
 
+def encryption_checks(source: Conn | None, target: Conn | None, kafka: Conn | None) -> list[dc.Check]:
+    """How each connection travels: TLS verified, TLS unverified, or in clear (dc.encryption)."""
+    out = []
+    for part, c in (("source", source), ("target", target)):
+        if c is not None:
+            mode = c.tls.get("sslmode", "prefer" if c.conn_type.startswith("postgres") else "")
+            out.append(dc.encryption(part, c.conn_id, [c.host or "localhost"], mode, mode == "verify-full"))
+    if kafka is not None:
+        access = kafka.kafka_access
+        verified = access.protocol.endswith("SSL") and access.security.get(
+            "ssl.endpoint.identification.algorithm", "https") == "https"
+        out.append(dc.encryption("kafka", kafka.conn_id, [b.rsplit(":", 1)[0] for b in access.bootstrap.split(",")],
+                                 access.protocol, verified))
+    return out
+
+
 def kafka_checks(cfg: PipelineConfig, kafka: KafkaAccess | str, skip: set[str] = frozenset()) -> list[dc.Check]:
     """Each cdc table's topic (but those of `skip`, the refused tables): exists, partitions,
     replication, min ISR and retention against the pipeline's durability and allowed downtime."""
@@ -108,6 +124,7 @@ def run(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection) ->
             checks.append(dc.connection(conn_id, str(exc).strip()[:300]))
     source, target = conns.get(cfg.source.conn_id), conns.get(cfg.target.conn_id)
     kafka, connect = conns.get(cfg.kafka.conn_id), conns.get(cfg.connect.conn_id)
+    checks += encryption_checks(source, target, kafka)
     streaming = 0
     if target is not None:
         try:
