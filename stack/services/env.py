@@ -12,7 +12,8 @@ from services.base import (AIRFLOW_USERS, DATABASES, HOST, LOGS, PG_PASS, PG_USE
                            VENV_BIN)
 from services.kafka import KAFKA, kafka_bootstrap
 from services.mariadb import mariadb_url
-from services.postgres import client_tls, pg_url
+from services.postgres import pg_url
+from services.tls import client_tls
 from services.spark import CLASS_ARCHIVE, _driver_classpath, iceberg_jars, spark_jars, spark_master_url
 
 

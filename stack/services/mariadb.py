@@ -9,14 +9,17 @@ import subprocess
 from pathlib import Path
 
 from services.base import (HOST, MARIADB_ADMIN, MARIADB_ADMIN_PASS, MARIADB_DATABASE, MARIADB_PASS, MARIADB_USER,
-                           PORTS, VAR, StackError, wait_until)
+                           PORTS, SECURE, VAR, StackError, wait_until)
 from services.supervisor import supervise
+from services.tls import client_tls, key_copy
 
 MARIADB_BIN = Path(os.environ.get("TIDELINE_MARIADB_BIN", "/usr/sbin"))
 
 
 def mariadb_url(db: str = MARIADB_DATABASE, user: str = MARIADB_USER, password: str = MARIADB_PASS) -> str:
-    return f"mysql://{user}:{password}@{HOST}:{PORTS['mariadb']}/{db}"
+    from urllib.parse import urlencode
+    tls = client_tls()
+    return f"mysql://{user}:{password}@{HOST}:{PORTS['mariadb']}/{db}" + (f"?{urlencode(tls)}" if tls else "")
 
 
 def _mariadb_owner() -> str | None:
@@ -27,6 +30,9 @@ def _mariadb_owner() -> str | None:
 def mariadb_connect(db: str | None = None, user: str = MARIADB_ADMIN, password: str = MARIADB_ADMIN_PASS,
                     **kw):
     import pymysql
+    if SECURE:   # TCP clients over TLS only, the server verified
+        import ssl
+        kw.setdefault("ssl", ssl.create_default_context(cafile=client_tls()["sslrootcert"]))
     return pymysql.connect(host=HOST, port=PORTS["mariadb"], user=user, password=password, database=db,
                            connect_timeout=3, charset="utf8mb4", **kw)
 
@@ -67,8 +73,19 @@ collation-server = utf8mb4_bin
 default-time-zone = '+00:00'
 innodb_buffer_pool_size = 128M
 max_connections = 200
-""")
+{_tls_lines(mdir)}""")
     return conf
+
+
+def _tls_lines(mdir: Path) -> str:
+    """Secure mode: the stack's certificate, and TCP clients over TLS only (the socket stays)."""
+    if not SECURE:
+        return ""
+    from services.tls import certificates
+    certs = certificates()
+    key = key_copy(_mariadb_owner(), mdir / "server.key")
+    return (f"ssl_cert = {certs.cert}\nssl_key = {key}\nssl_ca = {certs.ca}\n"
+            "require_secure_transport = ON\ntls_version = TLSv1.2,TLSv1.3\n")
 
 
 def up_mariadb() -> None:

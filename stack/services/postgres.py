@@ -11,17 +11,9 @@ from pathlib import Path
 from services.base import (DATABASES, HOST, LOGS, PG_PASS, PG_SUPERPASS, PG_SUPERUSER, PG_USER, PORTS, SECURE, VAR,
                            StackError, pid_alive, wait_until)
 from services.supervisor import _supervisorctl, supervise, supervised_state
+from services.tls import client_tls, key_copy
 
 PG_BIN = Path(os.environ.get("TIDELINE_PG_BIN", "/usr/lib/postgresql/15/bin"))
-
-
-def client_tls() -> dict[str, str]:
-    """What a client of the stack's PostgreSQL adds in secure mode: verify the server against the
-    stack's CA (libpq's names: psycopg2 keywords, URI parameters, the Airflow connection's extra)."""
-    if not SECURE:
-        return {}
-    from services.tls import certificates
-    return {"sslmode": "verify-full", "sslrootcert": str(certificates().ca)}
 
 
 def pg_url(db: str, user: str = PG_USER, password: str = PG_PASS, scheme: str = "postgresql") -> str:
@@ -127,12 +119,7 @@ def _write_mode(data: Path, owner: str | None) -> bool:
     if SECURE:
         from services.tls import certificates
         certs = certificates()
-        key = data.parent / "server.key"   # PostgreSQL wants its key owned by it, mode 0600
-        key.write_bytes(certs.key.read_bytes())
-        os.chmod(key, 0o600)
-        if owner:
-            pw = pwd.getpwnam(owner)
-            os.chown(key, pw.pw_uid, pw.pw_gid)
+        key = key_copy(owner, data.parent / "server.key")
         mode = f"ssl = on\nssl_cert_file = '{certs.cert}'\nssl_key_file = '{key}'\nssl_min_protocol_version = 'TLSv1.2'\n"
     else:
         mode = "ssl = off\n"

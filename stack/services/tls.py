@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.base import HOST, VAR
+from services.base import HOST, SECURE, VAR
 
 TLS_DIR = VAR / "tls"
 
@@ -72,3 +72,23 @@ def _make(c: Certificates) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+
+
+def client_tls() -> dict[str, str]:
+    """What a client of the stack's databases adds in secure mode: verify the server against the
+    stack's CA (libpq's names — psycopg2 keywords, URI parameters, the Airflow connection's extra —
+    which Tideline reads for MariaDB too)."""
+    if not SECURE:
+        return {}
+    return {"sslmode": "verify-full", "sslrootcert": str(certificates().ca)}
+
+
+def key_copy(owner: str | None, where: Path) -> Path:
+    """The server key copied for a server that runs as its own OS user (and wants it 0600, its own)."""
+    import pwd
+    where.write_bytes(certificates().key.read_bytes())
+    os.chmod(where, 0o600)
+    if owner:
+        pw = pwd.getpwnam(owner)
+        os.chown(where, pw.pw_uid, pw.pw_gid)
+    return where

@@ -574,7 +574,7 @@ def test_config_from_a_mariadb_connection(stack, pipelines, tmp_path):
     cfg = load_pipeline(stackctl.ROOT / "pipelines" / "shop_mariadb.yaml")
     engine = engines.for_source(get_connection(cfg.source.conn_id))
     assert engine.kind == "mariadb"
-    config = engine.connector_config(cfg, stackctl.kafka_bootstrap())
+    config = engine.connector_config(cfg, get_connection("tideline_kafka").kafka_access)
     assert config["connector.class"] == "io.debezium.connector.mariadb.MariaDbConnector"
     assert config["snapshot.mode"] == "no_data" and config["database.include.list"] == DB
 

@@ -22,9 +22,10 @@ log = logging.getLogger("tideline.connector")
 SECRETS_DIR_ENV = "TIDELINE_CONNECT_SECRETS_DIR"
 PROVIDER = "directory"
 PROVIDER_CLASS = "org.apache.kafka.common.config.provider.DirectoryConfigProvider"
-# the database password, and the SASL login of a MariaDB connector's schema-history Kafka clients
+# the database password, the SASL login of a MariaDB connector's schema-history Kafka clients, and
+# the password of its TLS truststore (engines.mariadb_tls, which keeps the truststore beside them)
 SECRET_KEYS = ("database.password", "schema.history.internal.producer.sasl.jaas.config",
-               "schema.history.internal.consumer.sasl.jaas.config")
+               "schema.history.internal.consumer.sasl.jaas.config", "database.ssl.truststore.password")
 
 
 def secrets_dir() -> Path | None:
@@ -86,8 +87,8 @@ def remove(connector: str) -> None:
     if folder is None:
         return
     own = folder / connector
-    for key in SECRET_KEYS:
-        (own / key).unlink(missing_ok=True)
+    for path in (own.iterdir() if own.is_dir() else ()):   # its secrets and its truststore
+        path.unlink(missing_ok=True)
     try:
         own.rmdir()
     except OSError:

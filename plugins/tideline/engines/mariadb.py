@@ -28,10 +28,11 @@ from __future__ import annotations
 from tideline import sqlfiles
 from tideline.core import mariadb_types as mt
 from tideline.core import source_shapes
-from tideline.core.errors import ConfigError, SourceError, TransientError
+from tideline.core.errors import SourceError, TransientError
 from tideline.core.table_shape import KEY_ALIAS, Column, TableShape
 from tideline.engines.base import Snapshot, SourceEngine
 from tideline.engines.mariadb_capture import MariaDbCapture, capture_problems
+from tideline.engines.mariadb_tls import mariadb_tls
 from tideline.engines.postgres import finish_shape
 
 FETCH_SIZE = 10_000
@@ -50,10 +51,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
 
     def __init__(self, source):
         super().__init__(source)
-        if source.tls:
-            raise ConfigError(f"connection {source.conn_id!r}", [("extra." + "/".join(source.tls), (
-                "TLS to a MariaDB source is not supported yet (the binlog connector needs a Java truststore); "
-                "reach MariaDB over a private network or an SSH tunnel, or use a PostgreSQL source with TLS"))])
+        self.tls = mariadb_tls(source)
 
     @property
     def errors(self):
@@ -71,7 +69,8 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
             return pymysql.connect(host=s.host or "localhost", port=s.port or 3306, user=s.login or "",
                                    password=s.password or "", database=s.schema, charset="utf8mb4",
                                    autocommit=autocommit, connect_timeout=connect_timeout or 10,
-                                   init_command="SET time_zone = '+00:00'")
+                                   init_command="SET time_zone = '+00:00'",
+                                   **({"ssl": self.tls.ssl_context()} if self.tls else {}))
         except pymysql.err.OperationalError as exc:
             raise TransientError(f"MariaDB source {s.conn_id!r} at {s.host}:{s.port}: {exc.args[-1]}") from None
 
@@ -79,7 +78,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         # jdbc:mysql (with permitMysqlScheme) so Spark picks its MySQL dialect: backtick quoting
         s = self.source
         return (f"jdbc:mysql://{s.host or 'localhost'}:{s.port or 3306}/{s.schema or ''}"
-                f"?permitMysqlScheme&allowMultiQueries=true")
+                f"?permitMysqlScheme&allowMultiQueries=true" + (f"&{self.tls.jdbc_query()}" if self.tls else ""))
 
     def jdbc_properties(self) -> dict[str, str]:
         return {"user": self.source.login or "", "password": self.source.password or "",

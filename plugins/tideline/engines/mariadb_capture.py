@@ -40,6 +40,7 @@ class MariaDbCapture:
             "database.include.list": ",".join(debezium.regex_literal(db) for db in cfg.source_schemas),
             # the connector reads the tables' schema (no rows) and streams from the current position
             "snapshot.locking.mode": "minimal",
+            **self._tls_config(cfg),
             "schema.history.internal.kafka.bootstrap.servers": kafka.bootstrap if kafka else "",
             # the schema history's own Kafka clients reach a secured cluster like every other client
             # (its SASL login is a secret: capture.secrets keeps it out of Connect's config)
@@ -63,6 +64,15 @@ class MariaDbCapture:
                 f"INSERT INTO {q(cfg.source.schema_)}.{q(cfg.source.heartbeat_table)} (pipeline, beat_at) VALUES ('{cfg.name}', "
                 f"UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE beat_at = UTC_TIMESTAMP(6)"),
         }
+
+    def _tls_config(self, cfg) -> dict[str, str]:
+        """TLS to the source for the connector (engines.mariadb_tls), as the connection says."""
+        tls = getattr(self, "tls", None)
+        if tls is None:
+            return {}
+        from tideline.capture import secrets
+        from tideline.core.debezium import connector_name
+        return tls.connector_config(secrets.secrets_dir(), connector_name(cfg))
 
     def capture_topics(self, cfg) -> dict[str, dict[str, str]]:
         """The schema history topic: kept forever (the connector rebuilds table schemas from it),
