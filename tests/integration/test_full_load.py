@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 import stackctl
+from tideline.core.errors import TargetError
 from helpers import drop_source, rows_as_text, table_digest
 from tideline import state
 from tideline.core.errors import ConfigError, SourceError
@@ -382,3 +383,34 @@ def test_copy_pipe_reports_the_side_that_failed_and_stores_nothing(stack, target
         tgt.close()
         with target_db.cursor() as cur:
             cur.execute(f"DROP TABLE IF EXISTS public.{t}")
+
+
+def test_tables_load_side_by_side_and_one_that_fails_stops_only_itself(spark, source_db, target_db, pipelines,
+                                                                        unique_name):
+    """spark.tables_at_once loads run at the same time in one Spark application; a table whose
+    load fails (its target schema refuses the target role) fails alone, the others land."""
+    good = [f"{unique_name}_g{i}" for i in range(5)]
+    bad = f"{unique_name}_bad"
+    with source_db.cursor() as cur:
+        for i, t in enumerate([*good, bad]):
+            cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, v text, at timestamptz)")
+            cur.execute(f"INSERT INTO public.{t} SELECT g, repeat('ü', g % 9), now() - g * interval '1 s' "
+                        f"FROM generate_series(1, {2000 + 30000 * i}) g")
+    try:
+        cfg = pipelines.make([*({"name": t} for t in good), {"name": bad, "target_schema": "information_schema"}],
+                             spark={"parallelism": 2, "tables_at_once": 3})
+        with pytest.raises(TargetError, match="cannot create tables in schema 'information_schema'"):
+            FullLoad(cfg, spark).run([*good[:2], bad, *good[2:]])
+        for t in good:
+            assert table_digest(target_db, unique_name, t, "id") == table_digest(source_db, "public", t, "id")
+            assert state.get(target_db, cfg.name, t).phase == "streaming"
+        st = state.get(target_db, cfg.name, bad)
+        assert st is None or st.phase != "streaming"
+        with target_db.cursor() as cur:
+            # side by side: some load started before another one ended
+            cur.execute("SELECT count(*) FROM tideline.runs a JOIN tideline.runs b ON a.run_id < b.run_id "
+                        "AND a.pipeline = b.pipeline AND b.started_at < a.ended_at AND a.started_at < b.ended_at "
+                        "WHERE a.pipeline = %s AND a.kind = 'full_load' AND b.kind = 'full_load'", (cfg.name,))
+            assert cur.fetchone()[0] > 0
+    finally:
+        drop_source(source_db, *good, bad)

@@ -132,6 +132,12 @@ DIRECT_RESULT_BYTES = 64 << 20   # below spark.rpc.message.maxSize (128 MB), whi
 class SparkSettings(_Model):
     conn_id: str = "spark_default"
     parallelism: int = Field(default=4, ge=1, le=256, description="JDBC partitions per table in a full load")
+    tables_at_once: int = Field(
+        default=4, ge=1, le=64,
+        description="tables a full load reads at once, each with its own snapshot and `parallelism` partitions, "
+                    "sharing the job's cores: many small tables load in about the time of the biggest instead of one "
+                    "after another. The source serves up to tables_at_once x (parallelism + 1) connections at once; "
+                    "a target that cannot take loads side by side (Iceberg) loads one table at a time")
     stream_cores: int = Field(default=1, ge=1, le=256,
                               description="cores a running stream holds on a Spark cluster (its spark.cores.max; "
                                           "loads and batches hold at most `parallelism`): a cluster needs "

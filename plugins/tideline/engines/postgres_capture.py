@@ -130,7 +130,10 @@ class PostgresCapture:
             if look < 2:
                 time.sleep(DISCONNECTED_LOOK_S)
         try:
-            psycopg2.connect(self.source.postgres_dsn(), connect_timeout=5).close()   # the connector's login
+            # the connector's own login (its config may name another user), with the connection's TLS
+            psycopg2.connect(self.source.postgres_dsn(), host=connector_config.get("database.hostname"),
+                             port=connector_config.get("database.port"), dbname=connector_config.get("database.dbname"),
+                             user=connector_config.get("database.user"), connect_timeout=5).close()
             cause = "its login works from here; the Kafka Connect log says what it meets"
         except psycopg2.Error as exc:
             cause = f"its login fails: {str(exc).strip().splitlines()[0]}"

@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -186,7 +187,27 @@ class FullLoad:
         if refused and len(refused) == len(tables):
             raise SourceError(f"pipeline {self.cfg.name}: every table to load is refused: "
                               + "; ".join(refusals.message(self.cfg, r) for r in refused.values()))
-        return [self.load_table(name) for name in tables if name not in refused]
+        return self.load_tables([name for name in tables if name not in refused])
+
+    def load_tables(self, tables: list[str]) -> list[LoadResult]:
+        """Each table's load, `spark.tables_at_once` of them at a time (each its own snapshot,
+        epoch and transaction; their Spark jobs share the cores). A table that fails does not stop
+        the others: every load runs to its end, each failure is recorded in its table's state, and
+        the first one (in the order asked) is raised — its type sets the job's exit status."""
+        at_once = min(self.cfg.spark.tables_at_once if self.store.capabilities().concurrent_loads else 1, len(tables))
+        if at_once <= 1:
+            return [self.load_table(name) for name in tables]
+        log.info("%s: loading %d tables, %d at once", self.cfg.name, len(tables), at_once)
+        with ThreadPoolExecutor(at_once, thread_name_prefix="tideline-load") as pool:
+            futures = [(name, pool.submit(self.load_table, name)) for name in tables]
+            outcomes = [(name, fut.exception(), fut) for name, fut in futures]
+        failed = [(name, exc) for name, exc, _fut in outcomes if exc is not None]
+        if failed:
+            if len(failed) > 1:
+                log.error("%s: %d of %d tables failed to load: %s", self.cfg.name, len(failed), len(tables),
+                          ", ".join(name for name, _exc in failed))
+            raise failed[0][1]
+        return [fut.result() for _name, _exc, fut in outcomes]
 
     def load_table(self, table: str) -> LoadResult:
         cfg, tcfg = self.cfg, self.cfg.table(table)

@@ -46,6 +46,7 @@ class Capabilities:
     copy_in: bool              # accepts PostgreSQL COPY (text and binary) streamed by the load's tasks
     maintenance: bool = False  # every commit adds files: needs compaction and expiry (a maintain_<name> DAG)
     verifies: bool = True      # can be one side of a verify (verify_side): a verify_<name> DAG is built
+    concurrent_loads: bool = True   # several tables' full loads may run at once in one Spark application
 
 
 class Target(ABC):

@@ -52,7 +52,9 @@ class IcebergTarget(PostgresValues, StagedChanges, Target):
 
     @classmethod
     def capabilities(cls) -> Capabilities:
-        return Capabilities(holds_state=False, snapshot_publish="commit", copy_in=False, maintenance=True)
+        # one table at a time: a load switches a session-wide Spark setting while it reads (load.lake_load)
+        return Capabilities(holds_state=False, snapshot_publish="commit", copy_in=False, maintenance=True,
+                            concurrent_loads=False)
 
     @property
     def catalog(self) -> str:

@@ -88,6 +88,9 @@ class PostgresTarget(PostgresValues, StagedChanges, Target):
     def prepare_schema(self, conn, schema: str, label: str) -> None:
         try:
             with conn, conn.cursor() as cur:
+                # loads side by side (or two pipelines) into one new schema: CREATE SCHEMA IF NOT
+                # EXISTS is not safe against a concurrent one, so they take turns
+                cur.execute("SELECT pg_advisory_xact_lock(hashtext('tideline.create_schema'), hashtext(%s))", (schema,))
                 cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
                 cur.execute("SELECT has_schema_privilege(%s, 'CREATE')", (schema,))
                 if not cur.fetchone()[0]:
