@@ -60,12 +60,24 @@ def earliest_offsets(kafka: KafkaAccess | str, topic: str, timeout: float = 15.0
                  timeout)
 
 
+def handover(kafka: KafkaAccess | str, topic: str, timeout: float = 15.0) -> tuple[str | None, dict[int, int]]:
+    """What a full load records before its snapshot, with one client: the topic's id (a recreated
+    topic has another) and its end offsets."""
+    admin = admin_client(kafka)
+    parts = partitions(admin, kafka, topic, timeout)
+    return _topic_id(admin, kafka, topic, timeout), _list(admin, kafka, topic, parts, OffsetSpec.latest(), timeout)
+
+
 def topic_id(kafka: KafkaAccess | str, topic: str, timeout: float = 15.0) -> str | None:
     """The broker's id of the topic (new each time a topic of that name is created); None from a
     broker that gives none."""
-    from confluent_kafka import TopicCollection
     admin = admin_client(kafka)
     partitions(admin, kafka, topic, timeout)   # a missing topic: the error that says what to do
+    return _topic_id(admin, kafka, topic, timeout)
+
+
+def _topic_id(admin: AdminClient, kafka: KafkaAccess | str, topic: str, timeout: float) -> str | None:
+    from confluent_kafka import TopicCollection
     try:
         [fut] = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout).values()
         found = fut.result()

@@ -229,8 +229,8 @@ class FullLoad:
                    and before.phase == "needs_resnapshot" and before.last_error else "")
             run_id = state.run_start(tgt, cfg.name, table, "full_load", epoch, f"{why}topic {topic}")
             # 1. the handover position, before the snapshot opens
-            topic_id = kafka_offsets.topic_id(self.kafka.kafka_access, topic)   # before: a recreation reloads
-            offsets = kafka_offsets.end_offsets(self.kafka.kafka_access, topic)
+            # (the id first: a topic recreated in between reloads, never resumes in the wrong one)
+            topic_id, offsets = kafka_offsets.handover(self.kafka.kafka_access, topic)
             log.info("%s: epoch %d; stream will resume from %s offsets %s", label, epoch, topic, offsets)
             # 2. the consistent read (the engine says how), held open for the whole read
             snap = self.engine.open_snapshot(src, shape, cfg.spark.parallelism)
