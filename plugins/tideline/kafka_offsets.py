@@ -60,10 +60,11 @@ def earliest_offsets(kafka: KafkaAccess | str, topic: str, timeout: float = 15.0
                  timeout)
 
 
-def handover(kafka: KafkaAccess | str, topic: str, timeout: float = 15.0) -> tuple[str | None, dict[int, int]]:
-    """What a full load records before its snapshot, with one client: the topic's id (a recreated
-    topic has another) and its end offsets."""
-    admin = admin_client(kafka)
+def handover(kafka: KafkaAccess | str, topic: str, timeout: float = 15.0,
+             admin: AdminClient | None = None) -> tuple[str | None, dict[int, int]]:
+    """What a full load records before its snapshot, with one client (`admin`, shared by a load's
+    tables, or a new one): the topic's id (a recreated topic has another) and its end offsets."""
+    admin = admin or admin_client(kafka)
     parts = partitions(admin, kafka, topic, timeout)
     return _topic_id(admin, kafka, topic, timeout), _list(admin, kafka, topic, parts, OffsetSpec.latest(), timeout)
 

@@ -21,7 +21,7 @@ from datetime import datetime
 from tideline import engines, kafka_offsets, state, targets
 
 from tideline.capture import refusals
-from tideline.load.copy_pipe import make_copy_writer, make_pipe_copier
+from tideline.load.copy_pipe import make_copy_writer, make_pipe_copier, pipe_copy, report_partition
 from tideline.load.lake_load import commit_snapshot
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
@@ -45,6 +45,10 @@ class LoadResult:
     @property
     def rows_per_s(self) -> float:
         return self.rows / self.seconds if self.seconds else 0.0
+
+
+# A table of at most this many rows (one partition) is piped by the driver, not a Spark job.
+DRIVER_COPY_MAX_ROWS = 50_000
 
 
 def shadow_name(table: str) -> str:
@@ -118,17 +122,28 @@ class _Progress(threading.Thread):
 
 def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: TableShape, query: str,
                      predicates: list[str], schema: str, table: str, label: str, session_init: str | None = None,
-                     started: float | None = None, where: str | None = None, run_id: int | None = None) -> list[dict]:
+                     started: float | None = None, where: str | None = None, run_id: int | None = None,
+                     snapshot_conn=None) -> list[dict]:
     """Reads `query` from the source, one Spark task per predicate, and COPYs the rows into
     schema.table of the target (`tgt`, a connection to it, renders the statement); returns each partition's
     figures (partition, rows read, rows copied, seconds, how). Each partition's session runs
     `session_init` first (joining the snapshot of a full load). A source that speaks COPY is piped
     straight into the target (reading the rows of `where`, the filter inside `query`), in binary
     where the shape allows; others go through Spark JDBC and Arrow. With `run_id`,
-    the rows stored so far are sampled into tideline.load_progress while the copy runs."""
+    the rows stored so far are sampled into tideline.load_progress while the copy runs. A small
+    table (`snapshot_conn`: the connection holding its snapshot, one partition) is piped by the
+    driver itself on that connection and `tgt`: a Spark job and two more sessions would cost
+    more than its rows (tests/bench/many_tables.py)."""
     reads = [engine.copy_read_sql(tgt, shape, where, p) for p in predicates]
     copy_format = shape.copy_format if all(reads) else "text"   # the JDBC path writes COPY text
     copy_sql = store.copy_statement(tgt, schema, table, shape.written_columns, copy_format)
+    if snapshot_conn is not None and len(reads) == 1 and reads[0]:
+        t0 = time.monotonic()
+        with snapshot_conn.cursor() as scur, tgt.cursor() as tcur:
+            moved = pipe_copy(scur, reads[0], tcur, copy_sql)
+        secs, how = time.monotonic() - t0, f"COPY pipe, {copy_format}, in the driver"
+        report_partition(label, 0, moved.read, moved.bytes, secs, how)
+        return [{"partition": 0, "rows": moved.read, "copied": moved.stored, "seconds": secs, "how": how}]
     target_dsn = store.dsn()
     progress = _Progress(spark, label, len(predicates), started or time.monotonic(),
                          sample=(store, run_id, schema, table) if run_id is not None else None)
@@ -166,6 +181,14 @@ class FullLoad:
         self.target: Conn = get_connection(cfg.target.conn_id, environ)
         self.store: Target = targets.for_pipeline(cfg, self.target)
         self.kafka: Conn = get_connection(cfg.kafka.conn_id, environ)
+        self._kafka_admin = None
+
+    @property
+    def kafka_admin(self):
+        """One Kafka admin client for every table of the load (each new one costs ~30 ms)."""
+        if self._kafka_admin is None:
+            self._kafka_admin = kafka_offsets.admin_client(self.kafka.kafka_access)
+        return self._kafka_admin
 
     # ------------------------------------------------------------------ driver steps
 
@@ -230,7 +253,7 @@ class FullLoad:
             run_id = state.run_start(tgt, cfg.name, table, "full_load", epoch, f"{why}topic {topic}")
             # 1. the handover position, before the snapshot opens
             # (the id first: a topic recreated in between reloads, never resumes in the wrong one)
-            topic_id, offsets = kafka_offsets.handover(self.kafka.kafka_access, topic)
+            topic_id, offsets = kafka_offsets.handover(self.kafka.kafka_access, topic, admin=self.kafka_admin)
             log.info("%s: epoch %d; stream will resume from %s offsets %s", label, epoch, topic, offsets)
             # 2. the consistent read (the engine says how), held open for the whole read
             snap = self.engine.open_snapshot(src, shape, cfg.spark.parallelism)
@@ -257,10 +280,11 @@ class FullLoad:
             else:
                 # 3. shadow table, COPY from every partition
                 self.store.begin_snapshot(tgt, shape, schema, shadow)
+                small = snap.rows is not None and snap.rows <= DRIVER_COPY_MAX_ROWS and len(snap.predicates) == 1
                 figures = copy_source_rows(self.spark, self.engine, self.store, tgt, shape,
                                            self.engine.read_query(src, shape), snap.predicates, schema,
                                            shadow, label, session_init=snap.session_init, started=started,
-                                           run_id=run_id)
+                                           run_id=run_id, snapshot_conn=src if small else None)
                 self.engine.close_snapshot(src)  # the snapshot may close now: every partition has read
                 copy_secs = time.monotonic() - started
                 read = sum(f["rows"] for f in figures)
