@@ -139,8 +139,13 @@ def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: Tab
     copy_sql = store.copy_statement(tgt, schema, table, shape.written_columns, copy_format)
     if snapshot_conn is not None and len(reads) == 1 and reads[0]:
         t0 = time.monotonic()
+        if run_id is not None:   # the view charts a load from its first and last sample
+            state.record_load_progress(tgt, run_id, 0, 0)
+            tgt.commit()
         with snapshot_conn.cursor() as scur, tgt.cursor() as tcur:
             moved = pipe_copy(scur, reads[0], tcur, copy_sql)
+        if run_id is not None:   # committed with the rows (its own instant: a new transaction)
+            state.record_load_progress(tgt, run_id, moved.stored, moved.bytes)
         secs, how = time.monotonic() - t0, f"COPY pipe, {copy_format}, in the driver"
         report_partition(label, 0, moved.read, moved.bytes, secs, how)
         return [{"partition": 0, "rows": moved.read, "copied": moved.stored, "seconds": secs, "how": how}]
@@ -308,7 +313,7 @@ class FullLoad:
                 state.set_partitions(cur, cfg.name, table, tree)
                 secs = time.monotonic() - started
                 state.run_end(cur, run_id, "succeeded", snapshot_rows,
-                              f"{why}{len(snap.predicates)} partitions ({how}), {secs:.1f}s "
+                              f"{why}{len(snap.predicates)} partition{'s' if len(snap.predicates) != 1 else ''} ({how}), {secs:.1f}s "
                               f"(read+copy {copy_secs:.1f}s), "
                               f"resume offsets {offsets}, {self.engine.label} snapshot {snap.snapshot_id}")
             result = LoadResult(table, snapshot_rows, secs, len(snap.predicates), epoch, offsets)
