@@ -134,8 +134,10 @@ def _assert_shipped_library_on_both_workers(app: str) -> None:
 def test_production_topology_loses_and_doubles_nothing_through_executor_and_broker_faults(
         cluster, ha_kafka, spark, source_db, target_db, pipelines, unique_name):
     t = f"{unique_name}_prod"
-    make_items(source_db, t, 40_000)
-    writer = Writer(f"public.{t}", 40_001, seed=11, pause=0.003)
+    # 200,000 rows: four key ranges (one per 50,000 rows at most), so both workers copy partitions
+    # (a table of 50,000 rows or fewer is piped by the driver)
+    make_items(source_db, t, 200_000)
+    writer = Writer(f"public.{t}", 200_001, seed=11, pause=0.003)
     stream = None
     stopped: list[str] = []
     try:
