@@ -16,7 +16,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[2]
 STACK = ROOT / "stack"
 STACKCTL = STACK / "stackctl.py"   # what supervisord runs for the Airflow parts and its event listener
-VAR = Path(os.environ.get("TIDELINE_STACK_VAR", STACK / "var"))
+VAR = Path(os.environ.get("TIDELINE_STACK_VAR") or STACK / "var")   # set but empty: the default, never the cwd
 LIB = STACK / "lib"
 LOGS = VAR / "log"
 RUN = VAR / "run"

@@ -88,7 +88,7 @@ def _pipeline(tmp_path, name: str, source_conn: str, schema: str, table: str):
     return load_pipeline(path)
 
 
-def _run_pipeline(secure, spark, cfg, table: str, change, equal) -> None:
+def _run_pipeline(secure, spark, cfg, table: str, change, equal) -> dict:
     """Capture, full load, changes through the stream, verify — every client from the connections."""
     conns = _conns(secure)
     source, connect = conns[cfg.source.conn_id], conns["tideline_connect"]
