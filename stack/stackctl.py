@@ -32,7 +32,8 @@ from services.airflow import (AIRFLOW_PARTS, airflow_api, airflow_healthy, airfl
                               orphaned_airflow_workers, reap_orphaned_airflow_workers, up_airflow)
 from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, DATABASES, DEBEZIUM_CLASS, HOST, KAFKA_PASS,
                            KAFKA_USER, LOGS,
-                           MARIADB_DATABASE, MARIADB_PASS, MARIADB_USER, PG_PASS, PG_SUPERPASS, PG_SUPERUSER,
+                           MARIADB_DATABASE, MARIADB_PASS, MARIADB_USER, PG_CDC_PASS, PG_CDC_USER, PG_PASS,
+                           PG_SUPERPASS, PG_SUPERUSER, PG_SYNC_PASS, PG_SYNC_USER,
                            PG_USER, PORTS, ROOT, SPARK_CLUSTER, SPARK_WORKERS, STACK, VAR, VENV_BIN, StackError,
                            http_json, log_file, stop, wait_until)
 from services.connect import connect_healthy, connect_url, start_connect_worker, up_connect
@@ -65,7 +66,11 @@ __all__ = [
     "KAFKA_USER",
     "MARIADB_PASS",
     "MARIADB_USER",
+    "PG_CDC_PASS",
+    "PG_CDC_USER",
     "PG_PASS",
+    "PG_SYNC_PASS",
+    "PG_SYNC_USER",
     "PG_SUPERPASS",
     "PG_SUPERUSER",
     "PG_USER",

@@ -53,7 +53,15 @@ KAFKA_USER, KAFKA_PASS = "tideline", "tl-kafka-pw-4c1e"     # Connect's and Tide
 PG_SUPERUSER, PG_SUPERPASS = "postgres", "postgres"
 # Tideline's own logins are words found nowhere else, so a whole test run's logs can be searched
 # for them (tests/integration/test_log_hygiene.py): none may ever be printed.
+# `tideline` is the databases' owner and the demo application's role (it creates the source
+# tables, the tests' fixtures use it); Tideline itself logs in with least-privileged roles, as a
+# user's DBA would give it (README "Security"): tideline_cdc reads the source (REPLICATION, SELECT,
+# and the DBA's tideline_dba functions for its publication), tideline_sync owns what it writes in
+# the target and the Iceberg catalog's database. `tideline` is a member of tideline_sync, so it
+# reads and cleans up what Tideline wrote.
 PG_USER, PG_PASS = "tideline", "tl-pg-pw-8d2f"
+PG_CDC_USER, PG_CDC_PASS = "tideline_cdc", "tl-cdc-pw-31a9"
+PG_SYNC_USER, PG_SYNC_PASS = "tideline_sync", "tl-sync-pw-7e60"
 DATABASES = {"source": "tideline_source", "target": "tideline_target", "airflow": "airflow",
              "lake": "tideline_lake"}   # the Iceberg JDBC catalog (and an Iceberg pipeline's state)
 AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS = "admin", "admin"

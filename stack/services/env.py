@@ -8,7 +8,7 @@ import secrets
 import sys
 
 from services.airflow import airflow_url
-from services.base import (AIRFLOW_USERS, DATABASES, HOST, LOGS, PG_PASS, PG_USER, PORTS, ROOT, SPARK_CLUSTER, VAR,
+from services.base import (AIRFLOW_USERS, DATABASES, HOST, LOGS, PG_CDC_PASS, PG_CDC_USER, PG_SYNC_PASS, PG_SYNC_USER, PORTS, ROOT, SPARK_CLUSTER, VAR,
                            VENV_BIN)
 from services.kafka import KAFKA, kafka_bootstrap
 from services.mariadb import mariadb_url
@@ -48,13 +48,14 @@ def environment() -> dict[str, str]:
         "SPARK_LOCAL_IP": HOST,  # Spark binds to loopback only
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         # Airflow connections (the only place credentials come from).
-        "AIRFLOW_CONN_TIDELINE_SOURCE": pg_url(DATABASES["source"]),
-        "AIRFLOW_CONN_TIDELINE_TARGET": pg_url(DATABASES["target"]),
+        # Tideline's own least-privileged roles (services.postgres._grant_roles), as a DBA gives them
+        "AIRFLOW_CONN_TIDELINE_SOURCE": pg_url(DATABASES["source"], PG_CDC_USER, PG_CDC_PASS),
+        "AIRFLOW_CONN_TIDELINE_TARGET": pg_url(DATABASES["target"], PG_SYNC_USER, PG_SYNC_PASS),
         "AIRFLOW_CONN_TIDELINE_MARIADB_SOURCE": mariadb_url(),
         # the Iceberg catalog: JDBC catalog tables in its own database, files under the warehouse
         "AIRFLOW_CONN_TIDELINE_LAKE": json.dumps(
-            {"conn_type": "iceberg", "host": HOST, "port": PORTS["postgres"], "login": PG_USER,
-             "password": PG_PASS, "schema": DATABASES["lake"],
+            {"conn_type": "iceberg", "host": HOST, "port": PORTS["postgres"], "login": PG_SYNC_USER,
+             "password": PG_SYNC_PASS, "schema": DATABASES["lake"],
              "extra": {"warehouse": (VAR / "lake").as_uri(), **client_tls()}}),
         # secure mode: SASL_SSL with the stack's SCRAM user and CA (services.kafka)
         "AIRFLOW_CONN_TIDELINE_KAFKA": json.dumps(

@@ -126,7 +126,8 @@ def _mariadb_root(statements: list[str]) -> subprocess.CompletedProcess:
 
 
 def _bootstrap_mariadb() -> None:
-    """The admin, the capture user with Debezium's and the full load's privileges, the demo database."""
+    """The admin, the capture user with exactly Debezium's and the full load's privileges (it writes
+    nothing but the heartbeat table its DBA made for it), the demo database."""
     res = _mariadb_root([
         f"CREATE USER IF NOT EXISTS '{MARIADB_ADMIN}'@'{HOST}' IDENTIFIED BY '{MARIADB_ADMIN_PASS}'",
         f"GRANT ALL PRIVILEGES ON *.* TO '{MARIADB_ADMIN}'@'{HOST}' WITH GRANT OPTION",
@@ -135,7 +136,13 @@ def _bootstrap_mariadb() -> None:
         f"GRANT SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR "
         f"ON *.* TO '{MARIADB_USER}'@'{HOST}'",
         f"CREATE DATABASE IF NOT EXISTS `{MARIADB_DATABASE}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
-        f"GRANT ALL PRIVILEGES ON `{MARIADB_DATABASE}`.* TO '{MARIADB_USER}'@'{HOST}'",
+        # a stack made when the capture user also owned the shop: take that back (the GRANT makes
+        # sure there is a grant to revoke)
+        f"GRANT SELECT ON `{MARIADB_DATABASE}`.* TO '{MARIADB_USER}'@'{HOST}'",
+        f"REVOKE ALL PRIVILEGES ON `{MARIADB_DATABASE}`.* FROM '{MARIADB_USER}'@'{HOST}'",
+        f"CREATE TABLE IF NOT EXISTS `{MARIADB_DATABASE}`.`tideline_heartbeat` "
+        f"(pipeline varchar(200) PRIMARY KEY, beat_at datetime(6) NOT NULL)",
+        f"GRANT SELECT, INSERT, UPDATE ON `{MARIADB_DATABASE}`.`tideline_heartbeat` TO '{MARIADB_USER}'@'{HOST}'",
     ])
     if res.returncode != 0:
         raise StackError(f"mariadb: creating its users and database failed: {res.stderr.strip()}")

@@ -8,8 +8,9 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from services.base import (DATABASES, HOST, LOGS, PG_PASS, PG_SUPERPASS, PG_SUPERUSER, PG_USER, PORTS, SECURE, VAR,
-                           StackError, pid_alive, wait_until)
+from services.base import (DATABASES, HOST, LOGS, PG_CDC_PASS, PG_CDC_USER, PG_PASS, PG_SUPERPASS, PG_SUPERUSER,
+                           PG_SYNC_PASS, PG_SYNC_USER, PG_USER, PORTS, ROOT, SECURE, VAR, StackError, pid_alive,
+                           wait_until)
 from services.supervisor import _supervisorctl, supervise, supervised_state
 from services.tls import client_tls, key_copy
 
@@ -143,19 +144,88 @@ def _write_mode(data: Path, owner: str | None) -> bool:
 
 
 def _bootstrap_databases() -> None:
+    """The owner role and the databases, then Tideline's least-privileged roles (_grant_roles)."""
     conn = pg_connect()
     conn.autocommit = True
     with conn.cursor() as cur:
-        cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (PG_USER,))
-        if not cur.fetchone():
-            cur.execute(f"CREATE ROLE {PG_USER} LOGIN REPLICATION CREATEDB PASSWORD %s", (PG_PASS,))
-        else:   # a stack made when the password was another
-            cur.execute(f"ALTER ROLE {PG_USER} PASSWORD %s", (PG_PASS,))
+        for user, password, attrs in ((PG_USER, PG_PASS, "LOGIN REPLICATION CREATEDB"),
+                                      (PG_CDC_USER, PG_CDC_PASS, "LOGIN REPLICATION"),
+                                      (PG_SYNC_USER, PG_SYNC_PASS, "LOGIN")):
+            cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (user,))
+            if not cur.fetchone():
+                cur.execute(f"CREATE ROLE {user} {attrs} PASSWORD %s", (password,))
+            else:   # a stack made when the password was another
+                cur.execute(f"ALTER ROLE {user} PASSWORD %s", (password,))
+        cur.execute(f"GRANT {PG_SYNC_USER} TO {PG_USER}")
         for db in DATABASES.values():
             cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,))
             if not cur.fetchone():
                 cur.execute(f'CREATE DATABASE "{db}" OWNER {PG_USER}')
     conn.close()
+    _grant_roles()
+
+
+# What a DBA grants Tideline's roles (README "Security"), and for a stack made before these roles
+# existed, what its owner role had made in the target handed to tideline_sync.
+_SOURCE_GRANTS = f"""
+ALTER DEFAULT PRIVILEGES FOR ROLE {PG_USER} GRANT USAGE ON SCHEMAS TO {PG_CDC_USER};
+ALTER DEFAULT PRIVILEGES FOR ROLE {PG_USER} GRANT SELECT ON TABLES TO {PG_CDC_USER};
+DO $$ DECLARE s text; BEGIN
+  FOR s IN SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' AND nspname NOT IN
+           ('information_schema', 'tideline_dba') LOOP
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO {PG_CDC_USER}', s);
+    EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA %I TO {PG_CDC_USER}', s);
+  END LOOP;
+END $$;
+GRANT USAGE ON SCHEMA tideline_dba TO {PG_CDC_USER};
+GRANT EXECUTE ON FUNCTION tideline_dba.publish(text, text[]), tideline_dba.heartbeat_table(text, text)
+  TO {PG_CDC_USER};
+"""
+_TARGET_GRANTS = f"""
+GRANT CREATE ON SCHEMA public TO {PG_SYNC_USER};
+DO $$ DECLARE r record; BEGIN
+  FOR r IN SELECT nspname FROM pg_namespace WHERE nspowner = '{PG_USER}'::regrole AND nspname <> 'public' LOOP
+    EXECUTE format('ALTER SCHEMA %I OWNER TO {PG_SYNC_USER}', r.nspname);
+  END LOOP;
+  FOR r IN SELECT c.oid::regclass AS rel, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE c.relowner = '{PG_USER}'::regrole AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f', 'c')
+             AND n.nspname NOT LIKE 'pg\\_%' AND n.nspname <> 'information_schema'
+             AND NOT (c.relkind = 'S' AND EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
+                      AND d.objid = c.oid AND d.deptype IN ('a', 'i'))) LOOP   -- a serial's moves with its table
+    EXECUTE format('ALTER %s %s OWNER TO {PG_SYNC_USER}', CASE r.relkind WHEN 'v' THEN 'VIEW'
+      WHEN 'm' THEN 'MATERIALIZED VIEW' WHEN 'S' THEN 'SEQUENCE' WHEN 'f' THEN 'FOREIGN TABLE'
+      WHEN 'c' THEN 'TYPE' ELSE 'TABLE' END, r.rel);
+  END LOOP;
+  FOR r IN SELECT p.oid::regprocedure AS fn FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+           WHERE p.proowner = '{PG_USER}'::regrole AND n.nspname NOT LIKE 'pg\\_%' LOOP
+    EXECUTE format('ALTER FUNCTION %s OWNER TO {PG_SYNC_USER}', r.fn);
+  END LOOP;
+  FOR r IN SELECT t.oid::regtype AS ty FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+           WHERE t.typowner = '{PG_USER}'::regrole AND t.typtype IN ('e', 'd') AND n.nspname NOT LIKE 'pg\\_%' LOOP
+    EXECUTE format('ALTER TYPE %s OWNER TO {PG_SYNC_USER}', r.ty);
+  END LOOP;
+END $$;
+"""
+
+
+def _grant_roles() -> None:
+    """tideline_cdc: SELECT on the source's tables (now and to come) and the DBA's functions
+    (sql/dba/postgres_source.sql) for its publication; tideline_sync: CREATE in the target's and
+    the Iceberg catalog's databases. Idempotent, run at every `up`."""
+    for db, statements in ((DATABASES["source"], (ROOT / "sql" / "dba" / "postgres_source.sql").read_text()
+                            + _SOURCE_GRANTS),
+                           (DATABASES["target"], _TARGET_GRANTS), (DATABASES["lake"], _TARGET_GRANTS)):
+        conn = pg_connect(db)
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                if db == DATABASES["source"]:
+                    cur.execute(f'GRANT CONNECT ON DATABASE "{db}" TO {PG_CDC_USER}')
+                else:
+                    cur.execute(f'GRANT CONNECT, CREATE ON DATABASE "{db}" TO {PG_SYNC_USER}')
+                cur.execute(statements)
+        finally:
+            conn.close()
 
 
 def down_postgres() -> None:

@@ -46,7 +46,10 @@ def spark(stack):
 
 
 def _autocommit(db: str):
-    conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES[db]))
+    """The source as its application (the tables' owner); the target as Tideline's role there, so
+    what a test makes beside Tideline's tables (views, grants) is owned as a DBA would have it."""
+    conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES[db]) if db == "source" else
+                            stackctl.pg_url(stackctl.DATABASES[db], stackctl.PG_SYNC_USER, stackctl.PG_SYNC_PASS))
     conn.autocommit = True
     return conn
 

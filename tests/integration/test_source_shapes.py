@@ -77,12 +77,16 @@ def test_a_publication_made_before_partitions_were_carried_is_repaired_and_the_t
     make_partitioned(source_db, t, rows=200)
     try:
         cfg = pipelines.adopt(pipelines.make([{"name": t}], create_topics=False))
-        with source_db.cursor() as cur:   # what landed main's connector made: published by partition
+        admin = stackctl.pg_connect(stackctl.DATABASES["source"])   # a DBA, for the capture role
+        admin.autocommit = True
+        with admin.cursor() as cur:   # what landed main's connector made: published by partition
             cur.execute(f"CREATE PUBLICATION {cfg.publication_name} FOR TABLE public.{t}")
+            cur.execute(f"ALTER PUBLICATION {cfg.publication_name} OWNER TO {stackctl.PG_CDC_USER}")
         assert capture(cfg) == []           # never loaded: nothing to reload yet
         FullLoad(cfg, spark).run([t])
-        with source_db.cursor() as cur:
+        with admin.cursor() as cur:
             cur.execute(f"ALTER PUBLICATION {cfg.publication_name} SET (publish_via_partition_root = false)")
+        admin.close()
         assert capture(cfg) == [t]          # streaming while published by partition: reloaded
         with source_db.cursor() as cur:
             cur.execute("SELECT pubviaroot FROM pg_publication WHERE pubname = %s", (cfg.publication_name,))

@@ -37,6 +37,15 @@ def test_a_publication_it_can_repair_itself_is_no_failure_but_owning_the_tables_
     assert [c.status for c in checks] == [WARN] and "owns (so may ALTER or DROP)" in checks[0].detail
 
 
+def test_a_publication_the_dbas_delegate_keeps_is_no_failure_for_a_role_owning_nothing():
+    [check] = source_role("cdc", facts(publication={"exists": False, "complete": False, "delegate": True}),
+                          "tideline_p", WANTED, PUBLISHED)
+    assert check.status == PASS
+    [fail] = [c for c in source_role("cdc", facts(publication={"exists": False, "complete": False}), "tideline_p",
+                                     WANTED, PUBLISHED) if c.status == FAIL]
+    assert "sql/dba/postgres_source.sql" in fail.fix
+
+
 def test_a_superuser_or_a_writer_is_more_than_needed():
     [su] = source_role("postgres", facts(superuser=True), "p", WANTED, PUBLISHED)
     assert su.status == WARN and "superuser" in su.detail

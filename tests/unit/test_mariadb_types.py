@@ -77,6 +77,10 @@ def test_replication_privileges():
     writer = mariadb_privileges("GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO x GRANT SELECT, DELETE ON "
                                 "`shop`.* TO x")
     assert writer.status == "warn" and "DELETE ON `shop`.*" in writer.detail
+    beats = ("GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO x GRANT SELECT, INSERT, UPDATE ON "
+             "`shop`.`tideline_heartbeat` TO x")
+    assert mariadb_privileges(beats, "`shop`.`tideline_heartbeat`").status == "pass"   # the heartbeat is its to write
+    assert mariadb_privileges(beats, "`shop`.`beats`").status == "warn"
     check = mariadb_privileges("GRANT SELECT ON `shop`.* TO x")
     assert check.status == "fail" and "REPLICATION SLAVE, REPLICATION CLIENT" in check.fix
 

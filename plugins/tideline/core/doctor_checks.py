@@ -215,7 +215,7 @@ def source_role(role: str, facts: dict, publication: str, wanted: list[str], pub
     """What the source role may do, against what capture needs (README "Security"): REPLICATION and
     SELECT on each synced table, and a publication of exactly those tables that it owns or a DBA
     made for it. facts: superuser, replication, tables {name: {select, modify: [...], owner}},
-    publication {"exists", "complete"}. Missing a right fails (a table's SELECT fails that table
+    publication {"exists", "complete", "delegate": the DBA's tideline_dba.publish may keep it}. Missing a right fails (a table's SELECT fails that table
     alone); more than needed (superuser, writing or owning the synced tables) warns. `wanted`: the
     synced tables as schema.table; `published`: what the publication holds (they and the heartbeat
     table)."""
@@ -235,7 +235,7 @@ def source_role(role: str, facts: dict, publication: str, wanted: list[str], pub
             out.append(Check("source", f"privilege on {name}", FAIL, f"{role} cannot SELECT {name}: the full load "
                              f"cannot read it", f"GRANT SELECT ON {name} TO {role}", table=t["table"]))
     pub = facts["publication"]
-    if not pub["complete"] and not all(tables[n]["owner"] for n in wanted):
+    if not pub["complete"] and not pub.get("delegate") and not all(tables[n]["owner"] for n in wanted):
         what = "does not exist" if not pub["exists"] else "does not publish exactly the synced tables"
         verb = "CREATE PUBLICATION" if not pub["exists"] else "ALTER PUBLICATION"
         body = "FOR TABLE" if not pub["exists"] else "SET TABLE"
@@ -243,7 +243,8 @@ def source_role(role: str, facts: dict, publication: str, wanted: list[str], pub
         out.append(Check("source", f"publication {publication}", FAIL,
                          f"{what}, and {role} does not own every synced table, which creating it takes",
                          f"as the tables' owner: {verb} {publication} {body} {', '.join(published)}{opts}; "
-                         f"ALTER PUBLICATION {publication} OWNER TO {role}"))
+                         f"ALTER PUBLICATION {publication} OWNER TO {role} — or install sql/dba/postgres_source.sql "
+                         f"and GRANT EXECUTE on its functions to {role}, so Tideline keeps it"))
     writes = sorted(n for n in wanted if tables[n]["modify"])
     owns = sorted(n for n in wanted if tables[n]["owner"])
     if writes or owns:

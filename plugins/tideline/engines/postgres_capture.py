@@ -32,35 +32,46 @@ class PostgresCapture:
         self.ensure_heartbeat_table(cfg)
         wanted = {(cfg.source_schema(t.name), t.name) for t in cfg.tables if t.mode == "cdc"}
         wanted |= {(cfg.source.schema_, cfg.source.heartbeat_table)} if cfg.source.heartbeat_table else set()
-        tables = sql.SQL(", ").join(sql.Identifier(s, n) for s, n in sorted(wanted))
-        pub = sql.Identifier(cfg.publication_name)
+        names = [sql.Identifier(s, n) for s, n in sorted(wanted)]
         conn = self.connect(autocommit=True)
         try:
             with conn.cursor() as cur:
                 cur.execute("SELECT current_setting('server_version_num')::int >= 130000")
                 via_root = cur.fetchone()[0]
+                delegate = _use_delegate(cur, [n.as_string(cur) for n in names])
                 cur.execute("SELECT oid, pubviaroot FROM pg_publication WHERE pubname = %s"
                             if via_root else "SELECT oid, true FROM pg_publication WHERE pubname = %s",
                             (cfg.publication_name,))
                 row = cur.fetchone()
+                members, missed = {}, []
+                if row is not None:
+                    cur.execute("SELECT n.nspname, c.relname, c.relkind FROM pg_publication_rel r JOIN pg_class c "
+                                "ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+                                "WHERE r.prpubid = %s", (row[0],))
+                    members = {(s, n): kind for s, n, kind in cur.fetchall()}
+                    if not row[1]:
+                        missed = sorted(n for (s, n), kind in members.items() if kind == "p" and (s, n) in wanted)
+                if row is not None and row[1] and set(members) == wanted:
+                    return []
+                if delegate:   # the DBA's tideline_dba.publish (sql/dba/postgres_source.sql) does it for us
+                    cur.execute("SELECT tideline_dba.publish(%s, %s)",
+                                (cfg.publication_name, [n.as_string(cur) for n in names]))
+                    return missed
+                pub, tables = sql.Identifier(cfg.publication_name), sql.SQL(", ").join(names)
                 if row is None:
                     cur.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}{}").format(
                         pub, tables, sql.SQL(" WITH (publish_via_partition_root = true)" if via_root else "")))
                     return []
-                cur.execute("SELECT n.nspname, c.relname, c.relkind FROM pg_publication_rel r JOIN pg_class c "
-                            "ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.prpubid = %s",
-                            (row[0],))
-                members = {(s, n): kind for s, n, kind in cur.fetchall()}
-                missed = []
                 if not row[1]:
-                    missed = sorted(n for (s, n), kind in members.items() if kind == "p" and (s, n) in wanted)
                     cur.execute(sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = true)").format(pub))
                 if set(members) != wanted:
                     cur.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(pub, tables))
                 return missed
         except psycopg2.Error as exc:
             raise SourceError(f"cannot set up publication {cfg.publication_name} on the source "
-                              f"({str(exc).strip()}): the source role must own it and the tables") from None
+                              f"({str(exc).strip()}): the source role must own the tables — or its DBA installs "
+                              f"sql/dba/postgres_source.sql and grants it tideline_dba.publish (see README, "
+                              f"Security)") from None
         finally:
             conn.close()
 
@@ -68,18 +79,25 @@ class PostgresCapture:
         return f"replication slot {cfg.slot_name}"
 
     def ensure_heartbeat_table(self, cfg) -> None:
-        """The source table the connector's heartbeats write to (see source.heartbeat_table)."""
+        """The source table the connector's heartbeats write to (see source.heartbeat_table): made by
+        the role itself, or by the DBA's tideline_dba.heartbeat_table for a role that may not create."""
         if not cfg.source.heartbeat_table:
             return
+        table = f'"{cfg.source.schema_}"."{cfg.source.heartbeat_table}"'
         conn = self.connect()
         try:
             for attempt in (1, 2):   # two pipelines creating it at once: the loser sees it exist
                 try:
                     with conn, conn.cursor() as cur:
-                        # a role without CREATE on the schema may still use a table its DBA made
-                        cur.execute("SELECT to_regclass(%s) IS NOT NULL",
-                                    (f'"{cfg.source.schema_}"."{cfg.source.heartbeat_table}"',))
-                        if not cur.fetchone()[0]:
+                        cur.execute("SELECT to_regclass(%s) IS NOT NULL, has_schema_privilege(%s, 'CREATE')",
+                                    (table, cfg.source.schema_))
+                        exists, may_create = cur.fetchone()
+                        if exists and _may_beat(cur, table):
+                            return
+                        if _delegate_installed(cur) and (exists or not may_create):
+                            cur.execute("SELECT tideline_dba.heartbeat_table(%s, %s)",
+                                        (cfg.source.schema_, cfg.source.heartbeat_table))
+                        elif not exists:
                             cur.execute(debezium.heartbeat_table_ddl(cfg))
                     return
                 except psycopg2.errors.UniqueViolation:
@@ -234,7 +252,8 @@ def role_checks(cur, cfg) -> list:
     cur.execute("SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = %s)", (cfg.publication_name,))
     exists = cur.fetchone()[0]
     facts = {"superuser": superuser, "replication": replication, "tables": tables,
-             "publication": {"exists": exists, "complete": exists and members == set(published)}}
+             "publication": {"exists": exists, "complete": exists and members == set(published),
+                             "delegate": _delegate_installed(cur)}}
     return dc.source_role(role, facts, cfg.publication_name, wanted, published)
 
 
@@ -248,3 +267,25 @@ def _heartbeat_age(cur, cfg) -> float | None:
                 f'"{cfg.source.heartbeat_table}" WHERE pipeline = %s', (cfg.name,))
     row = cur.fetchone()
     return row[0] if row else None
+
+
+def _delegate_installed(cur) -> bool:
+    """Whether this role may call the DBA's functions (sql/dba/postgres_source.sql)."""
+    cur.execute("SELECT count(*) = 2 AND bool_and(has_schema_privilege(n.oid, 'USAGE') "
+                "AND has_function_privilege(p.oid, 'EXECUTE')) FROM pg_proc p JOIN pg_namespace n "
+                "ON n.oid = p.pronamespace WHERE n.nspname = 'tideline_dba' AND p.proname IN ('publish', "
+                "'heartbeat_table')")
+    return cur.fetchone()[0]
+
+
+def _use_delegate(cur, tables: list[str]) -> bool:
+    """The DBA's tideline_dba.publish, when the role itself may not publish the tables (PostgreSQL
+    lets only their owner, or a superuser) and the function is there for it."""
+    cur.execute("SELECT rolsuper OR coalesce((SELECT bool_and(pg_has_role(c.relowner, 'USAGE')) FROM pg_class c "
+                "WHERE c.oid = ANY(%s::regclass[])), true) FROM pg_roles WHERE rolname = current_user", (tables,))
+    return not cur.fetchone()[0] and _delegate_installed(cur)
+
+
+def _may_beat(cur, table: str) -> bool:
+    cur.execute("SELECT has_table_privilege(%s, 'INSERT') AND has_table_privilege(%s, 'UPDATE')", (table, table))
+    return cur.fetchone()[0]
