@@ -31,7 +31,7 @@ from typing import Callable
 from services.airflow import (AIRFLOW_PARTS, airflow_api, airflow_healthy, airflow_url, exec_part,
                               orphaned_airflow_workers, reap_orphaned_airflow_workers, up_airflow)
 from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, DATABASES, DEBEZIUM_CLASS, HOST, KAFKA_PASS,
-                           KAFKA_USER, LOGS,
+                           KAFKA_USER, LOGS, MARIADB_ADMIN, MARIADB_ADMIN_PASS,
                            MARIADB_DATABASE, MARIADB_PASS, MARIADB_USER, PG_CDC_PASS, PG_CDC_USER, PG_PASS,
                            PG_SUPERPASS, PG_SUPERUSER, PG_SYNC_PASS, PG_SYNC_USER,
                            PG_USER, PORTS, ROOT, SPARK_CLUSTER, SPARK_WORKERS, STACK, VAR, VENV_BIN, StackError,
@@ -64,6 +64,8 @@ __all__ = [
     "MARIADB_DATABASE",
     "KAFKA_PASS",
     "KAFKA_USER",
+    "MARIADB_ADMIN",
+    "MARIADB_ADMIN_PASS",
     "MARIADB_PASS",
     "MARIADB_USER",
     "PG_CDC_PASS",

@@ -8,7 +8,8 @@ import secrets
 import sys
 
 from services.airflow import airflow_url
-from services.base import (AIRFLOW_USERS, DATABASES, HOST, LOGS, PG_CDC_PASS, PG_CDC_USER, PG_SYNC_PASS, PG_SYNC_USER, PORTS, ROOT, SPARK_CLUSTER, VAR,
+from services.base import (AIRFLOW_USERS, DATABASES, HOST, LOGS, PG_CDC_PASS, PG_CDC_USER, PG_SYNC_PASS, PG_SYNC_USER,
+                           PORTS, ROOT, SPARK_CLUSTER, VAR,
                            VENV_BIN)
 from services.kafka import KAFKA, kafka_bootstrap
 from services.mariadb import mariadb_url

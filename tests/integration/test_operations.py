@@ -268,3 +268,72 @@ def test_the_doctor_judges_the_source_role_least_privilege_naming_the_grant(sour
         with admin.cursor() as cur:
             cur.execute(f"DROP ROLE IF EXISTS {role}")
         admin.close()
+
+
+def test_the_stacks_own_roles_are_least_privileged_and_the_dbas_functions_do_only_their_job(
+        source_db, pipelines, unique_name):
+    """Tideline runs as tideline_cdc / tideline_sync, as a DBA would set it up: the publication and
+    heartbeat table come from tideline_dba's two functions, and those refuse anything else."""
+    from tideline import engines
+    from tideline.engines.postgres_capture import role_checks
+    t, t2, hidden = f"{unique_name}_a", f"{unique_name}_b", f"{unique_name}_hidden"
+    make_table(source_db, t, 10)
+    make_table(source_db, t2, 10)
+    admin = stackctl.pg_connect(stackctl.DATABASES["source"])
+    admin.autocommit = True
+    with admin.cursor() as cur:   # a table the DBA never granted to the capture role
+        cur.execute(f"CREATE TABLE public.{hidden} (id int PRIMARY KEY)")
+    cdc = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"], stackctl.PG_CDC_USER,
+                                           stackctl.PG_CDC_PASS))
+    cdc.autocommit = True
+    try:
+        source = get_connection("tideline_source")
+        assert source.login == stackctl.PG_CDC_USER
+        assert get_connection("tideline_target").login == stackctl.PG_SYNC_USER
+        cfg = pipelines.adopt(pipelines.make([{"name": t}], create_topics=False))
+        engine = engines.for_source(source)
+        assert engine.prepare_capture(cfg) == []
+        cfg2 = pipelines.make([{"name": t}, {"name": t2}], create_topics=False)
+        assert engine.prepare_capture(cfg2) == []   # a table added later: the function changes the publication
+        with cdc.cursor() as cur:
+            cur.execute("SELECT pubowner::regrole::text, pubviaroot, ARRAY(SELECT tablename::text FROM "
+                        "pg_publication_tables WHERE pubname = %s ORDER BY 1) FROM pg_publication WHERE pubname = %s",
+                        (cfg.publication_name, cfg.publication_name))
+            assert cur.fetchone() == (stackctl.PG_CDC_USER, True, sorted([t, t2, "tideline_heartbeat"]))
+            checks = role_checks(cur, cfg2)
+            assert [(c.status, c.name) for c in checks] == [("pass", "role")], [c.describe() for c in checks]
+        refused = {
+            f"DELETE FROM public.{t}": "permission denied for table",
+            f"DROP TABLE public.{t}": "must be owner of table",
+            f"CREATE PUBLICATION tideline_{unique_name}_own FOR TABLE public.{t}": "permission denied for database",
+            f"SELECT tideline_dba.publish('mine_{unique_name}', ARRAY['public.{t}'])": "only publications named tideline_",
+            f"SELECT tideline_dba.publish('tideline_{unique_name}_x', ARRAY['public.{hidden}'])":
+                f"may not SELECT public.{hidden}, so it may not publish it",
+            f"SELECT tideline_dba.publish('tideline_{unique_name}_x', ARRAY['public.{t}; DROP TABLE public.{t}'])":
+                "invalid name syntax",   # a table name is one name, never SQL
+            f"SELECT tideline_dba.heartbeat_table('public', '{t}')": "is not a heartbeat table",
+        }
+        for statement, says in refused.items():
+            with cdc.cursor() as cur, pytest.raises(psycopg2.Error, match=says):
+                cur.execute(statement)
+        with admin.cursor() as cur:   # a publication someone else owns is not the capture role's to change
+            cur.execute(f"CREATE PUBLICATION tideline_{unique_name}_theirs FOR TABLE public.{t2}")
+        with cdc.cursor() as cur, pytest.raises(psycopg2.Error, match="belongs to postgres, not tideline_cdc"):
+            cur.execute(f"SELECT tideline_dba.publish('tideline_{unique_name}_theirs', ARRAY['public.{t}'])")
+        # the target's role is no superuser and cannot read the source
+        sync = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"], stackctl.PG_SYNC_USER,
+                                                stackctl.PG_SYNC_PASS))
+        with sync.cursor() as cur:
+            cur.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+            assert cur.fetchone() == (False,)
+            with pytest.raises(psycopg2.Error, match="permission denied for table"):
+                cur.execute(f"SELECT * FROM public.{t}")
+        sync.close()
+    finally:
+        with admin.cursor() as cur:
+            for pub in (cfg.publication_name, f"tideline_{unique_name}_theirs"):
+                cur.execute(f"DROP PUBLICATION IF EXISTS {pub}")
+            cur.execute(f"DROP TABLE IF EXISTS public.{hidden}")
+        admin.close()
+        cdc.close()
+        drop_source(source_db, t, t2)

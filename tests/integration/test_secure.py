@@ -71,9 +71,10 @@ def _db(secure, which: str, **override):
 
 
 def _maria(**kw):
+    """The secure stack's MariaDB as its application (the admin; Tideline's capture user only reads)."""
     import pymysql
-    return pymysql.connect(host=stackctl.HOST, port=int(PORTS["TIDELINE_MARIADB_PORT"]), user=stackctl.MARIADB_USER,
-                           password=stackctl.MARIADB_PASS, database=stackctl.MARIADB_DATABASE, autocommit=True,
+    return pymysql.connect(host=stackctl.HOST, port=int(PORTS["TIDELINE_MARIADB_PORT"]), user=stackctl.MARIADB_ADMIN,
+                           password=stackctl.MARIADB_ADMIN_PASS, database=stackctl.MARIADB_DATABASE, autocommit=True,
                            connect_timeout=5, **kw)
 
 

@@ -78,16 +78,29 @@ def raise_message_limit(admin, topics: list[str], limit: int) -> None:
 
 
 class ConnectClient:
+    rebalance_wait_s = 15.0
+
     def __init__(self, base_url: str, timeout: float = 30.0):
         self.base = base_url.rstrip("/")
         self.timeout = timeout
 
     def _call(self, method: str, path: str, **kw):
-        try:
-            resp = requests.request(method, f"{self.base}{path}", timeout=self.timeout, **kw)
-        except requests.RequestException as exc:
-            raise TransientError(f"Kafka Connect at {self.base} is unreachable ({exc}). Is the worker running?") \
-                from None
+        """One REST call; a 409 (a rebalance, or a config change in flight: Connect's "try again")
+        is retried for up to rebalance_wait_s, then raised as transient."""
+        deadline, pause = time.monotonic() + self.rebalance_wait_s, 0.25
+        while True:
+            try:
+                resp = requests.request(method, f"{self.base}{path}", timeout=self.timeout, **kw)
+            except requests.RequestException as exc:
+                raise TransientError(f"Kafka Connect at {self.base} is unreachable ({exc}). Is the worker "
+                                     f"running?") from None
+            if resp.status_code != 409 or time.monotonic() + pause > deadline:
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+        if resp.status_code == 409:
+            raise TransientError(f"Kafka Connect {method} {path} still answered 409 after "
+                                 f"{self.rebalance_wait_s:.0f}s: {resp.text[:300]} (the workers are rebalancing)")
         if resp.status_code >= 400:
             try:
                 message = resp.json().get("message", resp.text)
