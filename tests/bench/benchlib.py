@@ -16,9 +16,17 @@ sys.path.insert(0, str(ROOT / "plugins"))
 import stackctl  # noqa: E402
 
 
+def db_url(db: str) -> str:
+    """A stack database's URL as the role that writes it: the target as Tideline's own role there
+    (tideline_sync owns what is written, whoever writes it), the source as its application."""
+    if db == stackctl.DATABASES["target"]:
+        return stackctl.pg_url(db, stackctl.PG_SYNC_USER, stackctl.PG_SYNC_PASS)
+    return stackctl.pg_url(db)
+
+
 def pg(db: str):
     """Autocommit connection to a stack database by its full name."""
-    conn = psycopg2.connect(stackctl.pg_url(db))
+    conn = psycopg2.connect(db_url(db))
     conn.autocommit = True
     return conn
 

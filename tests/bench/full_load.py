@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import checkpoint, ensure_topic, pg, run_full_load, stackctl
+from benchlib import checkpoint, db_url, ensure_topic, pg, run_full_load, stackctl
 
 TABLE = "bench_orders"
 PIPELINE = "bench"
@@ -96,7 +96,7 @@ def run_copy_pipe(schema: str = "bench_pipe", keep: bool = False, parts: int = 1
     checkpoint()
     ranges = [f"WHERE id >= {lo + i * step} AND id < {lo + (i + 1) * step}" for i in range(parts)] if parts > 1 else [""]
     src = stackctl.pg_url(stackctl.DATABASES["source"])
-    tgt = stackctl.pg_url(stackctl.DATABASES["target"])
+    tgt = db_url(stackctl.DATABASES["target"])
     fmt = " (FORMAT binary)" if binary else ""
     started = time.monotonic()
     pipes = [subprocess.Popen(f'psql "{src}" -qc "COPY (SELECT * FROM {TABLE} {where}) TO STDOUT{fmt}" | '
@@ -133,7 +133,7 @@ def run_pgcopydb(jobs: int) -> float:
         filters.write_text(f"[include-only-table]\npublic.{TABLE}\n")
         started = time.monotonic()
         res = subprocess.run([exe, "copy", "table-data", "--source", stackctl.pg_url(stackctl.DATABASES["source"]),
-                              "--target", stackctl.pg_url(stackctl.DATABASES["target"]), "--dir", f"{work}/run",
+                              "--target", db_url(stackctl.DATABASES["target"]), "--dir", f"{work}/run",
                               "--table-jobs", str(jobs), "--split-tables-larger-than", "220MB",
                               "--filters", str(filters), "--notice"],
                              capture_output=True, text=True)

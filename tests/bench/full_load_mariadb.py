@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import ensure_topic, pg, run_full_load, stackctl
+from benchlib import db_url, ensure_topic, pg, run_full_load, stackctl
 
 TABLE = "bench_orders"
 PIPELINE = "bench_mariadb"
@@ -109,7 +109,7 @@ def run_pgloader(schema: str, workers: int) -> float:
             f"LOAD DATABASE\n"
             f"  FROM mysql://{stackctl.MARIADB_USER}:{stackctl.MARIADB_PASS}@{stackctl.HOST}:"
             f"{stackctl.PORTS['mariadb']}/{db}\n"
-            f"  INTO {stackctl.pg_url(stackctl.DATABASES['target'])}\n"
+            f"  INTO {db_url(stackctl.DATABASES['target'])}\n"
             f"WITH data only, workers = {workers}, concurrency = 1, prefetch rows = 25000, batch rows = 25000\n"
             f"INCLUDING ONLY TABLE NAMES MATCHING '{TABLE}'\n"
             f"ALTER SCHEMA '{db}' RENAME TO '{schema}';\n")

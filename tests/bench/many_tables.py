@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import checkpoint, pg, run_full_load, stackctl
+from benchlib import checkpoint, db_url, pg, run_full_load, stackctl
 
 SCHEMA, PIPELINE = "bench_many", "bench_many"
 COLUMNS = """id bigint PRIMARY KEY, customer_id bigint NOT NULL, status text NOT NULL, total numeric(12,2) NOT NULL,
@@ -123,7 +123,7 @@ def run_pgcopydb(tables: list[str], jobs: int) -> float:
         filters.write_text("[include-only-table]\n" + "".join(f"{SCHEMA}.{t}\n" for t in tables))
         started = time.monotonic()
         res = subprocess.run([exe, "copy", "table-data", "--source", stackctl.pg_url(stackctl.DATABASES["source"]),
-                              "--target", stackctl.pg_url(stackctl.DATABASES["target"]), "--dir", f"{work}/run",
+                              "--target", db_url(stackctl.DATABASES["target"]), "--dir", f"{work}/run",
                               "--table-jobs", str(jobs), "--split-tables-larger-than", "220MB",
                               "--filters", str(filters), "--notice"], capture_output=True, text=True)
         if res.returncode != 0:

@@ -25,7 +25,7 @@ from contextlib import closing
 import json
 import subprocess
 
-from benchlib import PeakRss, pg, stackctl
+from benchlib import PeakRss, db_url, pg, stackctl
 from full_load import TABLE, ensure_source, run_copy_pipe
 from peers import reladiff
 
@@ -60,7 +60,7 @@ def run_reladiff(exe: str) -> tuple[float, set[int]]:
     """reladiff across the two databases; (seconds, the keys it reports as differing)."""
     started = time.monotonic()
     out = subprocess.run([exe, stackctl.pg_url(stackctl.DATABASES["source"]), f"public.{TABLE}",
-                          stackctl.pg_url(stackctl.DATABASES["target"]), f"{SCHEMA}.{TABLE}",
+                          db_url(stackctl.DATABASES["target"]), f"{SCHEMA}.{TABLE}",
                           "-k", "id", "-c", "%", "-j", "2", "--skip-sort-results", "--json"],
                          capture_output=True, text=True, check=True)
     keys, decoder, text, at = set(), json.JSONDecoder(strict=False), out.stdout, 0
