@@ -97,6 +97,38 @@ def test_verify_finds_exactly_the_tampered_rows_of_a_million_and_repair_makes_it
         drop_source(source_db, t)
 
 
+def test_integer_keys_in_far_apart_clusters_are_cut_by_value_and_every_difference_found(
+        spark, source_db, target_db, pipelines, unique_name):
+    """An integer key is cut by value, not by rank: three clusters 10^15 apart (as ids from
+    different shards are), negative keys, differences at each cluster's edges and outside the
+    source's key range — all found, nothing more."""
+    t = f"{unique_name}_clu"
+    far = 10 ** 15
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id bigint PRIMARY KEY, qty int NOT NULL, note text)")
+        for base in (-far, 1, far):
+            cur.execute(f"INSERT INTO public.{t} SELECT {base} + g, g % 100, 'row ' || g "
+                        f"FROM generate_series(0, 19999) g")
+    try:
+        cfg = pipelines.make([{"name": t}])
+        FullLoad(cfg, spark).run([t])
+        source, target, bootstrap = conns()
+        settings = VerifySettings(leaf_rows=500, fine_leaf=16)   # small leaves: many cuts, and re-cuts
+        updated = [-far, -far + 19999, 1, 64, 65, 10_000, far, far + 19999]
+        deleted = [-far + 1, 20000, far + 12345]
+        inserted = [-far - 5, 30_000, far * 2]
+        tamper(target_db, cfg.name, t, updated, deleted, inserted)
+        [report] = verify(cfg, source, target, [t], bootstrap, settings)
+        assert found(report) == expected(updated, deleted, inserted), report.summary()
+        assert report.counts == {"missing": 3, "extra": 3, "different": 8}
+        fixed = repair_verified(cfg, source, target, t)
+        assert fixed.deleted == 3
+        [again] = verify(cfg, source, target, [t], bootstrap, settings)
+        assert again.equal, again.summary()
+    finally:
+        drop_source(source_db, t)
+
+
 def test_composite_text_key_is_narrowed_down_and_repaired(spark, source_db, target_db, pipelines, unique_name):
     t = f"{unique_name}_cmp"
     with source_db.cursor() as cur:

@@ -73,3 +73,43 @@ def test_report_keeps_totals_complete_and_the_sample_bounded():
     assert r.sample_lines() == ["  missing   key (0)", "  missing   key (1)"]
     clean = VerifyReport("orders", 3, 3, settled=2)
     assert clean.equal and clean.summary().endswith("equal; 2 in-flight change(s) settled on re-check")
+
+
+def test_an_integer_key_is_cut_by_value_into_about_per_cut_rows_and_never_more_cuts_than_allowed():
+    from tideline.core.verify_plan import integer_cuts
+    cuts = integer_cuts(1, 2_000_000, 2_000_000, 64, 50_000)
+    assert len(cuts) == 31_249 and cuts[0] == ("65",) and cuts[-1] == (str(1 + 31_249 * 64),)
+    assert list(cuts) == [cuts[i] for i in range(len(cuts))] and cuts[-1] == list(cuts)[-1]
+    assert all(int(b[0]) - int(a[0]) == 64 for a, b in zip(cuts, list(cuts)[1:]))
+    # a row's sub-range is (key - lo) / width, the same numbering as KeyRange.split gives
+    subs = KeyRange().split(list(cuts))
+    for key in (1, 64, 65, 128, 129, 2_000_000):
+        i = (key - cuts.lo) // cuts.width
+        assert (subs[i].lo is None or int(subs[i].lo[0]) <= key) and (subs[i].hi is None or key < int(subs[i].hi[0]))
+    assert render(bucket_expr(ONE, cuts)) == '(("id"::bigint - 1) / 64)'
+    # sparse keys (every 10th value): the width grows, the count of cuts stays ~rows/per_cut
+    sparse = integer_cuts(10, 1_000_000, 100_000, 64, 50_000)
+    assert 1_500 <= len(sparse) <= 1_563 and sparse.width == 640
+    # negative keys and the cap
+    capped = integer_cuts(-5_000_000, 5_000_000, 10_000_000, 64, 1_000)
+    assert len(capped) == 999 and all(-5_000_000 < int(c[0]) <= 5_000_000 for c in capped)
+    assert len(integer_cuts(7, 7, 1, 64, 100)) == 0   # one key: nothing to cut
+
+
+def test_pg_dialect_reads_only_the_sub_ranges_asked_for():
+    from tideline.core.verify_plan import PgDialect
+    d = PgDialect(ONE, "s", sql.SQL("h"))
+    text = render(d.any_range_predicate([KeyRange(("1",), ("65",)), KeyRange(("129",), None)]))
+    assert text == "(((\"id\") >= ('1'::bigint) AND (\"id\") < ('65'::bigint)) OR ((\"id\") >= ('129'::bigint)))"
+
+
+def test_a_part_of_a_split_is_the_same_range_as_split_makes():
+    from tideline.core.verify_plan import integer_cuts
+    rng = KeyRange(("5",), ("900",))
+    for cuts in (integer_cuts(5, 899, 895, 64, 100), [("10",), ("20",)]):
+        subs = rng.split(list(cuts))
+        assert [rng.part(cuts, i) for i in range(len(subs))] == subs
+    from tideline.core.verify_plan import PgDialect
+    d = PgDialect(ONE, "s", sql.SQL("h"))
+    assert render(d.any_range_predicate([KeyRange(None, ("65",)), KeyRange(("129",), ("193",))], integer=True)) == \
+        '(("id" < 65) OR ("id" >= 129 AND "id" < 193))'

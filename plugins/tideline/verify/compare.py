@@ -30,7 +30,8 @@ from tideline.core.connections import Conn
 from tideline.core.errors import SourceError, TargetError, TidelineError
 from tideline.core.table_shape import TableShape
 from tideline.core import verify_canonical, verify_lake
-from tideline.core.verify_plan import Candidate, Finding, KeyRange, VerifyReport, classify
+from tideline.core.verify_plan import (INTEGER_KEY_TYPES, Candidate, Finding, KeyRange, VerifyReport, classify,
+                                       integer_cuts)
 
 log = logging.getLogger("tideline.verify")
 
@@ -48,6 +49,7 @@ class VerifySettings:
     rechecks: int = 3
     fine_rows: int = 100_000      # a differing range up to this size (one-column key, both sides able)...
     fine_leaf: int = 64           # ...is cut at once into sub-ranges of about this many rows
+    fine_cuts: int = 50_000       # an integer key is cut by value: a range up to fine_leaf × this many rows
 
 
 class TableVerifier:
@@ -147,7 +149,7 @@ class TableVerifier:
                 src_rows, tgt_rows = self._both(VerifySide.rows, rng)
                 self._classify(src_rows, tgt_rows, rng, candidates)
                 continue
-            if max(sc, tc) <= self.s.fine_rows:
+            if max(sc, tc) <= (self.s.fine_leaf * self.s.fine_cuts if self._integer_key() else self.s.fine_rows):
                 larger = self._fine(rng, sc, tc, candidates)
                 if larger is not None:
                     stack.extend(larger)
@@ -167,6 +169,11 @@ class TableVerifier:
                     stack.append((subs[i], s_fp[0], t_fp[0]))
         return candidates
 
+    def _integer_key(self) -> bool:
+        key = self.shape.primary_key
+        return (len(key) == 1 and self.src.fine_buckets and self.tgt.fine_buckets
+                and self.shape.column(key[0]).type in INTEGER_KEY_TYPES)
+
     @staticmethod
     def _classify(src_rows: dict, tgt_rows: dict, rng: KeyRange, candidates: list[Candidate]) -> None:
         for key in src_rows.keys() | tgt_rows.keys():
@@ -182,16 +189,22 @@ class TableVerifier:
         a table) cost a few queries per range instead of a query pair per 2,000-row leaf, and a
         repair re-reads only those small sub-ranges. Returns the differing sub-ranges still holding
         more than leaf_rows rows on a side (narrowed further, as a leaf would be); None when the
-        sides cannot (the caller narrows as usual)."""
+        sides cannot (the caller narrows as usual). An integer key is cut by value (no ranking of
+        its keys), so a table of millions of rows takes this path whole."""
         if len(self.shape.primary_key) != 1 or not (self.src.fine_buckets and self.tgt.fine_buckets):
             return None
-        cutter = self.src if sc >= tc else self.tgt
-        boundaries = cutter.boundaries(rng, -(-max(sc, tc) // min(self.s.fine_leaf, self.s.leaf_rows)))
+        per_cut = min(self.s.fine_leaf, self.s.leaf_rows)
+        ends = ([int(v) for pair in self._both(VerifySide.key_bounds, rng) for v in pair if v is not None]
+                if self._integer_key() else [])
+        if ends and max(ends) - min(ends) < 2 ** 62:   # (key - lo) cannot overflow a bigint
+            boundaries = integer_cuts(min(ends), max(ends), max(sc, tc), per_cut, self.s.fine_cuts)
+        else:
+            cutter = self.src if sc >= tc else self.tgt
+            boundaries = cutter.boundaries(rng, -(-max(sc, tc) // per_cut))
         if not boundaries:
             return None
-        subs = rng.split(boundaries)
         s_b, t_b = self._both(VerifySide.buckets, rng, boundaries)
-        differing = [i for i in range(len(subs)) if s_b.get(i, (0, 0)) != t_b.get(i, (0, 0))]
+        differing = sorted(i for i in s_b.keys() | t_b.keys() if s_b.get(i, (0, 0)) != t_b.get(i, (0, 0)))
         larger: list = []
         for at in range(0, len(differing), 500):
             chunk = differing[at:at + 500]
@@ -199,9 +212,9 @@ class TableVerifier:
             for i in chunk:
                 s_rows, t_rows = src_rows.get(i, {}), tgt_rows.get(i, {})
                 if max(len(s_rows), len(t_rows)) > self.s.leaf_rows:
-                    larger.append((subs[i], len(s_rows), len(t_rows)))
+                    larger.append((rng.part(boundaries, i), len(s_rows), len(t_rows)))
                 else:
-                    self._classify(s_rows, t_rows, subs[i], candidates)
+                    self._classify(s_rows, t_rows, rng.part(boundaries, i), candidates)
         return larger
 
     # ---------------------------------------------------------------- re-check

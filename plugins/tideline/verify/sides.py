@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tideline.core.table_shape import TableShape
 from tideline.core.verify_canonical import MASK
-from tideline.core.verify_plan import KeyRange
+from tideline.core.verify_plan import IntegerCuts, KeyRange
 
 
 class VerifySide:
@@ -64,11 +64,18 @@ class VerifySide:
         return {tuple(r[:-1]): int(r[-1]) & MASK for r in self.all(d.rows_query(pred))}
 
     def bucket_rows(self, rng: KeyRange, boundaries, buckets: list[int]) -> dict[int, dict[tuple, int]]:
-        """The rows of some sub-ranges of rng (by index), in one query: {sub-range: {key: hash}}."""
+        """The rows of some sub-ranges of rng (by index), in one query: {sub-range: {key: hash}};
+        only those sub-ranges are read."""
         d, out = self.dialect, {}
-        for b, *rest in self.all(d.bucket_rows_query(d.range_predicate(rng), boundaries, buckets)):
+        pred = d.any_range_predicate([rng.part(boundaries, i) for i in buckets], isinstance(boundaries, IntegerCuts))
+        for b, *rest in self.all(d.bucket_rows_query(pred, boundaries, buckets)):
             out.setdefault(int(b), {})[tuple(rest[:-1])] = int(rest[-1]) & MASK
         return out
+
+    def key_bounds(self, rng: KeyRange) -> tuple[str | None, str | None]:
+        """The lowest and highest key in rng (one-column keys)."""
+        d = self.dialect
+        return self.all(d.bounds_query(d.range_predicate(rng)))[0]
 
     def boundaries(self, rng: KeyRange, parts: int, sample_percent: float | None = None) -> list[tuple]:
         """Cut points inside rng; from a block sample when `sample_percent` is given and the side
