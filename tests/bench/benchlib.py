@@ -5,9 +5,11 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 
 import psutil
+
 import psycopg2
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,6 +66,25 @@ class PeakRss(threading.Thread):
             except psutil.Error:
                 pass
             time.sleep(0.1)
+
+
+def digests(db: str, schema: str, tables: list[str]) -> dict[str, tuple]:
+    """Each table's row count and an order-independent digest of its rows' text, to check a copy."""
+    with closing(pg(stackctl.DATABASES[db])) as conn, conn.cursor() as cur:
+        out = {}
+        for t in tables:
+            cur.execute(f"SELECT count(*), coalesce(sum(hashtextextended(t::text, 0)::numeric), 0)::text "
+                        f"FROM {schema}.{t} t")
+            out[t] = cur.fetchone()
+        return out
+
+
+def forget_pipeline(cur, pipeline: str) -> None:
+    """A benchmark pipeline's rows in Tideline's state, so a new run starts from nothing."""
+    cur.execute("SELECT to_regclass('tideline.table_state') IS NOT NULL")
+    if cur.fetchone()[0]:
+        for t in ("table_state", "runs", "batches", "dead_letters"):
+            cur.execute(f"DELETE FROM tideline.{t} WHERE pipeline = %s", (pipeline,))
 
 
 def ensure_topic(topic: str) -> None:

@@ -39,7 +39,7 @@ import psycopg2
 import requests
 import yaml
 
-from benchlib import ROOT, PeakRss, pg, stackctl
+from benchlib import ROOT, PeakRss, forget_pipeline, pg, stackctl
 
 os.environ.update(stackctl.environment())
 
@@ -60,16 +60,16 @@ def log(msg: str) -> None:
     print(f"[bench] {time.strftime('%H:%M:%S')} {msg}", flush=True)
 
 
-def spark_submit(pipelines: Path, *args: str) -> subprocess.Popen:
+def spark_submit(pipelines: Path, *args: str, pipeline: str = PIPELINE) -> subprocess.Popen:
     """As the sync DAG submits the stream: local[2], Spark's default 1 GB driver heap, the
     stream's settings and memory environment from the pipeline (spark.job_conf, spark.job_env)."""
-    spark = load_pipeline(pipelines / f"{PIPELINE}.yaml").spark
+    spark = load_pipeline(pipelines / f"{pipeline}.yaml").spark
     env = dict(os.environ, TIDELINE_PIPELINES=str(pipelines), **spark.job_env("stream"))
     conf = driver_conf(spark.job_conf("stream"))
     return subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
                              *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")],
                              "--jars", env["TIDELINE_SPARK_JARS"],
-                             str(ROOT / "spark_jobs" / "incremental.py"), "--pipeline", PIPELINE, *args],
+                             str(ROOT / "spark_jobs" / "incremental.py"), "--pipeline", pipeline, *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -85,10 +85,7 @@ def reset(cfgs) -> None:
         for schema in (PIPELINE, PEER_PIPELINE, PEER_SCHEMA):
             cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         cur.execute(f"CREATE SCHEMA {PEER_SCHEMA}")
-        cur.execute("SELECT to_regclass('tideline.table_state') IS NOT NULL")
-        if cur.fetchone()[0]:
-            for t in ("table_state", "runs", "batches", "dead_letters"):
-                cur.execute(f"DELETE FROM tideline.{t} WHERE pipeline = %s", (PIPELINE,))
+        forget_pipeline(cur, PIPELINE)
     from confluent_kafka.admin import AdminClient
     admin = AdminClient({"bootstrap.servers": stackctl.kafka_bootstrap()})
     for cfg in cfgs:
@@ -172,18 +169,24 @@ def event_bytes(topic: str, sample: int = 2000) -> float:
         consumer.close()
 
 
-def run_jdbc_sink(topic: str, tasks: int) -> float:
+def jdbc_sink_config(tasks: int, **settings: str) -> dict[str, str]:
+    """The Debezium JDBC sink as a user would set it up for this target: upserts by the record key,
+    deletes applied, JSON with schemas; `settings` name its topics and tables."""
     target = get_connection("tideline_target")
-    config = {
-        "connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector", "tasks.max": str(tasks), "topics": topic,
+    return {
+        "connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector", "tasks.max": str(tasks),
         "connection.url": f"jdbc:postgresql://{target.host}:{target.port}/{target.schema}",
         "connection.username": target.login, "connection.password": target.password,
         "insert.mode": "upsert", "delete.enabled": "true", "primary.key.mode": "record_key",
-        "schema.evolution": "basic", "collection.name.format": f"{PEER_SCHEMA}.{TABLE}",
+        "schema.evolution": "basic",
         "key.converter": "org.apache.kafka.connect.json.JsonConverter", "key.converter.schemas.enable": "true",
         "value.converter": "org.apache.kafka.connect.json.JsonConverter", "value.converter.schemas.enable": "true",
-        "consumer.override.max.poll.records": "2000", "batch.size": "2000",
+        "consumer.override.max.poll.records": "2000", "batch.size": "2000", **settings,
     }
+
+
+def run_jdbc_sink(topic: str, tasks: int) -> float:
+    config = jdbc_sink_config(tasks, topics=topic, **{"collection.name.format": f"{PEER_SCHEMA}.{TABLE}"})
     started = time.monotonic()
     resp = requests.put(f"{stackctl.connect_url()}/connectors/{PEER}/config", json=config, timeout=30)
     resp.raise_for_status()

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import checkpoint, db_url, pg, run_full_load, stackctl
+from benchlib import checkpoint, db_url, digests, pg, run_full_load, stackctl
 
 SCHEMA, PIPELINE = "bench_many", "bench_many"
 COLUMNS = """id bigint PRIMARY KEY, customer_id bigint NOT NULL, status text NOT NULL, total numeric(12,2) NOT NULL,
@@ -85,16 +85,6 @@ def ensure_topics(tables: list[str]) -> None:
     missing = [NewTopic(t, 1, 1) for t in wanted if t not in have]
     for fut in (admin.create_topics(missing).values() if missing else []):
         fut.result(60)
-
-
-def digests(db: str, schema: str, tables: list[str]) -> dict[str, tuple]:
-    with closing(pg(stackctl.DATABASES[db])) as conn, conn.cursor() as cur:
-        out = {}
-        for t in tables:
-            cur.execute(f"SELECT count(*), coalesce(sum(hashtextextended(t::text, 0)::numeric), 0)::text "
-                        f"FROM {schema}.{t} t")
-            out[t] = cur.fetchone()
-        return out
 
 
 def check_equal(what: str, schema: str, source: dict[str, tuple]) -> None:

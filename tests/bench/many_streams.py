@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Benchmark: one pipeline streaming 100 tables at a steady rate — end-to-end latency, Tideline and
+the Debezium JDBC sink side by side on the same changes at the same time.
+
+    .venv/bin/python tests/bench/many_streams.py [--rate 10000] [--seconds 90] [--tables 100]
+
+Source schema `bench_ms`: `--tables` tables of 2,000 rows (id bigint key, qty, note, amount), and
+a probe row in each. Two Debezium connectors capture the same transactions: Tideline's pipeline
+(schemaless JSON, its default) and the peer's (JSON with schemas, which the JDBC sink requires);
+one partition per topic. Tideline: the full load, then its stream in continuous mode as the sync
+DAG submits it (local[2], default settings). Peer: the Debezium JDBC sink (upsert, deletes,
+tasks.max 2, tables routed by a RegexRouter), into copies of the same tables made before it starts.
+
+Both run while the source takes ~`--rate` row changes per second, spread round-robin over the
+tables in transactions of 100 rows; every 0.5 s a probe row of the next table is changed and the
+time until each target shows it is recorded (a probe not visible within 30 s counts as 30 s).
+Then the load stops, and both targets must equal the source table by table (count and a digest of
+every row) before anything is reported. Last line:
+RESULT tables=<n> rate_asked=<n> rate_made=<n> p50_s=<x> p95_s=<x> p99_s=<x> jdbc_sink_p50_s=<x>
+       jdbc_sink_p95_s=<x> ratio_p95=<jdbc_sink p95 / Tideline p95> peak_rss_mb=<n> same_result=yes
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from contextlib import closing
+from pathlib import Path
+
+import requests
+import yaml
+
+from benchlib import PeakRss, digests, forget_pipeline, pg, stackctl
+
+os.environ.update(stackctl.environment())
+
+from incremental import jdbc_sink_config, spark_submit  # noqa: E402
+from tideline.capture.connector import drop_capture, ensure_capture  # noqa: E402
+from tideline.core.config import load_pipeline  # noqa: E402
+from tideline.core.connections import get_connection  # noqa: E402
+
+SCHEMA, PIPELINE, PEER_PIPELINE, PEER_SCHEMA, PEER = "bench_ms", "benchms", "benchmspeer", "bench_ms_sink", \
+    "bench-ms-jdbc-sink"
+ROWS, PROBE, PROBE_TIMEOUT_S = 2_000, 1_000_000, 30.0
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+def tables(n: int) -> list[str]:
+    return [f"t_{i:03d}" for i in range(n)]
+
+
+def reset(names: list[str], cfgs) -> None:
+    requests.delete(f"{stackctl.connect_url()}/connectors/{PEER}", timeout=30)
+    for cfg in cfgs:
+        drop_capture(cfg, get_connection("tideline_connect"), get_connection("tideline_source"))
+    with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        cur.execute(f"CREATE SCHEMA {SCHEMA}")
+        for t in names:
+            cur.execute(f"CREATE TABLE {SCHEMA}.{t} (id bigint PRIMARY KEY, qty int NOT NULL, note text, "
+                        f"amount numeric(12,2))")
+            cur.execute(f"INSERT INTO {SCHEMA}.{t} SELECT g, 0, 'row ' || g, g / 100.0 "
+                        f"FROM generate_series(1, {ROWS}) g UNION ALL SELECT {PROBE}, 0, 'probe', 0")
+    with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
+        for schema in (PIPELINE, PEER_SCHEMA):
+            cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        forget_pipeline(cur, PIPELINE)
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": stackctl.kafka_bootstrap()})
+    stale = [c.topic(t) for c in cfgs for t in names if c.topic(t) in admin.list_topics(timeout=10).topics]
+    for fut in (admin.delete_topics(stale).values() if stale else []):
+        fut.result(30)
+    time.sleep(2 if stale else 0)
+
+
+def copy_for_the_sink(names: list[str]) -> None:
+    """The sink's tables, as the source holds them before the load starts (it upserts from there)."""
+    with closing(pg(stackctl.DATABASES["source"])) as src, closing(pg(stackctl.DATABASES["target"])) as tgt:
+        with src.cursor() as cs, tgt.cursor() as ct:
+            ct.execute(f"CREATE SCHEMA {PEER_SCHEMA}")
+            for t in names:
+                ct.execute(f"CREATE TABLE {PEER_SCHEMA}.{t} (id bigint PRIMARY KEY, qty int NOT NULL, note text, "
+                           f"amount numeric(12,2))")
+                cs.execute(f"SELECT id, qty, note, amount FROM {SCHEMA}.{t}")
+                ct.executemany(f"INSERT INTO {PEER_SCHEMA}.{t} VALUES (%s, %s, %s, %s)", cs.fetchall())
+
+
+class SteadyLoad(threading.Thread):
+    """~rate row changes per second over the tables, round-robin, 100 rows per transaction."""
+
+    def __init__(self, names: list[str], rate: int):
+        super().__init__(daemon=True)
+        self.names, self.rate, self.stop, self.made = names, rate, threading.Event(), 0
+
+    def run(self) -> None:
+        with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+            started, i = time.monotonic(), 0
+            while not self.stop.is_set():
+                t = self.names[i % len(self.names)]
+                lo = (i // len(self.names) * 100) % (ROWS - 100)
+                cur.execute(f"UPDATE {SCHEMA}.{t} SET qty = qty + 1, amount = amount + 0.01 "
+                            f"WHERE id > %s AND id <= %s", (lo, lo + 100))
+                self.made += cur.rowcount
+                i += 1
+                ahead = self.made / self.rate - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+
+
+def probe_latencies(names: list[str], seconds: float) -> tuple[list[float], list[float]]:
+    """Every 0.5 s a probe row of the next table changes; the time until each target shows it."""
+    ours, theirs = [], []
+    with closing(pg(stackctl.DATABASES["source"])) as src, closing(pg(stackctl.DATABASES["target"])) as tgt, \
+            src.cursor() as scur, tgt.cursor() as tcur:
+        end, n = time.time() + seconds, 0
+        while time.time() < end:
+            n += 1
+            t = names[n % len(names)]
+            scur.execute(f"UPDATE {SCHEMA}.{t} SET qty = %s WHERE id = {PROBE}", (n,))
+            committed, pending = time.time(), {PIPELINE: ours, PEER_SCHEMA: theirs}
+            while pending:
+                for schema, out in list(pending.items()):
+                    tcur.execute(f"SELECT qty FROM {schema}.{t} WHERE id = {PROBE}")
+                    row = tcur.fetchone()
+                    if row and row[0] >= n:
+                        out.append(time.time() - committed)
+                        del pending[schema]
+                    elif time.time() - committed >= PROBE_TIMEOUT_S:
+                        out.append(PROBE_TIMEOUT_S)   # counted as the timeout, not dropped
+                        del pending[schema]
+                time.sleep(0.02)
+            time.sleep(max(0.0, 0.5 - (time.time() - committed)))
+    return ours, theirs
+
+
+def warm_up(table: str, timeout: float = 300) -> None:
+    """Until both targets show a change of the first table (the stream's start is not latency)."""
+    with closing(pg(stackctl.DATABASES["source"])) as src, src.cursor() as cur:
+        cur.execute(f"UPDATE {SCHEMA}.{table} SET qty = -1 WHERE id = {PROBE}")
+    deadline = time.time() + timeout
+    with closing(pg(stackctl.DATABASES["target"])) as tgt, tgt.cursor() as cur:
+        for schema in (PIPELINE, PEER_SCHEMA):
+            while True:
+                cur.execute(f"SELECT qty FROM {schema}.{table} WHERE id = {PROBE}")
+                if cur.fetchone() == (-1,):
+                    break
+                if time.time() > deadline:
+                    raise SystemExit(f"{schema} did not apply a change within {timeout:.0f}s")
+                time.sleep(0.5)
+
+
+def wait_equal(names: list[str], timeout: float = 300) -> bool:
+    deadline = time.time() + timeout
+    while True:
+        want = digests("source", SCHEMA, names)
+        if digests("target", PIPELINE, names) == want == digests("target", PEER_SCHEMA, names):
+            return True
+        if time.time() > deadline:
+            for schema in (PIPELINE, PEER_SCHEMA):
+                got = digests("target", schema, names)
+                log(f"  {schema}: {sum(got[t] != want[t] for t in names)} table(s) differ from the source")
+            return False
+        time.sleep(3)
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[int(q * (len(values) - 1))] if values else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rate", type=int, default=10_000)
+    ap.add_argument("--seconds", type=float, default=90)
+    ap.add_argument("--tables", type=int, default=100)
+    args = ap.parse_args()
+    names = tables(args.tables)
+    with tempfile.TemporaryDirectory() as tmp:
+        pipelines = Path(tmp)
+        for name, schemas in ((PIPELINE, False), (PEER_PIPELINE, True)):
+            (pipelines / f"{name}.yaml").write_text(yaml.safe_dump({
+                "name": name, "source": {"conn_id": "tideline_source", "schema": SCHEMA},
+                "target": {"conn_id": "tideline_target", "schema": name},
+                "kafka": {"topic_prefix": name, "partitions": 1, "json_schemas": schemas},
+                "tables": [{"name": t} for t in names]}))
+        cfg, peer_cfg = (load_pipeline(pipelines / f"{n}.yaml") for n in (PIPELINE, PEER_PIPELINE))
+        log(f"{args.tables} tables of {ROWS:,} rows, two connectors capturing them ...")
+        reset(names, [cfg, peer_cfg])
+        proc = None
+        try:
+            for c in (cfg, peer_cfg):
+                ensure_capture(c, get_connection("tideline_kafka"), get_connection("tideline_connect"),
+                               get_connection("tideline_source"))
+            from tideline.load.full_load import FullLoad
+            from tideline.spark_session import get_session
+            spark = get_session("bench-many-streams")
+            FullLoad(cfg, spark).run(names)
+            spark.stop()
+            copy_for_the_sink(names)
+            sink = jdbc_sink_config(2, **{
+                "topics.regex": rf"{PEER_PIPELINE}\.{SCHEMA}\..*", "collection.name.format": f"{PEER_SCHEMA}.${{topic}}",
+                "transforms": "table", "transforms.table.type": "org.apache.kafka.connect.transforms.RegexRouter",
+                "transforms.table.regex": r".*\.(t_\d+)", "transforms.table.replacement": "$1"})
+            requests.put(f"{stackctl.connect_url()}/connectors/{PEER}/config", json=sink, timeout=30).raise_for_status()
+            proc = spark_submit(pipelines, "--mode", "continuous", pipeline=PIPELINE)
+            rss = PeakRss(proc.pid)
+            rss.start()
+            log("waiting for both to apply a first change ...")
+            warm_up(names[0])
+            load = SteadyLoad(names, args.rate)
+            load.start()
+            log(f"~{args.rate:,} changes/s over {args.tables} tables for {args.seconds:.0f}s, probing both ...")
+            started = time.monotonic()
+            ours, theirs = probe_latencies(names, args.seconds)
+            load.stop.set()
+            load.join()
+            made = load.made / (time.monotonic() - started)
+            log(f"the load made {made:,.0f} changes/s; waiting for both targets to equal the source ...")
+            same = wait_equal(names)
+            rss.done.set()
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(60)
+            requests.delete(f"{stackctl.connect_url()}/connectors/{PEER}", timeout=30)
+            for c in (cfg, peer_cfg):   # idle slots of a finished benchmark would pin the source's WAL
+                drop_capture(c, get_connection("tideline_connect"), get_connection("tideline_source"))
+    if not same:
+        raise SystemExit("a target differs from the source: no figure is reported")
+    p95, sink_p95 = pct(ours, 0.95), pct(theirs, 0.95)
+    log(f"Tideline: {len(ours)} probes, p50 {statistics.median(ours):.2f}s p95 {p95:.2f}s max {max(ours):.2f}s; "
+        f"JDBC sink: p50 {statistics.median(theirs):.2f}s p95 {sink_p95:.2f}s max {max(theirs):.2f}s")
+    print(f"RESULT tables={args.tables} rate_asked={args.rate} rate_made={made:.0f} "
+          f"p50_s={statistics.median(ours):.2f} p95_s={p95:.2f} p99_s={pct(ours, 0.99):.2f} "
+          f"jdbc_sink_p50_s={statistics.median(theirs):.2f} jdbc_sink_p95_s={sink_p95:.2f} "
+          f"ratio_p95={sink_p95 / p95:.2f} peak_rss_mb={rss.peak / 1e6:.0f} same_result=yes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
