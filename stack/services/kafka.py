@@ -46,9 +46,14 @@ logger.reflections.level = error
 
 def _jvm(part: str, main: str, args: list[str], heap: str) -> list[str]:
     """Kafka and Connect: G1 with a periodic collection once a minute when none ran, which gives
-    heap a burst (a backlog, a snapshot) took back to the OS instead of keeping it forever."""
+    heap a burst (a backlog, a snapshot) took back to the OS instead of keeping it forever.
+    jdk.nio.maxCachedBufferSize: a socket read into the heap goes through a temporary direct
+    buffer of the read's size, which each network thread otherwise keeps; produce requests of
+    tens of MB (a connector's batches for 100 topics, up to kafka.max_message_mb) had the broker's
+    threads keep enough of them to exhaust its direct memory (= the heap) and stop answering
+    (tests/bench/many_streams.py)."""
     return [java(), "-Xms256m", f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:G1PeriodicGCInterval=60000",
-            "-Djava.awt.headless=true",
+            "-Djava.awt.headless=true", "-Djdk.nio.maxCachedBufferSize=1048576",
             f"-Dlog4j2.configurationFile={_log4j_config(part)}",
             "-cp", _kafka_classpath(), main, *args]
 

@@ -68,6 +68,24 @@ class PeakRss(threading.Thread):
             time.sleep(0.1)
 
 
+class Drain(threading.Thread):
+    """Reads a running job's output into `path` as it comes: an undrained pipe fills (64 KB) and
+    blocks the job at its next log line — a stream of many tables logs that much in seconds."""
+
+    def __init__(self, proc, path: Path):
+        super().__init__(daemon=True)
+        self.proc, self.path = proc, path
+
+    def run(self) -> None:
+        with open(self.path, "w") as out:
+            for line in self.proc.stdout:
+                out.write(line)
+                out.flush()
+
+    def tail(self, chars: int = 3000) -> str:
+        return self.path.read_text()[-chars:] if self.path.exists() else ""
+
+
 def digests(db: str, schema: str, tables: list[str]) -> dict[str, tuple]:
     """Each table's row count and an order-independent digest of its rows' text, to check a copy."""
     with closing(pg(stackctl.DATABASES[db])) as conn, conn.cursor() as cur:

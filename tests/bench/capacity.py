@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-from benchlib import ROOT, pg, stackctl
+from benchlib import ROOT, Drain, pg, stackctl
 
 os.environ.update(stackctl.environment())
 
@@ -95,7 +95,7 @@ def submit(job: str, cfg, tmp: Path, conf: list[str], *args: str, tuned: bool = 
     """As the DAG's operator submits a job: local[2], the job kind's settings (spark.job_conf,
     spark.job_env), the shipped library; `tuned` adds --java-options/--env (and conf) to try."""
     kind = "stream" if job == "incremental.py" else "load"
-    dag_conf = cfg.spark.job_conf(kind)
+    dag_conf = cfg.job_conf(kind)
     env = dict(os.environ, TIDELINE_PIPELINES=str(tmp), **cfg.spark.job_env(kind), **(ENV if tuned else {}))
     dag_conf = driver_conf(dag_conf)
     java = " ".join([dag_conf.pop("spark.driver.extraJavaOptions"), *(JAVA_OPTIONS if tuned else [])])
@@ -180,6 +180,7 @@ def main() -> int:
         tmp = Path(tmp_name)
         cfgs = setup(args.pipelines, tmp)
         streams: list[subprocess.Popen] = []
+        drains: list[Drain] = []
         writer = Writer(cfgs, args.rate)
         try:
             for cfg in cfgs:
@@ -191,14 +192,17 @@ def main() -> int:
             writer.start()
             for cfg in cfgs:
                 streams.append(submit("incremental.py", cfg, tmp, args.conf, tuned=True))
+                drains.append(Drain(streams[-1], tmp / f"{cfg.name}.log"))
+                drains[-1].start()
             tried = " ".join(args.conf + JAVA_OPTIONS + args.env) or "the DAG's settings"
             log(f"{len(streams)} streams started ({tried}); "
                 f"waiting for batches")
             deadline = time.time() + 300
             while not all(batches(cfg) >= 3 for cfg in cfgs):
-                for s in streams:
+                for s, d in zip(streams, drains):
                     if s.poll() is not None:
-                        raise SystemExit(f"a stream exited: {s.stdout.read()[-3000:]}")
+                        d.join(5)
+                        raise SystemExit(f"a stream exited: {d.tail()}")
                 if time.time() > deadline:
                     raise SystemExit("the streams committed no batches within 300 s")
                 time.sleep(1)

@@ -39,7 +39,7 @@ import psycopg2
 import requests
 import yaml
 
-from benchlib import ROOT, PeakRss, forget_pipeline, pg, stackctl
+from benchlib import ROOT, Drain, PeakRss, forget_pipeline, pg, stackctl
 
 os.environ.update(stackctl.environment())
 
@@ -63,9 +63,9 @@ def log(msg: str) -> None:
 def spark_submit(pipelines: Path, *args: str, pipeline: str = PIPELINE) -> subprocess.Popen:
     """As the sync DAG submits the stream: local[2], Spark's default 1 GB driver heap, the
     stream's settings and memory environment from the pipeline (spark.job_conf, spark.job_env)."""
-    spark = load_pipeline(pipelines / f"{pipeline}.yaml").spark
-    env = dict(os.environ, TIDELINE_PIPELINES=str(pipelines), **spark.job_env("stream"))
-    conf = driver_conf(spark.job_conf("stream"))
+    cfg = load_pipeline(pipelines / f"{pipeline}.yaml")
+    env = dict(os.environ, TIDELINE_PIPELINES=str(pipelines), **cfg.spark.job_env("stream"))
+    conf = driver_conf(cfg.job_conf("stream"))
     return subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
                              *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")],
                              "--jars", env["TIDELINE_SPARK_JARS"],
@@ -233,6 +233,7 @@ def measure_latency(pipelines: Path, keys: int, seconds: float) -> tuple[list[fl
         cur.execute(f"INSERT INTO {TABLE} (id, qty) VALUES (%s, 0) ON CONFLICT (id) DO UPDATE SET qty = 0",
                     (probe_id,))
     proc = spark_submit(pipelines, "--mode", "continuous")
+    Drain(proc, pipelines / "stream.log").start()
     rss = PeakRss(proc.pid)
     rss.start()
     load = SteadyLoad(keys, 1000)

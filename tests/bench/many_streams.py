@@ -1,27 +1,31 @@
 #!/usr/bin/env python3
 """Benchmark: one pipeline streaming 100 tables at a steady rate — end-to-end latency, Tideline and
-the Debezium JDBC sink side by side on the same changes at the same time.
+the Debezium JDBC sink on the same workload in the same run, one after the other.
 
     .venv/bin/python tests/bench/many_streams.py [--rate 10000] [--seconds 90] [--tables 100]
 
 Source schema `bench_ms`: `--tables` tables of 2,000 rows (id bigint key, qty, note, amount), and
-a probe row in each. Two Debezium connectors capture the same transactions: Tideline's pipeline
-(schemaless JSON, its default) and the peer's (JSON with schemas, which the JDBC sink requires);
-one partition per topic. Tideline: the full load, then its stream in continuous mode as the sync
-DAG submits it (local[2], default settings). Peer: the Debezium JDBC sink (upsert, deletes,
-tasks.max 2, tables routed by a RegexRouter), into copies of the same tables made before it starts.
+a probe row in each; one partition per topic. Each contestant runs alone, with only its own
+Debezium connector capturing (two connectors at once would halve the 2-core machine for both):
+1. Tideline: its connector (schemaless JSON, its default), the full load, then its stream in
+   continuous mode as the sync DAG submits it (local[2], the DAG's settings).
+2. Peer: its connector (JSON with schemas, which the sink requires), the tables copied as the
+   source then holds them, and the Debezium JDBC sink (upsert, deletes, tasks.max 2, tables routed
+   by a RegexRouter; every column text, as it binds the captured values).
 
-Both run while the source takes ~`--rate` row changes per second, spread round-robin over the
-tables in transactions of 100 rows; every 0.5 s a probe row of the next table is changed and the
-time until each target shows it is recorded (a probe not visible within 30 s counts as 30 s).
-Then the load stops, and both targets must equal the source table by table (count and a digest of
-every row) before anything is reported. Last line:
+For each, the source takes ~`--rate` row changes per second for `--seconds`, spread round-robin
+over the tables in transactions of 100 rows; every 0.5 s a probe row of the next table is changed
+and the time until the target shows it is recorded (a probe not visible within 30 s counts as
+30 s). Then the load stops, and the target must equal the source table by table (count and a
+digest of every row) before anything is reported. Last line:
 RESULT tables=<n> rate_asked=<n> rate_made=<n> p50_s=<x> p95_s=<x> p99_s=<x> jdbc_sink_p50_s=<x>
-       jdbc_sink_p95_s=<x> ratio_p95=<jdbc_sink p95 / Tideline p95> peak_rss_mb=<n> same_result=yes
+       jdbc_sink_p95_s=<x> jdbc_sink_rate_made=<n> ratio_p95=<jdbc_sink p95 / Tideline p95>
+       peak_rss_mb=<n> same_result=yes
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -34,7 +38,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from benchlib import PeakRss, digests, forget_pipeline, pg, stackctl
+from benchlib import Drain, PeakRss, digests, forget_pipeline, pg, stackctl
 
 os.environ.update(stackctl.environment())
 
@@ -46,6 +50,9 @@ from tideline.core.connections import get_connection  # noqa: E402
 SCHEMA, PIPELINE, PEER_PIPELINE, PEER_SCHEMA, PEER = "bench_ms", "benchms", "benchmspeer", "bench_ms_sink", \
     "bench-ms-jdbc-sink"
 ROWS, PROBE, PROBE_TIMEOUT_S = 2_000, 1_000_000, 30.0
+# Each probe sets a value no probe set before (the second contestant's tables are copied with the
+# first one's probe values in them).
+PROBE_VALUES = itertools.count(1)
 
 
 def log(msg: str) -> None:
@@ -81,15 +88,20 @@ def reset(names: list[str], cfgs) -> None:
 
 
 def copy_for_the_sink(names: list[str]) -> None:
-    """The sink's tables, as the source holds them before the load starts (it upserts from there)."""
+    """The sink's tables, as the source holds them before the load starts (it upserts from there).
+    Every column text: the sink binds each value as the events' schemas type it, and the captured
+    values are text (as the sink makes its own tables in tests/bench/incremental.py)."""
+    import io
     with closing(pg(stackctl.DATABASES["source"])) as src, closing(pg(stackctl.DATABASES["target"])) as tgt:
         with src.cursor() as cs, tgt.cursor() as ct:
             ct.execute(f"CREATE SCHEMA {PEER_SCHEMA}")
             for t in names:
-                ct.execute(f"CREATE TABLE {PEER_SCHEMA}.{t} (id bigint PRIMARY KEY, qty int NOT NULL, note text, "
-                           f"amount numeric(12,2))")
-                cs.execute(f"SELECT id, qty, note, amount FROM {SCHEMA}.{t}")
-                ct.executemany(f"INSERT INTO {PEER_SCHEMA}.{t} VALUES (%s, %s, %s, %s)", cs.fetchall())
+                ct.execute(f"CREATE TABLE {PEER_SCHEMA}.{t} (id text PRIMARY KEY, qty text, note text, amount text)")
+                rows = io.BytesIO()
+                cs.copy_expert(f"COPY {SCHEMA}.{t} (id, qty, note, amount) TO STDOUT", rows)
+                rows.seek(0)
+                ct.copy_expert(f"COPY {PEER_SCHEMA}.{t} (id, qty, note, amount) FROM STDIN", rows)
+        tgt.commit()
 
 
 class SteadyLoad(threading.Thread):
@@ -114,60 +126,81 @@ class SteadyLoad(threading.Thread):
                     time.sleep(ahead)
 
 
-def probe_latencies(names: list[str], seconds: float) -> tuple[list[float], list[float]]:
-    """Every 0.5 s a probe row of the next table changes; the time until each target shows it."""
-    ours, theirs = [], []
+def probe_latencies(schema: str, names: list[str], seconds: float) -> list[float]:
+    """Every 0.5 s a probe row of the next table changes; the time until `schema` in the target
+    shows it."""
+    out = []
     with closing(pg(stackctl.DATABASES["source"])) as src, closing(pg(stackctl.DATABASES["target"])) as tgt, \
             src.cursor() as scur, tgt.cursor() as tcur:
-        end, n = time.time() + seconds, 0
+        end = time.time() + seconds
         while time.time() < end:
-            n += 1
+            n = next(PROBE_VALUES)
             t = names[n % len(names)]
             scur.execute(f"UPDATE {SCHEMA}.{t} SET qty = %s WHERE id = {PROBE}", (n,))
-            committed, pending = time.time(), {PIPELINE: ours, PEER_SCHEMA: theirs}
-            while pending:
-                for schema, out in list(pending.items()):
-                    tcur.execute(f"SELECT qty FROM {schema}.{t} WHERE id = {PROBE}")
-                    row = tcur.fetchone()
-                    if row and row[0] >= n:
-                        out.append(time.time() - committed)
-                        del pending[schema]
-                    elif time.time() - committed >= PROBE_TIMEOUT_S:
-                        out.append(PROBE_TIMEOUT_S)   # counted as the timeout, not dropped
-                        del pending[schema]
+            committed = time.time()
+            while True:
+                tcur.execute(f"SELECT qty::bigint FROM {schema}.{t} WHERE id::bigint = {PROBE}")
+                row = tcur.fetchone()
+                if row and row[0] >= n:
+                    out.append(time.time() - committed)
+                    break
+                if time.time() - committed >= PROBE_TIMEOUT_S:
+                    out.append(PROBE_TIMEOUT_S)   # counted as the timeout, not dropped
+                    break
                 time.sleep(0.02)
             time.sleep(max(0.0, 0.5 - (time.time() - committed)))
-    return ours, theirs
+    return out
 
 
-def warm_up(table: str, timeout: float = 300) -> None:
-    """Until both targets show a change of the first table (the stream's start is not latency)."""
+def warm_up(schema: str, table: str, timeout: float = 300) -> None:
+    """Until `schema` shows a change of the first table (the stream's start is not latency)."""
     with closing(pg(stackctl.DATABASES["source"])) as src, src.cursor() as cur:
         cur.execute(f"UPDATE {SCHEMA}.{table} SET qty = -1 WHERE id = {PROBE}")
     deadline = time.time() + timeout
     with closing(pg(stackctl.DATABASES["target"])) as tgt, tgt.cursor() as cur:
-        for schema in (PIPELINE, PEER_SCHEMA):
-            while True:
-                cur.execute(f"SELECT qty FROM {schema}.{table} WHERE id = {PROBE}")
-                if cur.fetchone() == (-1,):
-                    break
-                if time.time() > deadline:
-                    raise SystemExit(f"{schema} did not apply a change within {timeout:.0f}s")
-                time.sleep(0.5)
+        while True:
+            cur.execute(f"SELECT qty::bigint FROM {schema}.{table} WHERE id::bigint = {PROBE}")
+            if cur.fetchone() == (-1,):
+                return
+            if time.time() > deadline:
+                raise SystemExit(f"{schema} did not apply a change within {timeout:.0f}s")
+            time.sleep(0.5)
 
 
-def wait_equal(names: list[str], timeout: float = 300) -> bool:
+def wait_equal(schema: str, names: list[str], timeout: float = 300) -> bool:
     deadline = time.time() + timeout
     while True:
-        want = digests("source", SCHEMA, names)
-        if digests("target", PIPELINE, names) == want == digests("target", PEER_SCHEMA, names):
+        want, got = digests("source", SCHEMA, names), digests("target", schema, names)
+        if got == want:
             return True
         if time.time() > deadline:
-            for schema in (PIPELINE, PEER_SCHEMA):
-                got = digests("target", schema, names)
-                log(f"  {schema}: {sum(got[t] != want[t] for t in names)} table(s) differ from the source")
+            log(f"  {schema}: {sum(got[t] != want[t] for t in names)} table(s) differ from the source")
             return False
         time.sleep(3)
+
+
+def measure(schema: str, names: list[str], rate: int, seconds: float) -> tuple[list[float], float, bool]:
+    """Steady changes and probes against one contestant: (latencies, changes made per second,
+    whether `schema` equals the source afterwards)."""
+    warm_up(schema, names[0])
+    load = SteadyLoad(names, rate)
+    load.start()
+    log(f"~{rate:,} changes/s over {len(names)} tables for {seconds:.0f}s, probing {schema} ...")
+    started = time.monotonic()
+    try:
+        latencies = probe_latencies(schema, names, seconds)
+    finally:
+        load.stop.set()
+        load.join()
+    made = load.made / (time.monotonic() - started)
+    log(f"{schema}: {summary(latencies)}; the load made {made:,.0f} changes/s; waiting for {schema} to equal "
+        f"the source ...")
+    return latencies, made, wait_equal(schema, names)
+
+
+def summary(latencies: list[float]) -> str:
+    return (f"{len(latencies)} probes, p50 {statistics.median(latencies):.2f}s p95 {pct(latencies, 0.95):.2f}s "
+            f"max {max(latencies):.2f}s")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -180,6 +213,7 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=10_000)
     ap.add_argument("--seconds", type=float, default=90)
     ap.add_argument("--tables", type=int, default=100)
+    ap.add_argument("--stream-log", default=str(Path(tempfile.gettempdir()) / "bench-many-streams.log"))
     args = ap.parse_args()
     names = tables(args.tables)
     with tempfile.TemporaryDirectory() as tmp:
@@ -191,56 +225,57 @@ def main() -> int:
                 "kafka": {"topic_prefix": name, "partitions": 1, "json_schemas": schemas},
                 "tables": [{"name": t} for t in names]}))
         cfg, peer_cfg = (load_pipeline(pipelines / f"{n}.yaml") for n in (PIPELINE, PEER_PIPELINE))
-        log(f"{args.tables} tables of {ROWS:,} rows, two connectors capturing them ...")
+        log(f"{args.tables} tables of {ROWS:,} rows ...")
         reset(names, [cfg, peer_cfg])
+        kafka, connect, source = (get_connection(c) for c in ("tideline_kafka", "tideline_connect", "tideline_source"))
+        # 1. Tideline alone: its connector, the full load, then its stream as the sync DAG submits it
         proc = None
         try:
-            for c in (cfg, peer_cfg):
-                ensure_capture(c, get_connection("tideline_kafka"), get_connection("tideline_connect"),
-                               get_connection("tideline_source"))
+            ensure_capture(cfg, kafka, connect, source)
             from tideline.load.full_load import FullLoad
             from tideline.spark_session import get_session
             spark = get_session("bench-many-streams")
             FullLoad(cfg, spark).run(names)
             spark.stop()
+            proc = spark_submit(pipelines, "--mode", "continuous", pipeline=PIPELINE)
+            Drain(proc, Path(args.stream_log)).start()
+            log(f"Tideline's stream started (its log: {args.stream_log})")
+            rss = PeakRss(proc.pid)
+            rss.start()
+            ours, made, same = measure(PIPELINE, names, args.rate, args.seconds)
+            rss.done.set()
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(60)
+            drop_capture(cfg, connect, source)   # an idle slot would pin the source's WAL
+        if not same:
+            raise SystemExit("Tideline's target differs from the source: no figure is reported")
+        # 2. the peer alone: its connector, the tables copied as they are now, the JDBC sink
+        try:
+            ensure_capture(peer_cfg, kafka, connect, source)
             copy_for_the_sink(names)
             sink = jdbc_sink_config(2, **{
                 "topics.regex": rf"{PEER_PIPELINE}\.{SCHEMA}\..*", "collection.name.format": f"{PEER_SCHEMA}.${{topic}}",
                 "transforms": "table", "transforms.table.type": "org.apache.kafka.connect.transforms.RegexRouter",
                 "transforms.table.regex": r".*\.(t_\d+)", "transforms.table.replacement": "$1"})
             requests.put(f"{stackctl.connect_url()}/connectors/{PEER}/config", json=sink, timeout=30).raise_for_status()
-            proc = spark_submit(pipelines, "--mode", "continuous", pipeline=PIPELINE)
-            rss = PeakRss(proc.pid)
-            rss.start()
-            log("waiting for both to apply a first change ...")
-            warm_up(names[0])
-            load = SteadyLoad(names, args.rate)
-            load.start()
-            log(f"~{args.rate:,} changes/s over {args.tables} tables for {args.seconds:.0f}s, probing both ...")
-            started = time.monotonic()
-            ours, theirs = probe_latencies(names, args.seconds)
-            load.stop.set()
-            load.join()
-            made = load.made / (time.monotonic() - started)
-            log(f"the load made {made:,.0f} changes/s; waiting for both targets to equal the source ...")
-            same = wait_equal(names)
-            rss.done.set()
+            log("the Debezium JDBC sink started (2 tasks)")
+            theirs, peer_made, peer_same = measure(PEER_SCHEMA, names, args.rate, args.seconds)
+            if not peer_same:
+                status = requests.get(f"{stackctl.connect_url()}/connectors/{PEER}/status", timeout=10).json()
+                log(f"the sink's tasks: {[(t['state'], t.get('trace', '')[:300]) for t in status['tasks']]}")
         finally:
-            if proc is not None:
-                proc.terminate()
-                proc.wait(60)
             requests.delete(f"{stackctl.connect_url()}/connectors/{PEER}", timeout=30)
-            for c in (cfg, peer_cfg):   # idle slots of a finished benchmark would pin the source's WAL
-                drop_capture(c, get_connection("tideline_connect"), get_connection("tideline_source"))
-    if not same:
-        raise SystemExit("a target differs from the source: no figure is reported")
+            drop_capture(peer_cfg, connect, source)
+        if not peer_same:
+            raise SystemExit("the JDBC sink's target differs from the source: its figure would not be comparable")
     p95, sink_p95 = pct(ours, 0.95), pct(theirs, 0.95)
-    log(f"Tideline: {len(ours)} probes, p50 {statistics.median(ours):.2f}s p95 {p95:.2f}s max {max(ours):.2f}s; "
-        f"JDBC sink: p50 {statistics.median(theirs):.2f}s p95 {sink_p95:.2f}s max {max(theirs):.2f}s")
     print(f"RESULT tables={args.tables} rate_asked={args.rate} rate_made={made:.0f} "
           f"p50_s={statistics.median(ours):.2f} p95_s={p95:.2f} p99_s={pct(ours, 0.99):.2f} "
           f"jdbc_sink_p50_s={statistics.median(theirs):.2f} jdbc_sink_p95_s={sink_p95:.2f} "
-          f"ratio_p95={sink_p95 / p95:.2f} peak_rss_mb={rss.peak / 1e6:.0f} same_result=yes")
+          f"jdbc_sink_rate_made={peer_made:.0f} ratio_p95={sink_p95 / p95:.2f} peak_rss_mb={rss.peak / 1e6:.0f} "
+          f"same_result=yes")
     return 0
 
 

@@ -58,6 +58,10 @@ def test_jobs_hold_capped_cores_on_a_cluster_and_the_pipeline_conf_wins():
     assert cfg.spark.job_conf("load") == {"spark.cores.max": "4"}
     cfg.spark.conf["spark.cores.max"] = "6"
     assert cfg.spark.job_conf("stream")["spark.cores.max"] == "6"
+    # a stream of more topic partitions than Spark caches consumers for keeps one each
+    assert "spark.kafka.consumer.cache.capacity" not in cfg.job_conf("stream")
+    assert cfg.spark.job_conf("stream", topic_partitions=100)["spark.kafka.consumer.cache.capacity"] == "125"
+    assert "spark.kafka.consumer.cache.capacity" not in cfg.spark.job_conf("load", topic_partitions=100)
 
 
 def test_repo_demo_pipeline_is_valid():

@@ -45,7 +45,7 @@ def _submit(cfg: PipelineConfig, kind: str) -> dict:
     from tideline import targets
     jars = ",".join(filter(None, [os.environ.get("TIDELINE_SPARK_JARS", ""),
                                   *targets.target_class(cfg.target.kind).spark_jars()]))
-    return dict(conn_id=cfg.spark.conn_id, pipeline_conn_ids=_conn_ids(cfg), conf=cfg.spark.job_conf(kind),
+    return dict(conn_id=cfg.spark.conn_id, pipeline_conn_ids=_conn_ids(cfg), conf=cfg.job_conf(kind),
                 env_vars=cfg.spark.job_env(kind), jars=jars)
 
 def _default_args() -> dict:

@@ -20,6 +20,10 @@ STAGE = "tl_stage"
 CREATE_STAGE = sql.SQL(
     "CREATE TEMP TABLE {} (tbl text NOT NULL, op \"char\" NOT NULL, key jsonb, after jsonb, "
     "part int NOT NULL, off bigint NOT NULL) ON COMMIT DROP").format(sql.Identifier(STAGE))
+# A batch of many tables: without it each table's three statements would scan every table's events
+# (tests/bench/many_streams.py, 100 tables: 12-15 s to commit a batch of ~100,000 events; indexed, ~1.5 s for
+# ~50,000).
+INDEX_STAGE = sql.SQL("CREATE INDEX ON {} (tbl)").format(sql.Identifier(STAGE))
 # A table's staged events ranked in Kafka order, for narrowing a refused batch down to one event.
 RANKED = "tl_ranked"
 RANK_STAGE = sql.SQL(

@@ -141,6 +141,11 @@ class PipelineConfig(_Model):
         raise ConfigError(f"pipeline {self.name}", [("tables", f"no table {name!r}; the pipeline has "
                                                                f"{', '.join(t.name for t in self.tables)}")])
 
+    def job_conf(self, kind: str) -> dict[str, str]:
+        """The Spark settings of one of this pipeline's jobs (SparkSettings.job_conf, sized to the
+        topic partitions its stream reads)."""
+        return self.spark.job_conf(kind, topic_partitions=len(self.tables) * self.kafka.partitions)
+
     def topic(self, table: str) -> str:
         """Debezium's topic for a source table (topic_name)."""
         return topic_name(self.kafka.topic_prefix, self.source_schema(table), table)

@@ -127,6 +127,7 @@ STREAM_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeR
 
 CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
 DIRECT_RESULT_BYTES = 64 << 20   # below spark.rpc.message.maxSize (128 MB), which direct results must fit
+KAFKA_CONSUMER_CACHE = 64    # spark.kafka.consumer.cache.capacity's default
 
 
 class SparkSettings(_Model):
@@ -144,7 +145,7 @@ class SparkSettings(_Model):
                                           "streams x stream_cores + the loads' cores, or a job waits for cores")
     conf: dict[str, str] = Field(default_factory=dict)
 
-    def job_conf(self, kind: str) -> dict[str, str]:
+    def job_conf(self, kind: str, topic_partitions: int = 0) -> dict[str, str]:
         """The Spark settings of one job kind (stream | load | batch). On a standalone cluster an
         application takes every free core unless capped, so a first stream would starve the
         rest (local mode ignores the cap). A stream's driver runs the serial collector: it lives
@@ -165,6 +166,11 @@ class SparkSettings(_Model):
             # default) Spark parks each in the block manager and fetches it back over the network
             # stack, two more copies of every batch through the heap: ~6% of the stream's time.
             conf["spark.task.maxDirectResultSize"] = str(DIRECT_RESULT_BYTES)
+            # One cached Kafka consumer per topic partition read (`topic_partitions`: the stream's
+            # tables x kafka.partitions). Past Spark's default of 64 every batch closes and reopens
+            # consumers (tests/bench/many_streams.py: 100 tables).
+            if topic_partitions > KAFKA_CONSUMER_CACHE:
+                conf["spark.kafka.consumer.cache.capacity"] = str(topic_partitions + topic_partitions // 4)
         return {**conf, **self.conf}
 
     @staticmethod

@@ -44,6 +44,8 @@ class StagedChanges:
         cur.execute(apply_sql.CREATE_STAGE)
         stream = CopyStream(staged.to_batches(max_chunksize=50_000), [True, False, True, True, False, False])
         cur.copy_expert(apply_sql.COPY_STAGE, stream, size=1 << 20)
+        if len(topics.dictionary) > 1:   # each table's statements read only its events, not the whole batch's
+            cur.execute(apply_sql.INDEX_STAGE)
         cur.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(apply_sql.STAGE)))  # temp tables have no stats
 
     def begin_table(self, cur) -> None:
