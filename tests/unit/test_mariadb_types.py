@@ -103,3 +103,13 @@ def test_what_existing_rows_hold_when_a_column_is_added():
     assert mt.existing_rows_value("'2020-01-01 00:00:00.000000'", ts)[2] == "2020-01-01 00:00:00.000000+00"
     # an expression: unknown per row, so adding such a column needs a reload
     assert mt.existing_rows_value("current_timestamp(6)", ts) == ("current_timestamp(6)", False, None)
+
+
+def test_an_integer_key_is_cut_by_value_without_ranking_the_table():
+    from tideline.engines.mariadb import _integer_type, value_cuts
+    assert value_cuts(1, 1_000_000, 4) == [250_001, 500_001, 750_001]   # what NTILE gives a dense key
+    assert value_cuts(-10, 10, 3) == [-3, 4]
+    assert value_cuts(5, 6, 4) == [6] and value_cuts(7, 7, 4) == []       # fewer values than partitions
+    assert value_cuts(0, 18_446_744_073_709_551_615, 2) == [9_223_372_036_854_775_808]   # unsigned BIGINT
+    assert all(_integer_type(t) for t in ("smallint", "integer", "bigint", "numeric(20,0)"))
+    assert not any(_integer_type(t) for t in ("numeric(12,2)", "text", "character varying(20)", "date"))

@@ -25,6 +25,8 @@ the start is recorded in the state beside the offsets (source_position) for a pe
 """
 from __future__ import annotations
 
+import re
+
 from tideline import sqlfiles
 from tideline.core import mariadb_types as mt
 from tideline.core import source_shapes
@@ -192,14 +194,23 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         return Snapshot(f"gtid {gtid or '(empty)'}", at, gtid or "", None, predicates, init)
 
     def _partition_predicates(self, conn, cur, shape: TableShape, parts: int) -> list[str]:
+        """Key ranges of about equal rows: an integer key is cut by value between its smallest and
+        largest (two index lookups; uneven keys only make some partitions bigger), any other key
+        by ranking every key (NTILE: a sort of the table, ~1.4 s per million rows here)."""
         if not shape.primary_key or parts <= 1:
             return ["1=1"]
         keys = ", ".join(q(k) for k in shape.primary_key)
-        cur.execute(
-            f"SELECT {keys} FROM (SELECT {keys}, b, ROW_NUMBER() OVER (PARTITION BY b ORDER BY {keys}) AS rn "
-            f"FROM (SELECT {keys}, NTILE({int(parts)}) OVER (ORDER BY {keys}) AS b "
-            f"FROM {q(shape.schema)}.{q(shape.name)}) x) y WHERE rn = 1 AND b > 1 ORDER BY b")
-        bounds = [tuple(conn.escape(v) for v in r) for r in cur.fetchall()]
+        table = f"{q(shape.schema)}.{q(shape.name)}"
+        if len(shape.primary_key) == 1 and _integer_type(shape.column(shape.primary_key[0]).type):
+            cur.execute(f"SELECT MIN({keys}), MAX({keys}) FROM {table}")
+            lo, hi = cur.fetchone()
+            bounds = [] if lo is None else [(str(cut),) for cut in value_cuts(int(lo), int(hi), parts)]
+        else:
+            cur.execute(
+                f"SELECT {keys} FROM (SELECT {keys}, b, ROW_NUMBER() OVER (PARTITION BY b ORDER BY {keys}) AS rn "
+                f"FROM (SELECT {keys}, NTILE({int(parts)}) OVER (ORDER BY {keys}) AS b FROM {table}) x) y "
+                f"WHERE rn = 1 AND b > 1 ORDER BY b")
+            bounds = [tuple(conn.escape(v) for v in r) for r in cur.fetchall()]
         if not bounds:
             return ["1=1"]
         k = "(" + ", ".join(q(KEY_ALIAS.format(i)) for i in range(len(shape.primary_key))) + ")"
@@ -275,6 +286,17 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         expr, lit = key
         return (f"{expr.format(c=q(column))} BETWEEN {lit.format(lit=conn.escape(lo))} "
                 f"AND {lit.format(lit=conn.escape(hi))}")
+
+
+def _integer_type(pg_type: str) -> bool:
+    """A key whose values are whole numbers (MariaDB's unsigned BIGINT and DECIMAL(p,0) too)."""
+    return pg_type in ("smallint", "integer", "bigint") or re.fullmatch(r"numeric\(\d+,0\)", pg_type) is not None
+
+
+def value_cuts(lo: int, hi: int, parts: int) -> list[int]:
+    """The values cutting lo..hi into `parts` ranges of equal width (fewer when there are fewer values)."""
+    width = -(-(hi - lo + 1) // parts)
+    return [lo + i * width for i in range(1, parts) if lo + i * width <= hi]
 
 
 def batch_bounds(current: str | None, start, end, lag_s: int, now_or_max, time: bool):
