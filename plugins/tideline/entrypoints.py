@@ -42,9 +42,9 @@ def run_job(args: argparse.Namespace, kind: str, body: Callable) -> int:
     try:
         cfg = load_pipeline(pipelines_dir(args.pipelines_dir) / f"{args.pipeline}.yaml")
         from tideline import targets
-        from tideline.spark_session import get_session
-        spark = get_session(f"tideline-{kind.replace('_', '-')}-{cfg.name}", conf=dict(cfg.spark.conf),
-                            extra_jars=targets.target_class(cfg.target.kind).spark_jars())
+        from tideline.spark_session import SessionStarting
+        spark = SessionStarting(f"tideline-{kind.replace('_', '-')}-{cfg.name}", conf=dict(cfg.spark.conf),
+                                extra_jars=targets.target_class(cfg.target.kind).spark_jars())
         body(cfg, spark, [t for t in args.tables.split(",") if t] or None, log)
         return 0
     except TidelineError as exc:

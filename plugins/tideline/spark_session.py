@@ -5,7 +5,10 @@ demo) it is built in local mode with the Kafka connector and JDBC jars from TIDE
 """
 from __future__ import annotations
 
+import logging
 import os
+import threading
+import time
 
 from pyspark.sql import SparkSession
 
@@ -57,6 +60,40 @@ def driver_address() -> dict[str, str]:
     bind = os.environ.get("TIDELINE_SPARK_DRIVER_BIND_ADDRESS",
                           host if host.startswith("127.") or host == "localhost" else "0.0.0.0")
     return {"spark.driver.host": host, "spark.driver.bindAddress": bind}
+
+
+class SessionStarting:
+    """A SparkSession being started in a thread while the job's driver does what needs no Spark
+    (a full load: the source's catalog, the epoch, the Kafka handover, the snapshot and its key
+    ranges; a stream: claiming its tables and checking Kafka still holds their positions), the
+    ~3-8 s of SparkContext start-up and those steps overlapping (tests/bench/full_load.py). Its
+    first use waits for the session; a failure to start is raised there. Then it is the session
+    (attributes pass through)."""
+
+    def __init__(self, app_name: str, **kwargs):
+        self._session = self._error = None
+        self._ready = threading.Event()
+        threading.Thread(target=self._start, args=(app_name,), kwargs=kwargs, daemon=True,
+                         name="tideline-spark-start").start()
+
+    def _start(self, app_name: str, **kwargs) -> None:
+        started = time.monotonic()
+        try:
+            self._session = get_session(app_name, **kwargs)
+            logging.getLogger("tideline.spark").info("Spark session ready in %.1fs", time.monotonic() - started)
+        except BaseException as exc:  # noqa: BLE001 — raised in the thread that uses the session
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    def session(self) -> SparkSession:
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        return self._session
+
+    def __getattr__(self, name: str):
+        return getattr(self.session(), name)
 
 
 def get_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None,

@@ -139,7 +139,7 @@ def run_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "loca
     rss.done.set()
     secs = time.monotonic() - started
     for line in out.splitlines():
-        if "[tideline]" in line or "tideline.full_load" in line:
+        if "[tideline]" in line or "tideline.full_load" in line or "tideline.spark" in line:
             print("   ", line.strip()[-160:])
     if proc.returncode != 0:
         print(out[-4000:])
