@@ -49,6 +49,11 @@ log = logging.getLogger("tideline.incremental")
 # and cost ~10 full collections per 200,000-event batch (~1.5 s; tests/bench/incremental.py: 28
 # full GCs per run -> 2). A small batch stays one task per Kafka partition.
 TASK_EVENTS = 6_250
+# How long the broker may hold a fetch that finds no new data (Kafka's default: 500 ms). After a
+# task reads its range, each consumer's next fetch waits there at the log's end, and a later read of
+# that partition waits for it: with 100 topics, 400,000 events took 18.5 s to read, 6.0 s at 10 ms
+# (tests/bench/many_streams.py). The consumers fetch only while a task reads, so idle costs nothing.
+FETCH_WAIT_MS = 10
 
 
 class IncrementalRun:
@@ -179,6 +184,7 @@ class IncrementalRun:
                       # a big batch is read as tasks of at most TASK_EVENTS events (see there)
                       .option("maxRecordsPerPartition", TASK_EVENTS)
                       .option("kafka.isolation.level", "read_committed")
+                      .option("kafka.fetch.max.wait.ms", FETCH_WAIT_MS)
                       .load())
             writer = reader.writeStream.foreachBatch(self.handover).option("checkpointLocation", checkpoint)
             writer = (writer.trigger(availableNow=True) if self.mode == "available_now"
