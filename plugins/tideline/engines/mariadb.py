@@ -31,6 +31,7 @@ from tideline import sqlfiles
 from tideline.core import mariadb_types as mt
 from tideline.core import source_shapes
 from tideline.core.errors import SourceError, TransientError
+from tideline.core.verify_plan import INTEGER_KEY_TYPES, integer_cuts
 from tideline.core.table_shape import KEY_ALIAS, Column, TableShape
 from tideline.engines.base import Snapshot, SourceEngine
 from tideline.engines.mariadb_capture import MariaDbCapture, capture_problems
@@ -204,7 +205,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         if len(shape.primary_key) == 1 and _integer_type(shape.column(shape.primary_key[0]).type):
             cur.execute(f"SELECT MIN({keys}), MAX({keys}) FROM {table}")
             lo, hi = cur.fetchone()
-            bounds = [] if lo is None else [(str(cut),) for cut in value_cuts(int(lo), int(hi), parts)]
+            bounds = [] if lo is None else list(integer_cuts(int(lo), int(hi), parts, 1, parts))
         else:
             cur.execute(
                 f"SELECT {keys} FROM (SELECT {keys}, b, ROW_NUMBER() OVER (PARTITION BY b ORDER BY {keys}) AS rn "
@@ -290,13 +291,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
 
 def _integer_type(pg_type: str) -> bool:
     """A key whose values are whole numbers (MariaDB's unsigned BIGINT and DECIMAL(p,0) too)."""
-    return pg_type in ("smallint", "integer", "bigint") or re.fullmatch(r"numeric\(\d+,0\)", pg_type) is not None
-
-
-def value_cuts(lo: int, hi: int, parts: int) -> list[int]:
-    """The values cutting lo..hi into `parts` ranges of equal width (fewer when there are fewer values)."""
-    width = -(-(hi - lo + 1) // parts)
-    return [lo + i * width for i in range(1, parts) if lo + i * width <= hi]
+    return pg_type in INTEGER_KEY_TYPES or re.fullmatch(r"numeric\(\d+,0\)", pg_type) is not None
 
 
 def batch_bounds(current: str | None, start, end, lag_s: int, now_or_max, time: bool):
