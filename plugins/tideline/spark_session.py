@@ -73,6 +73,7 @@ class SessionStarting:
     def __init__(self, app_name: str, **kwargs):
         self._session = self._error = None
         self._ready = threading.Event()
+        self._active_here = threading.local()
         threading.Thread(target=self._start, args=(app_name,), kwargs=kwargs, daemon=True,
                          name="tideline-spark-start").start()
 
@@ -87,9 +88,17 @@ class SessionStarting:
             self._ready.set()
 
     def session(self) -> SparkSession:
+        """The session, made the active one of the calling thread the first time that thread uses
+        it: Spark's SQLConf.get reads the thread's active session, and without one a JVM call
+        outside Spark SQL (Iceberg's Spark3Util.loadIcebergTable in maintenance) sees the fallback
+        settings, without the catalogs set on the session — getOrCreate made it active only in
+        the thread that started it."""
         self._ready.wait()
         if self._error is not None:
             raise self._error
+        if not getattr(self._active_here, "done", False):
+            self._session._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._session._jsparkSession)
+            self._active_here.done = True
         return self._session
 
     def __getattr__(self, name: str):

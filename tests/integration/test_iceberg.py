@@ -475,9 +475,8 @@ def test_kill_9_and_a_second_run_at_once_lose_and_duplicate_nothing_in_iceberg(s
 
 def test_maintenance_compacts_a_streamed_table_keeps_its_resume_offsets_and_the_stream_goes_on(
         spark, source_db, pipelines, unique_name, lake):
-    from tideline.ops.maintenance import maintain
+    from test_incremental import spark_submit
     from tideline.ops.status import pipeline_status, render
-    from tideline.stream.run import IncrementalRun
     t = f"{unique_name}_mnt"
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, v int, note text)")
@@ -495,7 +494,15 @@ def test_maintenance_compacts_a_streamed_table_keeps_its_resume_offsets_and_the_
         before = lake.table_facts(unique_name, t)
         offsets = lake.resume_offsets(unique_name, t)[0]
         assert before["snapshots"] >= 8 and before["data_files"] >= 8 and before["delete_files"] >= 1
-        [figures] = maintain(cfg, spark).values()
+        # as the maintain_<pipeline> DAG runs it: spark_jobs/maintain.py under spark-submit
+        job = spark_submit("maintain.py", "--pipeline", cfg.name, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)},
+                           jars=tuple(lake.spark_jars()))
+        out, _ = job.communicate(timeout=300)
+        assert job.returncode == 0, out[-3000:]
+        with lake.connect() as conn, conn.cursor() as cur:
+            cur.execute("SELECT counts FROM tideline.runs WHERE pipeline = %s AND table_name = %s AND kind = "
+                        "'maintenance' AND outcome = 'succeeded'", (cfg.name, t))
+            [(figures,)] = cur.fetchall()
         after = lake.table_facts(unique_name, t)
         assert after["delete_files"] == 0 and after["data_files"] < before["data_files"]
         assert after["snapshots"] <= 3   # the stream's last (it holds the offsets) and the compaction's two

@@ -10,8 +10,21 @@ from tideline import spark_session
 def test_first_use_waits_for_the_session_and_then_passes_through(monkeypatch):
     release = threading.Event()
 
+    active = []   # (Python thread, session) each time a thread made the session its active one
+
     class Session:
         version = "4.0.0"
+        _jsparkSession = "the JVM session"
+
+        class _jvm:
+            class org:
+                class apache:
+                    class spark:
+                        class sql:
+                            class SparkSession:
+                                @staticmethod
+                                def setActiveSession(jsession):
+                                    active.append((threading.current_thread().name, jsession))
 
     def slow_start(app_name, **kwargs):
         release.wait(5)
@@ -23,6 +36,12 @@ def test_first_use_waits_for_the_session_and_then_passes_through(monkeypatch):
     release.set()
     assert spark.version == "4.0.0"
     assert isinstance(spark.session(), Session)
+    # made active once in each thread that uses it (Spark SQL settings are read from the thread's
+    # active session; getOrCreate set it only in the starting thread)
+    other = threading.Thread(target=spark.session, name="other")
+    other.start()
+    other.join()
+    assert active == [(threading.current_thread().name, "the JVM session"), ("other", "the JVM session")]
 
 
 def test_a_session_that_cannot_start_fails_the_job_where_it_is_first_used(monkeypatch):
