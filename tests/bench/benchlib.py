@@ -1,6 +1,7 @@
 """What the benchmarks share: the stack's environment, autocommit connections, peak memory."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -139,7 +140,7 @@ def run_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "loca
     rss.done.set()
     secs = time.monotonic() - started
     for line in out.splitlines():
-        if "[tideline]" in line or "tideline.full_load" in line or "tideline.spark" in line:
+        if "[tideline]" in line or "tideline." in line or os.environ.get("BENCH_FULL_LOG"):
             print("   ", line.strip()[-160:])
     if proc.returncode != 0:
         print(out[-4000:])
