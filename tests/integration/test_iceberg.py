@@ -479,8 +479,10 @@ def test_maintenance_compacts_a_streamed_table_keeps_its_resume_offsets_and_the_
     from tideline.ops.status import pipeline_status, render
     t = f"{unique_name}_mnt"
     with source_db.cursor() as cur:
-        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, v int, note text)")
-        cur.execute(f"INSERT INTO public.{t} SELECT g, g, 'row ' || g FROM generate_series(1, 3000) g")
+        # an array column: Iceberg 1.10's rewrite of position deletes failed on it (apache/iceberg#15080)
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, v int, note text, tags text[])")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, g, 'row ' || g, ARRAY['t' || g % 7, NULL] "
+                    f"FROM generate_series(1, 3000) g")
     try:
         cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}], capture=True,
                                stream={"max_offsets_per_trigger": 100},
@@ -488,7 +490,7 @@ def test_maintenance_compacts_a_streamed_table_keeps_its_resume_offsets_and_the_
         FullLoad(cfg, spark).run([t])
         with source_db.cursor() as cur:   # many small commits: one per 100 events
             for i in range(8):
-                cur.execute(f"UPDATE public.{t} SET v = v + 1 WHERE id % 8 = {i} AND id <= 800")
+                cur.execute(f"UPDATE public.{t} SET v = v + 1, tags = tags || 'u{i}'::text WHERE id % 8 = {i} AND id <= 800")
                 cur.execute(f"DELETE FROM public.{t} WHERE id = {2000 + i}")
         stream_until_equal(cfg, spark, source_db, lake, [t])
         before = lake.table_facts(unique_name, t)
