@@ -268,6 +268,8 @@ def bench_stream(args, env: dict, store) -> tuple[float, float, float, int, int,
             raise SystemExit("the Iceberg table differs from the source after maintenance")
         log(f"after maintenance ({m_secs:.1f}s end to end): {after}; full scan {scan_after:.2f}s; equal to the source")
         spark.stop()
+        # the connector and its replication slot go too: a slot left behind pins the source's WAL
+        drop_capture(cfg, get_connection("tideline_connect"), get_connection("tideline_source"))
     return (events / secs, steady, peak, before["data_files"] + before["delete_files"],
             after["data_files"] + after["delete_files"], scan_before, scan_after)
 
