@@ -77,11 +77,13 @@ def drop_namespace(store) -> None:
         catalog.drop_namespace(NAMESPACE)
 
 
-def submit(args: list[str], env: dict, store, job_conf: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """spark-submit with the stack's and Iceberg's jars and `job_conf` (a pipeline job's settings,
-    PipelineConfig.job_conf, as the DAG submits it; none for the plain job): (seconds, peak RSS
-    MB, output)."""
-    conf = driver_conf(job_conf or {}, environ=env)
+def submit(args: list[str], env: dict, store, cfg=None, kind: str | None = None) -> tuple[float, float, str]:
+    """spark-submit with the stack's and Iceberg's jars and, given a pipeline `cfg`, the settings and
+    memory environment the DAG submits its `kind` of job with (as dag_factory._submit; none for the
+    plain job): (seconds, peak RSS MB, output)."""
+    if cfg is not None:
+        env = dict(env, **cfg.spark.job_env(kind))
+    conf = driver_conf(cfg.job_conf(kind) if cfg is not None else {}, environ=env)
     started = time.monotonic()
     proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
                              *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")],
@@ -180,11 +182,9 @@ def wait_for_events(cfg, at_least: int) -> None:
 
 def run_stream(folder: Path, env: dict, store) -> tuple[float, float, float]:
     env = dict(env, TIDELINE_PIPELINES=str(folder))
-    from tideline.core.settings import SparkSettings
-    env.update(SparkSettings.job_env("stream"))
     cfg = load_pipeline(folder / f"{STREAM_PIPELINE}.yaml")
     secs, peak, out = submit([str(ROOT / "spark_jobs" / "incremental.py"), "--pipeline", STREAM_PIPELINE,
-                              "--mode", "available_now"], env, store, cfg.job_conf("stream"))
+                              "--mode", "available_now"], env, store, cfg, "stream")
     committed = []   # (second of the day, events) per batch, from the job's log
     for line in out.splitlines():
         if ("batch " in line and "events" in line) or "merged in one Iceberg commit" in line:
@@ -261,7 +261,7 @@ def bench_stream(args, env: dict, store) -> tuple[float, float, float, int, int,
         scan_before = timed_scan(store)
         log(f"after the commits: {before}; full scan {scan_before:.2f}s")
         m_secs, _, _ = submit([str(ROOT / "spark_jobs" / "maintain.py"), "--pipeline", STREAM_PIPELINE],
-                              dict(env, TIDELINE_PIPELINES=str(folder)), store, cfg.job_conf("load"))   # as the maintain DAG submits it
+                              dict(env, TIDELINE_PIPELINES=str(folder)), store, cfg, "load")   # as the maintain DAG submits it
         after = store.table_facts(NAMESPACE, STREAM_TABLE)
         scan_after = timed_scan(store)
         if lake_digest(store) != source_digest():
