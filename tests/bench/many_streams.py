@@ -213,6 +213,7 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=10_000)
     ap.add_argument("--seconds", type=float, default=90)
     ap.add_argument("--tables", type=int, default=100)
+    ap.add_argument("--skip-peer", action="store_true", help="Tideline only (no ratio): for profiling")
     ap.add_argument("--stream-log", default=str(Path(tempfile.gettempdir()) / "bench-many-streams.log"))
     args = ap.parse_args()
     names = tables(args.tables)
@@ -251,6 +252,11 @@ def main() -> int:
             drop_capture(cfg, connect, source)   # an idle slot would pin the source's WAL
         if not same:
             raise SystemExit("Tideline's target differs from the source: no figure is reported")
+        if args.skip_peer:
+            print(f"RESULT tables={args.tables} rate_asked={args.rate} rate_made={made:.0f} "
+                  f"p50_s={statistics.median(ours):.2f} p95_s={pct(ours, 0.95):.2f} p99_s={pct(ours, 0.99):.2f} "
+                  f"peak_rss_mb={rss.peak / 1e6:.0f} same_result=yes (peer skipped)")
+            return 0
         # 2. the peer alone: its connector, the tables copied as they are now, the JDBC sink
         try:
             ensure_capture(peer_cfg, kafka, connect, source)

@@ -8,6 +8,7 @@ committed, but a run whose commit failed ends, and the next run resumes from the
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,6 +18,14 @@ from typing import Callable
 
 from tideline.core.batch_events import SplitBatch, split_batch
 from tideline.core.change_events import RECORD_COLUMNS, decode_records
+
+# Events per Spark task of a batch. Each task's result (its raw records as Arrow, ~3.5 MB at the
+# benchmark's ~570 bytes per event) is held by the driver JVM until Python has collected it; results
+# this small die young, where 25,000-event results overflowed the young generation into the old one
+# and cost ~10 full collections per 200,000-event batch (~1.5 s; tests/bench/incremental.py: 28
+# full GCs per run -> 2). A small batch stays one task per Kafka partition.
+TASK_EVENTS = 6_250
+CODEGEN_FACTORY_MODE = "spark.sql.codegen.factoryMode"
 
 
 @dataclass
@@ -32,10 +41,55 @@ class ReadBatch:
 def read_batch(df, spark_batch_id: int) -> ReadBatch | None:
     """One Spark job reads the batch's raw records; the driver decodes them. None when empty."""
     started, started_at = time.monotonic(), datetime.now(timezone.utc)
-    events = decode_records(df.select(*RECORD_COLUMNS).toArrow())
+    ranges = kafka_range_sizes(df)
+    tasks = read_tasks(ranges, df.sparkSession.sparkContext.defaultParallelism, TASK_EVENTS)
+    records = df.select(*RECORD_COLUMNS)
+    if tasks < len(ranges):
+        records = records.coalesce(tasks)
+    context = df.sparkSession.sparkContext
+    # The read job's tasks build Spark's interpreted projections: its Kafka reader generates and
+    # compiles two (with and without headers) for every offset range it reads, ~40% of the stream
+    # JVM's CPU with 100 tables (tests/bench/many_streams.py, a JFR profile), where the interpreted
+    # one costs nothing to build and little more per record. A local property reaches only the
+    # jobs this thread starts (the committer's Iceberg MERGE keeps its generated code).
+    context.setLocalProperty(CODEGEN_FACTORY_MODE, "NO_CODEGEN")
+    try:
+        arrow = records.toArrow()
+    finally:
+        context.setLocalProperty(CODEGEN_FACTORY_MODE, None)
+    events = decode_records(arrow)
     if not events.num_rows:
         return None
     return ReadBatch(spark_batch_id, split_batch(events), started, started_at, time.monotonic() - started)
+
+
+def read_tasks(ranges: list[int], slots: int, task_events: int) -> int:
+    """Tasks to read a batch of Kafka offset ranges (events per range) in. Spark's Kafka source
+    reads each topic partition's range in its own task (and splits ranges above task_events);
+    a task costs ~5-10 ms of the driver's CPU whatever it reads (its closure deserialized, the
+    record projection generated, scheduling), so a stream of 100 tables spent ~0.6 s a batch on
+    100 tasks of a few hundred events. Adjacent ranges are merged into at least `slots` tasks
+    of at most ~task_events events each (the task-result bound of TASK_EVENTS)."""
+    if not ranges:
+        return 0
+    per_task = max(1, task_events // max(ranges))   # ranges a task may take and stay within task_events
+    return min(len(ranges), max(slots, math.ceil(len(ranges) / per_task)))
+
+
+def kafka_range_sizes(df) -> list[int]:
+    """Events in each Spark partition (a Kafka offset range) of a micro-batch DataFrame as
+    `foreachBatch` receives it: its plan is the executed batch (a LogicalRDD whose RDD chain ends
+    in the DataSourceRDD of KafkaBatchInputPartitions; Spark 4.0)."""
+    rdd = df._jdf.queryExecution().logical().rdd()
+    while not rdd.dependencies().isEmpty():
+        rdd = rdd.dependencies().head().rdd()
+    sizes = []
+    for part in rdd.partitions():
+        inputs, events = part.inputPartitions().iterator(), 0
+        while inputs.hasNext():
+            events += inputs.next().offsetRange().size()
+        sizes.append(events)
+    return sizes
 
 
 class BatchHandover:

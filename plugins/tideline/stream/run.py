@@ -37,18 +37,12 @@ from tideline.core.table_shape import Column
 from tideline.load.full_load import run_owner
 from tideline.stream import position
 from tideline.stream.commit import BatchCommitter, StreamTable
-from tideline.stream.handover import BatchHandover, ReadBatch
+from tideline.stream.handover import TASK_EVENTS, BatchHandover, ReadBatch
 from tideline.stream.history import StreamHistory
 from tideline.stream.watch import StreamWatch
 
 log = logging.getLogger("tideline.incremental")
 
-# Events per Spark task of a batch. Each task's result (its raw records as Arrow, ~3.5 MB at the
-# benchmark's ~570 bytes per event) is held by the driver JVM until Python has collected it; results
-# this small die young, where 25,000-event results overflowed the young generation into the old one
-# and cost ~10 full collections per 200,000-event batch (~1.5 s; tests/bench/incremental.py: 28
-# full GCs per run -> 2). A small batch stays one task per Kafka partition.
-TASK_EVENTS = 6_250
 # How long the broker may hold a fetch that finds no new data (Kafka's default: 500 ms). After a
 # task reads its range, each consumer's next fetch waits there at the log's end, and a later read of
 # that partition waits for it: with 100 topics, 400,000 events took 18.5 s to read, 6.0 s at 10 ms
