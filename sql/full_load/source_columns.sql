@@ -1,4 +1,4 @@
--- Columns of a source table in order, with the exact type text for the target DDL.
+-- Columns of source tables (by oid) in order, with the exact type text for the target DDL.
 -- Generated columns carry their expression (the target computes them too, see create_table).
 -- Domains are reported with their base type and enums as text (neither exists in the target).
 -- binary_copy: COPY's binary form of the column (its domain's base type's) means the same in any
@@ -6,7 +6,8 @@
 -- multirange type with binary I/O whose array elements are such too, or an enum (sent as its
 -- label's text). Not the reg* types (their binary form is an OID of the source's catalog), nor
 -- extension, composite or enum-array types (their binary form names source OIDs).
-SELECT a.attname                                         AS name,
+SELECT a.attrelid                                        AS relid,
+       a.attname                                         AS name,
        CASE WHEN t.typtype = 'd' THEN format_type(t.typbasetype, t.typtypmod)
             WHEN t.typtype = 'e' THEN 'text'
             WHEN et.typtype = 'e' THEN 'text[]'
@@ -30,5 +31,5 @@ SELECT a.attname                                         AS name,
   LEFT JOIN pg_type et ON et.oid = t.typelem AND t.typcategory = 'A'
   JOIN pg_type st      ON st.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
   LEFT JOIN pg_type se ON se.oid = st.typelem
- WHERE a.attrelid = %(relid)s AND a.attnum > 0 AND NOT a.attisdropped
- ORDER BY a.attnum;
+ WHERE a.attrelid = ANY(%(relids)s::oid[]) AND a.attnum > 0 AND NOT a.attisdropped
+ ORDER BY a.attrelid, a.attnum;

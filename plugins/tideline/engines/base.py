@@ -105,6 +105,20 @@ class SourceEngine(ABC):
         """The table as the pipeline syncs it: columns typed for the target, key, how each is read
         and carried. for_stream: also refuse columns the change stream cannot carry exactly."""
 
+    def describe_many(self, conn, tables: list[tuple[str, str, object]], check_key: bool = True,
+                      for_stream: bool = False) -> dict[tuple[str, str], TableShape | SourceError]:
+        """describe() of several (schema, table, table config) at once, as a stream batch checks
+        every table it applies: each one's shape, or the SourceError that refuses it (raised by the
+        caller, for that table alone). One by one here; an engine that reads many tables'
+        catalog in one round trip overrides it."""
+        out = {}
+        for schema, table, tcfg in tables:
+            try:
+                out[(schema, table)] = self.describe(conn, schema, table, tcfg, check_key, for_stream)
+            except SourceError as exc:
+                out[(schema, table)] = exc
+        return out
+
     # ---------------------------------------------------------------- full load
     @abstractmethod
     def read_query(self, conn, shape: TableShape, where: str | None = None) -> str:

@@ -101,28 +101,55 @@ class PostgresEngine(PostgresCapture, SourceEngine):
 
     def describe(self, conn, schema: str, table: str, tcfg=None, check_key: bool = True,
                  for_stream: bool = False) -> TableShape:
-        label = f"source table {schema}.{table}"
-        configured_pk = tcfg.primary_key if (tcfg is not None and check_key) else None
+        shape = self.describe_many(conn, [(schema, table, tcfg)], check_key, for_stream)[(schema, table)]
+        if isinstance(shape, SourceError):
+            raise shape
+        return shape
+
+    def describe_many(self, conn, tables, check_key: bool = True, for_stream: bool = False):
+        """Three catalog queries for all the tables, not three per table: a stream batch of 100
+        tables described them one by one in ~0.2 s of its ~0.5 s commit (tests/bench/many_streams.py)."""
         with conn.cursor() as cur:
-            cur.execute(sqlfiles.load("full_load/source_table"), {"schema": schema, "table": table})
-            row = cur.fetchone()
-            if row is None:
-                raise SourceError(f"{label} does not exist. Check the table name in the pipeline config and "
-                                  f"source.schema ({schema!r}).")
-            relid, can_select, relkind = row
-            if relkind not in ("r", "p"):
-                raise SourceError(f"{label} is not a table (relkind {relkind!r}); only tables can be synced.")
-            if not can_select:
-                raise SourceError(f"{label}: the source connection's role has no SELECT privilege. "
-                                  f"Run: GRANT SELECT ON {schema}.{table} TO <the role of the source connection>;")
-            cur.execute(sqlfiles.load("full_load/source_columns"), {"relid": relid})
-            columns = tuple(Column(name, typ, not_null, default, has_missing, missing, generated,
-                                   binary_copy=binary)
-                            for name, typ, not_null, _schema, _cat, default, has_missing, missing, generated, binary
-                            in cur.fetchall())
-            cur.execute(sqlfiles.load("full_load/source_primary_key"), {"relid": relid})
-            source_pk = tuple(r[0] for r in cur.fetchall())
-        shape = finish_shape(label, TableShape(schema, table, columns, source_pk), configured_pk, tcfg)
+            cur.execute(sqlfiles.load("full_load/source_table"),
+                        {"schemas": [s for s, _t, _c in tables], "tables": [t for _s, t, _c in tables]})
+            found = {(schema, table): rest for schema, table, *rest in cur.fetchall()}
+            readable = [relid for relid, can_select, relkind in found.values() if can_select and relkind in ("r", "p")]
+            columns: dict[int, list[Column]] = {relid: [] for relid in readable}
+            keys: dict[int, list[str]] = {relid: [] for relid in readable}
+            if readable:
+                cur.execute(sqlfiles.load("full_load/source_columns"), {"relids": readable})
+                for relid, name, typ, not_null, _schema, _cat, default, has_missing, missing, generated, binary \
+                        in cur.fetchall():
+                    columns[relid].append(Column(name, typ, not_null, default, has_missing, missing, generated,
+                                                 binary_copy=binary))
+                cur.execute(sqlfiles.load("full_load/source_primary_key"), {"relids": readable})
+                for relid, name in cur.fetchall():
+                    keys[relid].append(name)
+        out = {}
+        for schema, table, tcfg in tables:
+            try:
+                out[(schema, table)] = self._shape(schema, table, tcfg, found.get((schema, table)), columns, keys,
+                                                   check_key, for_stream)
+            except SourceError as exc:
+                out[(schema, table)] = exc
+        return out
+
+    @staticmethod
+    def _shape(schema, table, tcfg, found, columns, keys, check_key, for_stream) -> TableShape:
+        label = f"source table {schema}.{table}"
+        if found is None:
+            raise SourceError(f"{label} does not exist. Check the table name in the pipeline config and "
+                              f"source.schema ({schema!r}).", table=table)
+        relid, can_select, relkind = found
+        if relkind not in ("r", "p"):
+            raise SourceError(f"{label} is not a table (relkind {relkind!r}); only tables can be synced.", table=table)
+        if not can_select:
+            raise SourceError(f"{label}: the source connection's role has no SELECT privilege. "
+                              f"Run: GRANT SELECT ON {schema}.{table} TO <the role of the source connection>;",
+                              table=table)
+        configured_pk = tcfg.primary_key if (tcfg is not None and check_key) else None
+        shape = finish_shape(label, TableShape(schema, table, tuple(columns[relid]), tuple(keys[relid])),
+                             configured_pk, tcfg)
         if for_stream and tcfg is not None and tcfg.mode == "cdc":
             lossy = debezium.unstreamable(shape.columns)
             if lossy:

@@ -25,7 +25,7 @@ from tideline.core.change_events import too_large_marker
 from tideline.core.config import PipelineConfig
 from tideline.core.errors import ResnapshotRequired, SourceError, TidelineError
 from tideline.core.offsets import merge_committed
-from tideline.core.table_shape import Column
+from tideline.core.table_shape import Column, TableShape
 from tideline.targets import ApplyRefused
 from tideline.targets.base import CommitStamp
 
@@ -174,11 +174,14 @@ class BatchCommitter:
                              - set(halting)) if rows.num_rows else []
             if rows.num_rows:
                 self.store.stage_changes(cur, rows, {tp: t.name for tp, t in self.by_topic.items()})
+            # the source's catalog now: any schema change behind this batch's events shows in it
+            shapes = self.engine.describe_many(self._src, [(cfg.source_schema(n), n, cfg.table(n)) for n in touched],
+                                               check_key=False, for_stream=True)
             for name in touched:
                 t = self.tables[name]
                 batch_max = {r["partition"]: r["hi"] for r in per_partition if r["topic"] == t.topic}
                 stamp = CommitStamp(cfg.name, t.epoch, merge_committed(current[t.topic], batch_max))
-                applied = self._apply_isolated(cur, t, stamp)
+                applied = self._apply_isolated(cur, t, stamp, shapes[(cfg.source_schema(name), name)])
                 if isinstance(applied, tuple) and isinstance(applied[0], str):
                     halting[name] = applied
                 else:
@@ -218,11 +221,11 @@ class BatchCommitter:
         figures.batch_id, figures.end_offsets = batch_id, end_offsets
         return figures
 
-    def _apply_isolated(self, cur, table: StreamTable, stamp: CommitStamp):
+    def _apply_isolated(self, cur, table: StreamTable, stamp: CommitStamp, shape: TableShape | SourceError):
         """((upserts, deletes), dead letters) — or (why, event) when the table must halt."""
         self.store.begin_table(cur)
         try:
-            self._evolve(cur, table)
+            self._evolve(cur, table, shape)
             applied = self.store.apply_changes(cur, self.cfg.name, self.cfg.target_schema(table.name), table.name,
                                                table.topic, table.columns, table.primary_key,
                                                dead_letter=self.cfg.stream.on_bad_message == "dead_letter",
@@ -284,10 +287,11 @@ class BatchCommitter:
                     self.cfg.name, len(bad_rows), where)
         return len(bad_rows), halting
 
-    def _evolve(self, cur, table: StreamTable) -> None:
-        """Source catalog vs target: add/widen in this transaction, or stop with the reason."""
-        shape = self.engine.describe(self._src, self.cfg.source_schema(table.name), table.name,
-                                        self.cfg.table(table.name), check_key=False, for_stream=True)
+    def _evolve(self, cur, table: StreamTable, shape: TableShape | SourceError) -> None:
+        """Source catalog (engine.describe_many's) vs target: add/widen in this transaction, or
+        stop with the reason."""
+        if isinstance(shape, SourceError):
+            raise shape
         try:
             drift = schema_drift.plan(f"{self.cfg.name}.{table.name}", list(shape.columns), table.columns)
         except TidelineError as exc:
