@@ -1,5 +1,6 @@
-"""How many Spark tasks read a stream batch's Kafka offset ranges (stream.handover.read_tasks)."""
-from tideline.stream.handover import TASK_EVENTS, read_tasks
+"""How a stream batch's Kafka offset ranges are read: in how many Spark tasks (read_tasks), and
+with generated or interpreted record projections (interpreted)."""
+from tideline.stream.handover import INTERPRETED_BELOW, TASK_EVENTS, interpreted, read_tasks
 
 
 def test_many_small_ranges_are_read_in_a_few_tasks():
@@ -26,3 +27,11 @@ def test_a_task_stays_within_task_events_whatever_ranges_it_merges():
 def test_fewer_ranges_than_slots_and_empty_batches():
     assert read_tasks([5, 7], 4, TASK_EVENTS) == 2
     assert read_tasks([], 2, TASK_EVENTS) == 0
+
+
+def test_interpreted_projections_for_many_small_ranges_only():
+    assert interpreted([100] * 100)                       # 100 tables, a light batch each
+    assert not interpreted([TASK_EVENTS] * 32)            # one big table's backlog
+    assert not interpreted([INTERPRETED_BELOW] * 4)
+    assert interpreted([INTERPRETED_BELOW - 1] * 4)
+    assert not interpreted([])

@@ -26,6 +26,7 @@ from tideline.core.change_events import RECORD_COLUMNS, decode_records
 # full GCs per run -> 2). A small batch stays one task per Kafka partition.
 TASK_EVENTS = 6_250
 CODEGEN_FACTORY_MODE = "spark.sql.codegen.factoryMode"
+INTERPRETED_BELOW = 2_000   # events per Kafka offset range (see interpreted())
 
 
 @dataclass
@@ -41,18 +42,14 @@ class ReadBatch:
 def read_batch(df, spark_batch_id: int) -> ReadBatch | None:
     """One Spark job reads the batch's raw records; the driver decodes them. None when empty."""
     started, started_at = time.monotonic(), datetime.now(timezone.utc)
-    ranges = kafka_range_sizes(df)
-    tasks = read_tasks(ranges, df.sparkSession.sparkContext.defaultParallelism, TASK_EVENTS)
+    context, ranges = df.sparkSession.sparkContext, kafka_range_sizes(df)
+    tasks = read_tasks(ranges, context.defaultParallelism, TASK_EVENTS)
     records = df.select(*RECORD_COLUMNS)
     if tasks < len(ranges):
         records = records.coalesce(tasks)
-    context = df.sparkSession.sparkContext
-    # The read job's tasks build Spark's interpreted projections: its Kafka reader generates and
-    # compiles two (with and without headers) for every offset range it reads, ~40% of the stream
-    # JVM's CPU with 100 tables (tests/bench/many_streams.py, a JFR profile), where the interpreted
-    # one costs nothing to build and little more per record. A local property reaches only the
-    # jobs this thread starts (the committer's Iceberg MERGE keeps its generated code).
-    context.setLocalProperty(CODEGEN_FACTORY_MODE, "NO_CODEGEN")
+    # A local property reaches only the jobs this thread starts (the committer's Iceberg MERGE
+    # keeps its generated code).
+    context.setLocalProperty(CODEGEN_FACTORY_MODE, "NO_CODEGEN" if interpreted(ranges) else None)
     try:
         arrow = records.toArrow()
     finally:
@@ -74,6 +71,16 @@ def read_tasks(ranges: list[int], slots: int, task_events: int) -> int:
         return 0
     per_task = max(1, task_events // max(ranges))   # ranges a task may take and stay within task_events
     return min(len(ranges), max(slots, math.ceil(len(ranges) / per_task)))
+
+
+def interpreted(ranges: list[int]) -> bool:
+    """Whether the read's tasks should build Spark's interpreted record projections. Its Kafka
+    reader generates and compiles two (with and without headers) for every offset range it reads,
+    ~2.3 ms of CPU each: ~40% of the stream JVM's CPU with 100 tables of ~100 events a batch
+    (tests/bench/many_streams.py, a JFR profile). The interpreted one costs nothing to build and
+    ~1 µs more per record (200,000 events in 32 ranges: 9% more CPU), so it pays below
+    INTERPRETED_BELOW events per range on average."""
+    return bool(ranges) and sum(ranges) < INTERPRETED_BELOW * len(ranges)
 
 
 def kafka_range_sizes(df) -> list[int]:
