@@ -20,21 +20,36 @@ def admin_client(kafka: KafkaAccess | str) -> AdminClient:
 
 
 def partitions(admin: AdminClient, kafka: KafkaAccess | str, topic: str, timeout: float = 15.0) -> list[int]:
+    return describe_topic(admin, kafka, topic, timeout)[1]
+
+
+def describe_topic(admin: AdminClient, kafka: KafkaAccess | str, topic: str,
+                   timeout: float = 15.0) -> tuple[str | None, list[int]]:
+    """The topic's id (new each time a topic of that name is created; None from a broker that
+    gives none) and its partitions, in one request. (A metadata request for one topic,
+    `list_topics(topic=...)`, took ~55 ms in librdkafka most of the time: 1/3 of a small table's
+    full load, tests/bench/many_tables.py.)"""
+    from confluent_kafka import TopicCollection
     try:
-        md = admin.list_topics(topic=topic, timeout=timeout)
+        [fut] = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout).values()
+        found = fut.result()
     except KafkaException as exc:
-        raise TransientError(f"Kafka at {kafka} is unreachable while looking up topic {topic!r}: {exc}. "
-                             f"Check that the brokers run and the Kafka connection's bootstrap.servers.") from None
-    info = md.topics.get(topic)
-    if info is None or info.error is not None or not info.partitions:
-        if info is None or info.error is None or info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            reason = "it does not exist"
-        else:
-            reason = info.error.str()
-        raise SourceError(f"Kafka topic {topic!r} cannot be used ({reason}). The change topic must exist before "
-                          f"a full load records where the stream resumes: run the pipeline's ensure_connector "
-                          f"task (it creates the topics), or check kafka.topic_prefix in the pipeline config.")
-    return sorted(info.partitions)
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is None or error.code() < 0:   # librdkafka's own: timed out, transport, ...
+            raise TransientError(f"Kafka at {kafka} is unreachable while looking up topic {topic!r}: {exc}. "
+                                 f"Check that the brokers run and the Kafka connection's bootstrap.servers.") from None
+        reason = "it does not exist" if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART else error.str()
+        raise _unusable(topic, reason) from None
+    if not found.partitions:
+        raise _unusable(topic, "it has no partitions")
+    return (str(found.topic_id) if getattr(found, "topic_id", None) else None,
+            sorted(p.id for p in found.partitions))
+
+
+def _unusable(topic: str, reason: str) -> SourceError:
+    return SourceError(f"Kafka topic {topic!r} cannot be used ({reason}). The change topic must exist before "
+                       f"a full load records where the stream resumes: run the pipeline's ensure_connector "
+                       f"task (it creates the topics), or check kafka.topic_prefix in the pipeline config.")
 
 
 def _list(admin: AdminClient, kafka: KafkaAccess | str, topic: str, parts: list[int], spec: OffsetSpec,
@@ -65,26 +80,13 @@ def handover(kafka: KafkaAccess | str, topic: str, timeout: float = 15.0,
     """What a full load records before its snapshot, with one client (`admin`, shared by a load's
     tables, or a new one): the topic's id (a recreated topic has another) and its end offsets."""
     admin = admin or admin_client(kafka)
-    parts = partitions(admin, kafka, topic, timeout)
-    return _topic_id(admin, kafka, topic, timeout), _list(admin, kafka, topic, parts, OffsetSpec.latest(), timeout)
+    found, parts = describe_topic(admin, kafka, topic, timeout)
+    return found, _list(admin, kafka, topic, parts, OffsetSpec.latest(), timeout)
 
 
 def topic_id(kafka: KafkaAccess | str, topic: str, timeout: float = 15.0) -> str | None:
-    """The broker's id of the topic (new each time a topic of that name is created); None from a
-    broker that gives none."""
-    admin = admin_client(kafka)
-    partitions(admin, kafka, topic, timeout)   # a missing topic: the error that says what to do
-    return _topic_id(admin, kafka, topic, timeout)
-
-
-def _topic_id(admin: AdminClient, kafka: KafkaAccess | str, topic: str, timeout: float) -> str | None:
-    from confluent_kafka import TopicCollection
-    try:
-        [fut] = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout).values()
-        found = fut.result()
-    except KafkaException as exc:
-        raise TransientError(f"describing topic {topic!r} at {kafka} failed: {exc}") from None
-    return str(found.topic_id) if getattr(found, "topic_id", None) else None
+    """The broker's id of the topic (see describe_topic); a missing topic: the error that says what to do."""
+    return describe_topic(admin_client(kafka), kafka, topic, timeout)[0]
 
 
 def watermarks(kafka: KafkaAccess | str, topic: str, timeout: float = 15.0) -> tuple[dict[int, int], dict[int, int]]:
