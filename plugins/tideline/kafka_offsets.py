@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from tideline.core.kafka_access import KafkaAccess, client_config
@@ -29,7 +29,6 @@ def describe_topic(admin: AdminClient, kafka: KafkaAccess | str, topic: str,
     gives none) and its partitions, in one request. (A metadata request for one topic,
     `list_topics(topic=...)`, took ~55 ms in librdkafka most of the time: 1/3 of a small table's
     full load, tests/bench/many_tables.py.)"""
-    from confluent_kafka import TopicCollection
     try:
         [fut] = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout).values()
         found = fut.result()
