@@ -3,6 +3,7 @@ tables of the pipeline keep streaming; once a person fixes the cause and resumes
 continues from its own offsets — nothing lost, nothing doubled."""
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -142,3 +143,52 @@ def test_with_dead_letters_a_refused_change_is_recorded_and_the_table_goes_on(sp
         assert all("note_short" in e and "column note" in e for _, e in rows), rows
     finally:
         drop_source(source_db, t)
+
+
+
+def test_a_column_the_stream_cannot_carry_added_mid_stream_halts_that_table_alone(spark, source_db, target_db,
+                                                                                   pipelines, unique_name):
+    """A running stream's batch describes all its tables' source catalog at once
+    (engine.describe_many): one table the catalog now refuses (a `time with time zone` column
+    added: Debezium would lose its offset) halts alone, naming the column, at its last committed
+    offsets; the other table of the same batch is applied, and the stream goes on with it."""
+    a, b = f"{unique_name}_a", f"{unique_name}_b"
+    for t in (a, b):
+        make_items(source_db, t, 100)
+    run, ended = None, {}
+    try:
+        cfg = pipelines.make([{"name": a}, {"name": b}], partitions=1, capture=True,
+                             stream={"trigger_interval_s": 0.5})
+        FullLoad(cfg, spark).run([a, b])
+        resume_b = dict(state.get(target_db, cfg.name, b).resume_offsets)
+        run = IncrementalRun(cfg, spark, "continuous")   # started before the change: its start checks passed
+
+        def stream():
+            try:
+                run.run()
+            except BaseException as exc:  # noqa: BLE001 — asserted below
+                ended["exc"] = exc
+        thread = threading.Thread(target=stream, daemon=True)
+        thread.start()
+        _until(lambda: (run.query is not None and run.query.isActive) or not thread.is_alive(), 90,
+               "the stream to start")
+        assert thread.is_alive(), ended
+        with source_db.cursor() as cur:
+            cur.execute(f"ALTER TABLE {b} ADD COLUMN opens_at time with time zone")
+            for t in (b, a):
+                cur.execute(f"UPDATE {t} SET qty = qty + 1 WHERE id <= 10")
+                cur.execute(f"INSERT INTO {t} (id, qty, note) VALUES (1000, 1, 'after')")
+        _until(lambda: rows_as_text(source_db, "public", a, "id") == rows_as_text(target_db, unique_name, a, "id")
+               and state.get(target_db, cfg.name, b).phase == "halted", 90, "table a to converge while b halts")
+        assert thread.is_alive(), ended   # the stream goes on with table a
+
+        st = state.get(target_db, cfg.name, b)
+        assert "opens_at (time with time zone)" in st.last_error and "cannot be streamed exactly" in st.last_error
+        assert st.resume_offsets == resume_b                           # nothing of b applied
+        with target_db.cursor() as cur:
+            cur.execute(f'SELECT count(*) FROM "{unique_name}".{b} WHERE id = 1000')
+            assert cur.fetchone()[0] == 0
+    finally:
+        if run is not None and run.query is not None and run.query.isActive:
+            run.query.stop()
+        drop_source(source_db, a, b)
