@@ -40,6 +40,7 @@ from services.connect import connect_healthy, connect_url, start_connect_worker,
 from services.env import environment, full_env
 from services.kafka import KAFKA_PARTS, KafkaCluster, kafka_bootstrap, kafka_healthy, up_kafka
 from services.mariadb import mariadb_connect, mariadb_healthy, mariadb_url, up_mariadb
+from services.ports import reserve_ports
 from services.postgres import down_postgres, pg_connect, pg_url, postgres_healthy, postgres_pid, up_postgres
 from services.spark import (CLASS_ARCHIVE, SPARK_PARTS, build_class_archive, spark_check,
                             spark_cluster_healthy, spark_master_json, spark_master_url, start_spark_cluster,
@@ -157,6 +158,9 @@ PARTS = [
 
 
 def cmd_up(only: list[str]) -> int:
+    why_not = reserve_ports()
+    if why_not:
+        print(f"[stack] note: {why_not}", flush=True)
     for part in PARTS:
         if only and part.name not in only:
             continue

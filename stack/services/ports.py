@@ -1,0 +1,56 @@
+"""Keeps the stack's listening ports out of Linux's ephemeral range, where a client socket can hold
+one first.
+
+The stack's ports (55432, 58080, 59092, …) sit inside Linux's default ephemeral range
+(32768-60999): any outgoing connection on this host — Connect's to Kafka, a Spark driver's — may
+be given one of them as its local port, and while it lives the service cannot bind it. Seen in CI:
+the Airflow API server failed to bind 127.0.0.1:58080 for three minutes ("address already in use")
+while nothing listened there. Adding the ports to `net.ipv4.ip_local_reserved_ports` stops the
+kernel from handing them out to clients; the listeners still bind them. It needs root (a
+machine-wide setting, kept until reboot); without it `make up` says so and goes on.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from services.base import PORTS
+
+RESERVED = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
+KAFKA_NODES = 3      # the three-node Kafka mode's ports (+2 per node) are reserved in either mode
+SPARK_WORKER_UIS = 2
+
+
+def stack_ports() -> list[int]:
+    """Every port a part of this stack listens on, in either mode."""
+    ports = set(PORTS.values())
+    for node in range(1, KAFKA_NODES):
+        ports.update((PORTS["kafka"] + 2 * node, PORTS["kafka_controller"] + 2 * node))
+    ports.update(PORTS["spark_worker_ui"] + w for w in range(SPARK_WORKER_UIS))
+    return sorted(ports)
+
+
+def parse(reserved: str) -> set[int]:
+    """The ports of the sysctl's text: '55432,58080-58083'."""
+    ports: set[int] = set()
+    for item in filter(None, (s.strip() for s in reserved.split(","))):
+        lo, _, hi = item.partition("-")
+        ports.update(range(int(lo), int(hi or lo) + 1))
+    return ports
+
+
+def reserve_ports(path: Path = RESERVED) -> str | None:
+    """Adds the stack's ports to the reserved ones; None when done (or already so), else why not."""
+    try:
+        current = path.read_text().strip()
+    except OSError as exc:
+        return f"cannot read {path} ({exc.strerror})"
+    missing = [p for p in stack_ports() if p not in parse(current)]
+    if not missing:
+        return None
+    try:
+        path.write_text(",".join(filter(None, [current, *map(str, missing)])) + "\n")
+    except OSError as exc:
+        return (f"could not reserve ports {', '.join(map(str, missing))} in {path} ({exc.strerror}; it needs root): "
+                f"a client connection may briefly hold one of them and a service fail to bind it; "
+                f"`make up` again then, or set TIDELINE_*_PORT below 32768")
+    return None
