@@ -50,7 +50,17 @@ def test_dates_and_times_travel_as_epoch_numbers_exact_for_bc_dates():
 
 
 def test_decimals_keep_their_declared_precision_through_jdbc():
-    assert lake_column(col("numeric(12,2)")).read_cast == "numeric(12,2)"
+    # NULLIF keeps the column's numeric(12,2) in the result's description (a CASE would not)
+    dec = lake_column(col("numeric(12,2)"))
+    assert dec.read == "NULLIF({c}, 'NaN')" and dec.read_nulls_refused and dec.iceberg == "decimal(12,2)"
+
+
+def test_exact_text_is_the_output_function_s_text():
+    # char(n) keeps its padding and inet its form only through the output function (concat);
+    # uuid and json(b) have no cast to text of their own, so ::text is that text
+    assert lake_column(col("character(3)")).read == "CASE WHEN {c} IS NULL THEN NULL ELSE concat({c}) END"
+    assert lake_column(col("inet")).read == "CASE WHEN {c} IS NULL THEN NULL ELSE concat({c}) END"
+    assert [lake_column(col(t)).read for t in ("uuid", "jsonb", "json", "text")] == ["{c}::text"] * 4
 
 
 def test_the_projection_names_table_column_and_key_of_a_refused_value():

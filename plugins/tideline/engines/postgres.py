@@ -234,10 +234,9 @@ class PostgresEngine(PostgresCapture, SourceEngine):
             read = col.read.replace("{c}", f"t.{c}")
             if col.refuse:
                 bad = f"coalesce({col.refuse.replace('{c}', f't.{c}')}, false)"
-                read = f"CASE WHEN {bad} THEN NULL ELSE {read} END"
+                if not col.read_nulls_refused:
+                    read = f"CASE WHEN {bad} THEN NULL ELSE {read} END"
                 cols.append(sql.SQL(f"{bad} AS ") + sql.Identifier(BAD_FLAG.format(i)))
-            if col.read_cast:
-                read = f"({read})::{col.read_cast}"
             cols.append(sql.SQL(f"{read} AS ") + sql.Identifier(col.name))
         return sql.SQL("(SELECT {} FROM {} t{}) AS tideline_read").format(
             sql.SQL(", ").join(keys + cols), shape.qualified(),
