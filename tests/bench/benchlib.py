@@ -140,7 +140,9 @@ def run_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "loca
     rss.done.set()
     secs = time.monotonic() - started
     for line in out.splitlines():
-        if "[tideline]" in line or "tideline." in line or os.environ.get("BENCH_FULL_LOG"):
+        if os.environ.get("BENCH_FULL_LOG"):
+            print("   ", line.rstrip())
+        elif "[tideline]" in line or "tideline." in line:
             print("   ", line.strip()[-160:])
     if proc.returncode != 0:
         print(out[-4000:])
