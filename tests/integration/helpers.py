@@ -141,3 +141,24 @@ def run_demo_dag(stack, conf: dict, timeout: float = 420) -> tuple[str, dict, di
     tis = {ti["task_id"]: ti["state"]
            for ti in stack.airflow_api("GET", f"dags/sync_demo/dagRuns/{run_id}/taskInstances")["task_instances"]}
     return run_id, info, tis
+
+
+def start_continuous(run, timeout: float = 90) -> tuple[threading.Thread, dict]:
+    """Runs an IncrementalRun (continuous mode) in a thread and waits until its streaming query is
+    active; returns the thread and a dict that holds, under "exc", whatever ended the run. A run
+    that ends before its query starts fails the test with that error."""
+    ended: dict = {}
+
+    def stream() -> None:
+        try:
+            run.run()
+        except BaseException as exc:  # noqa: BLE001 — the test asserts on it
+            ended["exc"] = exc
+    thread = threading.Thread(target=stream, daemon=True)
+    thread.start()
+    deadline = time.time() + timeout
+    while (run.query is None or not run.query.isActive) and thread.is_alive():
+        assert time.time() < deadline, f"the stream did not start within {timeout:.0f}s"
+        time.sleep(0.2)
+    assert thread.is_alive(), ended
+    return thread, ended

@@ -3,12 +3,11 @@ tables of the pipeline keep streaming; once a person fixes the cause and resumes
 continues from its own offsets — nothing lost, nothing doubled."""
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
-from helpers import drop_source, rows_as_text
+from helpers import drop_source, rows_as_text, start_continuous
 from test_incremental import assert_batches_contiguous, make_items
 from tideline import state
 from tideline.core.errors import HaltedError
@@ -155,24 +154,14 @@ def test_a_column_the_stream_cannot_carry_added_mid_stream_halts_that_table_alon
     a, b = f"{unique_name}_a", f"{unique_name}_b"
     for t in (a, b):
         make_items(source_db, t, 100)
-    run, ended = None, {}
+    run = None
     try:
         cfg = pipelines.make([{"name": a}, {"name": b}], partitions=1, capture=True,
                              stream={"trigger_interval_s": 0.5})
         FullLoad(cfg, spark).run([a, b])
         resume_b = dict(state.get(target_db, cfg.name, b).resume_offsets)
         run = IncrementalRun(cfg, spark, "continuous")   # started before the change: its start checks passed
-
-        def stream():
-            try:
-                run.run()
-            except BaseException as exc:  # noqa: BLE001 — asserted below
-                ended["exc"] = exc
-        thread = threading.Thread(target=stream, daemon=True)
-        thread.start()
-        _until(lambda: (run.query is not None and run.query.isActive) or not thread.is_alive(), 90,
-               "the stream to start")
-        assert thread.is_alive(), ended
+        thread, ended = start_continuous(run)
         with source_db.cursor() as cur:
             cur.execute(f"ALTER TABLE {b} ADD COLUMN opens_at time with time zone")
             for t in (b, a):

@@ -7,7 +7,6 @@ import os
 import random
 import signal
 import subprocess
-import threading
 import time
 import uuid
 
@@ -16,7 +15,7 @@ import pytest
 from confluent_kafka import Producer
 
 import stackctl
-from helpers import Writer, drop_source, let_retention_delete, table_digest
+from helpers import Writer, drop_source, let_retention_delete, start_continuous, table_digest
 from tideline import state
 from tideline.core.errors import (EXIT_FENCED, EXIT_RESNAPSHOT, DataLossError, HaltedError, ResnapshotRequired,
                                    SourceError)
@@ -406,25 +405,14 @@ def test_a_failed_commit_ends_a_continuous_stream_that_then_sits_idle(
     to hear of it, with the meaning recorded and the position untouched."""
     t = f"{unique_name}_idle"
     make_items(source_db, t, 20)
-    run, ended = None, {}
+    run = None
     try:
         cfg = pipelines.make([{"name": t}], partitions=1, capture=True, stream={"trigger_interval_s": 0.5})
         FullLoad(cfg, spark).run([t])
         sync_until_equal(cfg, spark, source_db, target_db, {t: "id"})
         resume = state.get(target_db, cfg.name, t).resume_offsets
         run = IncrementalRun(cfg, spark, "continuous")
-
-        def stream():
-            try:
-                run.run()
-            except BaseException as exc:  # noqa: BLE001 — asserted below
-                ended["exc"] = exc
-        thread = threading.Thread(target=stream, daemon=True)
-        thread.start()
-        deadline = time.time() + 90
-        while (run.query is None or not run.query.isActive) and thread.is_alive() and time.time() < deadline:
-            time.sleep(0.2)
-        assert thread.is_alive(), ended
+        thread, ended = start_continuous(run)
         with source_db.cursor() as cur:
             cur.execute(f"TRUNCATE {t}")
         thread.join(120)
