@@ -41,7 +41,8 @@ SPARK_WORKER_MEMORY = os.environ.get("TIDELINE_SPARK_WORKER_MEMORY", "2g")
 # Kafka: one broker (default), or three KRaft nodes (broker + controller each) with replication 3,
 # min.insync.replicas 2 and no unclean leader election: TIDELINE_KAFKA_CLUSTER=1. Node i listens
 # on the broker/controller ports + 2·(i-1).
-KAFKA_BROKERS = 3 if os.environ.get("TIDELINE_KAFKA_CLUSTER", "").lower() in ("1", "true", "yes", "on") else 1
+KAFKA_CLUSTER_NODES = 3
+KAFKA_BROKERS = KAFKA_CLUSTER_NODES if os.environ.get("TIDELINE_KAFKA_CLUSTER", "").lower() in ("1", "true", "yes", "on") else 1
 HOST = "127.0.0.1"
 # Secure mode (TIDELINE_STACK_SECURE=1), as a production DBA and Kafka operator would run it: the
 # stack's own CA (services.tls), PostgreSQL over TLS only (hostssl, clients verify-full), Kafka

@@ -13,19 +13,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.base import PORTS
+from services.base import KAFKA_CLUSTER_NODES, PORTS, SPARK_WORKERS
 
 RESERVED = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
-KAFKA_NODES = 3      # the three-node Kafka mode's ports (+2 per node) are reserved in either mode
-SPARK_WORKER_UIS = 2
 
 
 def stack_ports() -> list[int]:
-    """Every port a part of this stack listens on, in either mode."""
+    """Every port a part of this stack listens on, in either mode (the three Kafka nodes' ports,
+    +2 per node, and every Spark worker's UI are reserved even when they are not started)."""
     ports = set(PORTS.values())
-    for node in range(1, KAFKA_NODES):
+    for node in range(1, KAFKA_CLUSTER_NODES):
         ports.update((PORTS["kafka"] + 2 * node, PORTS["kafka_controller"] + 2 * node))
-    ports.update(PORTS["spark_worker_ui"] + w for w in range(SPARK_WORKER_UIS))
+    ports.update(PORTS["spark_worker_ui"] + w for w in range(SPARK_WORKERS))
     return sorted(ports)
 
 
