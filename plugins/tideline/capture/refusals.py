@@ -22,12 +22,7 @@ def find(cfg: PipelineConfig, source: Conn, tables: list[str] | None = None) -> 
     engine = engines.for_source(source)
     conn = engine.connect()
     try:
-        found = {}
-        for name in tables if tables is not None else [t.name for t in cfg.tables]:
-            refusal = engine.refusal(conn, cfg, name)
-            if refusal is not None:
-                found[name] = refusal
-        return found
+        return engine.refusals(conn, cfg, tables if tables is not None else [t.name for t in cfg.tables])
     finally:
         conn.close()
 

@@ -187,6 +187,8 @@ class FullLoad:
         self.store: Target = targets.for_pipeline(cfg, self.target)
         self.kafka: Conn = get_connection(cfg.kafka.conn_id, environ)
         self._kafka_admin = None
+        self._idle: list[tuple] = []   # (source, target) connections a finished table gave back
+        self._idle_lock = threading.Lock()
 
     @property
     def kafka_admin(self):
@@ -195,27 +197,61 @@ class FullLoad:
             self._kafka_admin = kafka_offsets.admin_client(self.kafka.kafka_access)
         return self._kafka_admin
 
+    # ------------------------------------------------------------------ connections
+
+    def _connections(self) -> tuple:
+        """A source and a target connection for one table: one a finished table gave back, else
+        new ones. A new PostgreSQL session costs a SCRAM handshake on both ends and a backend's
+        start (~10 ms of CPU): 200 small tables opened 400 of them (tests/bench/many_tables.py)."""
+        with self._idle_lock:
+            if self._idle:
+                return self._idle.pop()
+        src = self.engine.connect()
+        try:
+            return src, self.store.connect()
+        except BaseException:
+            src.close()
+            raise
+
+    def _give_back(self, src, tgt) -> None:
+        """Keeps a table's connections for the next one: only after it ended cleanly (its snapshot
+        closed, the target's transaction committed), so no session state crosses tables."""
+        src.rollback()
+        tgt.rollback()
+        with self._idle_lock:
+            self._idle.append((src, tgt))
+
+    def close(self) -> None:
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for pair in idle:
+            for conn in pair:
+                conn.close()
+
     # ------------------------------------------------------------------ driver steps
 
     def run(self, tables: list[str]) -> list[LoadResult]:
         for name in tables:
             self.cfg.table(name)  # unknown table -> ConfigError naming the pipeline's tables
-        conn = self.engine.connect()
         try:
-            self.engine.check_capture(conn, f"source of pipeline {self.cfg.name}")
+            src, tgt = self._connections()
+            try:
+                self.engine.check_capture(src, f"source of pipeline {self.cfg.name}")
+                src.rollback()
+                refused = self.engine.refusals(src, self.cfg, tables)   # again: the source may have changed since
+                state.migrate(tgt)
+                refusals.record(self.cfg, tgt, refused, checked=[])
+            except BaseException:
+                src.close()
+                tgt.close()
+                raise
+            self._give_back(src, tgt)
+            if refused and len(refused) == len(tables):
+                raise SourceError(f"pipeline {self.cfg.name}: every table to load is refused: "
+                                  + "; ".join(refusals.message(self.cfg, r) for r in refused.values()))
+            return self.load_tables([name for name in tables if name not in refused])
         finally:
-            conn.close()
-        refused = refusals.find(self.cfg, self.source, tables)   # again: the source may have changed since
-        conn = self.store.connect()
-        try:
-            state.migrate(conn)
-            refusals.record(self.cfg, conn, refused, checked=[])
-        finally:
-            conn.close()
-        if refused and len(refused) == len(tables):
-            raise SourceError(f"pipeline {self.cfg.name}: every table to load is refused: "
-                              + "; ".join(refusals.message(self.cfg, r) for r in refused.values()))
-        return self.load_tables([name for name in tables if name not in refused])
+            self.close()
 
     def load_tables(self, tables: list[str]) -> list[LoadResult]:
         """Each table's load, `spark.tables_at_once` of them at a time (each its own snapshot,
@@ -242,8 +278,7 @@ class FullLoad:
         label = f"{cfg.name}.{table}"
         topic = cfg.topic(table)
         started = time.monotonic()
-        src = self.engine.connect()
-        tgt = self.store.connect()
+        src, tgt = self._connections()
         schema, shadow = cfg.target_schema(table), shadow_name(table)
         run_id = None
         try:
@@ -320,13 +355,15 @@ class FullLoad:
             log.info("%s: loaded %s rows in %.1fs (%s rows/s; read+copy %.1fs); live table %s; "
                      "stream resumes from %s", label, f"{result.rows:,}", secs, f"{result.rows_per_s:,.0f}",
                      copy_secs, published, offsets)
-            return result
         except BaseException as exc:
-            self._fail(tgt, table, shadow, run_id, exc)
+            try:
+                self._fail(tgt, table, shadow, run_id, exc)
+            finally:
+                src.close()
+                tgt.close()
             raise
-        finally:
-            src.close()
-            tgt.close()
+        self._give_back(src, tgt)
+        return result
 
     def _fail(self, tgt, table: str, shadow: str, run_id: int | None, exc: BaseException) -> None:
         """Leaves live table and state as they were: drop the shadow, record the error and the run."""
