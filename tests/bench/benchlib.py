@@ -124,10 +124,15 @@ def run_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "loca
     included: (seconds end to end, peak RSS in MB of the job's process tree — on a cluster, the
     driver's only; executors run under the workers)."""
     started = time.monotonic()
+    from tideline.core.config import load_pipeline
+    from tideline.core.connections import get_connection
     from tideline.core.settings import SparkSettings
+    from tideline.load.full_load import piped_load_conf
     from tideline.spark_session import driver_conf
     env = dict(env, **SparkSettings.job_env("load"))   # as the sync DAG submits it (Spark's 1 GB driver heap)
-    conf = driver_conf({}, environ=env)   # the host's driver settings (class archive, driver jar)
+    cfg = load_pipeline(pipelines / f"{pipeline}.yaml")
+    # the host's driver settings (class archive, driver jar), the driver JVM as the DAG sizes it
+    conf = driver_conf(piped_load_conf(get_connection(cfg.source.conn_id, env), cfg.target.kind), environ=env)
     proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", master, *submit_args,
                              *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")],
                              "--jars", env["TIDELINE_SPARK_JARS"],

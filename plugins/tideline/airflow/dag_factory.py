@@ -48,6 +48,11 @@ def _submit(cfg: PipelineConfig, kind: str) -> dict:
     return dict(conn_id=cfg.spark.conn_id, pipeline_conn_ids=_conn_ids(cfg), conf=cfg.job_conf(kind),
                 env_vars=cfg.spark.job_env(kind), jars=jars)
 
+
+def _submit_full_load(cfg: PipelineConfig) -> dict:
+    """A full load's submission: a load's, and where its rows go (its driver JVM is sized by that)."""
+    return dict(_submit(cfg, "load"), full_load_of=(cfg.source.conn_id, cfg.target.kind))
+
 def _default_args() -> dict:
     return {"retries": 2, "retry_delay": pendulum.duration(seconds=30), "retry_exponential_backoff": True,
             "on_failure_callback": tasks.on_task_failure}
@@ -111,7 +116,7 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             task_id="full_load", job="full_load.py", name=f"tideline-full-load-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--tables",
                               "{{ ti.xcom_pull(task_ids='decide')['full_load'] | join(',') }}"],
-            on_success_callback=tasks.on_reload_success, **_submit(cfg, "load"))
+            on_success_callback=tasks.on_reload_success, **_submit_full_load(cfg))
         coverage = CoverageSensor(task_id="coverage", pipeline=cfg.name, plan_task_id="decide",
                                   trigger_rule=NONE_FAILED)
         route = BranchPythonOperator(task_id="route_stream", python_callable=_branch_after_coverage)
@@ -119,7 +124,7 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             task_id="resnapshot", job="full_load.py", name=f"tideline-resnapshot-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--tables",
                               "{{ ti.xcom_pull(task_ids='coverage')['resnapshot'] | join(',') }}"],
-            on_success_callback=tasks.on_reload_success, **_submit(cfg, "load"))
+            on_success_callback=tasks.on_reload_success, **_submit_full_load(cfg))
         incremental = TidelineSparkSubmitOperator(
             task_id="incremental", job="incremental.py", name=f"tideline-incremental-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--mode", "{{ params.stream_mode }}"],

@@ -26,7 +26,8 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
     and turns the job's documented exit statuses into Airflow outcomes. Returns {"exit": status}
     (0, or EXIT_RESNAPSHOT, which the DAG answers by reloading)."""
 
-    def __init__(self, *, pipeline_conn_ids: list[str], job: str, **kwargs: Any):
+    def __init__(self, *, pipeline_conn_ids: list[str], job: str, full_load_of: tuple[str, str] | None = None,
+                 **kwargs: Any):
         kwargs.setdefault("application", str(HOME / "spark_jobs" / job))
         kwargs.setdefault("jars", os.environ.get("TIDELINE_SPARK_JARS", ""))
         # env_vars: the job kind's memory settings (SparkSettings.job_env), given by the DAG
@@ -34,6 +35,7 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
                **(kwargs.pop("env_vars", None) or {})}
         super().__init__(env_vars=env, **kwargs)
         self.pipeline_conn_ids = pipeline_conn_ids
+        self.full_load_of = full_load_of   # a full load's (source conn_id, target kind)
 
     def execute(self, context) -> dict:
         import tempfile
@@ -50,6 +52,12 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
                              "TIDELINE_PIPELINES": str(pipelines_dir()), ERROR_FILE_ENV: error_file.name}
             # executors import Tideline from the shipped library, never from this host's checkout
             self.py_files = str(library_zip())
+            if self.full_load_of is not None:   # its driver JVM, by where the rows go
+                from tideline.core.connections import get_connection
+                from tideline.load.full_load import piped_load_conf
+                source_conn_id, target_kind = self.full_load_of
+                self.conf = {**piped_load_conf(get_connection(source_conn_id, self.env_vars), target_kind),
+                             **(self.conf or {})}
             # what the host that starts the driver adds (its class archive, its driver jar)
             self.conf = driver_conf({**driver_address(), **(self.conf or {})})
             if self._hook is not None:

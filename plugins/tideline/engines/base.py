@@ -161,6 +161,9 @@ class SourceEngine(ABC):
         """Opens the consistent read on `conn` (kept open until the partitions have read) and
         plans `parts` partitions."""
 
+    # copy_read_sql() gives COPY: a full load's rows never pass through Spark's JVM
+    pipes_copy = False
+
     def copy_read_sql(self, conn, shape: TableShape, where: str | None, predicate: str) -> str | None:
         """`COPY … TO STDOUT` of the written columns of the rows `read_query(conn, shape, where)`
         reads that match the partition's `predicate`, in PostgreSQL COPY's `shape.copy_format`, when

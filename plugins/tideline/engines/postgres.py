@@ -242,6 +242,8 @@ class PostgresEngine(PostgresCapture, SourceEngine):
             sql.SQL(", ").join(keys + cols), shape.qualified(),
             sql.SQL(f" WHERE {where}" if where else "")).as_string(conn)
 
+    pipes_copy = True
+
     def copy_read_sql(self, conn, shape: TableShape, where: str | None, predicate: str) -> str | None:
         """Typed columns: COPY prints each with its type's output function, the same text `::text`
         gives the JDBC path, without a text copy of every value first (30% of the read); in
