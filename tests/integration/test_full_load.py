@@ -415,3 +415,60 @@ def test_tables_load_side_by_side_and_one_that_fails_stops_only_itself(spark, so
             assert cur.fetchone()[0] > 0
     finally:
         drop_source(source_db, *good, bad)
+
+
+def _stats(target_db, schema: str, table: str) -> tuple[int, int, bool]:
+    """(rows changed since the last analyze, columns with statistics, analyzed by anyone) of a table."""
+    with target_db.cursor() as cur:
+        cur.execute("SELECT n_mod_since_analyze, last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL "
+                    "FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s", (schema, table))
+        changed, analyzed = cur.fetchone() or (0, False)
+        cur.execute("SELECT count(*) FROM pg_stats WHERE schemaname = %s AND tablename = %s", (schema, table))
+        return changed, cur.fetchone()[0], analyzed
+
+
+def _autovacuum() -> str:
+    probe = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["target"]))
+    try:
+        with probe.cursor() as cur:
+            cur.execute("SHOW autovacuum")
+            return cur.fetchone()[0]
+    finally:
+        probe.close()
+
+
+def test_a_loaded_table_gets_statistics_from_autovacuum_or_else_from_the_load(spark, source_db, target_db,
+                                                                                pipelines, unique_name):
+    """The load leaves a new table's statistics to autovacuum (its rows count as changes since an
+    analyze that never happened, so autovacuum analyzes it within its naptime); on a server where
+    autovacuum is off, the load analyzes the table itself before the swap."""
+    t = f"{unique_name}_stats"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, v text)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, 'v' || g % 7 FROM generate_series(1, 3000) g")
+    superuser = stackctl.pg_connect()
+    superuser.autocommit = True
+    try:
+        cfg = pipelines.make([{"name": t}])
+        FullLoad(cfg, spark).run([t])
+        deadline = time.monotonic() + 30   # the table's counters reach the statistics views within ~1 s
+        while (found := _stats(target_db, unique_name, t)) and not (found[0] >= 3000 or found[2]) \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        changed, columns, analyzed = found
+        assert changed >= 3000 or analyzed, "autovacuum would not see the loaded rows as changes to analyze"
+        with superuser.cursor() as cur:
+            cur.execute("ALTER SYSTEM SET autovacuum = off")
+            cur.execute("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + 10   # new sessions see the reloaded setting
+        while _autovacuum() != "off" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        FullLoad(cfg, spark).run([t])
+        changed, columns, analyzed = _stats(target_db, unique_name, t)
+        assert columns == 2, "with autovacuum off the load must analyze the new table itself"
+    finally:
+        with superuser.cursor() as cur:
+            cur.execute("ALTER SYSTEM RESET autovacuum")
+            cur.execute("SELECT pg_reload_conf()")
+        superuser.close()
+        drop_source(source_db, t)

@@ -132,7 +132,8 @@ class Target(ABC):
         through the state connection (the target itself when it holds_state); None when unknown."""
 
     def seal_snapshot(self, conn, shape: TableShape, schema: str, shadow: str, epoch: int) -> None:
-        """Key (rejecting duplicates) and statistics, before the snapshot goes live."""
+        """Key (rejecting duplicates), before the snapshot goes live; statistics where nothing else
+        gathers them."""
         raise self.not_built("a shadow-table load")
 
     def publish_snapshot(self, cur, shape: TableShape, schema: str, shadow: str, label: str) -> None:
