@@ -472,3 +472,32 @@ def test_a_loaded_table_gets_statistics_from_autovacuum_or_else_from_the_load(sp
             cur.execute("SELECT pg_reload_conf()")
         superuser.close()
         drop_source(source_db, t)
+
+
+def test_sessions_kept_between_tables_that_the_server_dropped_are_replaced(spark, source_db, target_db,
+                                                                          pipelines, unique_name):
+    """A load keeps each finished table's sessions for the next table; when the server ended them
+    in between (a restart, an administrator), the next table opens new ones instead of failing."""
+    first, second = f"{unique_name}_k1", f"{unique_name}_k2"
+    with source_db.cursor() as cur:
+        for t in (first, second):
+            cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, v text)")
+            cur.execute(f"INSERT INTO public.{t} SELECT g, 'ü' || g FROM generate_series(1, 500) g")
+    cfg = pipelines.make([{"name": first}, {"name": second}], spark={"tables_at_once": 1})
+    load = FullLoad(cfg, spark)
+    superuser = stackctl.pg_connect()
+    superuser.autocommit = True
+    try:
+        load.load_tables([first])
+        kept = [conn.get_backend_pid() for pair in load._idle for conn in pair]
+        assert len(kept) == 2
+        with superuser.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid", (kept,))
+        [result] = load.load_tables([second])
+        assert result.rows == 500
+        assert table_digest(target_db, unique_name, second, "id") == table_digest(source_db, "public", second, "id")
+        assert all(conn.get_backend_pid() not in kept for pair in load._idle for conn in pair)
+    finally:
+        load.close()
+        superuser.close()
+        drop_source(source_db, first, second)
