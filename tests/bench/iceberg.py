@@ -74,7 +74,8 @@ def drop_namespace(store) -> None:
     if (NAMESPACE,) in catalog.list_namespaces():
         for ident in catalog.list_tables(NAMESPACE):
             catalog.purge_table(ident)
-        catalog.drop_namespace(NAMESPACE)
+        if catalog.namespace_exists(NAMESPACE):   # a namespace only its tables made is gone with them
+            catalog.drop_namespace(NAMESPACE)
 
 
 def submit(args: list[str], env: dict, store, cfg=None, kind: str | None = None) -> tuple[float, float, str]:
