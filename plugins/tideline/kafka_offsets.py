@@ -51,14 +51,34 @@ def _unusable(topic: str, reason: str) -> SourceError:
                        f"task (it creates the topics), or check kafka.topic_prefix in the pipeline config.")
 
 
+# A partition whose leader is moving (a topic created moments ago, a broker restarting): Kafka
+# answers with these until the new leader is known, usually within milliseconds.
+LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                           KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.FENCED_LEADER_EPOCH,
+                           KafkaError.OFFSET_NOT_AVAILABLE})
+
+
+def leader_moving(exc: KafkaException) -> bool:
+    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    return error is not None and error.code() in LEADER_MOVING
+
+
 def _list(admin: AdminClient, kafka: KafkaAccess | str, topic: str, parts: list[int], spec: OffsetSpec,
           timeout: float) -> dict[int, int]:
+    """Offsets of the topic's partitions; asked again while a partition's leader is moving (for up
+    to `timeout`: a full load right after the topic was created met 'Not leader for partition')."""
     request = {TopicPartition(topic, p): spec for p in parts}
-    try:
-        futures = admin.list_offsets(request, request_timeout=timeout)
-        return {tp.partition: fut.result().offset for tp, fut in futures.items()}
-    except KafkaException as exc:
-        raise TransientError(f"listing offsets of topic {topic!r} at {kafka} failed: {exc}") from None
+    deadline, pause = time.monotonic() + timeout, 0.05
+    while True:
+        try:
+            futures = admin.list_offsets(request, request_timeout=timeout)
+            return {tp.partition: fut.result().offset for tp, fut in futures.items()}
+        except KafkaException as exc:
+            if leader_moving(exc) and time.monotonic() + pause < deadline:
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+                continue
+            raise TransientError(f"listing offsets of topic {topic!r} at {kafka} failed: {exc}") from None
 
 
 def end_offsets(kafka: KafkaAccess | str, topic: str, timeout: float = 15.0) -> dict[int, int]:
