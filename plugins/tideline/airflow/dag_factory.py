@@ -53,6 +53,7 @@ def _submit_full_load(cfg: PipelineConfig) -> dict:
     """A full load's submission: a load's, and where its rows go (its driver JVM is sized by that)."""
     return dict(_submit(cfg, "load"), full_load_of=(cfg.source.conn_id, cfg.target.kind))
 
+
 def _default_args() -> dict:
     return {"retries": 2, "retry_delay": pendulum.duration(seconds=30), "retry_exponential_backoff": True,
             "on_failure_callback": tasks.on_task_failure}
