@@ -87,6 +87,10 @@ class SessionStarting:
         finally:
             self._ready.set()
 
+    def ready(self, timeout: float = 0.0) -> bool:
+        """Whether the session has started (or failed to), waiting up to `timeout` seconds."""
+        return self._ready.wait(timeout)
+
     def session(self) -> SparkSession:
         """The session, made the active one of the calling thread the first time that thread uses
         it: Spark's SQLConf.get reads the thread's active session, and without one a JVM call
@@ -103,6 +107,11 @@ class SessionStarting:
 
     def __getattr__(self, name: str):
         return getattr(self.session(), name)
+
+
+def session_ready(spark, timeout: float = 0.0) -> bool:
+    """Whether `spark` (a SessionStarting, or a session) can run a job now."""
+    return spark.ready(timeout) if isinstance(spark, SessionStarting) else True
 
 
 def get_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None,

@@ -501,3 +501,63 @@ def test_sessions_kept_between_tables_that_the_server_dropped_are_replaced(spark
         load.close()
         superuser.close()
         drop_source(source_db, first, second)
+
+
+def test_the_driver_pipes_partitions_while_the_spark_session_starts(spark, source_db, target_db, pipelines,
+                                                                     unique_name, monkeypatch):
+    """A job's Spark session takes seconds to start; a piped load does not wait for it: the driver
+    pipes the first key range itself, Spark takes the others once it is ready — each exactly once,
+    in the load's one snapshot. And a session that is not ready before the driver has piped them all
+    is not waited for."""
+    from tideline import spark_session
+    from tideline.load import full_load
+    t = f"{unique_name}_early"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, v text, at timestamptz)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, 'Zoë ' || g, now() - g * interval '1 s' "
+                    f"FROM generate_series(1, 200000) g")
+    cfg = pipelines.make([{"name": t}], parallelism=4)
+    release = threading.Event()
+    by_driver, ready_after_first = [], [True]
+    real_copier = full_load.make_pipe_copier
+
+    def recording_copier(*args):
+        copy = real_copier(*args)
+        if not args[-1]:          # Spark's side: runs in its Python workers
+            return copy
+
+        def driver_copy(items):
+            for figures in copy(items):
+                by_driver.append(figures["partition"])
+                if ready_after_first[0]:
+                    release.set()     # the session is "ready" once the driver has piped one range
+                    starting.ready(60)
+                yield figures
+        return driver_copy
+
+    def slow_start(app_name, **kwargs):
+        release.wait(120)
+        return spark
+
+    monkeypatch.setattr(full_load, "make_pipe_copier", recording_copier)
+    monkeypatch.setattr(spark_session, "get_session", slow_start)
+    try:
+        starting = spark_session.SessionStarting("test-early")
+        [result] = FullLoad(cfg, starting).run([t])
+        assert result.rows == 200000 and result.partitions == 4
+        assert by_driver == [0]   # then Spark took partitions 1-3 (the load checks every row landed once)
+        assert rows_as_text(target_db, unique_name, t) == rows_as_text(source_db, "public", t)
+
+        # a session that never becomes ready: the driver pipes every range, nothing waits for Spark
+        release.clear()
+        by_driver.clear()
+        ready_after_first[0] = False
+        never = spark_session.SessionStarting("test-never")
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE public.{t} SET v = v || ' again' WHERE id % 7 = 0")
+        [result] = FullLoad(cfg, never).run([t])
+        assert result.rows == 200000 and by_driver == [0, 1, 2, 3] and not never.ready()
+        assert rows_as_text(target_db, unique_name, t) == rows_as_text(source_db, "public", t)
+    finally:
+        release.set()
+        drop_source(source_db, t)

@@ -126,9 +126,10 @@ def make_copy_writer(target_dsn: str, copy_sql: str, escape: list[bool], label: 
 
 
 def make_pipe_copier(source_dsn: str, target_dsn: str, session_init: str | None, copy_sql: str, label: str,
-                     copy_format: str):
+                     copy_format: str, where: str = ""):
     """The per-partition function of a PostgreSQL source: the partition's `COPY … TO STDOUT`
-    inside the snapshot (session_init joins it) piped into the shadow's `COPY … FROM STDIN`."""
+    inside the snapshot (session_init joins it) piped into the shadow's `COPY … FROM STDIN`.
+    `where` (e.g. "in the driver") goes into each partition's line of figures."""
 
     def copy(items):
         import psycopg2
@@ -150,7 +151,7 @@ def make_pipe_copier(source_dsn: str, target_dsn: str, session_init: str | None,
                 tgt.close()
             secs = time.monotonic() - started
             how = f"COPY pipe, {copy_format}"
-            report_partition(label, part, moved.read, moved.bytes, secs, how)
+            report_partition(label, part, moved.read, moved.bytes, secs, f"{how}, {where}" if where else how)
             yield {"partition": part, "rows": moved.read, "copied": moved.stored, "seconds": secs, "how": how}
 
     return copy

@@ -28,6 +28,7 @@ from tideline.core.connections import Conn, get_connection
 from tideline.core.errors import FencedError, LoadVerificationError, SourceError, TidelineError
 from tideline.core.table_shape import TableShape
 from tideline.engines import SourceEngine
+from tideline.spark_session import session_ready
 from tideline.targets import Target
 
 log = logging.getLogger("tideline.full_load")
@@ -91,11 +92,13 @@ class _Progress(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        tracker = self.spark.sparkContext.statusTracker()
         conn = self._record(None, 0) if self.sample is not None else None
+        tracker = None
         while not self.stopped.wait(self.every):
-            done = running = 0
-            for stage_id in tracker.getActiveStageIds():
+            done, running = self.driver_done, self.driver_running   # partitions the driver pipes itself
+            if tracker is None and session_ready(self.spark):
+                tracker = self.spark.sparkContext.statusTracker()
+            for stage_id in tracker.getActiveStageIds() if tracker is not None else ():
                 info = tracker.getStageInfo(stage_id)
                 if info:
                     done += info.numCompletedTasks
@@ -134,6 +137,7 @@ class _Progress(threading.Thread):
         self.join(timeout=15)
 
     final_rows: int | None = None
+    driver_done = driver_running = 0   # partitions piped by the driver (pipe_partitions)
 
 
 def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: TableShape, query: str,
@@ -173,9 +177,8 @@ def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: Tab
         if all(reads):
             log.info("%s: piping %d partitions into %s.%s (COPY, %s)", label, len(predicates), schema, table,
                      copy_format)
-            copier = make_pipe_copier(engine.source.postgres_dsn(), target_dsn, session_init, copy_sql, label,
-                                      copy_format)
-            figures = spark.sparkContext.parallelize(list(enumerate(reads)), len(reads)).mapPartitions(copier).collect()
+            figures = pipe_partitions(spark, list(enumerate(reads)), progress, lambda where: make_pipe_copier(
+                engine.source.postgres_dsn(), target_dsn, session_init, copy_sql, label, copy_format, where))
         else:
             log.info("%s: copying %d partitions into %s.%s (JDBC)", label, len(predicates), schema, table)
             props = engine.jdbc_properties()
@@ -191,6 +194,54 @@ def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: Tab
         raise
     progress.stop(final_rows=sum(f["copied"] for f in figures))
     return figures
+
+
+def pipe_partitions(spark, items: list[tuple[int, str]], progress: _Progress, copier_for) -> list[dict]:
+    """Runs the pipe copier (`copier_for(where)`) over the (partition, read) items, one Spark task
+    each — and while the job's Spark session is still starting (~2-5 s of a job's start:
+    spark_session.SessionStarting), the driver pipes partitions itself, one at a time in key
+    order, instead of waiting idle: a pipe needs nothing of Spark. The session ready, Spark takes
+    every partition the driver has not begun, while the driver finishes the one it is piping
+    (tests/bench/full_load.py). A failure of either side is raised once both have stopped."""
+    if session_ready(spark):
+        return spark.sparkContext.parallelize(items, len(items)).mapPartitions(copier_for("")).collect()
+    pending, lock = list(items), threading.Lock()
+    mine: list[dict] = []
+    failed: list[BaseException] = []
+    taken = threading.Event()   # Spark took the rest: the driver begins no more
+
+    def drive() -> None:
+        copy = copier_for("in the driver while Spark started")
+        try:
+            while True:
+                with lock:
+                    if taken.is_set() or not pending:
+                        return
+                    item = pending.pop(0)
+                progress.driver_running = 1
+                mine.extend(copy([item]))
+                progress.driver_done += 1
+        except BaseException as exc:  # noqa: BLE001 — raised by the calling thread
+            failed.append(exc)
+        finally:
+            progress.driver_running = 0
+
+    driver = threading.Thread(target=drive, name="tideline-driver-pipe", daemon=True)
+    driver.start()
+    theirs: list[dict] = []
+    try:
+        while not session_ready(spark, 0.05) and driver.is_alive():
+            pass
+        with lock:
+            taken.set()
+            rest, pending[:] = list(pending), []
+        if rest and not failed:
+            theirs = spark.sparkContext.parallelize(rest, len(rest)).mapPartitions(copier_for("")).collect()
+    finally:
+        driver.join()
+    if failed:
+        raise failed[0]
+    return sorted(mine + theirs, key=lambda f: f["partition"])
 
 
 class FullLoad:

@@ -1,0 +1,99 @@
+"""Which side pipes a load's partitions while the job's Spark session starts (load.full_load.pipe_partitions):
+the driver, one at a time, until the session is ready; then Spark, for the rest."""
+import threading
+
+import pytest
+
+from tideline import spark_session
+from tideline.load import full_load
+
+
+class FakeContext:
+    """Spark's side: runs the copier over the partitions it is given, in this process."""
+
+    def __init__(self):
+        self.given = []
+
+    def parallelize(self, items, n):
+        self.given.append(list(items))
+        outer = self
+
+        class Rdd:
+            def mapPartitions(self, fn):
+                return type("Job", (), {"collect": lambda _self: list(fn(outer.given[-1]))})()
+        return Rdd()
+
+
+def starting(monkeypatch, release: threading.Event, context: FakeContext):
+    session = type("Session", (), {"sparkContext": context, "_jvm": None, "_jsparkSession": None})()
+    monkeypatch.setattr(spark_session, "get_session", lambda app, **kw: release.wait(10) and session)
+    monkeypatch.setattr(spark_session.SessionStarting, "session", lambda self: (self._ready.wait(), session)[1])
+    return spark_session.SessionStarting("test")
+
+
+def copier_for(log, fail_on=None, after_first=None):
+    def make(where):
+        def copy(items):
+            for part, _read in items:
+                if part == fail_on:
+                    raise RuntimeError(f"partition {part} failed")
+                log.append((part, where or "spark"))
+                if after_first is not None:
+                    after_first()
+                yield {"partition": part, "rows": 1, "copied": 1}
+        return copy
+    return make
+
+
+def progress():
+    return full_load._Progress(None, "t", 4, 0.0)
+
+
+def test_a_ready_session_gets_every_partition(monkeypatch):
+    release, context, log = threading.Event(), FakeContext(), []
+    release.set()
+    spark = starting(monkeypatch, release, context)
+    spark.ready(10)
+    items = [(i, f"read {i}") for i in range(4)]
+    figures = full_load.pipe_partitions(spark, items, progress(), copier_for(log))
+    assert [f["partition"] for f in figures] == [0, 1, 2, 3]
+    assert context.given == [items] and {w for _, w in log} == {"spark"}
+
+
+def test_the_driver_pipes_until_the_session_is_ready_then_spark_takes_the_rest(monkeypatch):
+    release, context, log = threading.Event(), FakeContext(), []
+    spark = starting(monkeypatch, release, context)
+    items = [(i, f"read {i}") for i in range(4)]
+    ready = lambda: release.set() or spark.ready(10)   # noqa: E731 — the session is ready once the driver piped one
+    figures = full_load.pipe_partitions(spark, items, progress(), copier_for(log, after_first=ready))
+    assert [f["partition"] for f in figures] == [0, 1, 2, 3]    # each once, in key order
+    assert log[0] == (0, "in the driver while Spark started")
+    assert context.given == [items[1:]]
+
+
+def test_a_session_that_never_starts_is_not_waited_for(monkeypatch):
+    release, context, log = threading.Event(), FakeContext(), []
+    spark = starting(monkeypatch, release, context)
+    figures = full_load.pipe_partitions(spark, [(0, "a"), (1, "b")], progress(), copier_for(log))
+    assert [f["partition"] for f in figures] == [0, 1] and context.given == []
+    assert not spark.ready()
+    release.set()
+
+
+def test_the_drivers_failure_is_raised_after_spark_is_done(monkeypatch):
+    release, context, log = threading.Event(), FakeContext(), []
+    spark = starting(monkeypatch, release, context)
+
+    def make(where):
+        def copy(items):
+            for part, _read in items:
+                if where:   # the driver's partition fails once Spark has started
+                    release.set()
+                    raise RuntimeError(f"partition {part}: the source went away")
+                log.append(part)
+                yield {"partition": part}
+        return copy
+    with pytest.raises(RuntimeError, match="partition 0: the source went away"):
+        full_load.pipe_partitions(spark, [(i, "r") for i in range(3)], progress(), make)
+    # Spark ran the others only if its session was ready before the driver's failure was known
+    assert (context.given, log) in [([], []), ([[(1, "r"), (2, "r")]], [1, 2])]
