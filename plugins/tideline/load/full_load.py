@@ -202,7 +202,7 @@ def pipe_partitions(spark, items: list[tuple[int, str]], progress: _Progress, co
     spark_session.SessionStarting), the driver pipes partitions itself, one at a time in key
     order, instead of waiting idle: a pipe needs nothing of Spark. The session ready, Spark takes
     every partition the driver has not begun, while the driver finishes the one it is piping
-    (tests/bench/full_load.py). A failure of either side is raised once both have stopped."""
+    (tests/bench/full_load.py). The driver's failure is raised once Spark's job has ended."""
     if session_ready(spark):
         return spark.sparkContext.parallelize(items, len(items)).mapPartitions(copier_for("")).collect()
     pending, lock = list(items), threading.Lock()
@@ -229,16 +229,16 @@ def pipe_partitions(spark, items: list[tuple[int, str]], progress: _Progress, co
     driver = threading.Thread(target=drive, name="tideline-driver-pipe", daemon=True)
     driver.start()
     theirs: list[dict] = []
-    try:
-        while not session_ready(spark, 0.05) and driver.is_alive():
-            pass
-        with lock:
-            taken.set()
-            rest, pending[:] = list(pending), []
-        if rest and not failed:
-            theirs = spark.sparkContext.parallelize(rest, len(rest)).mapPartitions(copier_for("")).collect()
-    finally:
-        driver.join()
+    while not session_ready(spark, 0.05) and driver.is_alive():
+        pass
+    with lock:
+        taken.set()
+        rest, pending[:] = list(pending), []
+    if rest and not failed:
+        # on a failure here (a task's, the JVM gone) the driver's pipe is not waited for: it ends
+        # with its partition, or with the process, its uncommitted rows with it
+        theirs = spark.sparkContext.parallelize(rest, len(rest)).mapPartitions(copier_for("")).collect()
+    driver.join()
     if failed:
         raise failed[0]
     return sorted(mine + theirs, key=lambda f: f["partition"])
