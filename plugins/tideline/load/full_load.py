@@ -215,7 +215,7 @@ def pipe_partitions(spark, items: list[tuple[int, str]], progress: _Progress, co
         try:
             while True:
                 with lock:
-                    if taken.is_set() or not pending:
+                    if taken.is_set() or not pending or session_ready(spark):
                         return
                     item = pending.pop(0)
                 progress.driver_running = 1
