@@ -92,7 +92,7 @@ class IncrementalRun:
         self._src = self.engine.connect(autocommit=True)
         state.migrate(self._tgt)
         names = self.requested or [t.name for t in cfg.tables if t.mode == "cdc"]
-        waiting = []
+        waiting, ready = [], {}
         for name in names:
             tcfg = cfg.table(name)
             if tcfg.mode != "cdc":
@@ -105,18 +105,24 @@ class IncrementalRun:
                             cfg.name, name, phase, why)
                 waiting.append(f"{name} ({phase}{why})")
                 continue
-            refusal = self.engine.refusal(self._src, cfg, name)   # again: the source may have changed
-            if refusal is not None:
-                state.refuse(self._tgt, cfg.name, name, refusals.message(cfg, refusal))
-                log.error("%s", refusals.message(cfg, refusal))
-                waiting.append(f"{name} (refused: {refusal.reason})")
-                continue
-            shape = self.engine.describe(self._src, cfg.source_schema(name), name, tcfg, for_stream=True)
+            ready[name] = st
+        # again: the source may have changed since the load (every table's catalog read together)
+        refused = self.engine.refusals(self._src, cfg, list(ready))
+        for name, refusal in refused.items():
+            state.refuse(self._tgt, cfg.name, name, refusals.message(cfg, refusal))
+            log.error("%s", refusals.message(cfg, refusal))
+            waiting.append(f"{name} (refused: {refusal.reason})")
+        streamed = [(cfg.source_schema(name), name, cfg.table(name)) for name in ready if name not in refused]
+        shapes = self.engine.describe_many(self._src, streamed, for_stream=True)
+        for schema, name, _tcfg in streamed:
+            shape = shapes[(schema, name)]
+            if isinstance(shape, SourceError):
+                raise shape
             if not shape.primary_key:
                 raise SourceError(f"{cfg.name}.{name}: tables without a primary key can be loaded but not streamed "
                                   f"yet. Add a primary key at the source, or put the table in batch mode.")
             source = {c.name: c for c in shape.columns}
-            self.watch.track_partitions(self._src, name, st)
+            self.watch.track_partitions(self._src, name, ready[name])
             self.tables[name] = StreamTable(name, cfg.topic(name), 0, list(shape.primary_key),
                                             self._target_columns(name, source), source=source)
         if not self.tables:
