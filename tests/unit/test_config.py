@@ -221,6 +221,16 @@ def test_a_batch_of_big_events_holds_fewer_of_them():
     assert StreamSettings(max_offsets_per_trigger=1_000).batch_events(5_000) == 1_000
 
 
+def test_the_batch_size_is_the_targets_unless_the_pipeline_says():
+    from tideline.core.settings import StreamSettings
+    from tideline.targets import target_class
+    iceberg, postgres = (target_class(k).capabilities().batch_events for k in ("iceberg", "postgres"))
+    assert (postgres, iceberg) == (200_000, 500_000)
+    assert StreamSettings().batch_events(None, iceberg) == 500_000
+    assert StreamSettings().batch_events(300, iceberg) == 426_666                 # 128 MB of 300-byte events
+    assert StreamSettings(max_offsets_per_trigger=2_000).batch_events(None, iceberg) == 2_000
+
+
 def test_tables_of_other_schemas_and_their_target_schemas():
     data = with_change(["tables"], [{"name": "a"}, {"name": "b", "schema": "eu", "target_schema": "lake"}])
     cfg = parse_pipeline(data, "t.yaml")

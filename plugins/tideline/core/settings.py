@@ -188,7 +188,9 @@ class SparkSettings(_Model):
 
 
 class StreamSettings(_Model):
-    max_offsets_per_trigger: int = Field(default=200_000, ge=100, description="events per batch at most")
+    max_offsets_per_trigger: int | None = Field(
+        default=None, ge=100, description="events per batch at most; default the target's (200,000; an Iceberg "
+                                          "table's 500,000: each of its commits costs a scan of the table's keys)")
     max_batch_mb: float = Field(default=128, ge=1, description="a batch's raw change events weigh at most about "
                                                                "this many MB (the driver holds them): fewer events "
                                                                "per batch when the events are big")
@@ -203,14 +205,16 @@ class StreamSettings(_Model):
                                   "the target); default the driver's temp directory. With the driver on a "
                                   "cluster node, storage the driver host keeps")
 
-    def batch_events(self, mean_event_bytes: float | None) -> int:
-        """Events per batch: max_offsets_per_trigger, or fewer when that many events of the size
-        seen in the topics would weigh more than max_batch_mb. 200,000 events of ~600 bytes are
-        ~120 MB; the same count of 5 KB rows would be 1 GB — past the driver's heap and Spark's
-        1 GB cap on a job's results, a batch that fails every time it is tried."""
+    def batch_events(self, mean_event_bytes: float | None, target_default: int = 200_000) -> int:
+        """Events per batch: max_offsets_per_trigger (else the target's `target_default`,
+        Capabilities.batch_events), or fewer when that many events of the size seen in the topics
+        would weigh more than max_batch_mb. 200,000 events of ~600 bytes are ~120 MB; the same
+        count of 5 KB rows would be 1 GB — past the driver's heap and Spark's 1 GB cap on a job's
+        results, a batch that fails every time it is tried."""
+        most = self.max_offsets_per_trigger or target_default
         if not mean_event_bytes:
-            return self.max_offsets_per_trigger
-        return max(1, min(self.max_offsets_per_trigger, int(self.max_batch_mb * 1e6 / mean_event_bytes)))
+            return most
+        return max(1, min(most, int(self.max_batch_mb * 1e6 / mean_event_bytes)))
 
 
 class VerifyConfig(_Model):

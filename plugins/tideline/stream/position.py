@@ -48,14 +48,16 @@ def check_coverage(cfg: PipelineConfig, store, conn, tables, kafka: KafkaAccess 
     return start
 
 
-def batch_events(cfg: PipelineConfig, kafka: KafkaAccess | str, watermarks: Watermarks) -> int:
-    """Events per batch for this run, from the size of the newest events in the topics
-    (stream.max_batch_mb); logged when the size lowers it."""
+def batch_events(cfg: PipelineConfig, kafka: KafkaAccess | str, watermarks: Watermarks, target_default: int) -> int:
+    """Events per batch for this run (stream.max_offsets_per_trigger, else the target's
+    `target_default`), from the size of the newest events in the topics (stream.max_batch_mb);
+    logged when the size lowers it."""
     stream = cfg.stream
+    most = stream.max_offsets_per_trigger or target_default
     mean = kafka_offsets.mean_event_bytes(kafka, watermarks)
-    events = stream.batch_events(mean)
-    if events < stream.max_offsets_per_trigger:
+    events = stream.batch_events(mean, target_default)
+    if events < most:
         log.info("batches of at most %s events: the newest events weigh %s bytes on average, and "
-                 "stream.max_batch_mb=%g (stream.max_offsets_per_trigger=%s)", f"{events:,}", f"{mean:,.0f}",
-                 stream.max_batch_mb, f"{stream.max_offsets_per_trigger:,}")
+                 "stream.max_batch_mb=%g (at most %s events per batch)", f"{events:,}", f"{mean:,.0f}",
+                 stream.max_batch_mb, f"{most:,}")
     return events

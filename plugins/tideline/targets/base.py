@@ -47,6 +47,7 @@ class Capabilities:
     maintenance: bool = False  # every commit adds files: needs compaction and expiry (a maintain_<name> DAG)
     verifies: bool = True      # can be one side of a verify (verify_side): a verify_<name> DAG is built
     concurrent_loads: bool = True   # several tables' full loads may run at once in one Spark application
+    batch_events: int = 200_000     # a stream batch's events at most, unless stream.max_offsets_per_trigger says
 
 
 class Target(ABC):
