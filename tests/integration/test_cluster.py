@@ -134,14 +134,15 @@ def _assert_shipped_library_on_both_workers(app: str) -> None:
 def test_production_topology_loses_and_doubles_nothing_through_executor_and_broker_faults(
         cluster, ha_kafka, spark, source_db, target_db, pipelines, unique_name):
     t = f"{unique_name}_prod"
-    # 200,000 rows: four key ranges (one per 50,000 rows at most), so both workers copy partitions
-    # (a table of 50,000 rows or fewer is piped by the driver)
-    make_items(source_db, t, 200_000)
-    writer = Writer(f"public.{t}", 200_001, seed=11, pause=0.003)
+    # 250,000 rows: five key ranges (one per 50,000 rows at most); the driver pipes the first while
+    # the Spark session starts, so both workers copy partitions of the other four (a table of
+    # 50,000 rows or fewer is piped by the driver alone)
+    make_items(source_db, t, 250_000)
+    writer = Writer(f"public.{t}", 250_001, seed=11, pause=0.003)
     stream = None
     stopped: list[str] = []
     try:
-        cfg = pipelines.make([{"name": t}], parallelism=4, capture=True,
+        cfg = pipelines.make([{"name": t}], parallelism=5, capture=True,
                              stream={"max_offsets_per_trigger": 1000, "trigger_interval_s": 0.5},
                              kafka={"durability": "production", "replication_factor": 3})
         topic = cfg.topic(t)
