@@ -47,15 +47,20 @@ def library_zip(dest_dir: Path | None = None) -> Path:
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for name, p in files:
             # a fixed timestamp: the same sources give the same bytes
-            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(info, p.read_bytes())
-            if name.endswith(".py"):
-                info = zipfile.ZipInfo(name + "c", date_time=(2020, 1, 1, 0, 0, 0))
-                info.compress_type = zipfile.ZIP_DEFLATED
-                z.writestr(info, bytecode(p.read_bytes(), f"{target}/{name}"))
+            _write(z, name, p.read_bytes(), (2020, 1, 1, 0, 0, 0), target)
     os.replace(tmp, target)
     return target
+
+
+def _write(z: zipfile.ZipFile, name: str, data: bytes, date_time: tuple, archive: Path) -> None:
+    """One file into the zip, and a module's bytecode beside it."""
+    entries = [(name, data)]
+    if name.endswith(".py"):
+        entries.append((name + "c", bytecode(data, f"{archive}/{name}")))
+    for entry, content in entries:
+        info = zipfile.ZipInfo(entry, date_time=date_time)
+        info.compress_type = zipfile.ZIP_DEFLATED
+        z.writestr(info, content)
 
 
 def bytecode(source: bytes, path: str) -> bytes:
@@ -80,11 +85,7 @@ def with_bytecode(archive: Path) -> bool:
     os.close(fd)
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for info, data in entries:
-            z.writestr(info, data)
-            if info.filename.endswith(".py"):
-                pyc = zipfile.ZipInfo(info.filename + "c", date_time=info.date_time)
-                pyc.compress_type = zipfile.ZIP_DEFLATED
-                z.writestr(pyc, bytecode(data, f"{archive}/{info.filename}"))
+            _write(z, info.filename, data, info.date_time, archive)
     os.chmod(tmp, os.stat(archive).st_mode & 0o777)
     os.replace(tmp, archive)
     return True

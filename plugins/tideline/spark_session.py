@@ -109,9 +109,9 @@ class SessionStarting:
         return getattr(self.session(), name)
 
 
-def session_ready(spark, timeout: float = 0.0) -> bool:
+def session_ready(spark) -> bool:
     """Whether `spark` (a SessionStarting, or a session) can run a job now."""
-    return spark.ready(timeout) if isinstance(spark, SessionStarting) else True
+    return spark.ready() if isinstance(spark, SessionStarting) else True
 
 
 def get_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None,

@@ -205,13 +205,17 @@ class StreamSettings(_Model):
                                   "the target); default the driver's temp directory. With the driver on a "
                                   "cluster node, storage the driver host keeps")
 
+    def events_at_most(self, target_default: int) -> int:
+        """max_offsets_per_trigger, else the target's (Capabilities.batch_events)."""
+        return self.max_offsets_per_trigger or target_default
+
     def batch_events(self, mean_event_bytes: float | None, target_default: int = 200_000) -> int:
         """Events per batch: max_offsets_per_trigger (else the target's `target_default`,
         Capabilities.batch_events), or fewer when that many events of the size seen in the topics
         would weigh more than max_batch_mb. 200,000 events of ~600 bytes are ~120 MB; the same
         count of 5 KB rows would be 1 GB — past the driver's heap and Spark's 1 GB cap on a job's
         results, a batch that fails every time it is tried."""
-        most = self.max_offsets_per_trigger or target_default
+        most = self.events_at_most(target_default)
         if not mean_event_bytes:
             return most
         return max(1, min(most, int(self.max_batch_mb * 1e6 / mean_event_bytes)))

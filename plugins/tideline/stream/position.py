@@ -53,7 +53,7 @@ def batch_events(cfg: PipelineConfig, kafka: KafkaAccess | str, watermarks: Wate
     `target_default`), from the size of the newest events in the topics (stream.max_batch_mb);
     logged when the size lowers it."""
     stream = cfg.stream
-    most = stream.max_offsets_per_trigger or target_default
+    most = stream.events_at_most(target_default)
     mean = kafka_offsets.mean_event_bytes(kafka, watermarks)
     events = stream.batch_events(mean, target_default)
     if events < most:
