@@ -1,5 +1,6 @@
 """A full load's driver JVM is sized by where its rows go: the client compiler only when no row
-passes through it (a PostgreSQL source's COPY piped into a PostgreSQL target)."""
+passes through it (a PostgreSQL source's COPY, or MariaDB's COPY-text lines, piped into a
+PostgreSQL target)."""
 import pytest
 
 from tideline.core.connections import get_connection
@@ -10,7 +11,7 @@ SOURCES = {"postgres": "postgresql://u:p@db:5432/shop", "mariadb": "mysql://u:p@
 
 @pytest.mark.parametrize("source,target,lean", [
     ("postgres", "postgres", True),     # COPY piped by Python workers
-    ("mariadb", "postgres", False),     # Spark JDBC reads the rows in the JVM
+    ("mariadb", "postgres", True),      # MariaDB's COPY-text lines piped by Python workers
     ("postgres", "iceberg", False),     # Spark writes the Iceberg files
     ("mariadb", "iceberg", False),
 ])

@@ -161,14 +161,16 @@ class SourceEngine(ABC):
         """Opens the consistent read on `conn` (kept open until the partitions have read) and
         plans `parts` partitions."""
 
-    # copy_read_sql() gives COPY: a full load's rows never pass through Spark's JVM
+    # pipe() gives a pipe: a full load's rows never pass through Spark's JVM
     pipes_copy = False
 
-    def copy_read_sql(self, conn, shape: TableShape, where: str | None, predicate: str) -> str | None:
-        """`COPY … TO STDOUT` of the written columns of the rows `read_query(conn, shape, where)`
-        reads that match the partition's `predicate`, in PostgreSQL COPY's `shape.copy_format`, when
-        this engine speaks that protocol: a load then pipes each partition source → target without
-        decoding a row. None: read with Spark JDBC."""
+    def pipe(self, conn, shape: TableShape, where: str | None, predicates: list[str],
+             session_init: str | None):
+        """A load.copy_pipe.Pipe reading the written columns of the rows `read_query(conn, shape,
+        where)` reads, one statement per partition `predicate`, each run in a session that ran
+        `session_init` first, as PostgreSQL COPY text or binary (`shape.copy_format` where the
+        engine can): a load then pipes each partition source → target without Spark JDBC or a
+        value decoded in Python. None: read with Spark JDBC."""
         return None
 
     def close_snapshot(self, conn) -> None:

@@ -44,6 +44,10 @@ _TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 q = mt.quote
 
+# Every session reads in UTC, and string literals with backslash escapes whatever the server's
+# sql_mode (the read expressions' '\\x' and the pipe's COPY escapes are written so).
+SESSION_INIT = "SET time_zone = '+00:00', sql_mode = REPLACE(@@sql_mode, 'NO_BACKSLASH_ESCAPES', '')"
+
 # Storage engines whose rows live in another server (their changes never reach this binlog).
 FOREIGN_ENGINES = frozenset({"CONNECT", "FEDERATED", "FEDERATEDX", "SPIDER"})
 
@@ -65,14 +69,18 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         from tideline.engines.mariadb_verify import MariaDbSide
         return MariaDbSide(self.connect(autocommit=True), label, self.errors)
 
+    def connect_args(self, connect_timeout: int | None = None) -> dict:
+        """pymysql's arguments for a session of this source (TLS aside: an SSL context)."""
+        s = self.source
+        return {"host": s.host or "localhost", "port": s.port or 3306, "user": s.login or "",
+                "password": s.password or "", "database": s.schema, "charset": "utf8mb4",
+                "connect_timeout": connect_timeout or 10, "init_command": SESSION_INIT}
+
     def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
         import pymysql
         s = self.source
         try:
-            return pymysql.connect(host=s.host or "localhost", port=s.port or 3306, user=s.login or "",
-                                   password=s.password or "", database=s.schema, charset="utf8mb4",
-                                   autocommit=autocommit, connect_timeout=connect_timeout or 10,
-                                   init_command="SET time_zone = '+00:00'",
+            return pymysql.connect(**self.connect_args(connect_timeout), autocommit=autocommit,
                                    **({"ssl": self.tls.ssl_context()} if self.tls else {}))
         except pymysql.err.OperationalError as exc:
             raise TransientError(f"MariaDB source {s.conn_id!r} at {s.host}:{s.port}: {exc.args[-1]}") from None
@@ -170,6 +178,23 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         filtered = f" WHERE {where}" if where else ""
         return f"(SELECT {', '.join(keys + cols)} FROM {q(shape.schema)}.{q(shape.name)} t{filtered}) AS tideline_read"
 
+    pipes_copy = True
+
+    def pipe(self, conn, shape: TableShape, where: str | None, predicates: list[str], session_init: str | None):
+        """MariaDB prints each row as a line of COPY text (`copy_line`) over the full load's read;
+        a full load with a one-column integer key reads its partitions in key slices
+        (load.mariadb_pipe says why), anything else streams row by row."""
+        from tideline.load.copy_pipe import Pipe
+        from tideline.load.mariadb_pipe import MariaDbPipeSource
+        sliced = (where is None and len(shape.primary_key) == 1
+                  and _integer_type(shape.column(shape.primary_key[0]).type))
+        key = q(KEY_ALIAS.format(0))
+        line = f"{copy_line(shape)} AS tideline_line{f', {key}' if sliced else ''}"
+        query = self.read_query(conn, shape, where)
+        tls = (self.tls.mode, self.tls.ca) if self.tls else None
+        source = MariaDbPipeSource(self.connect_args(), tls, session_init, key if sliced else None)
+        return Pipe(source, [f"SELECT {line} FROM {query} WHERE {p}" for p in predicates], "text")
+
     def lake_columns(self, shape: TableShape) -> list:
         """Every value is read as its exact text (the full load's read) and parsed by Spark."""
         from tideline.core.lake_types import lake_column_from_text
@@ -190,7 +215,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
             gtid, at = cur.fetchone()
             predicates = self._partition_predicates(conn, cur, shape, parts)
         conn.rollback()
-        init = ("SET time_zone = '+00:00'; SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
+        init = (f"{SESSION_INIT}; SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
                 "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         return Snapshot(f"gtid {gtid or '(empty)'}", at, gtid or "", None, predicates, init)
 
@@ -247,7 +272,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         else:
             key = ", ".join(q(KEY_ALIAS.format(i)) for i in range(len(shape.primary_key)))
             preds = [f"MOD(CRC32(CONCAT_WS(0x1f, {key})), {int(parts)}) = {i}" for i in range(parts)]
-        return query, preds, "SET time_zone = '+00:00'"
+        return query, preds, SESSION_INIT
 
     # ---------------------------------------------------------------- repair
 
@@ -287,6 +312,24 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         expr, lit = key
         return (f"{expr.format(c=q(column))} BETWEEN {lit.format(lit=conn.escape(lo))} "
                 f"AND {lit.format(lit=conn.escape(hi))}")
+
+
+def copy_line(shape: TableShape) -> str:
+    """A MariaDB expression of one row of `read_query` as a line of PostgreSQL COPY text: the
+    written columns' read text joined by tabs, NULL as \\N, backslash, newline, carriage return
+    and tab escaped where a column's text can hold them — what core.copy_text makes of the same
+    values on the Spark JDBC path. (String literals need backslash escapes: SESSION_INIT.)"""
+    from tideline.core.copy_text import needs_escaping
+    pieces = []
+    for c in shape.columns:
+        if c.generated is not None:
+            continue
+        v = q(c.name)
+        if needs_escaping(c.type):
+            v = (f"REPLACE(REPLACE(REPLACE(REPLACE({v}, '\\\\', '\\\\\\\\'), '\\n', '\\\\n'), "
+                 f"'\\r', '\\\\r'), '\\t', '\\\\t')")
+        pieces.append(f"IFNULL({v}, '\\\\N')")
+    return f"CONCAT_WS('\\t', {', '.join(pieces)})"
 
 
 def _integer_type(pg_type: str) -> bool:

@@ -27,12 +27,9 @@ class MariaDbTls:
     ca: str | None
 
     def ssl_context(self) -> ssl.SSLContext:
-        """pymysql's: the server's certificate checked against the CA (and its name, verify-full)."""
-        ctx = ssl.create_default_context(cafile=self.ca) if self.ca else ssl.create_default_context()
-        ctx.check_hostname = self.mode == "verify-full"
-        if self.mode == "require":
-            ctx.verify_mode = ssl.CERT_NONE
-        return ctx
+        """pymysql's (the same rule on the load's executors: load.mariadb_pipe)."""
+        from tideline.load.mariadb_pipe import client_ssl
+        return client_ssl(self.mode, self.ca)
 
     def jdbc_query(self) -> str:
         """Connector/J's URL parameters (Spark's JDBC reads); it takes values as written (no

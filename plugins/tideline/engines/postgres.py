@@ -244,13 +244,15 @@ class PostgresEngine(PostgresCapture, SourceEngine):
 
     pipes_copy = True
 
-    def copy_read_sql(self, conn, shape: TableShape, where: str | None, predicate: str) -> str | None:
+    def pipe(self, conn, shape: TableShape, where: str | None, predicates: list[str], session_init: str | None):
         """Typed columns: COPY prints each with its type's output function, the same text `::text`
         gives the JDBC path, without a text copy of every value first (30% of the read); in
         binary when every column's binary form means the same in the target (shape.copy_format)."""
+        from tideline.load.copy_pipe import Pipe, PostgresPipeSource
         query = read_query(shape, sql.SQL(where) if where else None, typed=True).as_string(conn)
-        return (f"COPY (SELECT {', '.join(map(self.quote, shape.written_columns))} FROM {query} WHERE {predicate}) "
-                f"TO STDOUT{copy_options(shape.copy_format)}")
+        reads = [f"COPY (SELECT {', '.join(map(self.quote, shape.written_columns))} FROM {query} WHERE {p}) "
+                 f"TO STDOUT{copy_options(shape.copy_format)}" for p in predicates]
+        return Pipe(PostgresPipeSource(self.source.postgres_dsn(), session_init), reads, shape.copy_format)
 
     def open_snapshot(self, conn, shape: TableShape, parts: int) -> Snapshot:
         """One exported snapshot, held open on `conn`; every partition's session joins it."""

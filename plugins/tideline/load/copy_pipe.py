@@ -1,10 +1,11 @@
-"""The executor side of a load: a COPY TO STDOUT on one PostgreSQL connection streamed into a
-COPY FROM STDIN on another through an OS pipe — the rows never become Python values, so a
-full-load partition moves at the speed of the two databases' bulk protocol (`psql -c "COPY … TO
-STDOUT" | psql -c "COPY … FROM STDIN"`), inside the load's snapshot and transaction — and the
-per-partition functions Spark runs (this pipe, or COPY of the rows Spark JDBC read). Kept light:
-every executor's Python worker imports it before its first partition (tideline.load.full_load would
-add ~130 ms of imports to each)."""
+"""The executor side of a load: a partition's rows read from the source as PostgreSQL COPY text
+(or binary) and streamed into a COPY FROM STDIN of the target — the rows never become Python
+values, so a full-load partition moves at the speed of the two databases' bulk protocol (`psql -c
+"COPY … TO STDOUT" | psql -c "COPY … FROM STDIN"`), inside the load's snapshot and transaction.
+The source side is the engine's (`Pipe.source`): a PostgreSQL COPY TO STDOUT here, MariaDB's
+lines in load.mariadb_pipe. Also the per-partition functions Spark runs (this pipe, or COPY of
+the rows Spark JDBC read). Kept light: every executor's Python worker imports it before its
+first partition (tideline.load.full_load would add ~130 ms of imports to each)."""
 from __future__ import annotations
 
 import os
@@ -23,6 +24,37 @@ SESSION_OPTIONS = ("-c DateStyle=ISO,MDY -c IntervalStyle=postgres -c extra_floa
 class PipeResult:
     def __init__(self, read: int, stored: int, nbytes: int):
         self.read, self.stored, self.bytes = read, stored, nbytes
+
+
+class Pipe:
+    """How a load's partitions reach the target without Spark JDBC (an engine's `pipe`): each
+    partition's read statement, run by `source` (picklable: it travels to the executors), in
+    PostgreSQL COPY's `copy_format`."""
+
+    def __init__(self, source, reads: list[str], copy_format: str):
+        self.source, self.reads, self.copy_format = source, reads, copy_format
+
+
+class PostgresPipeSource:
+    """A PostgreSQL source's side: the partition's `COPY … TO STDOUT` in its own session, which
+    joins the load's snapshot first (`session_init`), or on the session holding it (`conn`)."""
+
+    def __init__(self, dsn: str, session_init: str | None):
+        self.dsn, self.session_init = dsn, session_init
+
+    def pipe_into(self, read_sql: str, target_cur, copy_in_sql: str, conn=None) -> PipeResult:
+        import psycopg2
+        if conn is not None:
+            with conn.cursor() as scur:
+                return pipe_copy(scur, read_sql, target_cur, copy_in_sql)
+        src = psycopg2.connect(self.dsn, options=SESSION_OPTIONS)
+        try:
+            with src.cursor() as scur:
+                if self.session_init:
+                    scur.execute(self.session_init)
+                return pipe_copy(scur, read_sql, target_cur, copy_in_sql)
+        finally:
+            src.close()
 
 
 class _CountingReader:
@@ -125,29 +157,24 @@ def make_copy_writer(target_dsn: str, copy_sql: str, escape: list[bool], label: 
     return write
 
 
-def make_pipe_copier(source_dsn: str, target_dsn: str, session_init: str | None, copy_sql: str, label: str,
-                     copy_format: str, where: str = ""):
-    """The per-partition function of a PostgreSQL source: the partition's `COPY … TO STDOUT`
-    inside the snapshot (session_init joins it) piped into the shadow's `COPY … FROM STDIN`.
-    `where` (e.g. "in the driver") goes into each partition's line of figures."""
+def make_pipe_copier(source, target_dsn: str, copy_sql: str, label: str, copy_format: str, where: str = ""):
+    """The per-partition function of a piped load: each (partition, read) item's rows from
+    `source` (a Pipe's) into the staging table's `COPY … FROM STDIN`, committed. `where` (e.g.
+    "in the driver") goes into each partition's line of figures."""
 
     def copy(items):
         import psycopg2
 
         for part, read_sql in items:
             started = time.monotonic()
-            src = psycopg2.connect(source_dsn, options=SESSION_OPTIONS)
             tgt = psycopg2.connect(target_dsn, options=SESSION_OPTIONS)
             try:
-                with src.cursor() as scur, tgt.cursor() as tcur:
-                    if session_init:
-                        scur.execute(session_init)
+                with tgt.cursor() as tcur:
                     # Durable anyway: the swap commits synchronously after every partition's WAL.
                     tcur.execute("SET synchronous_commit = off")
-                    moved = pipe_copy(scur, read_sql, tcur, copy_sql)
+                    moved = source.pipe_into(read_sql, tcur, copy_sql)
                 tgt.commit()
             finally:
-                src.close()
                 tgt.close()
             secs = time.monotonic() - started
             how = f"COPY pipe, {copy_format}"

@@ -21,7 +21,7 @@ from datetime import datetime
 from tideline import engines, kafka_offsets, state, targets
 
 from tideline.capture import refusals
-from tideline.load.copy_pipe import make_copy_writer, make_pipe_copier, pipe_copy, report_partition
+from tideline.load.copy_pipe import make_copy_writer, make_pipe_copier, report_partition
 from tideline.load.lake_load import commit_snapshot
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
@@ -147,23 +147,24 @@ def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: Tab
     """Reads `query` from the source, one Spark task per predicate, and COPYs the rows into
     schema.table of the target (`tgt`, a connection to it, renders the statement); returns each partition's
     figures (partition, rows read, rows copied, seconds, how). Each partition's session runs
-    `session_init` first (joining the snapshot of a full load). A source that speaks COPY is piped
-    straight into the target (reading the rows of `where`, the filter inside `query`), in binary
-    where the shape allows; others go through Spark JDBC and Arrow. With `run_id`,
-    the rows stored so far are sampled into tideline.load_progress while the copy runs. A small
-    table (`snapshot_conn`: the connection holding its snapshot, one partition) is piped by the
-    driver itself on that connection and `tgt`: a Spark job and two more sessions would cost
-    more than its rows (tests/bench/many_tables.py)."""
-    reads = [engine.copy_read_sql(tgt, shape, where, p) for p in predicates]
-    copy_format = shape.copy_format if all(reads) else "text"   # the JDBC path writes COPY text
+    `session_init` first (joining the snapshot of a full load). A source engine with a pipe
+    (engine.pipe: PostgreSQL's COPY, MariaDB's COPY-text lines) is piped straight into the
+    target (reading the rows of `where`, the filter inside `query`), in binary where the shape
+    allows; others go through Spark JDBC and Arrow. With `run_id`, the rows stored so far are
+    sampled into tideline.load_progress while the copy runs. A small table (`snapshot_conn`: the
+    connection holding its snapshot, one partition; PostgreSQL) is piped by the driver itself on
+    that connection and `tgt`: a Spark job and two more sessions would cost more than its rows
+    (tests/bench/many_tables.py)."""
+    pipe = engine.pipe(tgt, shape, where, predicates, session_init)
+    copy_format = pipe.copy_format if pipe else "text"   # the JDBC path writes COPY text
     copy_sql = store.copy_statement(tgt, schema, table, shape.written_columns, copy_format)
-    if snapshot_conn is not None and len(reads) == 1 and reads[0]:
+    if snapshot_conn is not None and pipe is not None and len(predicates) == 1:
         t0 = time.monotonic()
         if run_id is not None:   # the view charts a load from its first and last sample
             state.record_load_progress(tgt, run_id, 0, 0)
             tgt.commit()
-        with snapshot_conn.cursor() as scur, tgt.cursor() as tcur:
-            moved = pipe_copy(scur, reads[0], tcur, copy_sql)
+        with tgt.cursor() as tcur:
+            moved = pipe.source.pipe_into(pipe.reads[0], tcur, copy_sql, conn=snapshot_conn)
         if run_id is not None:   # committed with the rows (its own instant: a new transaction)
             state.record_load_progress(tgt, run_id, moved.stored, moved.bytes)
         secs, how = time.monotonic() - t0, f"COPY pipe, {copy_format}, in the driver"
@@ -174,11 +175,11 @@ def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: Tab
                          sample=(store, run_id, schema, table) if run_id is not None else None)
     progress.start()
     try:
-        if all(reads):
+        if pipe is not None:
             log.info("%s: piping %d partitions into %s.%s (COPY, %s)", label, len(predicates), schema, table,
                      copy_format)
-            figures = pipe_partitions(spark, list(enumerate(reads)), progress, lambda where: make_pipe_copier(
-                engine.source.postgres_dsn(), target_dsn, session_init, copy_sql, label, copy_format, where))
+            figures = pipe_partitions(spark, list(enumerate(pipe.reads)), progress, lambda where: make_pipe_copier(
+                pipe.source, target_dsn, copy_sql, label, copy_format, where))
         else:
             log.info("%s: copying %d partitions into %s.%s (JDBC)", label, len(predicates), schema, table)
             props = engine.jdbc_properties()
