@@ -1,6 +1,8 @@
 """Which side pipes a load's partitions while the job's Spark session starts (load.full_load.pipe_partitions):
-the driver the first, Spark the others once the session is ready."""
+the driver one range after another until the session is ready (at most half of them), Spark the
+others."""
 import threading
+import time
 
 import pytest
 
@@ -62,10 +64,32 @@ def test_the_driver_pipes_the_first_range_while_the_session_starts_and_spark_the
     release, context, log = threading.Event(), FakeContext(), []
     spark = starting(monkeypatch, release, context)
     items = [(i, f"read {i}") for i in range(4)]
-    figures = full_load.pipe_partitions(spark, items, progress(), copier_for(log, after=release.set))
+    figures = full_load.pipe_partitions(spark, items, progress(),
+                                        copier_for(log, after=lambda: (release.set(), spark.ready(10))))
     assert [f["partition"] for f in figures] == [0, 1, 2, 3]    # each once, in key order
     assert log[0] == (0, "in the driver while Spark started")
     assert context.given == [items[1:]] and {w for _, w in log[1:]} == {"spark"}
+
+
+@pytest.mark.parametrize("ranges,driver_takes", [(4, 2), (5, 2), (2, 1), (9, 4)])
+def test_while_the_session_starts_the_driver_goes_on_but_leaves_spark_at_least_half(monkeypatch, ranges,
+                                                                                      driver_takes):
+    release, context, log = threading.Event(), FakeContext(), []
+    spark = starting(monkeypatch, release, context)
+    items = [(i, f"read {i}") for i in range(ranges)]
+    by_driver = lambda: sum(1 for _, w in log if w != "spark")   # noqa: E731
+    threading.Thread(target=lambda: (time_out(lambda: by_driver() == driver_takes), release.set()),
+                     daemon=True).start()
+    figures = full_load.pipe_partitions(spark, items, progress(), copier_for(log))
+    assert [f["partition"] for f in figures] == list(range(ranges))
+    assert [p for p, w in log if w != "spark"] == list(range(driver_takes))
+    assert context.given == [items[driver_takes:]]
+
+
+def time_out(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def test_one_range_is_piped_by_the_driver_without_waiting_for_the_session(monkeypatch):

@@ -200,22 +200,32 @@ def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: Tab
 def pipe_partitions(spark, items: list[tuple[int, str]], progress: _Progress, copier_for) -> list[dict]:
     """Runs the pipe copier (`copier_for(where)`) over the (partition, read) items, one Spark task
     each — but while the job's Spark session is still starting (~2-5 s of a job's start:
-    spark_session.SessionStarting), the driver pipes the first key range itself instead of
-    waiting idle (a pipe needs nothing of Spark), and Spark takes the others once it is ready
-    (tests/bench/full_load.py: 5M rows 22.3 -> 17.7 s). Only the first: the rest is Spark's to
-    spread over its executors, and a second pipe in the driver was slower on 2 cores. The
-    driver's failure is raised once Spark's job has ended."""
+    spark_session.SessionStarting), the driver pipes key ranges itself, one after another,
+    instead of waiting idle (a pipe needs nothing of Spark; tests/bench/full_load.py: 5M rows
+    22.3 -> 17.7 s), and Spark takes the rest once it is ready. At most half of them: the others
+    are Spark's to spread over its executors (on a cluster, other machines), and a second pipe at
+    once in the driver was slower on 2 cores. The driver's failure is raised once Spark's job has
+    ended; a failure of Spark's stops the driver taking more."""
     if session_ready(spark):
         return spark.sparkContext.parallelize(items, len(items)).mapPartitions(copier_for("")).collect()
-    first, rest = items[0], items[1:]
+    queue, lock, closed = list(items), threading.Lock(), threading.Event()
+    share = max(1, len(items) // 2)
     mine: list[dict] = []
     failed: list[BaseException] = []
 
+    def take() -> list[tuple[int, str]]:
+        with lock:
+            if closed.is_set() or len(mine) >= share or not queue or (mine and session_ready(spark)):
+                return []
+            return [queue.pop(0)]
+
     def drive() -> None:
-        progress.driver_running = 1
+        copy = copier_for("in the driver while Spark started")
         try:
-            mine.extend(copier_for("in the driver while Spark started")([first]))
-            progress.driver_done = 1
+            while item := take():
+                progress.driver_running = 1
+                mine.extend(copy(item))
+                progress.driver_done, progress.driver_running = len(mine), 0
         except BaseException as exc:  # noqa: BLE001 — raised by the calling thread
             failed.append(exc)
         finally:
@@ -224,10 +234,18 @@ def pipe_partitions(spark, items: list[tuple[int, str]], progress: _Progress, co
     driver = threading.Thread(target=drive, name="tideline-driver-pipe", daemon=True)
     driver.start()
     theirs: list[dict] = []
-    if rest:
-        # waits for the session; on a failure here (a task's, the JVM gone) the driver's pipe is not
-        # waited for: it ends with its range, or with the process, its uncommitted rows with it
-        theirs = spark.sparkContext.parallelize(rest, len(rest)).mapPartitions(copier_for("")).collect()
+    try:
+        if len(items) > 1:
+            # waits for the session; on a failure here (a task's, the JVM gone) the driver's pipe is
+            # not waited for: it ends with its range, or with the process, its uncommitted rows with it
+            context = spark.sparkContext
+            with lock:
+                closed.set()
+                rest, queue[:] = list(queue), []
+            if rest:
+                theirs = context.parallelize(rest, len(rest)).mapPartitions(copier_for("")).collect()
+    finally:
+        closed.set()
     driver.join()
     if failed:
         raise failed[0]
