@@ -25,7 +25,7 @@ from tideline.ops import doctor
 from tideline.core.config import load_pipeline
 from tideline.core.connections import get_connection
 from tideline.core.errors import SourceError
-from tideline.core.table_shape import copy_into, create_table
+from tideline.core.table_shape import copy_into, copy_options, create_table
 from tideline.load.full_load import FullLoad
 from tideline.stream.run import IncrementalRun
 
@@ -602,3 +602,65 @@ def test_names_as_the_database_spells_them_and_partitioned_tables_are_carried_vi
         _drop(maria, t)
         with target_db.cursor() as cur:
             cur.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
+
+
+def test_the_pipe_reads_every_row_once_in_key_slices_whatever_their_width_and_sql_mode(stack, maria, target_db,
+                                                                                     monkeypatch):
+    """The MariaDB side of a load's pipe, alone (no Spark): a partition of an integer key read in
+    key slices, sized from what each held — sparse keys, the largest unsigned
+    bigint, rows of 3 bytes and of 20 kB side by side, so slices get cut short and are read again
+    narrower — lands row for row as the load's read prints it, under a server whose sql_mode has
+    NO_BACKSLASH_ESCAPES (backslashes, tabs, newlines, quotes, U+0001 — the lines' quote — and `\\N`
+    as text, bytes, NULL); a row longer
+    than a slice may be stops the read with its key."""
+    from tideline.load import mariadb_pipe
+    from tideline.load.copy_pipe import SESSION_OPTIONS
+    import psycopg2
+    t = "pipe_slices"
+    keys = [0, 1, 2, 3, 1000, 10**9, 10**12, 10**12 + 1, 2**63 - 1, 2**63, 2**64 - 1]
+    keys += list(range(5000, 5600))
+    rng = random.Random(11)
+    rows = []
+    for k in keys:
+        wide = rng.random() < 0.2
+        note = None if k % 7 == 0 else ("a\\b\tc\nd\re \\N \"ü😀 " * (1000 if wide else 1))[:20000 if wide else 40] + "\x01"
+        rows.append((k, note, os.urandom(3) if k % 5 else b"\\x\t\n", "\\N" if k % 11 == 0 else ""))
+    _drop(maria, t)
+    _exec(maria, f"CREATE TABLE `{t}` (id bigint unsigned PRIMARY KEY, note mediumtext, b varbinary(10), s varchar(5)) "
+                 f"CHARACTER SET utf8mb4")
+    with maria.cursor() as cur:
+        cur.executemany(f"INSERT INTO `{t}` VALUES (%s, %s, %s, %s)", rows)
+        cur.execute(f"SELECT id, note, b, s FROM `{t}` ORDER BY id")
+        assert cur.fetchall() == tuple(sorted(rows)), "stored as written"
+        cur.execute("SELECT @@GLOBAL.sql_mode")
+        mode = cur.fetchone()[0]
+    engine = engines.for_source(get_connection(CONN_ID))
+    target = psycopg2.connect(get_connection("tideline_target").postgres_dsn(), options=SESSION_OPTIONS)
+    try:
+        _exec(maria, "SET GLOBAL sql_mode = CONCAT(@@GLOBAL.sql_mode, ',NO_BACKSLASH_ESCAPES')")
+        src = engine.connect()
+        shape = engine.describe(src, DB, t)
+        snap = engine.open_snapshot(src, shape, 3)
+        pipe = engine.pipe(target, shape, None, snap.predicates, snap.session_init)
+        assert pipe.source.slice_key and len(pipe.reads) == 3
+        monkeypatch.setattr(mariadb_pipe, "SLICE_BYTES", 4_000)
+        monkeypatch.setattr(mariadb_pipe, "SLICE_VALUE_MAX", 30_000)
+        with target.cursor() as cur:
+            cur.execute(f"CREATE TEMP TABLE {t} ({', '.join(f'{c.name} {c.type}' for c in shape.columns)})")
+            copy = f"COPY {t} FROM STDIN{copy_options(pipe.copy_format)}"
+            moved = [pipe.source.pipe_into(read, cur, copy) for read in pipe.reads]
+            assert sum(m.read for m in moved) == sum(m.stored for m in moved) == len(rows)
+            cur.execute(f"SELECT id::text, note, b, s FROM {t}")
+            got = sorted((int(i), n, bytes(b) if b is not None else None, s) for i, n, b, s in cur.fetchall())
+        assert got == sorted(rows)
+        # one row longer than a slice's value may be: the read stops, naming its key
+        monkeypatch.setattr(mariadb_pipe, "SLICE_VALUE_MAX", 15_000)
+        with target.cursor() as cur, pytest.raises(mariadb_pipe.SliceTooLarge, match=r"the row of key \d+ is longer"):
+            for read in pipe.reads:
+                pipe.source.pipe_into(read, cur, copy)
+        target.rollback()
+        src.close()
+    finally:
+        _exec(maria, "SET GLOBAL sql_mode = %s", params=(mode,))
+        target.close()
+        _drop(maria, t)

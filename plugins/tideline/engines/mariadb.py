@@ -181,7 +181,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
     pipes_copy = True
 
     def pipe(self, conn, shape: TableShape, where: str | None, predicates: list[str], session_init: str | None):
-        """MariaDB prints each row as a line of COPY text (`copy_line`) over the full load's read;
+        """MariaDB prints each row as a line of COPY's CSV (`copy_line`) over the full load's read;
         a full load with a one-column integer key reads its partitions in key slices
         (load.mariadb_pipe says why), anything else streams row by row."""
         from tideline.load.copy_pipe import Pipe
@@ -193,7 +193,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         query = self.read_query(conn, shape, where)
         tls = (self.tls.mode, self.tls.ca) if self.tls else None
         source = MariaDbPipeSource(self.connect_args(), tls, session_init, key if sliced else None)
-        return Pipe(source, [f"SELECT {line} FROM {query} WHERE {p}" for p in predicates], "text")
+        return Pipe(source, [f"SELECT {line} FROM {query} WHERE {p}" for p in predicates], "csv")
 
     def lake_columns(self, shape: TableShape) -> list:
         """Every value is read as its exact text (the full load's read) and parsed by Spark."""
@@ -315,21 +315,22 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
 
 
 def copy_line(shape: TableShape) -> str:
-    """A MariaDB expression of one row of `read_query` as a line of PostgreSQL COPY text: the
-    written columns' read text joined by tabs, NULL as \\N, backslash, newline, carriage return
-    and tab escaped where a column's text can hold them — what core.copy_text makes of the same
-    values on the Spark JDBC path. (String literals need backslash escapes: SESSION_INIT.)"""
+    """A MariaDB expression of one row of `read_query` as a line of PostgreSQL COPY's CSV in the
+    dialect of table_shape.CSV_QUOTE: the written columns' read text joined by tabs; a column whose
+    text can hold a tab, newline or the quote quoted, the quote doubled inside; NULL unquoted and
+    empty. (Not COPY's text format: its four escapes cost MariaDB four REPLACEs, each copying the
+    rest of the value per match — quadratic in a long text's newlines.)"""
     from tideline.core.copy_text import needs_escaping
+    quote = "_utf8mb4 X'01'"
     pieces = []
     for c in shape.columns:
         if c.generated is not None:
             continue
         v = q(c.name)
         if needs_escaping(c.type):
-            v = (f"REPLACE(REPLACE(REPLACE(REPLACE({v}, '\\\\', '\\\\\\\\'), '\\n', '\\\\n'), "
-                 f"'\\r', '\\\\r'), '\\t', '\\\\t')")
-        pieces.append(f"IFNULL({v}, '\\\\N')")
-    return f"CONCAT_WS('\\t', {', '.join(pieces)})"
+            v = f"CONCAT({quote}, REPLACE({v}, {quote}, _utf8mb4 X'0101'), {quote})"
+        pieces.append(f"IFNULL({v}, '')")
+    return f"CONCAT_WS(_utf8mb4 X'09', {', '.join(pieces)})"
 
 
 def _integer_type(pg_type: str) -> bool:

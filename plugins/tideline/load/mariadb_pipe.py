@@ -1,7 +1,7 @@
-"""A MariaDB source's side of a load's pipe: MariaDB prints each row as a line of PostgreSQL COPY
-text itself (the engine's line expression: every column's exact text as the full load reads it,
-COPY's escapes, \\N for NULL), and the lines stream into the target's COPY FROM STDIN — no Spark
-JDBC, no value decoded in Python (tests/bench/full_load_mariadb.py).
+"""A MariaDB source's side of a load's pipe: MariaDB prints each row as a line PostgreSQL's COPY
+reads (engines.mariadb.copy_line: every column's exact text as the full load reads it, in COPY's
+CSV), and the lines stream into the target's COPY FROM STDIN — no Spark JDBC, no value decoded in
+Python (tests/bench/full_load_mariadb.py).
 
 pymysql costs ~4 µs of Python per row it parses, more than MariaDB spends printing it; so a
 partition whose key is one integer column is read in key slices of a few MB, each slice one
@@ -15,6 +15,7 @@ from tideline.load.copy_pipe import CHUNK, PipeResult
 SLICE_BYTES = 4 << 20        # a key slice's lines aim at this size
 FIRST_SLICE_KEYS = 1024      # the first slice's width in key values (then sized from what it held)
 FETCH_ROWS = 10_000          # lines per fetch when streaming row by row
+SLICE_VALUE_MAX = 1 << 30    # group_concat_max_len at most (the server's max_allowed_packet bounds it too)
 
 
 def client_ssl(mode: str, ca: str | None):
@@ -96,8 +97,7 @@ class MariaDbPipeSource:
 
     def _slices(self, conn, read_sql: str):
         """The partition's lines in key slices, each one GROUP_CONCAT value of about SLICE_BYTES;
-        a slice cut short by group_concat_max_len (its lines fewer than its rows, or its value as
-        long as the limit) is read again narrower — never passed on."""
+        a slice cut short by group_concat_max_len is read again narrower — never passed on."""
         key = self.slice_key
         part = f"({read_sql}) AS tideline_part"
         with conn.cursor() as cur:
@@ -105,7 +105,7 @@ class MariaDbPipeSource:
             lo, hi, packet = cur.fetchone()
             if lo is None:
                 return
-            limit = min(int(packet) - 4096, 1 << 30)
+            limit = min(int(packet) - 4096, SLICE_VALUE_MAX)
             target = max(1, min(SLICE_BYTES, limit // 4))
             cur.execute(f"SET SESSION group_concat_max_len = {limit}")
             at, hi, width = int(lo), int(hi), FIRST_SLICE_KEYS
@@ -114,12 +114,14 @@ class MariaDbPipeSource:
                 cur.execute(f"SELECT GROUP_CONCAT(tideline_line SEPARATOR '\\n'), COUNT(*) FROM {part} "
                             f"WHERE {key} >= {at} AND {key} < {end}")
                 data, rows = cur.fetchone()
-                if rows and (len(data) >= limit or data.count(b"\n") != rows - 1):
+                # cut short: the value reaches the limit (less up to 3 bytes: MariaDB cuts it at a
+                # character's start; a line may hold newlines, so they cannot be counted)
+                if rows and len(data) > limit - 4:
                     if width == 1:
-                        raise SliceTooLarge(f"the row of key {at} is longer than the server's max_allowed_packet "
-                                            f"({packet:,} bytes) as COPY text; raise max_allowed_packet on the source")
-                    per_row = len(data) / (data.count(b"\n") + 1)
-                    width = max(1, min(width // 2, int(width * target / (rows * per_row))))
+                        raise SliceTooLarge(f"the row of key {at} is longer as COPY text than one value MariaDB "
+                                            f"sends ({limit:,} bytes, from max_allowed_packet {packet:,}); raise "
+                                            f"max_allowed_packet on the source")
+                    width = max(1, min(width // 2, width * target // limit))   # it held at least `limit`
                     continue
                 if rows:
                     yield rows, data + b"\n"
