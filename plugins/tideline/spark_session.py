@@ -71,6 +71,7 @@ class SessionStarting:
     (attributes pass through)."""
 
     def __init__(self, app_name: str, **kwargs):
+        self.master = master_url(kwargs.get("master"))
         self._session = self._error = None
         self._ready = threading.Event()
         self._active_here = threading.local()
@@ -114,6 +115,22 @@ def session_ready(spark) -> bool:
     return spark.ready() if isinstance(spark, SessionStarting) else True
 
 
+def executors_share_the_driver_host(spark) -> bool:
+    """Whether `spark`'s tasks run on the driver's own cores (a local master)."""
+    master = spark.master if isinstance(spark, SessionStarting) else spark.sparkContext.master
+    return master.startswith("local")
+
+
+def master_url(master: str | None = None) -> str:
+    """The master a session of this process gets: `master` when given; under spark-submit its
+    --master (which it hands the Python driver as MASTER); else TIDELINE_SPARK_MASTER or local[2]."""
+    if master:
+        return master
+    if os.environ.get("SPARK_ENV_LOADED"):
+        return os.environ.get("MASTER", "")
+    return os.environ.get("TIDELINE_SPARK_MASTER", "local[2]")
+
+
 def get_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None,
                 extra_jars: list[str] | tuple = ()) -> SparkSession:
     """`extra_jars`: what the job's target needs (targets.Target.spark_jars); under spark-submit
@@ -121,7 +138,7 @@ def get_session(app_name: str, master: str | None = None, conf: dict[str, str] |
     builder = SparkSession.builder.appName(app_name)
     under_submit = bool(os.environ.get("SPARK_ENV_LOADED"))  # set by spark-submit's launcher
     if master or not under_submit:
-        builder = builder.master(master or os.environ.get("TIDELINE_SPARK_MASTER", "local[2]"))
+        builder = builder.master(master_url(master))
     jars = ",".join(filter(None, [os.environ.get("TIDELINE_SPARK_JARS", ""), *extra_jars]))
     if jars and not under_submit:
         builder = builder.config("spark.jars", jars)

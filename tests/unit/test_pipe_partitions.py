@@ -1,6 +1,6 @@
 """Which side pipes a load's partitions while the job's Spark session starts (load.full_load.pipe_partitions):
-the driver one range after another until the session is ready (at most half of them), Spark the
-others."""
+the driver one range after another until the session is ready — on a cluster at most half of them,
+Spark the others; with a local master it keeps half of what is left then, the last ranges."""
 import threading
 import time
 
@@ -26,11 +26,11 @@ class FakeContext:
         return Rdd()
 
 
-def starting(monkeypatch, release: threading.Event, context: FakeContext):
+def starting(monkeypatch, release: threading.Event, context: FakeContext, master: str = "spark://cluster:7077"):
     session = type("Session", (), {"sparkContext": context, "_jvm": None, "_jsparkSession": None})()
     monkeypatch.setattr(spark_session, "get_session", lambda app, **kw: release.wait(10) and session)
     monkeypatch.setattr(spark_session.SessionStarting, "session", lambda self: (self._ready.wait(), session)[1])
-    return spark_session.SessionStarting("test")
+    return spark_session.SessionStarting("test", master=master)
 
 
 def copier_for(log, after=None):
@@ -117,3 +117,30 @@ def test_the_drivers_failure_is_raised_after_spark_is_done(monkeypatch):
     with pytest.raises(RuntimeError, match="partition 0: the source went away"):
         full_load.pipe_partitions(spark, [(i, "r") for i in range(3)], progress(), make)
     assert context.given == [[(1, "r"), (2, "r")]] and log == [1, 2]
+
+
+@pytest.mark.parametrize("ranges,ready_during,driver_gets", [
+    (4, 0, [0, 3]),            # ready while the driver pipes range 0: of 1-3 it keeps the last one
+    (4, 1, [0, 1, 3]),         # ready during range 1: of 2-3, the last one
+    (5, 0, [0, 3, 4]),
+    (2, 0, [0]),               # ready during range 0: range 1 is Spark's
+])
+def test_with_a_local_master_the_driver_keeps_half_of_what_is_left_when_the_session_is_ready(
+        monkeypatch, ranges, ready_during, driver_gets):
+    release, context, log = threading.Event(), FakeContext(), []
+    spark = starting(monkeypatch, release, context, master="local[2]")
+    items = [(i, f"read {i}") for i in range(ranges)]
+
+    def make(where):
+        def copy(batch):
+            for part, _read in batch:
+                if where and sum(1 for _, w in log if w != "spark") == ready_during:
+                    release.set()                        # ready now; the split is made before the
+                    time_out(lambda: context.given)      # driver asks for its next range
+                log.append((part, where or "spark"))
+                yield {"partition": part}
+        return copy
+    figures = full_load.pipe_partitions(spark, items, progress(), make)
+    assert [f["partition"] for f in figures] == list(range(ranges))
+    assert [p for p, w in log if w != "spark"] == driver_gets
+    assert context.given == [[item for item in items if item[0] not in driver_gets]]

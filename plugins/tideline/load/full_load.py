@@ -28,7 +28,7 @@ from tideline.core.connections import Conn, get_connection
 from tideline.core.errors import FencedError, LoadVerificationError, SourceError, TidelineError
 from tideline.core.table_shape import TableShape
 from tideline.engines import SourceEngine
-from tideline.spark_session import session_ready
+from tideline.spark_session import executors_share_the_driver_host, session_ready
 from tideline.targets import Target
 
 log = logging.getLogger("tideline.full_load")
@@ -202,20 +202,29 @@ def pipe_partitions(spark, items: list[tuple[int, str]], progress: _Progress, co
     each — but while the job's Spark session is still starting (~2-5 s of a job's start:
     spark_session.SessionStarting), the driver pipes key ranges itself, one after another,
     instead of waiting idle (a pipe needs nothing of Spark; tests/bench/full_load.py: 5M rows
-    22.3 -> 17.7 s), and Spark takes the rest once it is ready. At most half of them: the others
-    are Spark's to spread over its executors (on a cluster, other machines), and a second pipe at
-    once in the driver was slower on 2 cores. The driver's failure is raised once Spark's job has
-    ended; a failure of Spark's stops the driver taking more."""
+    22.3 -> 17.7 s), and Spark takes the rest once it is ready. With a local master Spark's tasks
+    share the driver's cores anyway, and its first tasks start ~1 s after the session: the driver
+    keeps half of what is left then (the last ranges) and goes on piping beside them
+    (tests/bench/full_load_mariadb.py). On a cluster the driver takes at most half of the ranges
+    before the session is ready, and none after: the rest are Spark's to spread over its
+    executors. The driver's failure is raised once Spark's job has ended; a failure of Spark's
+    stops the driver taking more."""
     if session_ready(spark):
         return spark.sparkContext.parallelize(items, len(items)).mapPartitions(copier_for("")).collect()
-    queue, lock, closed = list(items), threading.Lock(), threading.Event()
-    share = max(1, len(items) // 2)
+    local = executors_share_the_driver_host(spark)
+    queue, reserved, lock = list(items), [], threading.Lock()
+    split, closed = threading.Event(), threading.Event()
+    cap = len(items) if local else max(1, len(items) // 2)
     mine: list[dict] = []
     failed: list[BaseException] = []
 
     def take() -> list[tuple[int, str]]:
         with lock:
-            if closed.is_set() or len(mine) >= share or not queue or (mine and session_ready(spark)):
+            if closed.is_set():
+                return []
+            if split.is_set():
+                return [reserved.pop(0)] if reserved else []
+            if len(mine) >= cap or not queue:
                 return []
             return [queue.pop(0)]
 
@@ -240,12 +249,15 @@ def pipe_partitions(spark, items: list[tuple[int, str]], progress: _Progress, co
             # not waited for: it ends with its range, or with the process, its uncommitted rows with it
             context = spark.sparkContext
             with lock:
-                closed.set()
-                rest, queue[:] = list(queue), []
+                keep = len(queue) // 2 if local and driver.is_alive() else 0
+                rest, reserved[:] = queue[:len(queue) - keep], queue[len(queue) - keep:]
+                queue[:] = []
+                split.set()
             if rest:
                 theirs = context.parallelize(rest, len(rest)).mapPartitions(copier_for("")).collect()
-    finally:
+    except BaseException:
         closed.set()
+        raise
     driver.join()
     if failed:
         raise failed[0]
