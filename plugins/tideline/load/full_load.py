@@ -211,6 +211,14 @@ def pipe_partitions(spark, items: list[tuple[int, str]], progress: _Progress, co
     stops the driver taking more."""
     if session_ready(spark):
         return spark.sparkContext.parallelize(items, len(items)).mapPartitions(copier_for("")).collect()
+    if len(items) == 1:   # nothing to share: no waiting for the session
+        progress.driver_running = 1
+        try:
+            figures = list(copier_for("in the driver while Spark started")(items))
+        finally:
+            progress.driver_running = 0
+        progress.driver_done = 1
+        return figures
     local = executors_share_the_driver_host(spark)
     queue, reserved, lock = list(items), [], threading.Lock()
     split, closed = threading.Event(), threading.Event()
@@ -219,6 +227,8 @@ def pipe_partitions(spark, items: list[tuple[int, str]], progress: _Progress, co
     failed: list[BaseException] = []
 
     def take() -> list[tuple[int, str]]:
+        while session_ready(spark) and not (split.is_set() or closed.is_set()):
+            split.wait(0.05)   # the session is up: what is left is split between Spark and the driver
         with lock:
             if closed.is_set():
                 return []
@@ -244,17 +254,16 @@ def pipe_partitions(spark, items: list[tuple[int, str]], progress: _Progress, co
     driver.start()
     theirs: list[dict] = []
     try:
-        if len(items) > 1:
-            # waits for the session; on a failure here (a task's, the JVM gone) the driver's pipe is
-            # not waited for: it ends with its range, or with the process, its uncommitted rows with it
-            context = spark.sparkContext
-            with lock:
-                keep = len(queue) // 2 if local and driver.is_alive() else 0
-                rest, reserved[:] = queue[:len(queue) - keep], queue[len(queue) - keep:]
-                queue[:] = []
-                split.set()
-            if rest:
-                theirs = context.parallelize(rest, len(rest)).mapPartitions(copier_for("")).collect()
+        # waits for the session; on a failure here (a task's, the JVM gone) the driver's pipe is
+        # not waited for: it ends with its range, or with the process, its uncommitted rows with it
+        context = spark.sparkContext
+        with lock:
+            keep = len(queue) // 2 if local and driver.is_alive() else 0
+            rest, reserved[:] = queue[:len(queue) - keep], queue[len(queue) - keep:]
+            queue[:] = []
+            split.set()
+        if rest:
+            theirs = context.parallelize(rest, len(rest)).mapPartitions(copier_for("")).collect()
     except BaseException:
         closed.set()
         raise
