@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 
@@ -115,10 +116,14 @@ def session_ready(spark) -> bool:
     return spark.ready() if isinstance(spark, SessionStarting) else True
 
 
-def executors_share_the_driver_host(spark) -> bool:
-    """Whether `spark`'s tasks run on the driver's own cores (a local master)."""
+def local_cores(spark) -> int | None:
+    """How many tasks `spark` runs at once on the driver's own host (a local master: local[N],
+    local[*], local), or None when its executors run elsewhere (a cluster)."""
     master = spark.master if isinstance(spark, SessionStarting) else spark.sparkContext.master
-    return master.startswith("local")
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master.strip())
+    if m is None:
+        return None
+    return os.cpu_count() or 1 if m.group(1) == "*" else int(m.group(1) or 1)
 
 
 def master_url(master: str | None = None) -> str:

@@ -1,6 +1,7 @@
 """Which side pipes a load's partitions while the job's Spark session starts (load.full_load.pipe_partitions):
 the driver one range after another until the session is ready — on a cluster at most half of them,
-Spark the others; with a local master it keeps half of what is left then, the last ranges."""
+Spark the others; with a local master of N cores it keeps the last 1/N of what is left then and
+Spark pipes the rest in N-1 tasks."""
 import threading
 import time
 
@@ -14,10 +15,11 @@ class FakeContext:
     """Spark's side: runs the copier over the partitions it is given, in this process."""
 
     def __init__(self):
-        self.given = []
+        self.given, self.tasks = [], []
 
     def parallelize(self, items, n):
         self.given.append(list(items))
+        self.tasks.append(n)
         outer = self
 
         class Rdd:
@@ -125,7 +127,7 @@ def test_the_drivers_failure_is_raised_after_spark_is_done(monkeypatch):
     (5, 0, [0, 3, 4]),
     (2, 0, [0]),               # ready during range 0: range 1 is Spark's
 ])
-def test_with_a_local_master_the_driver_keeps_half_of_what_is_left_when_the_session_is_ready(
+def test_with_a_local_master_the_driver_keeps_its_share_of_what_is_left_when_the_session_is_ready(
         monkeypatch, ranges, ready_during, driver_gets):
     release, context, log = threading.Event(), FakeContext(), []
     spark = starting(monkeypatch, release, context, master="local[2]")
@@ -144,3 +146,12 @@ def test_with_a_local_master_the_driver_keeps_half_of_what_is_left_when_the_sess
     assert [f["partition"] for f in figures] == list(range(ranges))
     assert [p for p, w in log if w != "spark"] == driver_gets
     assert context.given == [[item for item in items if item[0] not in driver_gets]]
+    assert context.tasks == [1]     # local[2]: the driver's pipe and one Spark task, two streams
+
+
+@pytest.mark.parametrize("master,cores", [("local[2]", 2), ("local", 1), ("local[3,4]", 3),
+                                          ("spark://h:7077", None), ("yarn", None)])
+def test_local_cores_of_a_master(master, cores):
+    session = spark_session.SessionStarting.__new__(spark_session.SessionStarting)
+    session.__dict__["master"] = master
+    assert spark_session.local_cores(session) == cores

@@ -28,7 +28,7 @@ from tideline.core.connections import Conn, get_connection
 from tideline.core.errors import FencedError, LoadVerificationError, SourceError, TidelineError
 from tideline.core.table_shape import TableShape
 from tideline.engines import SourceEngine
-from tideline.spark_session import executors_share_the_driver_host, session_ready
+from tideline.spark_session import local_cores, session_ready
 from tideline.targets import Target
 
 log = logging.getLogger("tideline.full_load")
@@ -202,13 +202,13 @@ def pipe_partitions(spark, items: list[tuple[int, str]], progress: _Progress, co
     each — but while the job's Spark session is still starting (~2-5 s of a job's start:
     spark_session.SessionStarting), the driver pipes key ranges itself, one after another,
     instead of waiting idle (a pipe needs nothing of Spark; tests/bench/full_load.py: 5M rows
-    22.3 -> 17.7 s), and Spark takes the rest once it is ready. With a local master Spark's tasks
-    share the driver's cores anyway, and its first tasks start ~1 s after the session: the driver
-    keeps half of what is left then (the last ranges) and goes on piping beside them
-    (tests/bench/full_load_mariadb.py). On a cluster the driver takes at most half of the ranges
-    before the session is ready, and none after: the rest are Spark's to spread over its
-    executors. The driver's failure is raised once Spark's job has ended; a failure of Spark's
-    stops the driver taking more."""
+    22.3 -> 17.7 s), and Spark takes the rest once it is ready. With a local master of N cores
+    the driver is one of N streams then: it keeps the last 1/N of the ranges left and Spark gets
+    the others in N-1 tasks — Spark's first tasks start ~1 s after the session, and more streams
+    than cores were slower (tests/bench/full_load.py, full_load_mariadb.py). On a cluster the
+    driver takes at most half of the ranges before the session is ready and none after: the rest
+    are Spark's to spread over its executors. The driver's failure is raised once Spark's job has
+    ended; a failure of Spark's stops the driver taking more."""
     if session_ready(spark):
         return spark.sparkContext.parallelize(items, len(items)).mapPartitions(copier_for("")).collect()
     if len(items) == 1:   # nothing to share: no waiting for the session
@@ -219,10 +219,10 @@ def pipe_partitions(spark, items: list[tuple[int, str]], progress: _Progress, co
             progress.driver_running = 0
         progress.driver_done = 1
         return figures
-    local = executors_share_the_driver_host(spark)
+    cores = local_cores(spark)
     queue, reserved, lock = list(items), [], threading.Lock()
     split, closed = threading.Event(), threading.Event()
-    cap = len(items) if local else max(1, len(items) // 2)
+    cap = len(items) if cores else max(1, len(items) // 2)
     mine: list[dict] = []
     failed: list[BaseException] = []
 
@@ -258,12 +258,14 @@ def pipe_partitions(spark, items: list[tuple[int, str]], progress: _Progress, co
         # not waited for: it ends with its range, or with the process, its uncommitted rows with it
         context = spark.sparkContext
         with lock:
-            keep = len(queue) // 2 if local and driver.is_alive() else 0
+            sharing = bool(cores) and driver.is_alive()
+            keep = len(queue) // cores if sharing else 0
             rest, reserved[:] = queue[:len(queue) - keep], queue[len(queue) - keep:]
             queue[:] = []
             split.set()
+        tasks = min(len(rest), max(1, cores - 1) if sharing else len(rest))
         if rest:
-            theirs = context.parallelize(rest, len(rest)).mapPartitions(copier_for("")).collect()
+            theirs = context.parallelize(rest, tasks).mapPartitions(copier_for("")).collect()
     except BaseException:
         closed.set()
         raise
