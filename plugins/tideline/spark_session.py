@@ -123,7 +123,9 @@ def local_cores(spark) -> int | None:
     m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master.strip())
     if m is None:
         return None
-    return os.cpu_count() or 1 if m.group(1) == "*" else int(m.group(1) or 1)
+    if m.group(1) == "*":
+        return os.cpu_count() or 1
+    return int(m.group(1) or 1)
 
 
 def master_url(master: str | None = None) -> str:

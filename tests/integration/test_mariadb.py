@@ -612,7 +612,8 @@ def test_the_pipe_reads_every_row_once_in_key_slices_whatever_their_width_and_sq
     narrower — lands row for row as the load's read prints it, under a server whose sql_mode has
     NO_BACKSLASH_ESCAPES (backslashes, tabs, newlines, quotes, U+0001 — the lines' quote — and `\\N`
     as text, bytes, NULL); a row longer
-    than a slice may be stops the read with its key."""
+    than a slice may be stops the read with its key; the source's session killed mid-read fails the
+    partition with MariaDB's error."""
     from tideline.load import mariadb_pipe
     from tideline.load.copy_pipe import SESSION_OPTIONS
     import psycopg2
@@ -653,6 +654,30 @@ def test_the_pipe_reads_every_row_once_in_key_slices_whatever_their_width_and_sq
             cur.execute(f"SELECT id::text, note, b, s FROM {t}")
             got = sorted((int(i), n, bytes(b) if b is not None else None, s) for i, n, b, s in cur.fetchall())
         assert got == sorted(rows)
+        # the source's session killed mid-read, sliced or streamed: its own error is raised, never a
+        # shorter read that looks complete, and nothing of the partition stays in the target
+        import pymysql
+        streamed = mariadb_pipe.MariaDbPipeSource(pipe.source.connect, pipe.source.tls, pipe.source.session_init,
+                                                  None)
+        monkeypatch.setattr(mariadb_pipe, "FETCH_ROWS", 50)
+        for side, method in ((pipe.source, "_slices"), (streamed, "_rows")):
+            real = getattr(mariadb_pipe.MariaDbPipeSource, method)
+
+            def killed_after_the_first_chunk(self, conn, read_sql, real=real):
+                chunks = real(self, conn, read_sql)
+                yield next(chunks)
+                _exec(maria, f"KILL CONNECTION {conn.thread_id()}")
+                yield from chunks
+            monkeypatch.setattr(mariadb_pipe.MariaDbPipeSource, method, killed_after_the_first_chunk)
+            with target.cursor() as cur:
+                cur.execute("SAVEPOINT before_the_kill")
+                with pytest.raises(pymysql.err.OperationalError):
+                    side.pipe_into(pipe.reads[0], cur, copy)
+                cur.execute("ROLLBACK TO SAVEPOINT before_the_kill")
+            monkeypatch.setattr(mariadb_pipe.MariaDbPipeSource, method, real)
+        with target.cursor() as cur:
+            cur.execute(f"SELECT count(*) FROM {t}")
+            assert cur.fetchone()[0] == len(rows)   # the complete reads above, once
         # one row longer than a slice's value may be: the read stops, naming its key
         monkeypatch.setattr(mariadb_pipe, "SLICE_VALUE_MAX", 15_000)
         with target.cursor() as cur, pytest.raises(mariadb_pipe.SliceTooLarge, match=r"the row of key \d+ is longer"):

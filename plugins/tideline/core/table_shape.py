@@ -187,7 +187,8 @@ def generated_clause(c: Column) -> sql.Composable:
 # costs nothing: MariaDB's REPLACE costs a copy of the rest of the value per match), NULL unquoted
 # and empty.
 CSV_QUOTE = "\x01"
-_OPTIONS = {"text": "", "binary": " (FORMAT binary)", "csv": " (FORMAT csv, DELIMITER E'\\t', QUOTE E'\\x01')"}
+_OPTIONS = {"text": "", "binary": " (FORMAT binary)",
+            "csv": f" (FORMAT csv, DELIMITER E'\\t', QUOTE E'\\x{ord(CSV_QUOTE):02x}')"}
 
 
 def copy_options(copy_format: str = "text") -> str:

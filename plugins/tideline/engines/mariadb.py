@@ -32,7 +32,7 @@ from tideline.core import mariadb_types as mt
 from tideline.core import source_shapes
 from tideline.core.errors import SourceError, TransientError
 from tideline.core.verify_plan import INTEGER_KEY_TYPES, integer_cuts
-from tideline.core.table_shape import KEY_ALIAS, Column, TableShape
+from tideline.core.table_shape import CSV_QUOTE, KEY_ALIAS, Column, TableShape
 from tideline.engines.base import Snapshot, SourceEngine
 from tideline.engines.mariadb_capture import MariaDbCapture, capture_problems
 from tideline.engines.mariadb_tls import mariadb_tls
@@ -321,14 +321,14 @@ def copy_line(shape: TableShape) -> str:
     empty. (Not COPY's text format: its four escapes cost MariaDB four REPLACEs, each copying the
     rest of the value per match — quadratic in a long text's newlines.)"""
     from tideline.core.copy_text import needs_escaping
-    quote = "_utf8mb4 X'01'"
+    quote = f"_utf8mb4 X'{ord(CSV_QUOTE):02x}'"
     pieces = []
     for c in shape.columns:
         if c.generated is not None:
             continue
         v = q(c.name)
         if needs_escaping(c.type):
-            v = f"CONCAT({quote}, REPLACE({v}, {quote}, _utf8mb4 X'0101'), {quote})"
+            v = f"CONCAT({quote}, REPLACE({v}, {quote}, CONCAT({quote}, {quote})), {quote})"
         pieces.append(f"IFNULL({v}, '')")
     return f"CONCAT_WS(_utf8mb4 X'09', {', '.join(pieces)})"
 

@@ -85,15 +85,18 @@ class MariaDbPipeSource:
                 raise
             return PipeResult(lines.rows, target_cur.rowcount, lines.bytes)
         finally:
-            conn.close()
+            if conn.open:   # a session the server killed is closed already
+                conn.close()
 
-    @staticmethod
-    def _rows(conn, read_sql: str):
+    def _rows(self, conn, read_sql: str):
         import pymysql
-        with conn.cursor(pymysql.cursors.SSCursor) as cur:
-            cur.execute(read_sql)
-            while rows := cur.fetchmany(FETCH_ROWS):
-                yield len(rows), b"\n".join(r[0] for r in rows) + b"\n"
+        # not a `with`: closing a streaming cursor reads the rest of its rows, and on a session the
+        # server killed that would replace MariaDB's error with pymysql's own (the socket gone)
+        cur = conn.cursor(pymysql.cursors.SSCursor)
+        cur.execute(read_sql)
+        while rows := cur.fetchmany(FETCH_ROWS):
+            yield len(rows), b"\n".join(r[0] for r in rows) + b"\n"
+        cur.close()
 
     def _slices(self, conn, read_sql: str):
         """The partition's lines in key slices, each one GROUP_CONCAT value of about SLICE_BYTES;
