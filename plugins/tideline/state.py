@@ -102,19 +102,44 @@ def lock(cur, pipeline: str, table: str) -> None:
     cur.execute(sqlfiles.load("state/check_epoch"), {"pipeline": pipeline, "table": table})
 
 
-def run_start(conn, pipeline: str, table: str, kind: str, epoch: int | None, detail: str = "") -> int:
+def run_start(conn, pipeline: str, table: str, kind: str, epoch: int | None, detail: str = "",
+              stream_mode: str | None = None) -> int:
     """Opens a run in the history, committed at once (so a killed run still shows)."""
     with conn, conn.cursor() as cur:
-        return run_start_in(cur, pipeline, table, kind, epoch, detail)
+        return run_start_in(cur, pipeline, table, kind, epoch, detail, stream_mode)
 
 
-def run_start_in(cur, pipeline: str, table: str, kind: str, epoch: int | None, detail: str = "") -> int:
-    """Opens a run inside the caller's transaction, with the Airflow task that runs it (if any)."""
+def run_start_in(cur, pipeline: str, table: str, kind: str, epoch: int | None, detail: str = "",
+                 stream_mode: str | None = None) -> int:
+    """Opens a run inside the caller's transaction, with the Airflow task that runs it (if any);
+    a stream's run with the mode it streams in."""
     ctx = airflow_task(os.environ)
     cur.execute(sqlfiles.load("state/run_start"),
                 {"pipeline": pipeline, "table": table, "kind": kind, "epoch": epoch, "detail": detail,
-                 "airflow": json.dumps(ctx) if ctx else None})
+                 "airflow": json.dumps(ctx) if ctx else None, "stream_mode": stream_mode})
     return cur.fetchone()[0]
+
+
+@dataclass(frozen=True)
+class StreamRun:
+    """A table's latest stream run: how it was asked to stream, and whether it still holds the table."""
+    mode: str | None
+    outcome: str
+    detail: str
+    ended_s: float | None   # seconds since it ended (None: still running, or killed)
+
+    @property
+    def holds(self) -> bool:
+        return self.outcome == "running"
+
+
+def latest_streams(conn, pipeline: str) -> dict[str, StreamRun]:
+    """Each table's latest stream run (tables never streamed are absent)."""
+    with conn.cursor() as cur:
+        cur.execute(sqlfiles.load("state/latest_streams"), {"pipeline": pipeline})
+        rows = cur.fetchall()
+    conn.rollback()
+    return {t: StreamRun(m, o, d or "", float(e) if e is not None else None) for t, m, o, d, e in rows}
 
 
 def airflow_task(environ) -> dict | None:

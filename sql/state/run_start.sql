@@ -8,6 +8,6 @@ WITH abandoned AS (
      WHERE pipeline = %(pipeline)s AND table_name = %(table)s AND kind = %(kind)s AND outcome = 'running'
        AND %(epoch)s IS NOT NULL AND epoch < %(epoch)s
 )
-INSERT INTO tideline.runs (pipeline, table_name, kind, epoch, detail, airflow)
-VALUES (%(pipeline)s, %(table)s, %(kind)s, %(epoch)s, %(detail)s, %(airflow)s::jsonb)
+INSERT INTO tideline.runs (pipeline, table_name, kind, epoch, detail, airflow, stream_mode)
+VALUES (%(pipeline)s, %(table)s, %(kind)s, %(epoch)s, %(detail)s, %(airflow)s::jsonb, %(stream_mode)s)
 RETURNING run_id;

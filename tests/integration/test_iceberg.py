@@ -279,6 +279,10 @@ def test_the_stream_commits_each_batch_once_with_its_offsets_and_equals_the_sour
         assert facts["snapshots"] == len(commits) and facts["epoch"] == commits[-1]["epoch"]
         assert facts["delete_files"] >= 1 and facts["data_files"] >= 2   # merge-on-read: deletes are files
         assert f"iceberg snapshot {facts['snapshot']} committed" in render(cfg, list(rows.values()))
+        # no stream holds the table now: status says so, beside its phase
+        assert rows[t].phase == "streaming" and rows[t].stream_ended.startswith(
+            "no stream is running: the last (available_now) ended")
+        assert f"trigger sync_{cfg.name} to stream on" in render(cfg, list(rows.values()))
     finally:
         drop_source(source_db, t, big)
 

@@ -384,6 +384,29 @@ def test_full_load_driver_killed_mid_copy(streaming_demo):
     assert outcomes[0][0] == "succeeded"
 
 
+def test_a_reload_asked_as_available_now_hands_the_tables_back_to_a_continuous_stream(streaming_demo):
+    """The reload's stream takes every table over from the continuous one (fenced, it stops) and
+    ends once it has applied what Kafka holds; a change made after it ended still arrives, because
+    the run started a continuous stream again."""
+    recent = "dags/sync_demo/dagRuns?order_by=-run_after&limit=20"
+    before = {r["dag_run_id"] for r in stackctl.airflow_api("GET", recent)["dag_runs"]}
+
+    def fault():
+        run = stackctl.airflow_api("POST", "dags/sync_demo/dagRuns", {"logical_date": None, "conf": {
+            "action": "full_reload", "tables": ["customers"], "stream_mode": "available_now"}})
+        _wait(lambda: stackctl.airflow_api("GET", f"dags/sync_demo/dagRuns/{run['dag_run_id']}")["state"]
+              in ("success", "failed"), 600, "the available_now reload to finish", every=2)
+        assert stackctl.airflow_api("GET", f"dags/sync_demo/dagRuns/{run['dag_run_id']}")["state"] == "success"
+    _scenario("full reload as available_now while a continuous stream runs", fault,
+              "the reload's run took the tables over, applied what Kafka held, and started a continuous stream "
+              "again")
+    after = [r for r in stackctl.airflow_api("GET", recent)["dag_runs"] if r["dag_run_id"] not in before]
+    assert any(r["conf"].get("stream_mode") == "continuous" and r["state"] == "running" for r in after), after
+    held = _query(TARGET_URL, "SELECT DISTINCT ON (table_name) table_name, stream_mode, outcome FROM tideline.runs "
+                              "WHERE pipeline = 'demo' AND kind = 'incremental' ORDER BY table_name, run_id DESC")
+    assert {(m, o) for _, m, o in held} == {("continuous", "running")}, held
+
+
 def test_watchdog_alerts_when_a_stream_commits_nothing_while_events_wait(
         spark, airflow_env, webhook, source_db, target_db, pipelines, unique_name):
     """The watch DAG, not the stream task, says so: the stream is not running at all here (as when

@@ -2,7 +2,7 @@
 import pytest
 
 from tideline.core.config import parse_pipeline
-from tideline.core.params import ParamError, check_sync_params, plan_tables
+from tideline.core.params import ParamError, check_sync_params, hands_back, plan_tables
 
 CFG = parse_pipeline({"name": "shop", "source": {"conn_id": "s"}, "target": {"conn_id": "t"},
                       "kafka": {"topic_prefix": "p"}, "tables": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}, "x")
@@ -76,3 +76,10 @@ def test_repair_from_verify_leaves_out_batch_tables_which_validate_does_not_comp
         {"from_verify": True, "tables": ["a"], "not_verified": ["log"]}
     with pytest.raises(ParamError, match="validate does not compare batch-mode tables .log.: give a key range"):
         check_sync_params(cfg, {"action": "repair", "tables": ["log"]})
+
+
+def test_an_available_now_run_hands_back_what_a_continuous_stream_held():
+    held = {"orders", "customers"}
+    assert hands_back("available_now", ["orders", "items"], held) == ["orders"]
+    assert hands_back("continuous", ["orders"], held) == []   # it streams on itself
+    assert hands_back("available_now", ["items"], held) == []  # nothing was streamed continuously

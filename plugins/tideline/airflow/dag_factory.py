@@ -6,7 +6,9 @@ sync_<pipeline>:  check_params → route_action ─┬→ repair | validate
                                                                                                └→ resnapshot ──┘
 `coverage` records lost offsets and hands the tables to `resnapshot`; `incremental` ending with
 the re-snapshot status makes `after_stream` start a new run of this DAG without waiting for it
-(no self-trigger with wait_for_completion, which would deadlock under max_active_runs).
+(no self-trigger with wait_for_completion, which would deadlock under max_active_runs). So does an
+available_now run that took tables over from a continuous stream (`decide` notes it): the new run
+streams them continuously again.
 `ensure_connector` recovers a lost replication slot (its tables are marked for a re-snapshot, which
 `decide` then plans); `doctor` fails the run on a broken part, naming the fix. Every task's final
 failure, each automatic re-snapshot (start and finish) and low retention headroom raise alerts.
@@ -136,10 +138,14 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             retries=20, retry_delay=pendulum.duration(seconds=15), retry_exponential_backoff=False,
             **_submit(cfg, "stream"))
         after_stream = BranchPythonOperator(task_id="after_stream", python_callable=_branch_after_stream)
-        restart = TriggerDagRunOperator(task_id="restart", trigger_dag_id=f"sync_{cfg.name}",
-                                        conf={"action": "auto", "stream_mode": "{{ params.stream_mode }}",
-                                              "resume_halted": False},
-                                        wait_for_completion=False)
+        # a re-snapshot's run in this run's mode; after an available_now run that took tables over
+        # from a continuous stream, a continuous one again (tasks.branch_after_stream)
+        restart = TriggerDagRunOperator(
+            task_id="restart", trigger_dag_id=f"sync_{cfg.name}",
+            conf={"action": "auto", "resume_halted": False,
+                  "stream_mode": "{{ 'continuous' if (ti.xcom_pull(task_ids='decide') or {}).get('hand_back') "
+                                 "else params.stream_mode }}"},
+            wait_for_completion=False)
         checked >> route_action >> [ensure, repair, validate]
         ensure >> doctor >> decide >> after_decide >> [full_load, coverage]
         full_load >> coverage >> route >> [incremental, resnapshot]
@@ -244,4 +250,5 @@ def _branch_after_coverage(**context) -> str:
 
 
 def _branch_after_stream(**context) -> list[str]:
-    return tasks.branch_after_stream(context["ti"].xcom_pull(task_ids="incremental"))
+    return tasks.branch_after_stream(context["ti"].xcom_pull(task_ids="incremental"),
+                                     context["ti"].xcom_pull(task_ids="decide"))

@@ -13,7 +13,7 @@ from tideline.airflow import connections
 from tideline.airflow.operators import alert_sender
 from tideline.airflow.pipelines import get_pipeline
 from tideline.core import watchdog
-from tideline.core.params import ParamError, check_sync_params, plan_tables
+from tideline.core.params import ParamError, check_sync_params, hands_back, plan_tables
 
 log = logging.getLogger("tideline.dag")
 
@@ -79,9 +79,14 @@ def decide(pipeline: str, checked: dict) -> dict:
         for t in cfg.tables:
             st = state.get(conn, cfg.name, t.name)
             phases[t.name] = (st.phase, st.last_error) if st else ("new", None)
+        held = {t for t, run in state.latest_streams(conn, cfg.name).items() if run.holds and run.mode == "continuous"}
     finally:
         conn.close()
     plan = plan_tables(cfg, checked["action"], checked["tables"], phases, checked.get("resume_halted", False))
+    plan["hand_back"] = hands_back(checked.get("stream_mode", "continuous"), plan["full_load"] + plan["stream"], held)
+    if plan["hand_back"]:
+        log.warning("%s: a continuous stream holds %s; this available_now run takes them over and, when it has "
+                    "applied what Kafka holds, starts a continuous stream again", cfg.name, ", ".join(plan["hand_back"]))
     if plan["resumed"]:
         conn = state.connect(connections.get(cfg.target.conn_id))
         try:
@@ -117,9 +122,15 @@ def branch_after_coverage(result: dict) -> str:
     return "resnapshot" if result and result.get("resnapshot") else "incremental"
 
 
-def branch_after_stream(result: dict | None) -> list[str]:
+def branch_after_stream(result: dict | None, plan: dict | None = None) -> list[str]:
+    """Run the pipeline again: after a stream that found tables to re-snapshot, or after an
+    available_now stream that took tables over from a continuous one (plan["hand_back"])."""
     from tideline.core.errors import EXIT_RESNAPSHOT
-    return ["restart"] if result and result.get("exit") == EXIT_RESNAPSHOT else []
+    if not result:
+        return []
+    if result.get("exit") == EXIT_RESNAPSHOT or (result.get("exit") == 0 and (plan or {}).get("hand_back")):
+        return ["restart"]
+    return []
 
 
 def branch_on_action(checked: dict) -> str:

@@ -117,3 +117,14 @@ def plan_tables(cfg: PipelineConfig, action: str, tables: list[str],
             reasons[t.name] = "loaded: straight to streaming"
     return {"full_load": full_load, "stream": stream, "halted": halted, "refused": refused, "resnapshot": resnapshot,
             "resumed": resumed, "reasons": reasons}
+
+
+def hands_back(stream_mode: str, tables: list[str], held_continuously: set[str]) -> list[str]:
+    """The tables a run must give back to a continuous stream when it ends. A run takes its tables
+    over from any stream holding them (the older one is fenced and stops), and an available_now run
+    ends once it has applied what Kafka holds: without this, a reload asked for as available_now
+    while a continuous stream ran would leave every table it took streamed by nobody."""
+    if stream_mode != "available_now":
+        return []
+    return [t for t in tables if t in held_continuously]
+

@@ -48,6 +48,7 @@ class TableStatus:
     capture_error: str | None = None  # the pipeline's connector failed: this table receives no change
     target_facts: dict | None = None  # the target's own (an Iceberg table's snapshot and files)
     last_maintenance: str | None = None   # "5h ago: data files 480 -> 2, ..." (targets that need it)
+    stream_ended: str | None = None   # a streaming table no stream holds now: how the last one ended
 
     @property
     def lag_total(self) -> int:
@@ -98,6 +99,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
     try:
         state.migrate(target)
         cov = {c.table: c for c in coverage.check(cfg, target, kafka, [t.name for t in cfg.tables])}
+        streams = state.latest_streams(target, cfg.name)
         for t in cfg.tables:
             st = state.get(target, cfg.name, t.name)
             target.rollback()
@@ -127,7 +129,8 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 load_rows_per_s=float(f["load_rows_per_s"]) if f.get("load_rows_per_s") is not None else None,
                 target_facts=store.table_facts(cfg.target_schema(t.name), t.name),
                 last_maintenance=(f"{_ago(f['maintain_age_s'])}: {f['maintain_outcome']}, {f['maintain_detail']}"
-                                  if f.get("maintain_outcome") else None)))
+                                  if f.get("maintain_outcome") else None),
+                stream_ended=_stream_ended(cfg, st.phase if st else "new", streams.get(t.name))))
         capture = _capture_error(cfg, resolve, out)
         for row in out:
             if cfg.table(row.table).mode == "cdc" and row.phase == "streaming":
@@ -136,6 +139,15 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
         target.close()
         source.close()
     return out
+
+
+def _stream_ended(cfg: PipelineConfig, phase: str, run: state.StreamRun | None) -> str | None:
+    """For a table in phase streaming that no stream holds now (an available_now run ended, or
+    the stream stopped): how its last stream ended — its phase alone would read as if one ran."""
+    if phase != "streaming" or run is None or run.holds:
+        return None
+    return (f"no stream is running: the last ({run.mode}) ended {_ago(run.ended_s)}, {run.outcome} — "
+            f"{run.detail[:200]}; trigger sync_{cfg.name} to stream on")
 
 
 def _capture_error(cfg: PipelineConfig, resolve, rows: list[TableStatus]) -> str | None:
@@ -192,6 +204,8 @@ def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
             lines.append(f"  {'':22s} iceberg snapshot {f['snapshot']} committed {_ago(age)}"
                          f"{'' if f['epoch'] is None else ' (epoch ' + str(f['epoch']) + ')'}; {f['snapshots']} "
                          f"snapshots, {f['data_files']} data files, {f['delete_files']} delete files")
+        if r.stream_ended:
+            lines.append(f"  {'':22s} {r.stream_ended}")
         if r.last_maintenance:
             lines.append(f"  {'':22s} last maintenance {r.last_maintenance[:300]}")
         if r.error:

@@ -26,7 +26,7 @@ class StreamHistory:
         """The table's row for this stream (a stream killed before it closed its row is closed as
         abandoned, with the epoch of the run that took over, when the next stream starts)."""
         self.run_ids[table] = state.run_start(conn, self.cfg.name, table, "incremental", epoch,
-                                              f"{self.mode} stream by {self.owner}")
+                                              f"{self.mode} stream by {self.owner}", self.mode)
 
     def count(self, per_table: dict[str, tuple[int, int]]) -> None:
         for name, (u, d) in per_table.items():
