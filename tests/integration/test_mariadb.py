@@ -604,6 +604,66 @@ def test_names_as_the_database_spells_them_and_partitioned_tables_are_carried_vi
             cur.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
 
 
+def test_keys_of_strings_bytes_decimals_and_date_times_are_read_in_slices_of_their_own_order(stack, maria,
+                                                                                             monkeypatch):
+    """A partition whose one-column key is not an integer is read in slices of its next keys in the
+    key's own order (keyset): strings under a case- and accent-insensitive collation (keys whose
+    bytes sort otherwise side by side), bytes from 0x00 to 0xff, negative and positive decimals,
+    date-times to the microsecond — every row once, as the row-by-row read gives it, with slices
+    cut short by wide rows and read again with fewer keys."""
+    from tideline.load import mariadb_pipe
+    from tideline.load.copy_pipe import SESSION_OPTIONS
+    import psycopg2
+    rng = random.Random(5)
+    words = ["a", "Ä", "b", "Zoë", "zz", "é", "E", "😀", "ß", "ss", "Ω", "o", "Ö", "-", "_", " x", "x "]
+    tables = {
+        "ks_str": ("varchar(40) COLLATE utf8mb4_unicode_ci",
+                   lambda i: "".join(rng.choice(words) for _ in range(rng.randint(1, 4))) + str(i % 97)),
+        "ks_bin": ("varbinary(16)", lambda i: bytes(rng.randrange(256) for _ in range(rng.randint(0, 6)))),
+        "ks_dec": ("decimal(20,6)", lambda i: f"{rng.randint(-10**9, 10**9)}.{rng.randint(0, 999999):06d}"),
+        "ks_dt": ("datetime(6)", lambda i: f"{rng.randint(1000, 9999)}-{rng.randint(1, 12):02d}-"
+                                           f"{rng.randint(1, 28):02d} 12:34:56.{rng.randint(0, 999999):06d}"),
+    }
+    engine = engines.for_source(get_connection(CONN_ID))
+    target = psycopg2.connect(get_connection("tideline_target").postgres_dsn(), options=SESSION_OPTIONS)
+    monkeypatch.setattr(mariadb_pipe, "SLICE_BYTES", 4_000)
+    monkeypatch.setattr(mariadb_pipe, "SLICE_VALUE_MAX", 30_000)
+    try:
+        for t, (key_type, make_key) in tables.items():
+            _drop(maria, t)
+            _exec(maria, f"CREATE TABLE `{t}` (k {key_type} PRIMARY KEY, note mediumtext) CHARACTER SET utf8mb4")
+            with maria.cursor() as cur:
+                cur.executemany(f"INSERT IGNORE INTO `{t}` VALUES (%s, %s)",   # keys equal under the collation: once
+                                [(make_key(i), "w\t\n\"ü" * (1500 if i % 9 == 0 else rng.randint(0, 3)))
+                                 for i in range(1500)])
+                cur.execute(f"SELECT count(*) FROM `{t}`")
+                count = cur.fetchone()[0]
+            src = engine.connect()
+            shape = engine.describe(src, DB, t)
+            snap = engine.open_snapshot(src, shape, 3)
+            pipe = engine.pipe(target, shape, None, snap.predicates, snap.session_init)
+            assert pipe.source.slicing == "keyset", (t, shape.columns[0].type)
+            streamed = mariadb_pipe.MariaDbPipeSource(pipe.source.connect, pipe.source.tls, pipe.source.session_init,
+                                                      None)
+            landed = {}
+            for side, name in ((pipe.source, "sliced"), (streamed, "streamed")):
+                with target.cursor() as cur:
+                    cur.execute(f"CREATE TEMP TABLE {t}_{name} "
+                                f"({', '.join(f'{c.name} {c.type}' for c in shape.columns)})")
+                    copy = f"COPY {t}_{name} FROM STDIN{copy_options(pipe.copy_format)}"
+                    moved = [side.pipe_into(read, cur, copy) for read in pipe.reads]
+                    assert sum(m.read for m in moved) == sum(m.stored for m in moved) == count, (t, name)
+                    cur.execute(f"SELECT t::text FROM {t}_{name} t")
+                    landed[name] = sorted(r[0] for r in cur.fetchall())
+            assert landed["sliced"] == landed["streamed"] and len(set(landed["sliced"])) == count, t
+            target.rollback()
+            src.close()
+    finally:
+        target.close()
+        for t in tables:
+            _drop(maria, t)
+
+
 def test_the_pipe_reads_every_row_once_in_key_slices_whatever_their_width_and_sql_mode(stack, maria, target_db,
                                                                                      monkeypatch):
     """The MariaDB side of a load's pipe, alone (no Spark): a partition of an integer key read in

@@ -186,13 +186,14 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         (load.mariadb_pipe says why), anything else streams row by row."""
         from tideline.load.copy_pipe import Pipe
         from tideline.load.mariadb_pipe import MariaDbPipeSource
-        sliced = (where is None and len(shape.primary_key) == 1
-                  and _integer_type(shape.column(shape.primary_key[0]).type))
+        key_type = shape.column(shape.primary_key[0]).type if where is None and len(shape.primary_key) == 1 else ""
+        slicing = "value" if key_type and _integer_type(key_type) else "keyset" if _keyset_type(key_type) else None
         key = q(KEY_ALIAS.format(0))
-        line = f"{copy_line(shape)} AS tideline_line{f', {key}' if sliced else ''}"
+        line = f"{copy_line(shape)} AS tideline_line{f', {key}' if slicing else ''}"
         query = self.read_query(conn, shape, where)
         tls = (self.tls.mode, self.tls.ca) if self.tls else None
-        source = MariaDbPipeSource(self.connect_args(), tls, session_init, key if sliced else None)
+        source = MariaDbPipeSource(self.connect_args(), tls, session_init, key if slicing else None,
+                                   slicing or "value")
         return Pipe(source, [f"SELECT {line} FROM {query} WHERE {p}" for p in predicates], "csv")
 
     def lake_columns(self, shape: TableShape) -> list:
@@ -331,6 +332,15 @@ def copy_line(shape: TableShape) -> str:
             v = f"CONCAT({quote}, REPLACE({v}, {quote}, CONCAT({quote}, {quote})), {quote})"
         pieces.append(f"IFNULL({v}, '')")
     return f"CONCAT_WS(_utf8mb4 X'09', {', '.join(pieces)})"
+
+
+def _keyset_type(pg_type: str) -> bool:
+    """A key read in slices by its own order (load.mariadb_pipe): one whose MAX(), ORDER BY and `>`
+    against a session variable agree — strings under their collation (varchar, char), bytes,
+    fractional decimals, dates and date-times. Not enum or set (MAX compares their labels, ORDER BY
+    their numbers), text and blob keys (a prefix index cannot give their order)."""
+    return (pg_type.startswith(("character varying(", "character(", "timestamp(")) or pg_type in ("bytea", "date")
+            or re.fullmatch(r"numeric\(\d+,[1-9]\d*\)", pg_type) is not None)
 
 
 def _integer_type(pg_type: str) -> bool:

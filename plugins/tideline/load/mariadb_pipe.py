@@ -4,9 +4,11 @@ CSV), and the lines stream into the target's COPY FROM STDIN — no Spark JDBC, 
 Python (tests/bench/full_load_mariadb.py).
 
 pymysql costs ~4 µs of Python per row it parses, more than MariaDB spends printing it; so a
-partition whose key is one integer column is read in key slices of a few MB, each slice one
-GROUP_CONCAT row: MariaDB does the work, Python hands ~4 MB at a time to the target. Other
-partitions stream one row per line. Every read runs in the partition's own consistent snapshot
+partition whose key is one column is read in key slices of a few MB, each slice one GROUP_CONCAT
+row: MariaDB does the work, Python hands ~4 MB at a time to the target. An integer key is cut by
+value; a string, bytes, decimal or date-time key by its own order (keyset: the slice ends at the
+largest of its next n keys, found in the key's index, kept in a session variable so it compares
+under the column's collation). Other partitions stream one row per line. Every read runs in the partition's own consistent snapshot
 (`session_init`, engines.mariadb explains why that is exact). Kept light: executors import it."""
 from __future__ import annotations
 
@@ -61,8 +63,9 @@ class MariaDbPipeSource:
     read statement selects `tideline_line` (and the slice key) over the rows of its key range."""
 
     def __init__(self, connect: dict, tls: tuple[str, str | None] | None, session_init: str | None,
-                 slice_key: str | None):
+                 slice_key: str | None, slicing: str = "value"):
         self.connect, self.tls, self.session_init, self.slice_key = connect, tls, session_init, slice_key
+        self.slicing = slicing   # "value" (an integer key) or "keyset" (any key with an order)
 
     def pipe_into(self, read_sql: str, target_cur, copy_in_sql: str) -> PipeResult:
         import psycopg2
@@ -76,7 +79,8 @@ class MariaDbPipeSource:
                     cur.execute(self.session_init)
                     while cur.nextset():
                         pass
-            lines = _Lines(self._slices(conn, read_sql) if self.slice_key else self._rows(conn, read_sql))
+            read = (self._rows if not self.slice_key else self._keyset if self.slicing == "keyset" else self._slices)
+            lines = _Lines(read(conn, read_sql))
             try:
                 target_cur.copy_expert(copy_in_sql, lines, size=CHUNK)
             except psycopg2.Error:
@@ -98,6 +102,49 @@ class MariaDbPipeSource:
             yield len(rows), b"\n".join(r[0] for r in rows) + b"\n"
         cur.close()
 
+    @staticmethod
+    def _slice_limits(cur, packet: int) -> tuple[int, int]:
+        """(the longest value a slice may be, the size slices aim at), group_concat_max_len set."""
+        limit = min(int(packet) - 4096, SLICE_VALUE_MAX)
+        cur.execute(f"SET SESSION group_concat_max_len = {limit}")
+        return limit, max(1, min(SLICE_BYTES, limit // 4))
+
+    @staticmethod
+    def _too_large(key, limit: int, packet: int) -> SliceTooLarge:
+        key = key.decode(errors="replace") if isinstance(key, bytes) else key
+        return SliceTooLarge(f"the row of key {key} is longer as COPY text than one value MariaDB sends "
+                             f"({limit:,} bytes, from max_allowed_packet {packet:,}); raise max_allowed_packet "
+                             f"on the source")
+
+    def _keyset(self, conn, read_sql: str):
+        """The partition's lines in slices of its next n keys in the key's order, each one
+        GROUP_CONCAT value of about SLICE_BYTES; a slice cut short is read again with fewer keys."""
+        key = self.slice_key
+        part = f"({read_sql}) AS tideline_part"
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@max_allowed_packet")
+            packet = cur.fetchone()[0]
+            limit, target = self._slice_limits(cur, packet)
+            after, n = "", FIRST_SLICE_KEYS
+            while True:
+                cur.execute(f"SET @tideline_hi = (SELECT MAX({key}) FROM (SELECT {key} FROM {part}{after} "
+                            f"ORDER BY {key} LIMIT {n}) AS tideline_keys)")
+                cur.execute(f"SELECT GROUP_CONCAT(tideline_line SEPARATOR '\\n'), COUNT(*), @tideline_hi IS NULL "
+                            f"FROM {part}{after or ' WHERE TRUE'} AND {key} <= @tideline_hi")
+                data, rows, done = cur.fetchone()
+                if done:
+                    return
+                if rows and len(data) > limit - 4:   # cut short (see _slices)
+                    if n == 1:
+                        cur.execute("SELECT @tideline_hi")
+                        raise self._too_large(cur.fetchone()[0], limit, packet)
+                    n = max(1, min(n // 2, n * target // limit))
+                    continue
+                yield rows, data + b"\n"
+                cur.execute("SET @tideline_lo = @tideline_hi")
+                after = f" WHERE {key} > @tideline_lo"
+                n = max(1, min(n * 8, int(n * target / len(data))))
+
     def _slices(self, conn, read_sql: str):
         """The partition's lines in key slices, each one GROUP_CONCAT value of about SLICE_BYTES;
         a slice cut short by group_concat_max_len is read again narrower — never passed on."""
@@ -108,9 +155,7 @@ class MariaDbPipeSource:
             lo, hi, packet = cur.fetchone()
             if lo is None:
                 return
-            limit = min(int(packet) - 4096, SLICE_VALUE_MAX)
-            target = max(1, min(SLICE_BYTES, limit // 4))
-            cur.execute(f"SET SESSION group_concat_max_len = {limit}")
+            limit, target = self._slice_limits(cur, packet)
             at, hi, width = int(lo), int(hi), FIRST_SLICE_KEYS
             while at <= hi:
                 end = at + width
@@ -121,9 +166,7 @@ class MariaDbPipeSource:
                 # character's start; a line may hold newlines, so they cannot be counted)
                 if rows and len(data) > limit - 4:
                     if width == 1:
-                        raise SliceTooLarge(f"the row of key {at} is longer as COPY text than one value MariaDB "
-                                            f"sends ({limit:,} bytes, from max_allowed_packet {packet:,}); raise "
-                                            f"max_allowed_packet on the source")
+                        raise self._too_large(at, limit, packet)
                     width = max(1, min(width // 2, width * target // limit))   # it held at least `limit`
                     continue
                 if rows:
