@@ -657,6 +657,15 @@ def test_keys_of_strings_bytes_decimals_and_date_times_are_read_in_slices_of_the
                     landed[name] = sorted(r[0] for r in cur.fetchall())
             assert landed["sliced"] == landed["streamed"] and len(set(landed["sliced"])) == count, t
             target.rollback()
+            # a row longer than a slice's value may be: the read stops, naming that row's key
+            monkeypatch.setattr(mariadb_pipe, "SLICE_VALUE_MAX", 8_000)
+            too_long = pytest.raises(mariadb_pipe.SliceTooLarge, match=r"the row of key .+ is longer")
+            with target.cursor() as cur, too_long:
+                cur.execute(f"CREATE TEMP TABLE {t}_long ({', '.join(f'{c.name} {c.type}' for c in shape.columns)})")
+                for read in pipe.reads:
+                    pipe.source.pipe_into(read, cur, f"COPY {t}_long FROM STDIN{copy_options(pipe.copy_format)}")
+            target.rollback()
+            monkeypatch.setattr(mariadb_pipe, "SLICE_VALUE_MAX", 30_000)
             src.close()
     finally:
         target.close()

@@ -192,8 +192,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         line = f"{copy_line(shape)} AS tideline_line{f', {key}' if slicing else ''}"
         query = self.read_query(conn, shape, where)
         tls = (self.tls.mode, self.tls.ca) if self.tls else None
-        source = MariaDbPipeSource(self.connect_args(), tls, session_init, key if slicing else None,
-                                   slicing or "value")
+        source = MariaDbPipeSource(self.connect_args(), tls, session_init, key if slicing else None, slicing)
         return Pipe(source, [f"SELECT {line} FROM {query} WHERE {p}" for p in predicates], "csv")
 
     def lake_columns(self, shape: TableShape) -> list:

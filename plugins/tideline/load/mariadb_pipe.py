@@ -8,8 +8,9 @@ partition whose key is one column is read in key slices of a few MB, each slice 
 row: MariaDB does the work, Python hands ~4 MB at a time to the target. An integer key is cut by
 value; a string, bytes, decimal or date-time key by its own order (keyset: the slice ends at the
 largest of its next n keys, found in the key's index, kept in a session variable so it compares
-under the column's collation). Other partitions stream one row per line. Every read runs in the partition's own consistent snapshot
-(`session_init`, engines.mariadb explains why that is exact). Kept light: executors import it."""
+under the column's collation). Other partitions stream one row per line. Every read runs in the
+partition's own consistent snapshot (`session_init`, engines.mariadb explains why that is exact).
+Kept light: executors import it."""
 from __future__ import annotations
 
 from tideline.load.copy_pipe import CHUNK, PipeResult
@@ -63,9 +64,10 @@ class MariaDbPipeSource:
     read statement selects `tideline_line` (and the slice key) over the rows of its key range."""
 
     def __init__(self, connect: dict, tls: tuple[str, str | None] | None, session_init: str | None,
-                 slice_key: str | None, slicing: str = "value"):
+                 slice_key: str | None, slicing: str | None = "value"):
         self.connect, self.tls, self.session_init, self.slice_key = connect, tls, session_init, slice_key
-        self.slicing = slicing   # "value" (an integer key) or "keyset" (any key with an order)
+        # with a slice key: "value" (an integer key) or "keyset" (any key with an order)
+        self.slicing = slicing if slice_key else None
 
     def pipe_into(self, read_sql: str, target_cur, copy_in_sql: str) -> PipeResult:
         import psycopg2
@@ -79,7 +81,7 @@ class MariaDbPipeSource:
                     cur.execute(self.session_init)
                     while cur.nextset():
                         pass
-            read = (self._rows if not self.slice_key else self._keyset if self.slicing == "keyset" else self._slices)
+            read = {"value": self._slices, "keyset": self._keyset, None: self._rows}[self.slicing]
             lines = _Lines(read(conn, read_sql))
             try:
                 target_cur.copy_expert(copy_in_sql, lines, size=CHUNK)
@@ -136,7 +138,7 @@ class MariaDbPipeSource:
                     return
                 if rows and len(data) > limit - 4:   # cut short (see _slices)
                     if n == 1:
-                        cur.execute("SELECT @tideline_hi")
+                        cur.execute("SELECT CAST(@tideline_hi AS CHAR)")   # bytes: pymysql converts no type here
                         raise self._too_large(cur.fetchone()[0], limit, packet)
                     n = max(1, min(n // 2, n * target // limit))
                     continue
