@@ -84,7 +84,8 @@ def submit(args: list[str], env: dict, store, cfg=None, kind: str | None = None)
     plain job): (seconds, peak RSS MB, output)."""
     if cfg is not None:
         env = dict(env, **cfg.spark.job_env(kind))
-    conf = driver_conf(cfg.job_conf(kind) if cfg is not None else {}, environ=env)
+    conf = driver_conf(cfg.job_conf(kind, writes_in_jvm=store.capabilities().writes_in_jvm) if cfg is not None
+                       else {}, environ=env)
     started = time.monotonic()
     proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
                              *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")],

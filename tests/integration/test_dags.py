@@ -249,6 +249,16 @@ def test_bad_params_are_rejected_before_any_work(airflow_env, source_db, pipelin
     assert all(s in (None, "upstream_failed", "skipped") for k, s in states.items() if k != "check_params")
 
 
+def test_a_lake_pipelines_stream_is_submitted_with_the_jvms_optimizing_compiler(airflow_env, pipelines, unique_name):
+    """Its MERGEs run in the stream's JVM (a PostgreSQL target's stream JVM only reads Kafka, and
+    compiles with C1 alone): the DAG asks the target's capabilities, not its kind."""
+    pipelines.make([{"name": "orders"}], create_topics=False,
+                   target={"kind": "iceberg", "catalog": "tideline_lake", "namespace": unique_name})
+    stream = load_dag(f"sync_{unique_name}").get_task("incremental")
+    options = stream.conf["spark.driver.extraJavaOptions"]
+    assert "-XX:+UseSerialGC" in options and "TieredStopAtLevel" not in options, options
+
+
 def test_broken_pipeline_file_is_an_import_error_that_spares_the_others(airflow_env, pipelines, unique_name):
     from airflow.dag_processing.dagbag import DagBag
     pipelines.make([{"name": f"{unique_name}_ok"}], create_topics=False)

@@ -56,6 +56,9 @@ def test_jobs_hold_capped_cores_on_a_cluster_and_the_pipeline_conf_wins():
                                            "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
                                            "spark.task.maxDirectResultSize": str(64 << 20)}
     assert cfg.spark.job_conf("load") == {"spark.cores.max": "4"}
+    # a target whose writes are Spark jobs (an Iceberg MERGE) keeps the JVM's optimizing compiler
+    assert cfg.job_conf("stream", writes_in_jvm=True)["spark.driver.extraJavaOptions"] == \
+        "-XX:+UseSerialGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
     cfg.spark.conf["spark.cores.max"] = "6"
     assert cfg.spark.job_conf("stream")["spark.cores.max"] == "6"
     # a stream of more topic partitions than Spark caches consumers for keeps one each

@@ -45,9 +45,10 @@ def _submit(cfg: PipelineConfig, kind: str) -> dict:
     """How the DAG submits a Spark job of one kind (load | stream | batch): the pipeline's Spark
     connection and Airflow connections, the kind's Spark settings and memory environment."""
     from tideline import targets
-    jars = ",".join(filter(None, [os.environ.get("TIDELINE_SPARK_JARS", ""),
-                                  *targets.target_class(cfg.target.kind).spark_jars()]))
-    return dict(conn_id=cfg.spark.conn_id, pipeline_conn_ids=_conn_ids(cfg), conf=cfg.job_conf(kind),
+    target = targets.target_class(cfg.target.kind)
+    jars = ",".join(filter(None, [os.environ.get("TIDELINE_SPARK_JARS", ""), *target.spark_jars()]))
+    return dict(conn_id=cfg.spark.conn_id, pipeline_conn_ids=_conn_ids(cfg),
+                conf=cfg.job_conf(kind, writes_in_jvm=target.capabilities().writes_in_jvm),
                 env_vars=cfg.spark.job_env(kind), jars=jars)
 
 

@@ -141,10 +141,11 @@ class PipelineConfig(_Model):
         raise ConfigError(f"pipeline {self.name}", [("tables", f"no table {name!r}; the pipeline has "
                                                                f"{', '.join(t.name for t in self.tables)}")])
 
-    def job_conf(self, kind: str) -> dict[str, str]:
+    def job_conf(self, kind: str, writes_in_jvm: bool = False) -> dict[str, str]:
         """The Spark settings of one of this pipeline's jobs (SparkSettings.job_conf, sized to the
-        topic partitions its stream reads)."""
-        return self.spark.job_conf(kind, topic_partitions=len(self.tables) * self.kafka.partitions)
+        topic partitions its stream reads; `writes_in_jvm`: its target's Capabilities say so)."""
+        return self.spark.job_conf(kind, topic_partitions=len(self.tables) * self.kafka.partitions,
+                                   writes_in_jvm=writes_in_jvm)
 
     def topic(self, table: str) -> str:
         """Debezium's topic for a source table (topic_name)."""

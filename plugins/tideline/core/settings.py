@@ -117,12 +117,17 @@ RETRY_WAIT_MS = 10_000   # Debezium's retriable.restart.connector.wait.ms (its d
 
 # A stream's driver JVM: the serial collector (see job_conf); a heap that grows only while under
 # 10% of it is free after a collection and gives back what is over 30% free — a batch's raw records
-# are garbage right after it, and Java's defaults (40%/70%) kept the heap larger for nothing; and
-# the client compiler only (C1): C2's compilations cost a 2-core host more than its faster code
-# gives back. Measured on 2 cores: backlog of 2M events, driver JVM peak ~960 -> ~760 MB at the
-# same speed (tests/bench/incremental.py); streams at light load, JVM 592-685 -> 522 MB and 30% ->
-# 17% of a core each (tests/bench/capacity.py). A pipeline's spark.conf can set other options.
-STREAM_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30 -XX:TieredStopAtLevel=1"
+# are garbage right after it, and Java's defaults (40%/70%) kept the heap larger for nothing.
+# A pipeline's spark.conf can set other options.
+STREAM_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+# ... and the client compiler only (C1) when the JVM only reads the batches (the target's writes are
+# not Spark jobs: targets.Capabilities.writes_in_jvm): C2's compilations cost a 2-core host more
+# than its faster code gives back. Measured on 2 cores: backlog of 2M events, driver JVM peak ~960
+# -> ~760 MB at the same speed (tests/bench/incremental.py); streams at light load, JVM 592-685 ->
+# 522 MB and 30% -> 17% of a core each (tests/bench/capacity.py). Where the JVM writes (an Iceberg
+# MERGE), C1's code is what the stream waits for: a MERGE of ~258,000 changes 8.7 -> 6.3 s, of 90
+# changes 2.3-3.9 -> 1.8-2.2 s (tests/bench/iceberg.py).
+CLIENT_COMPILER_ONLY = "-XX:TieredStopAtLevel=1"
 
 
 CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
@@ -145,8 +150,9 @@ class SparkSettings(_Model):
                                           "streams x stream_cores + the loads' cores, or a job waits for cores")
     conf: dict[str, str] = Field(default_factory=dict)
 
-    def job_conf(self, kind: str, topic_partitions: int = 0) -> dict[str, str]:
-        """The Spark settings of one job kind (stream | load | batch). On a standalone cluster an
+    def job_conf(self, kind: str, topic_partitions: int = 0, writes_in_jvm: bool = False) -> dict[str, str]:
+        """The Spark settings of one job kind (stream | load | batch), for a target whose writes
+        are Spark jobs or not (`writes_in_jvm`). On a standalone cluster an
         application takes every free core unless capped, so a first stream would starve the
         rest (local mode ignores the cap). A stream's driver runs the serial collector: it lives
         for days applying batches one after another, and G1's regions and threads cost it ~250 MB
@@ -154,7 +160,8 @@ class SparkSettings(_Model):
         pipeline's own `conf` wins."""
         conf = {"spark.cores.max": str(self.stream_cores if kind == "stream" else self.parallelism)}
         if kind == "stream":
-            conf["spark.driver.extraJavaOptions"] = STREAM_JAVA_OPTIONS
+            conf["spark.driver.extraJavaOptions"] = (STREAM_JAVA_OPTIONS if writes_in_jvm
+                                                     else f"{STREAM_JAVA_OPTIONS} {CLIENT_COMPILER_ONLY}")
             # The per-run checkpoint through Hadoop's FileSystem API: the default FileContext one
             # forks `readlink` (and, for its .crc files, `chmod`) of a driver JVM for every
             # checkpoint file without Hadoop's native library — several per batch. This one still

@@ -26,6 +26,7 @@ from tideline.load.lake_load import commit_snapshot
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
 from tideline.core.errors import FencedError, LoadVerificationError, SourceError, TidelineError
+from tideline.core.settings import CLIENT_COMPILER_ONLY
 from tideline.core.table_shape import TableShape
 from tideline.engines import SourceEngine
 from tideline.spark_session import local_cores, session_ready
@@ -55,7 +56,7 @@ DRIVER_COPY_MAX_ROWS = 50_000
 # schedules tasks, and C2's compilations cost a 2-core host more than its faster code gives back
 # (tests/bench/many_tables.py, 200 tables: the job's processes 10.9-11.8 -> 8.2-8.7 s of CPU,
 # 26.1-27.4 -> 24.7-25.8 s). Not when the JVM moves the rows (Spark JDBC, an Iceberg write).
-PIPED_LOAD_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+PIPED_LOAD_JAVA_OPTIONS = CLIENT_COMPILER_ONLY
 
 
 def piped_load_conf(source: Conn, target_kind: str) -> dict[str, str]:
@@ -63,8 +64,7 @@ def piped_load_conf(source: Conn, target_kind: str) -> dict[str, str]:
     kind's (SparkSettings.job_conf; the pipeline's own spark.conf wins over both): the lean driver
     JVM when every row goes source -> target as a COPY piped by Python (in local mode the driver's
     JVM is the executor too, so only then)."""
-    piped = (engines.for_source(source).pipes_copy
-             and targets.target_class(target_kind).capabilities().snapshot_publish == "shadow_swap")
+    piped = engines.for_source(source).pipes_copy and not targets.target_class(target_kind).capabilities().writes_in_jvm
     return {"spark.driver.extraJavaOptions": PIPED_LOAD_JAVA_OPTIONS} if piped else {}
 
 

@@ -59,7 +59,7 @@ class IcebergTarget(PostgresValues, StagedChanges, Target):
         # events per batch carry 47,969-51,395 events/s sustained where 200,000 carried 31,250
         # (tests/bench/iceberg.py, peak RSS 1,363 -> 1,605-1,659 MB; stream.max_batch_mb still bounds a batch).
         return Capabilities(holds_state=False, snapshot_publish="commit", copy_in=False, maintenance=True,
-                            concurrent_loads=False, batch_events=500_000)
+                            concurrent_loads=False, batch_events=500_000, writes_in_jvm=True)
 
     @property
     def catalog(self) -> str:
