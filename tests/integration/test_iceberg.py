@@ -387,14 +387,18 @@ def test_columns_added_and_widened_at_the_source_evolve_the_iceberg_table_and_ot
         cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}], capture=True)
         FullLoad(cfg, spark).run([t])
         with source_db.cursor() as cur:
-            cur.execute(f"ALTER TABLE public.{t} ADD COLUMN note text, ALTER COLUMN n TYPE bigint, "
-                        f"ALTER COLUMN f TYPE double precision, ALTER COLUMN amount TYPE numeric(20,2)")
-            cur.execute(f"INSERT INTO public.{t} VALUES (501, 9007199254740993, 0.1, 123456789012345678.99, 'new')")
-            cur.execute(f"UPDATE public.{t} SET note = 'noted' WHERE id <= 5")
+            cur.execute(f"ALTER TABLE public.{t} ADD COLUMN note text, ADD COLUMN tags bigint[], "
+                        f"ALTER COLUMN n TYPE bigint, ALTER COLUMN f TYPE double precision, "
+                        f"ALTER COLUMN amount TYPE numeric(20,2)")
+            cur.execute(f"INSERT INTO public.{t} VALUES (501, 9007199254740993, 0.1, 123456789012345678.99, 'new', "
+                        f"'{{-9223372036854775808,NULL,7}}')")
+            cur.execute(f"UPDATE public.{t} SET note = 'noted', tags = '{{}}' WHERE id <= 5")
         stream_until_equal(cfg, spark, source_db, lake, [t])
         table = lake.pyiceberg_catalog().load_table((unique_name, t))
         assert {f.name: str(f.field_type) for f in table.schema().fields} == {
-            "id": "int", "n": "long", "f": "double", "amount": "decimal(20, 2)", "note": "string"}
+            "id": "int", "n": "long", "f": "double", "amount": "decimal(20, 2)", "note": "string",
+            "tags": "list<long>"}
+        assert table.metadata.format_version == 3   # its deletes are deletion vectors
         # a widening PostgreSQL applies but an Iceberg decimal cannot (its scale): the table halts, named
         with source_db.cursor() as cur:
             cur.execute(f"ALTER TABLE public.{t} ALTER COLUMN amount TYPE numeric(22,4)")

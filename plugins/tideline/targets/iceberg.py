@@ -34,9 +34,13 @@ log = logging.getLogger("tideline.targets.iceberg")
 # the table's columns as the source declares them ([name, type, not null, generated]): how the
 # stream decodes each column's events and what schema drift compares with
 COLUMNS_PROPERTY = "tideline.columns"
-# merge-on-read: a commit of changes writes delete files, not a rewrite of the data files it touches
-# every commit also writes a metadata file: keep the last 50, not one per commit forever
-TABLE_PROPERTIES = {"format-version": "2", "write.delete.mode": "merge-on-read",
+# merge-on-read: a commit of changes writes delete files, not a rewrite of the data files it touches.
+# Format version 3: those deletes are deletion vectors (one bitmap per data file, merged by each
+# commit) instead of position delete files every later MERGE's scan of the table must read and sort:
+# a MERGE of 180,000 changes into a 250,000-row table 3.6-3.7 -> 2.3-2.5 s, of 90 changes after a
+# few big ones 1.5-2.0 -> 0.7-0.9 s (one local session). PyIceberg reads them.
+# Every commit also writes a metadata file: keep the last 50, not one per commit forever.
+TABLE_PROPERTIES = {"format-version": "3", "write.delete.mode": "merge-on-read",
                     "write.update.mode": "merge-on-read", "write.merge.mode": "merge-on-read",
                     "write.metadata.delete-after-commit.enabled": "true",
                     "write.metadata.previous-versions-max": "50"}
@@ -94,7 +98,7 @@ class IcebergTarget(PostgresValues, StagedChanges, Target):
                 f"{k}.jdbc.user": c.login or "", f"{k}.jdbc.password": c.password or "",
                 f"{k}.warehouse": self.warehouse, f"{k}.jdbc.schema-version": "V1",
                 # every statement sees the table's newest metadata: the stream's commits check what
-                # landed before them, and schema changes are made through PyIceberg
+                # landed before them (and a schema change, committed through Iceberg's API)
                 f"{k}.cache-enabled": "false",
                 # a pooled connection the catalog database ended (a restart: admin/crash shutdown) is
                 # replaced and the call retried; Iceberg retries only the 08xxx states by itself
@@ -299,15 +303,15 @@ class IcebergTarget(PostgresValues, StagedChanges, Target):
 
     def evolve(self, cur, schema: str, table: str, drift) -> None:
         """Added columns and Iceberg's type promotions (int to long, float to double, a decimal's
-        precision) in one schema commit with the columns property; anything else halts the table."""
-        from pyiceberg import types as it
+        precision) in one commit with the columns property (Iceberg's own API in the stream's Spark
+        session: PyIceberg writes no format version 3 metadata); anything else halts the table."""
         label = f"{schema}.{table}"
         for c in drift.add:
             if c.default is not None:
                 raise ResnapshotRequired(
                     f"table {label}, column {c.name}: added at the source with the default {c.default}, which the "
-                    f"existing rows hold without change events; an Iceberg v2 table cannot give its existing rows a "
-                    f"value without rewriting them, so the table is reloaded by itself.", table=table)
+                    f"existing rows hold without change events; Tideline does not give an Iceberg table's existing "
+                    f"rows a value without rewriting them, so the table is reloaded by itself.", table=table)
         promote = []
         for name, old, new in drift.widen:
             now = lake_types.iceberg_widening(old, new)
@@ -322,39 +326,34 @@ class IcebergTarget(PostgresValues, StagedChanges, Target):
                 f"({was}) cannot become {wanted} without rewriting its values (Iceberg widens int to long, float "
                 f"to double and a decimal's precision only). The table is HALTED at its last committed batch. To "
                 f"continue: run the sync DAG with action=full_reload for this table.", table=table)
+        if self.spark is None:
+            raise TargetError("the Iceberg target was not given a Spark session (Target.use)")
         t = self.iceberg_table(schema, table)
         declared = json.loads(t.properties[COLUMNS_PROPERTY])
         widened = {name: new for name, _old, new in drift.widen}
         declared = [[n, widened.get(n, ty), nn, g] for n, ty, nn, g in declared] + json.loads(
             columns_property(list(drift.add)))
-        with t.transaction() as tx:
-            with tx.update_schema() as update:
-                for c in drift.add:
-                    update.add_column(c.name, pyiceberg_type(lake_types.lake_column(c).iceberg, it))
-                for name, now in promote:
-                    update.update_column(name, field_type=pyiceberg_type(now, it))
-            tx.set_properties({COLUMNS_PROPERTY: json.dumps(declared)})
+        jvm = self.spark.sparkContext._jvm
+        tx = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            self.spark._jsparkSession, f"{self.catalog}.{schema}.{table}").newTransaction()
+        update = tx.updateSchema()
+        for c in drift.add:
+            update = update.addColumn(c.name, java_iceberg_type(lake_types.lake_column(c).iceberg, jvm))
+        for name, now in promote:
+            update = update.updateColumn(name, java_iceberg_type(now, jvm))
+        update.commit()
+        tx.updateProperties().set(COLUMNS_PROPERTY, json.dumps(declared)).commit()
+        tx.commitTransaction()
 
 
 def columns_property(columns: list[Column]) -> str:
     return json.dumps([[c.name, c.type, c.not_null, c.generated] for c in columns])
 
 
-def _scale(decimal: str) -> int:
-    return int(decimal[8:-1].split(",")[1])
-
-
-def _precision(decimal: str) -> int:
-    return int(decimal[8:-1].split(",")[0])
-
-
-def pyiceberg_type(iceberg: str, it):
-    """A lake_types Iceberg type name as a PyIceberg type."""
-    simple = {"int": it.IntegerType, "long": it.LongType, "float": it.FloatType, "double": it.DoubleType,
-              "boolean": it.BooleanType, "string": it.StringType, "binary": it.BinaryType, "date": it.DateType,
-              "timestamp": it.TimestampType, "timestamptz": it.TimestamptzType}
+def java_iceberg_type(iceberg: str, jvm):
+    """A lake_types Iceberg type name as a type of Iceberg's Java API (a list's element id is
+    assigned by the schema update)."""
+    types = jvm.org.apache.iceberg.types.Types
     if iceberg.startswith("list<"):
-        return it.ListType(element_id=1, element_type=simple[iceberg[5:-1]](), element_required=False)
-    if iceberg.startswith("decimal("):
-        return it.DecimalType(_precision(iceberg), _scale(iceberg))
-    return simple[iceberg]()
+        return types.ListType.ofOptional(0, types.fromPrimitiveString(iceberg[5:-1]))
+    return types.fromPrimitiveString(iceberg)
