@@ -16,9 +16,14 @@ instead, the change stream's rate, and a day of commits before and after mainten
    checked equal to the source (count and an order-independent digest of every row).
 3. A day of commits: `--commits` small batches (one every few minutes is ~240-480 a day), then the
    number of files and a full PyIceberg scan's time, before and after the maintenance job.
+4. Freshness: the incremental job in continuous mode (as the DAG runs it) committing every
+   `--commit-s` seconds while `--fresh-rate` rows/s change; a probe row changes every second, and
+   its delay is until a PyIceberg scan of the table's current snapshot shows it (goal: p95 <= 2x
+   the commit interval).
 Last line:
 RESULT full_load_rows_per_s=<n> plain_spark_rows_per_s=<n> ratio=<full_load/plain> stream_events_per_s=<n>
        stream_sustained_events_per_s=<after the first batch> stream_peak_rss_mb=<n> files_before=<data+delete> files_after=<n> scan_s_before=<x> scan_s_after=<x>
+       commit_interval_s=<x> fresh_p50_s=<x> fresh_p95_s=<x> fresh_p95_ratio=<p95/commit interval>
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import closing
 from pathlib import Path
@@ -49,6 +55,10 @@ from tideline.targets import for_target  # noqa: E402
 
 NAMESPACE = "bench_lake"
 LOAD_PIPELINE, STREAM_PIPELINE, STREAM_TABLE = "benchlake", "benchlakes", "bench_lake_changes"
+# one row whose value the freshness phase sets; committed after STREAM_TABLE in each batch (tables
+# commit in name order), so its delay includes the busy table's MERGE
+PROBE_TABLE = "bench_lake_probe"
+PROBE_TIMEOUT_S = 60
 PLAIN_JOB = '''
 import sys
 from pyspark.sql import SparkSession
@@ -163,14 +173,17 @@ def lake_digest(store) -> tuple[int, str]:
     return digest(list(zip(arrow["id"].to_pylist(), arrow["v"].to_pylist(), arrow["note"].to_pylist())))
 
 
-def stream_pipeline(folder: Path, max_events: int | None = None) -> Path:
+def stream_pipeline(folder: Path, max_events: int | None = None, commit_s: float | None = None) -> Path:
+    stream = {"max_offsets_per_trigger": max_events} if max_events else {}
+    if commit_s:
+        stream["trigger_interval_s"] = commit_s
     (folder / f"{STREAM_PIPELINE}.yaml").write_text(yaml.safe_dump({
         "name": STREAM_PIPELINE, "source": {"conn_id": "tideline_source"},
         "target": {"kind": "iceberg", "catalog": "tideline_lake", "namespace": NAMESPACE},
         "kafka": {"topic_prefix": "benchlakes", "partitions": 2},
-        "stream": {"max_offsets_per_trigger": max_events} if max_events else {},
+        "stream": stream,
         "maintenance": {"snapshot_retention_hours": 0, "orphan_age_hours": 1},
-        "tables": [{"name": STREAM_TABLE}]}))
+        "tables": [{"name": STREAM_TABLE}, {"name": PROBE_TABLE}]}))
     return folder
 
 
@@ -216,6 +229,9 @@ def bench_stream(args, env: dict, store) -> tuple[float, float, float, int, int,
         cur.execute(f"DROP TABLE IF EXISTS {STREAM_TABLE}")
         cur.execute(f"CREATE TABLE {STREAM_TABLE} (id bigint PRIMARY KEY, v bigint NOT NULL, note text)")
         cur.execute(f"INSERT INTO {STREAM_TABLE} SELECT g, g, 'note ' || g FROM generate_series(1, {keys}) g")
+        cur.execute(f"DROP TABLE IF EXISTS {PROBE_TABLE}")
+        cur.execute(f"CREATE TABLE {PROBE_TABLE} (id int PRIMARY KEY, n bigint NOT NULL)")
+        cur.execute(f"INSERT INTO {PROBE_TABLE} VALUES (1, 0)")
     with tempfile.TemporaryDirectory() as tmp:
         folder = stream_pipeline(Path(tmp))
         cfg = load_pipeline(folder / f"{STREAM_PIPELINE}.yaml")
@@ -225,7 +241,7 @@ def bench_stream(args, env: dict, store) -> tuple[float, float, float, int, int,
         from tideline.load.full_load import FullLoad
         from tideline.spark_session import get_session
         spark = get_session("bench-lake", extra_jars=store.spark_jars())
-        FullLoad(cfg, spark).run([STREAM_TABLE])
+        FullLoad(cfg, spark).run([STREAM_TABLE, PROBE_TABLE])
         base = sum(end_offsets(stackctl.kafka_bootstrap(), cfg.topic(STREAM_TABLE)).values())
         log(f"making {args.events:,} changes over {keys:,} keys (60% updates, 20% inserts, 20% deletes)")
         with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
@@ -269,11 +285,80 @@ def bench_stream(args, env: dict, store) -> tuple[float, float, float, int, int,
         if lake_digest(store) != source_digest():
             raise SystemExit("the Iceberg table differs from the source after maintenance")
         log(f"after maintenance ({m_secs:.1f}s end to end): {after}; full scan {scan_after:.2f}s; equal to the source")
+        log(f"freshness: last, a continuous stream committing every {args.commit_s:g}s while the source changes "
+            f"~{args.fresh_rate:,} rows/s, for {args.fresh_seconds:.0f}s")
+        fresh = measure_freshness(stream_pipeline(Path(tmp), commit_s=args.commit_s), env, store, keys,
+                                  args.fresh_rate, args.fresh_seconds)
         spark.stop()
         # the connector and its replication slot go too: a slot left behind pins the source's WAL
         drop_capture(cfg, get_connection("tideline_connect"), get_connection("tideline_source"))
     return (events / secs, steady, peak, before["data_files"] + before["delete_files"],
-            after["data_files"] + after["delete_files"], scan_before, scan_after)
+            after["data_files"] + after["delete_files"], scan_before, scan_after, fresh)
+
+
+def measure_freshness(folder: Path, env: dict, store, keys: int, rate: int, seconds: float) -> tuple[float, float]:
+    """p50 and p95 seconds from a source commit to its row in the Iceberg table, read by PyIceberg
+    (not Spark): the stream runs continuously (as the DAG runs it) at the pipeline's commit
+    interval while `rate` rows/s change in STREAM_TABLE; every ~second the probe row gets a new
+    value, and its delay is the time until a scan of the table's current snapshot shows it (a
+    probe not seen within PROBE_TIMEOUT_S counts as that, it is not dropped)."""
+    env = dict(env, TIDELINE_PIPELINES=str(folder))
+    cfg = load_pipeline(folder / f"{STREAM_PIPELINE}.yaml")
+    conf = driver_conf(cfg.job_conf("stream", writes_in_jvm=store.capabilities().writes_in_jvm), environ=env)
+    proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
+                             *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")],
+                             "--jars", ",".join([env["TIDELINE_SPARK_JARS"], *store.spark_jars()]),
+                             str(ROOT / "spark_jobs" / "incremental.py"), "--pipeline", STREAM_PIPELINE,
+                             "--mode", "continuous"],
+                            env=dict(env, **cfg.spark.job_env("stream")), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    catalog, stop, delays = store.pyiceberg_catalog(), threading.Event(), []
+
+    def probe_value() -> int:
+        rows = catalog.load_table((NAMESPACE, PROBE_TABLE)).scan(selected_fields=("n",)).to_arrow()
+        return rows.column("n")[0].as_py() if rows.num_rows else -1
+
+    def steady_changes():
+        with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+            i, per_tick = 0, max(1, rate // 20)
+            while not stop.is_set():
+                lo = (i * per_tick) % (keys - per_tick)
+                cur.execute(f"UPDATE {STREAM_TABLE} SET v = v + 1 WHERE id > %s AND id <= %s", (lo, lo + per_tick))
+                i += 1
+                time.sleep(0.05)
+
+    load = threading.Thread(target=steady_changes, daemon=True)
+    try:
+        with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+            cur.execute(f"UPDATE {PROBE_TABLE} SET n = -2 WHERE id = 1")
+            deadline = time.time() + 180
+            while probe_value() != -2:   # the stream runs and applies
+                if time.time() > deadline or proc.poll() is not None:
+                    raise SystemExit("the continuous stream did not apply the first probe within 180s")
+                time.sleep(0.2)
+            load.start()
+            n, end = 0, time.time() + seconds
+            while time.time() < end:
+                n += 1
+                cur.execute(f"UPDATE {PROBE_TABLE} SET n = %s WHERE id = 1", (n,))
+                committed = time.time()
+                while probe_value() < n:
+                    if time.time() - committed >= PROBE_TIMEOUT_S:
+                        break
+                    time.sleep(0.05)
+                delays.append(min(time.time() - committed, PROBE_TIMEOUT_S))
+                time.sleep(max(0.0, 1.0 - (time.time() - committed)))
+    finally:
+        stop.set()
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    delays.sort()
+    p50, p95 = delays[len(delays) // 2], delays[min(len(delays) - 1, int(len(delays) * 0.95))]
+    log(f"freshness: {len(delays)} probes, p50 {p50:.2f}s p95 {p95:.2f}s max {delays[-1]:.2f}s")
+    return p50, p95
 
 
 def timed_scan(store) -> float:
@@ -292,6 +377,9 @@ def main() -> int:
     ap.add_argument("--parallelism", type=int, default=4)
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--commits", type=int, default=240)
+    ap.add_argument("--commit-s", type=float, default=5.0, help="the freshness phase's commit interval")
+    ap.add_argument("--fresh-rate", type=int, default=1000, help="rows/s changed during the freshness phase")
+    ap.add_argument("--fresh-seconds", type=float, default=60)
     ap.add_argument("--skip-load", action="store_true")
     ap.add_argument("--skip-stream", action="store_true", help="only the full load against the plain job")
     args = ap.parse_args()
@@ -301,13 +389,15 @@ def main() -> int:
     if not args.skip_load:
         ours, plain, peak_load = bench_load(args, env, store)
     rate = steady = peak = files_before = files_after = scan_before = scan_after = 0
+    fresh = (0.0, 0.0)
     if not args.skip_stream:
-        rate, steady, peak, files_before, files_after, scan_before, scan_after = bench_stream(args, env, store)
+        rate, steady, peak, files_before, files_after, scan_before, scan_after, fresh = bench_stream(args, env, store)
     print(f"RESULT full_load_rows_per_s={ours:.0f} plain_spark_rows_per_s={plain:.0f} "
           f"ratio={ours / plain if plain else 0:.2f} load_peak_rss_mb={peak_load:.0f} stream_events_per_s={rate:.0f} "
           f"stream_sustained_events_per_s={steady:.0f} "
           f"stream_peak_rss_mb={peak:.0f} files_before={files_before} files_after={files_after} "
-          f"scan_s_before={scan_before:.2f} scan_s_after={scan_after:.2f}")
+          f"scan_s_before={scan_before:.2f} scan_s_after={scan_after:.2f} commit_interval_s={args.commit_s:g} "
+          f"fresh_p50_s={fresh[0]:.2f} fresh_p95_s={fresh[1]:.2f} fresh_p95_ratio={fresh[1] / args.commit_s:.2f}")
     return 0
 
 
