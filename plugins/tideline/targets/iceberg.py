@@ -134,6 +134,12 @@ class IcebergTarget(PostgresValues, StagedChanges, Target):
     def table_id(self, schema: str, table: str) -> str:
         return f"{self.catalog}.`{schema}`.`{table}`"
 
+    def java_table(self, spark, schema: str, table: str):
+        """The table in Iceberg's Java API, for what Spark SQL does not offer (actions, a schema
+        transaction)."""
+        return spark.sparkContext._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            spark._jsparkSession, self.table_id(schema, table))
+
     # ---------------------------------------------------------------- tables
     def prepare_schema(self, conn, schema: str, label: str) -> None:
         """Namespaces are made by the Spark write (write_snapshot): nothing to do in the catalog's database."""
@@ -326,16 +332,14 @@ class IcebergTarget(PostgresValues, StagedChanges, Target):
                 f"({was}) cannot become {wanted} without rewriting its values (Iceberg widens int to long, float "
                 f"to double and a decimal's precision only). The table is HALTED at its last committed batch. To "
                 f"continue: run the sync DAG with action=full_reload for this table.", table=table)
-        if self.spark is None:
-            raise TargetError("the Iceberg target was not given a Spark session (Target.use)")
         t = self.iceberg_table(schema, table)
         declared = json.loads(t.properties[COLUMNS_PROPERTY])
         widened = {name: new for name, _old, new in drift.widen}
         declared = [[n, widened.get(n, ty), nn, g] for n, ty, nn, g in declared] + json.loads(
             columns_property(list(drift.add)))
-        jvm = self.spark.sparkContext._jvm
-        tx = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-            self.spark._jsparkSession, f"{self.catalog}.{schema}.{table}").newTransaction()
+        spark = self.session()
+        jvm = spark.sparkContext._jvm
+        tx = self.java_table(spark, schema, table).newTransaction()
         update = tx.updateSchema()
         for c in drift.add:
             update = update.addColumn(c.name, java_iceberg_type(lake_types.lake_column(c).iceberg, jvm))

@@ -159,13 +159,14 @@ class LakeApply:
         string a quoted one; booleans are t/f. Bytes (bytea's hex) and lists (as JSON) are the
         Python-converted exceptions."""
         names = [OP, PART, OFF, KEY] + [f"{x}{i}" for i in range(len(self.lake)) for x in "cru"]
-        types = {OP: pa.string(), PART: pa.int32(), OFF: pa.int64(), KEY: pa.string()}
-        for i, lake in enumerate(self.lake):
-            typ = arrow_type(lake)
-            types.update({f"c{i}": pa.string() if pa.types.is_binary(typ) or pa.types.is_list(typ) else typ,
-                          f"r{i}": pa.bool_(), f"u{i}": pa.bool_()})
+        typed = {f"c{i}": arrow_type(lake) for i, lake in enumerate(self.lake)}
+        as_text = [n for n, t in typed.items() if pa.types.is_binary(t) or pa.types.is_list(t)]
+        types = {OP: pa.string(), PART: pa.int32(), OFF: pa.int64(), KEY: pa.string()}   # as the CSV is read
+        for i in range(len(self.lake)):
+            c = f"c{i}"
+            types.update({c: pa.string() if c in as_text else typed[c], f"r{i}": pa.bool_(), f"u{i}": pa.bool_()})
         if not data:
-            return pa.table({n: pa.array([], types[n]) for n in names})
+            return pa.table({n: pa.array([], typed.get(n, types[n])) for n in names})
         table = pacsv.read_csv(
             pa.py_buffer(data),
             read_options=pacsv.ReadOptions(column_names=names, block_size=len(data) + 1),   # rows of any size
@@ -173,21 +174,19 @@ class LakeApply:
             convert_options=pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True,
                                                  quoted_strings_can_be_null=False, true_values=["t"],
                                                  false_values=["f"]))
-        for i, lake in enumerate(self.lake):
-            typ = arrow_type(lake)
+        for n in as_text:
+            typ, texts = typed[n], table.column(n).to_pylist()
             if pa.types.is_binary(typ):
-                values = [None if v is None else bytes.fromhex(v[2:]) for v in table.column(f"c{i}").to_pylist()]
-            elif pa.types.is_list(typ) and pa.types.is_floating(typ.value_type):
+                values = [None if v is None else bytes.fromhex(v[2:]) for v in texts]
+            elif pa.types.is_floating(typ.value_type):
                 # every element through float() of its text: -0 keeps its sign, NaN and the
                 # infinities come as JSON strings
                 values = [None if v is None else [None if x is None else float(x)
                                                   for x in json.loads(v, parse_int=str, parse_float=str)]
-                          for v in table.column(f"c{i}").to_pylist()]
-            elif pa.types.is_list(typ):
-                values = [None if v is None else json.loads(v) for v in table.column(f"c{i}").to_pylist()]
+                          for v in texts]
             else:
-                continue
-            table = table.set_column(table.schema.get_field_index(f"c{i}"), f"c{i}", pa.array(values, typ))
+                values = [None if v is None else json.loads(v) for v in texts]
+            table = table.set_column(names.index(n), n, pa.array(values, typ))
         return table
 
     def _undecodable(self, cur, exc) -> FailedEvent:

@@ -29,7 +29,7 @@ def maintain_table(store, spark, schema: str, table: str, settings, fence) -> di
     actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(jspark)
     started = time.monotonic()
     with fence():
-        ice = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(jspark, name)
+        ice = store.java_table(spark, schema, table)
         (actions.rewriteDataFiles(ice)
          .option("delete-file-threshold", "1")        # a file with any deleted row is rewritten without it
          .option("remove-dangling-deletes", "true")
@@ -38,7 +38,7 @@ def maintain_table(store, spark, schema: str, table: str, settings, fence) -> di
          .execute())
         # the delete files the rewrite left pointing at rewritten files (measured: Iceberg 1.10's
         # remove-dangling-deletes left them) go, and the rest are packed per data file
-        ice = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(jspark, name)
+        ice = store.java_table(spark, schema, table)
         actions.rewritePositionDeletes(ice).option("rewrite-all", "true").execute()
     compact_s = time.monotonic() - started
     now_ms = int(time.time() * 1000)
@@ -46,7 +46,7 @@ def maintain_table(store, spark, schema: str, table: str, settings, fence) -> di
     cutoff = now_ms - int(settings.snapshot_retention_hours * 3600 * 1000)
     if stamped is not None:   # keep the snapshot the stream resumes from, and everything after it
         cutoff = min(cutoff, stamped.timestamp_ms)
-    ice = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(jspark, name)
+    ice = store.java_table(spark, schema, table)
     actions.expireSnapshots(ice).expireOlderThan(cutoff).retainLast(1).execute()
     orphans = actions.deleteOrphanFiles(ice).olderThan(now_ms - int(settings.orphan_age_hours * 3600 * 1000)).execute()
     removed = sum(1 for _ in orphans.orphanFileLocations())
