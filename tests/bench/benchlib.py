@@ -87,6 +87,26 @@ class Drain(threading.Thread):
         return self.path.read_text()[-chars:] if self.path.exists() else ""
 
 
+class SteadyLoad(threading.Thread):
+    """~rate row changes per second on a source table (`column = column + 1` over its keys 1..keys
+    in turn), in small transactions, until `stop` is set."""
+
+    def __init__(self, table: str, column: str, keys: int, rate: int):
+        super().__init__(daemon=True)
+        self.table, self.column, self.keys, self.rate, self.stop = table, column, keys, rate, threading.Event()
+
+    def run(self):
+        with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+            i = 0
+            per_tick = max(1, self.rate // 20)
+            while not self.stop.is_set():
+                lo = (i * per_tick) % (self.keys - per_tick)
+                cur.execute(f"UPDATE {self.table} SET {self.column} = {self.column} + 1 WHERE id > %s AND id <= %s",
+                            (lo, lo + per_tick))
+                i += 1
+                time.sleep(0.05)
+
+
 def digests(db: str, schema: str, tables: list[str]) -> dict[str, tuple]:
     """Each table's row count and an order-independent digest of its rows' text, to check a copy."""
     with closing(pg(stackctl.DATABASES[db])) as conn, conn.cursor() as cur:

@@ -34,14 +34,13 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from contextlib import closing
 from pathlib import Path
 
 import yaml
 
-from benchlib import ROOT, PeakRss, ensure_topic, pg, run_full_load, stackctl
+from benchlib import ROOT, PeakRss, SteadyLoad, ensure_topic, pg, run_full_load, stackctl
 from full_load import TABLE, ensure_source
 
 os.environ.update(stackctl.environment())
@@ -88,19 +87,26 @@ def drop_namespace(store) -> None:
             catalog.drop_namespace(NAMESPACE)
 
 
-def submit(args: list[str], env: dict, store, cfg=None, kind: str | None = None) -> tuple[float, float, str]:
-    """spark-submit with the stack's and Iceberg's jars and, given a pipeline `cfg`, the settings and
-    memory environment the DAG submits its `kind` of job with (as dag_factory._submit; none for the
-    plain job): (seconds, peak RSS MB, output)."""
+def submit_command(args: list[str], env: dict, store, cfg=None, kind: str | None = None) -> tuple[list[str], dict]:
+    """spark-submit's command line and environment for `args`: the stack's and Iceberg's jars and,
+    given a pipeline `cfg`, the settings and memory environment the DAG submits its `kind` of job
+    with (as dag_factory._submit)."""
     if cfg is not None:
         env = dict(env, **cfg.spark.job_env(kind))
     conf = driver_conf(cfg.job_conf(kind, writes_in_jvm=store.capabilities().writes_in_jvm) if cfg is not None
                        else {}, environ=env)
+    return [str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
+            *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")],
+            "--jars", ",".join([env["TIDELINE_SPARK_JARS"], *store.spark_jars()]), *args], env
+
+
+def submit(args: list[str], env: dict, store, cfg=None, kind: str | None = None) -> tuple[float, float, str]:
+    """spark-submit with the stack's and Iceberg's jars and, given a pipeline `cfg`, the settings and
+    memory environment the DAG submits its `kind` of job with (as dag_factory._submit; none for the
+    plain job): (seconds, peak RSS MB, output)."""
+    command, env = submit_command(args, env, store, cfg, kind)
     started = time.monotonic()
-    proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
-                             *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")],
-                             "--jars", ",".join([env["TIDELINE_SPARK_JARS"], *store.spark_jars()]), *args],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     rss = PeakRss(proc.pid)
     rss.start()
     out, _ = proc.communicate()
@@ -304,30 +310,16 @@ def measure_freshness(folder: Path, env: dict, store, keys: int, rate: int, seco
     it or a later one (a probe not seen within PROBE_TIMEOUT_S counts as that, it is not dropped)."""
     env = dict(env, TIDELINE_PIPELINES=str(folder))
     cfg = load_pipeline(folder / f"{STREAM_PIPELINE}.yaml")
-    conf = driver_conf(cfg.job_conf("stream", writes_in_jvm=store.capabilities().writes_in_jvm), environ=env)
-    proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
-                             *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")],
-                             "--jars", ",".join([env["TIDELINE_SPARK_JARS"], *store.spark_jars()]),
-                             str(ROOT / "spark_jobs" / "incremental.py"), "--pipeline", STREAM_PIPELINE,
-                             "--mode", "continuous"],
-                            env=dict(env, **cfg.spark.job_env("stream")), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    catalog, stop, delays = store.pyiceberg_catalog(), threading.Event(), {}
+    command, env = submit_command([str(ROOT / "spark_jobs" / "incremental.py"), "--pipeline", STREAM_PIPELINE,
+                                   "--mode", "continuous"], env, store, cfg, "stream")
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    catalog, delays = store.pyiceberg_catalog(), {}
 
     def probe_value() -> int:
         rows = catalog.load_table((NAMESPACE, PROBE_TABLE)).scan(selected_fields=("n",)).to_arrow()
         return rows.column("n")[0].as_py() if rows.num_rows else -1
 
-    def steady_changes():
-        with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
-            i, per_tick = 0, max(1, rate // 20)
-            while not stop.is_set():
-                lo = (i * per_tick) % (keys - per_tick)
-                cur.execute(f"UPDATE {STREAM_TABLE} SET v = v + 1 WHERE id > %s AND id <= %s", (lo, lo + per_tick))
-                i += 1
-                time.sleep(0.05)
-
-    load = threading.Thread(target=steady_changes, daemon=True)
+    load = SteadyLoad(STREAM_TABLE, "v", keys, rate)
     try:
         with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
             cur.execute(f"UPDATE {PROBE_TABLE} SET n = -2 WHERE id = 1")
@@ -354,7 +346,7 @@ def measure_freshness(folder: Path, env: dict, store, keys: int, rate: int, seco
                         delays[k] = PROBE_TIMEOUT_S   # counted as the timeout, not dropped
                 time.sleep(0.05)
     finally:
-        stop.set()
+        load.stop.set()
         proc.terminate()
         try:
             proc.wait(60)

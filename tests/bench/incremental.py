@@ -30,7 +30,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from contextlib import closing
 from pathlib import Path
@@ -39,7 +38,7 @@ import psycopg2
 import requests
 import yaml
 
-from benchlib import ROOT, Drain, PeakRss, forget_pipeline, pg, stackctl
+from benchlib import ROOT, Drain, PeakRss, SteadyLoad, forget_pipeline, pg, stackctl
 
 os.environ.update(stackctl.environment())
 
@@ -209,24 +208,6 @@ def run_jdbc_sink(topic: str, tasks: int) -> float:
     return secs
 
 
-class SteadyLoad(threading.Thread):
-    """~rate row changes per second on the source, in small transactions."""
-
-    def __init__(self, keys: int, rate: int):
-        super().__init__(daemon=True)
-        self.keys, self.rate, self.stop = keys, rate, threading.Event()
-
-    def run(self):
-        with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
-            i = 0
-            per_tick = max(1, self.rate // 20)
-            while not self.stop.is_set():
-                lo = (i * per_tick) % (self.keys - per_tick)
-                cur.execute(f"UPDATE {TABLE} SET qty = qty + 1 WHERE id > %s AND id <= %s", (lo, lo + per_tick))
-                i += 1
-                time.sleep(0.05)
-
-
 def measure_latency(pipelines: Path, keys: int, seconds: float) -> tuple[list[float], float, float]:
     probe_id = keys + 10_000_000
     with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
@@ -236,7 +217,7 @@ def measure_latency(pipelines: Path, keys: int, seconds: float) -> tuple[list[fl
     Drain(proc, pipelines / "stream.log").start()
     rss = PeakRss(proc.pid)
     rss.start()
-    load = SteadyLoad(keys, 1000)
+    load = SteadyLoad(TABLE, "qty", keys, 1000)
     lat: list[float] = []
     try:
         with closing(pg(stackctl.DATABASES["target"])) as tgt, tgt.cursor() as tcur:
