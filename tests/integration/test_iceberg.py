@@ -342,6 +342,43 @@ def test_every_type_streams_exactly_and_a_value_iceberg_cannot_hold_halts_only_i
             cur.execute(f"DROP TYPE IF EXISTS {t}_mood")
 
 
+def test_with_dead_letters_a_value_iceberg_cannot_hold_is_recorded_and_the_rest_of_the_batch_commits(
+        spark, source_db, pipelines, unique_name, lake):
+    """stream.on_bad_message: dead_letter: each event carrying a value the Iceberg column cannot
+    hold goes to tideline.dead_letters, and the batch's other changes of the same table commit."""
+    t = f"{unique_name}_dl"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, d date, tags float8[], b bytea)")
+    try:
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}], partitions=1, capture=True,
+                               stream={"on_bad_message": "dead_letter"})
+        FullLoad(cfg, spark).run([t])
+        with source_db.cursor() as cur:
+            cur.execute(f"""INSERT INTO public.{t} VALUES (1, '2024-02-29', ARRAY[-0, 'NaN']::float8[], '\\x00ff'),
+                            (2, 'infinity', '{{1.5}}', NULL), (3, '0044-03-15 BC', NULL, '\\x'),
+                            (4, '-infinity', '{{}}', '\\x0a')""")
+        refused = {2, 4}
+        from tideline.stream.run import IncrementalRun
+        deadline = time.time() + 90
+        while True:
+            IncrementalRun(cfg, spark, "available_now").run()
+            with lake.connect() as conn, conn.cursor() as cur:
+                cur.execute("SELECT key, error FROM tideline.dead_letters WHERE pipeline = %s ORDER BY kafka_offset",
+                            (cfg.name,))
+                letters = cur.fetchall()
+            if len(letters) == len(refused):
+                break
+            assert time.time() < deadline, letters
+        assert [k for k, _ in letters] == ['{"id": "2"}', '{"id": "4"}']
+        assert all("column d" in e and "cannot hold infinity" in e for _, e in letters), letters
+        assert state.get(lake.connect(), cfg.name, t).phase == "streaming"
+        with source_db.cursor() as cur:   # the source without the refused rows is what the lake holds
+            cur.execute(f"DELETE FROM public.{t} WHERE id IN (2, 4)")
+        assert lake_rows_equal(source_db, lake, cfg.name, t)
+    finally:
+        drop_source(source_db, t)
+
+
 def test_a_truncate_marks_the_iceberg_table_for_a_reload_which_replaces_its_rows_in_one_commit(
         spark, source_db, pipelines, unique_name, lake):
     from tideline.core.errors import ResnapshotRequired
