@@ -8,11 +8,14 @@ target: an exact copy (COPY pipe). Tideline: tideline.verify.compare (fingerprin
 databases at once). Peer: reladiff 0.6.0 (installed by the bench, tests/bench/peers.py), the
 maintained fork of data-diff, with its best settings here: `-k id -c '%' -j 2` (every column,
 two threads), `--skip-sort-results` (sorting its output crashes on rows holding NULLs).
-Twice: the clean copy, then with 1,000 rows updated and 100 deleted in the target — both tools
+The clean copy `--repeat` times (default 3), the two tools taking turns, the median of each
+counted: a clean verify takes 1.5-3 s, so one slow second of a shared machine moved its ratio by
+a third. Then the copy with 1,000 rows updated and 100 deleted in the target, once — both tools
 must find exactly the same keys. Also the naive compare (`t::text` of both tables in key order,
 as strings) on the clean copy. Last line:
 RESULT verify_rows_per_s=<n> reladiff_rows_per_s=<n> ratio=<n> diff_verify_s=<s> diff_reladiff_s=<s>
        diff_ratio=<n> same_keys=true naive_rows_per_s=<n> naive_ratio=<n> peak_rss_mb=<n>
+       verify_runs_s=<s/s/s> reladiff_runs_s=<s/s/s>   (the clean copy's runs; the medians count)
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import time
 from contextlib import closing
 
 import json
+import statistics
 import subprocess
 
 from benchlib import PeakRss, db_url, pg, stackctl
@@ -75,6 +79,7 @@ def run_reladiff(exe: str) -> tuple[float, set[int]]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--repeat", type=int, default=3, help="clean-copy compares per tool (the median counts)")
     args = ap.parse_args()
     os.environ.update(stackctl.environment())
     logging.basicConfig(level=logging.INFO, format="[bench] %(name)s: %(message)s")
@@ -92,17 +97,24 @@ def main() -> int:
                           "target": {"conn_id": "tideline_target", "schema": SCHEMA},
                           "kafka": {"topic_prefix": "bench.verify"}, "tables": [{"name": TABLE}]}, "bench")
     try:
-        peak = PeakRss(os.getpid())
-        peak.start()
-        started = time.monotonic()
-        [report] = verify(cfg, get_connection("tideline_source"), get_connection("tideline_target"), [TABLE])
-        verify_s = time.monotonic() - started
-        peak.done.set()
-        assert report.equal and report.source_rows == args.rows, report.summary()
-        print(f"[bench] verify: {verify_s:.2f}s ({report.summary()})", flush=True)
-        reladiff_s, keys = run_reladiff(peer)
-        assert not keys, f"reladiff found {len(keys)} differences in a clean copy"
-        print(f"[bench] reladiff: {reladiff_s:.2f}s", flush=True)
+        verify_runs, reladiff_runs, peak_mb = [], [], 0.0
+        for _ in range(args.repeat):   # interleaved: a slow minute of a shared machine hits both
+            peak = PeakRss(os.getpid())   # this process only while verify runs (reladiff is a child)
+            peak.start()
+            started = time.monotonic()
+            [report] = verify(cfg, get_connection("tideline_source"), get_connection("tideline_target"), [TABLE])
+            verify_runs.append(time.monotonic() - started)
+            peak.done.set()
+            peak_mb = max(peak_mb, peak.peak / 1024 / 1024)
+            assert report.equal and report.source_rows == args.rows, report.summary()
+            print(f"[bench] verify: {verify_runs[-1]:.2f}s ({report.summary()})", flush=True)
+            secs, keys = run_reladiff(peer)
+            assert not keys, f"reladiff found {len(keys)} differences in a clean copy"
+            reladiff_runs.append(secs)
+            print(f"[bench] reladiff: {reladiff_runs[-1]:.2f}s", flush=True)
+        verify_s, reladiff_s = statistics.median(verify_runs), statistics.median(reladiff_runs)
+        print(f"[bench] clean copy, median of {args.repeat}: verify {verify_s:.2f}s, reladiff {reladiff_s:.2f}s",
+              flush=True)
         naive_s, differ = naive_compare(args.rows)
         assert differ == 0, f"the naive compare found {differ} differences in a clean copy"
         print(f"[bench] naive compare: {naive_s:.2f}s", flush=True)
@@ -136,7 +148,9 @@ def main() -> int:
     print(f"RESULT verify_rows_per_s={v:.0f} reladiff_rows_per_s={r:.0f} ratio={v / r:.2f} "
           f"diff_verify_s={diff_verify_s:.2f} diff_reladiff_s={diff_reladiff_s:.2f} "
           f"diff_ratio={diff_reladiff_s / diff_verify_s:.2f} same_keys={str(same).lower()} "
-          f"naive_rows_per_s={n:.0f} naive_ratio={v / n:.2f} peak_rss_mb={peak.peak / 1024 / 1024:.0f}")
+          f"naive_rows_per_s={n:.0f} naive_ratio={v / n:.2f} peak_rss_mb={peak_mb:.0f} "
+          f"verify_runs_s={'/'.join(f'{x:.2f}' for x in verify_runs)} "
+          f"reladiff_runs_s={'/'.join(f'{x:.2f}' for x in reladiff_runs)}")
     return 0
 
 
