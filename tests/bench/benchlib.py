@@ -126,6 +126,15 @@ def forget_pipeline(cur, pipeline: str) -> None:
             cur.execute(f"DELETE FROM tideline.{t} WHERE pipeline = %s", (pipeline,))
 
 
+def first_load(pipeline: str, schema: str) -> None:
+    """Tideline's load in a benchmark is a first load, as the peers' are into fresh tables: its
+    target schema dropped and its state forgotten — a reload would also drop the previous run's
+    table (~1 GB of files at 5M rows) inside the timed swap."""
+    with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        forget_pipeline(cur, pipeline)
+
+
 def ensure_topic(topic: str) -> None:
     """The change topic a full load records its offsets from (one partition), once."""
     from confluent_kafka.admin import AdminClient, NewTopic

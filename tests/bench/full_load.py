@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import checkpoint, db_url, ensure_topic, pg, run_full_load, stackctl
+from benchlib import checkpoint, db_url, ensure_topic, first_load, pg, run_full_load, stackctl
 
 TABLE = "bench_orders"
 PIPELINE = "bench"
@@ -169,6 +169,7 @@ def main() -> int:
     ensure_topic(f"bench.public.{TABLE}")
     with tempfile.TemporaryDirectory() as tmp:
         write_pipeline(Path(tmp), args.parallelism)
+        first_load(PIPELINE, "bench")
         checkpoint()
         print(f"[bench] full load job of {args.rows:,} rows (spark-submit, local[2], {args.parallelism} partitions)",
               flush=True)

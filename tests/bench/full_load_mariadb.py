@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import db_url, ensure_topic, pg, run_full_load, stackctl
+from benchlib import checkpoint, db_url, ensure_topic, first_load, pg, run_full_load, stackctl
 
 TABLE = "bench_orders"
 PIPELINE = "bench_mariadb"
@@ -144,14 +144,18 @@ def main() -> int:
             "target": {"conn_id": "tideline_target", "schema": PIPELINE},
             "kafka": {"topic_prefix": "bench_mariadb"}, "spark": {"parallelism": args.parallelism},
             "tables": [{"name": TABLE}]}))
+        first_load(PIPELINE, PIPELINE)
+        checkpoint()
         print(f"[bench] full load job of {args.rows:,} MariaDB rows (spark-submit, local[2], "
               f"{args.parallelism} partitions)", flush=True)
         fl_secs, peak_mb = run_full_load(PIPELINE, Path(tmp), env)
     print(f"[bench] full load: {fl_secs:.1f}s end to end, peak RSS {peak_mb:.0f} MB", flush=True)
     print("[bench] baseline: SELECT ... INTO OUTFILE, COPY FROM, ADD PRIMARY KEY", flush=True)
+    checkpoint()
     pipe_secs = run_dump_pipe("bench_mariadb_pipe")
     print(f"[bench] dump pipe: {pipe_secs:.1f}s", flush=True)
     print(f"[bench] peer: pgloader (data only, {args.parallelism} workers), then the key", flush=True)
+    checkpoint()
     peer_secs = run_pgloader("bench_mariadb_pgloader", args.parallelism)
     print(f"[bench] pgloader: {peer_secs:.1f}s", flush=True)
     loaded, piped, peer = digest(PIPELINE), digest("bench_mariadb_pipe"), digest("bench_mariadb_pgloader")

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import ROOT, PeakRss, SteadyLoad, ensure_topic, pg, run_full_load, stackctl
+from benchlib import ROOT, PeakRss, SteadyLoad, checkpoint, ensure_topic, pg, run_full_load, stackctl
 from full_load import TABLE, ensure_source
 
 os.environ.update(stackctl.environment())
@@ -145,6 +145,7 @@ def bench_load(args, env: dict, store) -> tuple[float, float]:
             "target": {"kind": "iceberg", "catalog": "tideline_lake", "namespace": NAMESPACE},
             "kafka": {"topic_prefix": "benchlake"}, "spark": {"parallelism": args.parallelism},
             "tables": [{"name": TABLE}]}))
+        checkpoint()   # the source table's creation (when a bench of another size had it) is ~1.5 GB of WAL
         log(f"Tideline full load of {args.rows:,} rows into Iceberg (spark-submit, {args.parallelism} partitions)")
         ours, peak = run_full_load(LOAD_PIPELINE, Path(tmp), dict(env, TIDELINE_SPARK_JARS=",".join(
             [env["TIDELINE_SPARK_JARS"], *store.spark_jars()])))
@@ -157,6 +158,7 @@ def bench_load(args, env: dict, store) -> tuple[float, float]:
         job.write_text(PLAIN_JOB)
         src = get_connection("tideline_source")
         conf = [x for k, v in store.spark_conf().items() for x in ("--conf", f"{k}={v}")]
+        checkpoint()
         log(f"plain Spark job: spark.read.jdbc partitioned on id ({args.parallelism}) -> writeTo().create()")
         plain, _, _ = submit([*conf, str(job), src.jdbc_url(), src.login, src.password, TABLE,
                               f"tideline_lake.{NAMESPACE}.plain_{TABLE}", str(args.parallelism), str(lo), str(hi)],
