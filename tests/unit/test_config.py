@@ -232,6 +232,12 @@ def test_the_batch_size_is_the_targets_unless_the_pipeline_says():
     assert StreamSettings().batch_events(None, iceberg) == 500_000
     assert StreamSettings().batch_events(300, iceberg) == 426_666                 # 128 MB of 300-byte events
     assert StreamSettings(max_offsets_per_trigger=2_000).batch_events(None, iceberg) == 2_000
+    # the weight bound is the target's too: 256 MB for Iceberg, so ~520-byte events fill its batches
+    lake_mb = target_class("iceberg").capabilities().batch_mb
+    assert (target_class("postgres").capabilities().batch_mb, lake_mb) == (128, 256)
+    assert StreamSettings().batch_events(520, iceberg, lake_mb) == 492_307
+    assert StreamSettings().batch_events(520, 200_000, 128) == 200_000
+    assert StreamSettings(max_batch_mb=128).batch_events(520, iceberg, lake_mb) == 246_153   # the pipeline's says
 
 
 def test_tables_of_other_schemas_and_their_target_schemas():

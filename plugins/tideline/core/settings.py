@@ -198,9 +198,11 @@ class StreamSettings(_Model):
     max_offsets_per_trigger: int | None = Field(
         default=None, ge=100, description="events per batch at most; default the target's (200,000; an Iceberg "
                                           "table's 500,000: each of its commits costs a scan of the table's keys)")
-    max_batch_mb: float = Field(default=128, ge=1, description="a batch's raw change events weigh at most about "
-                                                               "this many MB (the driver holds them): fewer events "
-                                                               "per batch when the events are big")
+    max_batch_mb: float | None = Field(default=None, ge=1, description="a batch's raw change events weigh at most "
+                                                                      "about this many MB (the driver holds them): "
+                                                                      "fewer events per batch when the events are "
+                                                                      "big; default the target's (128; an Iceberg "
+                                                                      "table's 256)")
     trigger_interval_s: float = Field(default=1.0, ge=0.1, le=3600)
     outage_wait_minutes: float = Field(default=10, ge=0, description="a database that restarts or refuses "
                                                                      "connections is waited out this long by a "
@@ -216,16 +218,21 @@ class StreamSettings(_Model):
         """max_offsets_per_trigger, else the target's (Capabilities.batch_events)."""
         return self.max_offsets_per_trigger or target_default
 
-    def batch_events(self, mean_event_bytes: float | None, target_default: int = 200_000) -> int:
+    def mb_at_most(self, target_mb: float) -> float:
+        """max_batch_mb, else the target's (Capabilities.batch_mb)."""
+        return self.max_batch_mb or target_mb
+
+    def batch_events(self, mean_event_bytes: float | None, target_default: int = 200_000,
+                     target_mb: float = 128) -> int:
         """Events per batch: max_offsets_per_trigger (else the target's `target_default`,
         Capabilities.batch_events), or fewer when that many events of the size seen in the topics
-        would weigh more than max_batch_mb. 200,000 events of ~600 bytes are ~120 MB; the same
-        count of 5 KB rows would be 1 GB — past the driver's heap and Spark's 1 GB cap on a job's
-        results, a batch that fails every time it is tried."""
+        would weigh more than max_batch_mb (else the target's `target_mb`). 200,000 events of ~600
+        bytes are ~120 MB; the same count of 5 KB rows would be 1 GB — past the driver's heap and
+        Spark's 1 GB cap on a job's results, a batch that fails every time it is tried."""
         most = self.events_at_most(target_default)
         if not mean_event_bytes:
             return most
-        return max(1, min(most, int(self.max_batch_mb * 1e6 / mean_event_bytes)))
+        return max(1, min(most, int(self.mb_at_most(target_mb) * 1e6 / mean_event_bytes)))
 
 
 class VerifyConfig(_Model):

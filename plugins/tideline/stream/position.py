@@ -48,16 +48,16 @@ def check_coverage(cfg: PipelineConfig, store, conn, tables, kafka: KafkaAccess 
     return start
 
 
-def batch_events(cfg: PipelineConfig, kafka: KafkaAccess | str, watermarks: Watermarks, target_default: int) -> int:
+def batch_events(cfg: PipelineConfig, kafka: KafkaAccess | str, watermarks: Watermarks, caps) -> int:
     """Events per batch for this run (stream.max_offsets_per_trigger, else the target's
-    `target_default`), from the size of the newest events in the topics (stream.max_batch_mb);
-    logged when the size lowers it."""
+    Capabilities.batch_events), from the size of the newest events in the topics
+    (stream.max_batch_mb, else the target's Capabilities.batch_mb); logged when the size lowers it."""
     stream = cfg.stream
-    most = stream.events_at_most(target_default)
+    most = stream.events_at_most(caps.batch_events)
     mean = kafka_offsets.mean_event_bytes(kafka, watermarks)
-    events = stream.batch_events(mean, target_default)
+    events = stream.batch_events(mean, caps.batch_events, caps.batch_mb)
     if events < most:
         log.info("batches of at most %s events: the newest events weigh %s bytes on average, and "
                  "stream.max_batch_mb=%g (at most %s events per batch)", f"{events:,}", f"{mean:,.0f}",
-                 stream.max_batch_mb, f"{most:,}")
+                 stream.mb_at_most(caps.batch_mb), f"{most:,}")
     return events

@@ -48,6 +48,7 @@ class Capabilities:
     verifies: bool = True      # can be one side of a verify (verify_side): a verify_<name> DAG is built
     concurrent_loads: bool = True   # several tables' full loads may run at once in one Spark application
     batch_events: int = 200_000     # a stream batch's events at most, unless stream.max_offsets_per_trigger says
+    batch_mb: float = 128           # ... and their raw records' weight at most, unless stream.max_batch_mb says
     writes_in_jvm: bool = False     # its loads' and stream's writes are Spark jobs (the JVM moves the rows):
                                     # the jobs' driver JVM needs its optimizing compiler (core.settings)
 
