@@ -117,19 +117,32 @@ def watermarks(kafka: KafkaAccess | str, topic: str, timeout: float = 15.0) -> t
 
 
 def mean_event_bytes(kafka: KafkaAccess | str, marks: dict[str, tuple[dict[int, int], dict[int, int]]], sample: int = 200,
-                     timeout: float = 10.0) -> float | None:
-    """The largest mean size (key + value bytes) of the newest `sample` events of any partition of
-    the topics in `marks` (each topic's watermarks()): what a batch's raw records weigh per event.
-    None when the topics hold no events."""
-    from confluent_kafka import Consumer
-
-    ranges: dict[tuple[str, int], tuple[int, int]] = {}
+                     timeout: float = 10.0, starts: dict[str, dict] | None = None) -> float | None:
+    """The largest mean size (key + value bytes) of `sample` events of any partition of the topics
+    in `marks` (each topic's watermarks()) — its newest, and, given each partition's resume offset
+    in `starts` (Spark's startingOffsets), those a backlog's first batch reads: what a batch's raw
+    records weigh per event. Both, because one end of a topic may be unlike the rest (deletes with
+    their tombstones weigh half an update). None when the topics hold no events."""
+    newest: dict[tuple[str, int], tuple[int, int]] = {}
+    backlog: dict[tuple[str, int], tuple[int, int]] = {}
     for topic, (earliest, latest) in marks.items():
         for p, end in latest.items():
-            if end > earliest.get(p, 0):
-                ranges[(topic, p)] = (max(earliest.get(p, 0), end - sample), end)
-    if not ranges:
-        return None
+            first = earliest.get(p, 0)
+            if end > first:
+                newest[(topic, p)] = (max(first, end - sample), end)
+            resume = max(first, int((starts or {}).get(topic, {}).get(str(p), end)))
+            if resume < end - sample:
+                backlog[(topic, p)] = (resume, resume + sample)
+    means = [sum(s) / len(s) for ranges in (newest, backlog) if ranges
+             for s in _event_sizes(kafka, ranges, timeout).values() if s]
+    return max(means) if means else None
+
+
+def _event_sizes(kafka: KafkaAccess | str, ranges: dict[tuple[str, int], tuple[int, int]],
+                 timeout: float) -> dict[tuple[str, int], list[int]]:
+    """Each partition's event sizes over its [first, end) offsets in `ranges`."""
+    from confluent_kafka import Consumer
+
     consumer = Consumer(client_config(kafka, {"group.id": "tideline-event-size", "enable.auto.commit": False,
                          "enable.partition.eof": True, "isolation.level": "read_committed"}), logger=_quiet)
     sizes: dict[tuple[str, int], list[int]] = {tp: [] for tp in ranges}
@@ -139,11 +152,12 @@ def mean_event_bytes(kafka: KafkaAccess | str, marks: dict[str, tuple[dict[int, 
         while pending and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=500, timeout=1.0):
                 tp = (msg.topic(), msg.partition())
+                if tp not in pending:
+                    continue
                 if msg.error() is None:
                     sizes[tp].append(len(msg.key() or b"") + len(msg.value() or b""))
                 if msg.error() is not None or msg.offset() + 1 >= ranges[tp][1]:
                     pending.discard(tp)
     finally:
         consumer.close()
-    means = [sum(s) / len(s) for s in sizes.values() if s]
-    return max(means) if means else None
+    return sizes

@@ -515,3 +515,31 @@ def test_big_events_make_smaller_batches(spark, source_db, target_db, pipelines,
         assert_batches_contiguous(target_db, cfg.name, resume)
     finally:
         drop_source(source_db, t)
+
+
+def test_a_batch_is_sized_by_the_backlog_it_reads_not_only_the_topics_tail(stack, unique_name):
+    """A backlog of big updates whose newest events are deletes and their tombstones: the tail
+    alone averages a fraction of what the batch will hold. The size the run plans with is the
+    larger of the tail's and the resume position's."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from tideline import kafka_offsets
+    topic = f"{unique_name}.public.sizes"
+    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap()})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    try:
+        producer = Producer({"bootstrap.servers": stack.kafka_bootstrap(), "acks": "all"})
+        for i in range(400):   # updates of ~4 KB rows, then deletes: an event and its tombstone each
+            producer.produce(topic, key=b'{"id":"%d"}' % i, value=b'{"after":"' + b"x" * 4000 + b'"}')
+        for i in range(200):
+            producer.produce(topic, key=b'{"id":"%d"}' % i, value=b'{"before":{"id":"%d"},"after":null}' % i)
+            producer.produce(topic, key=b'{"id":"%d"}' % i, value=None)
+        producer.flush(30)
+        marks = {topic: kafka_offsets.watermarks(stack.kafka_bootstrap(), topic)}
+        tail = kafka_offsets.mean_event_bytes(stack.kafka_bootstrap(), marks)
+        assert tail < 40, tail
+        planned = kafka_offsets.mean_event_bytes(stack.kafka_bootstrap(), marks, starts={topic: {"0": 0}})
+        assert planned > 4000, planned
+        # resumed within the tail: the tail's own size
+        assert kafka_offsets.mean_event_bytes(stack.kafka_bootstrap(), marks, starts={topic: {"0": 700}}) == tail
+    finally:
+        admin.delete_topics([topic])[topic].result(30)

@@ -1,6 +1,6 @@
 """Where a stream starts and how much it reads at once: each table's committed offsets (the
 target's, never a checkpoint's), checked against what Kafka still holds — a gap means the table
-needs a reload, never a silent skip — and the events per batch, sized by the newest events.
+needs a reload, never a silent skip — and the events per batch, sized by the events' weight.
 """
 from __future__ import annotations
 
@@ -48,13 +48,15 @@ def check_coverage(cfg: PipelineConfig, store, conn, tables, kafka: KafkaAccess 
     return start
 
 
-def batch_events(cfg: PipelineConfig, kafka: KafkaAccess | str, watermarks: Watermarks, caps) -> int:
+def batch_events(cfg: PipelineConfig, kafka: KafkaAccess | str, watermarks: Watermarks, caps,
+                 start: dict[str, dict[str, int]] | None = None) -> int:
     """Events per batch for this run (stream.max_offsets_per_trigger, else the target's
-    Capabilities.batch_events), from the size of the newest events in the topics
-    (stream.max_batch_mb, else the target's Capabilities.batch_mb); logged when the size lowers it."""
+    Capabilities.batch_events), from the size of the topics' events — the newest, and those at
+    `start` (check_coverage's startingOffsets) — and stream.max_batch_mb (else the target's
+    Capabilities.batch_mb); logged when the size lowers it."""
     stream = cfg.stream
     most = stream.events_at_most(caps.batch_events)
-    mean = kafka_offsets.mean_event_bytes(kafka, watermarks)
+    mean = kafka_offsets.mean_event_bytes(kafka, watermarks, starts=start)
     events = stream.batch_events(mean, caps.batch_events, caps.batch_mb)
     if events < most:
         log.info("batches of at most %s events: the newest events weigh %s bytes on average, and "

@@ -174,7 +174,8 @@ class IncrementalRun:
                 os.makedirs(self.cfg.stream.checkpoint_dir, exist_ok=True)
             checkpoint = tempfile.mkdtemp(prefix=f"tideline-{self.cfg.name}-", dir=self.cfg.stream.checkpoint_dir)
             stream = self.cfg.stream
-            batch_events = position.batch_events(self.cfg, self.kafka, self._watermarks, self.store.capabilities())
+            batch_events = position.batch_events(self.cfg, self.kafka, self._watermarks, self.store.capabilities(),
+                                                 start)
             reader = (self.spark.readStream.format("kafka")
                       .options(**self.kafka.spark_options())
                       .option("subscribe", ",".join(sorted(self.by_topic)))
