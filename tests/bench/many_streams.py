@@ -19,10 +19,11 @@ For each, the source takes ~`--rate` row changes per second for `--seconds`, spr
 over the tables in transactions of 100 rows; every 0.5 s a probe row of the next table is changed
 and the time until the target shows it is recorded (a probe not visible within 30 s counts as
 30 s). Then the load stops, and the target must equal the source table by table (count and a
-digest of every row) before anything is reported. Last line:
+digest of every row) before anything is reported — Tideline's, or no line; a JDBC sink still
+behind after the wait is reported as such (same_result=tideline_only): it did not keep up. Last line:
 RESULT tables=<n> trigger_s=<x> rate_asked=<n> rate_made=<n> p50_s=<x> p95_s=<x> p99_s=<x> jdbc_sink_p50_s=<x>
        jdbc_sink_p95_s=<x> jdbc_sink_rate_made=<n> ratio_p95=<jdbc_sink p95 / Tideline p95>
-       peak_rss_mb=<n> same_result=yes
+       peak_rss_mb=<n> same_result=yes|tideline_only
 """
 from __future__ import annotations
 
@@ -279,12 +280,12 @@ def main() -> int:
         finally:
             requests.delete(f"{stackctl.connect_url()}/connectors/{PEER}", timeout=30)
             drop_capture(peer_cfg, connect, source)
-        if not peer_same:
-            raise SystemExit("the JDBC sink's target differs from the source: its figure would not be comparable")
     sink_p95 = pct(theirs, 0.95)
+    # a sink still behind when the wait ends has not kept up: its probes' 30 s stand, and the line says so
     print(f"{ours_line} jdbc_sink_p50_s={statistics.median(theirs):.2f} jdbc_sink_p95_s={sink_p95:.2f} "
           f"jdbc_sink_rate_made={peer_made:.0f} ratio_p95={sink_p95 / pct(ours, 0.95):.2f} "
-          f"peak_rss_mb={rss.peak / 1e6:.0f} same_result=yes")
+          f"peak_rss_mb={rss.peak / 1e6:.0f} "
+          f"same_result={'yes' if peer_same else 'tideline_only (the JDBC sink had not caught up)'}")
     return 0
 
 
