@@ -490,7 +490,7 @@ def test_excluded_column_never_reaches_the_target(spark, source_db, target_db, p
 
 def test_big_events_make_smaller_batches(spark, source_db, target_db, pipelines, unique_name, caplog):
     """A batch's raw events are held by the driver: with stream.max_batch_mb, a table of big rows
-    streams in batches of fewer events (sized from the newest events at the start), and nothing
+    streams in batches of fewer events (sized from the topic's events at the start), and nothing
     is lost or applied twice across them."""
     from tideline import kafka_offsets
     t = f"{unique_name}_wide"

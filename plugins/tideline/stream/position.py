@@ -59,7 +59,8 @@ def batch_events(cfg: PipelineConfig, kafka: KafkaAccess | str, watermarks: Wate
     mean = kafka_offsets.mean_event_bytes(kafka, watermarks, starts=start)
     events = stream.batch_events(mean, caps.batch_events, caps.batch_mb)
     if events < most:
-        log.info("batches of at most %s events: the newest events weigh %s bytes on average, and "
+        log.info("batches of at most %s events: the topics' events weigh %s bytes on average (the newest "
+                 "or those at the resume position, whichever weigh more), and "
                  "stream.max_batch_mb=%g (at most %s events per batch)", f"{events:,}", f"{mean:,.0f}",
                  stream.mb_at_most(caps.batch_mb), f"{most:,}")
     return events

@@ -59,9 +59,9 @@ class IcebergTarget(PostgresValues, StagedChanges, Target):
     def capabilities(cls) -> Capabilities:
         # one table at a time: a load switches a session-wide Spark setting while it reads (load.lake_load).
         # Larger stream batches: a MERGE's cost is mostly fixed — it joins the changes with the table's
-        # keys, plans and commits (~2 s at 250,000 rows) — and every commit is a snapshot. ~480,000
-        # events per batch (250 MB of ~520-byte events) carry 44,744-51,278 events/s sustained, where
-        # 128 MB (~260,000 of them) carried 35,835 and 200,000 events 31,250 (tests/bench/iceberg.py;
+        # keys, plans and commits (~2 s at 250,000 rows) — and every commit is a snapshot. ~488,000
+        # events per batch (256 MB of ~520-byte events) carried 54,387 / 43,867 events/s sustained,
+        # where 128 MB (~260,000 of them) carried 35,835 and 200,000 events 31,250 (tests/bench/iceberg.py;
         # peak RSS ~1.5 GB either way: the batch's raw records are a small part of it).
         return Capabilities(holds_state=False, snapshot_publish="commit", copy_in=False, maintenance=True,
                             concurrent_loads=False, batch_events=500_000, batch_mb=256, writes_in_jvm=True)
