@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import checkpoint, db_url, digests, pg, run_full_load, stackctl
+from benchlib import checkpoint, db_url, digests, first_load, pg, run_full_load, stackctl
 
 SCHEMA, PIPELINE = "bench_many", "bench_many"
 COLUMNS = """id bigint PRIMARY KEY, customer_id bigint NOT NULL, status text NOT NULL, total numeric(12,2) NOT NULL,
@@ -150,8 +150,7 @@ def main() -> int:
     ensure_source(sizes)
     ensure_topics(tables)
     source = digests("source", SCHEMA, tables)
-    with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
-        cur.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+    first_load(PIPELINE, SCHEMA)
     with tempfile.TemporaryDirectory() as tmp:
         write_pipeline(Path(tmp), tables, args.parallelism, args.tables_at_once)
         checkpoint()
