@@ -87,19 +87,28 @@ def claim_epoch(conn, pipeline: str, table: str, owner: str, topic: str) -> int:
 
 def check_epoch(cur, pipeline: str, table: str, epoch: int) -> None:
     """Inside the caller's transaction: lock the state row and refuse if another run took over."""
-    cur.execute(sqlfiles.load("state/check_epoch"), {"pipeline": pipeline, "table": table})
-    row = cur.fetchone()
-    if row is None or row[0] != epoch:
-        current, owner = (row or (None, None))
-        raise FencedError(
-            f"{pipeline}.{table}: this run holds fencing epoch {epoch} but the table's epoch is now {current} "
-            f"(claimed by {owner}). A newer run replaced this one; this run commits nothing and stops.")
+    check_epochs(cur, pipeline, {table: epoch})
+
+
+def check_epochs(cur, pipeline: str, epochs: dict[str, int]) -> dict[str, dict[int, int]]:
+    """check_epoch for many tables in one statement (a stream's batch holds every table it
+    streams): locks their state rows, refuses if another run took any over, and returns each
+    table's recorded resume offsets ({} when none)."""
+    cur.execute(sqlfiles.load("state/check_epochs"), {"pipeline": pipeline, "tables": sorted(epochs)})
+    rows = {name: (current, owner, offsets) for name, current, owner, offsets in cur.fetchall()}
+    for table in sorted(epochs):
+        current, owner, _ = rows.get(table, (None, None, None))
+        if current != epochs[table]:
+            raise FencedError(
+                f"{pipeline}.{table}: this run holds fencing epoch {epochs[table]} but the table's epoch is now "
+                f"{current} (claimed by {owner}). A newer run replaced this one; this run commits nothing and stops.")
+    return {table: {int(p): int(o) for p, o in (rows[table][2] or {}).items()} for table in epochs}
 
 
 def lock(cur, pipeline: str, table: str) -> None:
     """Inside the caller's transaction: hold the table's state row, as a stream's batch does
     while it commits — so work that rewrites the table's files waits for, and holds off, batches."""
-    cur.execute(sqlfiles.load("state/check_epoch"), {"pipeline": pipeline, "table": table})
+    cur.execute(sqlfiles.load("state/check_epochs"), {"pipeline": pipeline, "tables": [table]})
 
 
 def run_start(conn, pipeline: str, table: str, kind: str, epoch: int | None, detail: str = "",
@@ -197,13 +206,28 @@ def unrefuse(conn, pipeline: str, table: str) -> bool:
         return cur.rowcount == 1
 
 
-def advance_stream(cur, *, pipeline: str, table: str, epoch: int, offsets: dict[int, int], batch_id: int,
-                   events: int) -> None:
-    cur.execute(sqlfiles.load("state/advance_stream"), {
-        "pipeline": pipeline, "table": table, "epoch": epoch, "batch_id": batch_id, "events": events,
-        "offsets": json.dumps({str(p): o for p, o in sorted(offsets.items())})})
-    if cur.rowcount != 1:
-        raise FencedError(f"{pipeline}.{table}: the state row changed epoch during the batch; nothing committed")
+@dataclass
+class Advance:
+    """One table's new position in a stream batch."""
+    table: str
+    epoch: int
+    offsets: dict[int, int]
+    events: int
+
+
+def advance_streams(cur, pipeline: str, batch_id: int, advances: list[Advance]) -> None:
+    """The batch's new positions, every table in one statement; refuses (FencedError) if any
+    table's epoch changed during the batch."""
+    if not advances:
+        return
+    cur.execute(sqlfiles.load("state/advance_streams"), {
+        "pipeline": pipeline, "batch_id": batch_id, "tables": [a.table for a in advances],
+        "epochs": [a.epoch for a in advances], "events": [a.events for a in advances],
+        "offsets": [json.dumps({str(p): o for p, o in sorted(a.offsets.items())}) for a in advances]})
+    moved = sorted({a.table for a in advances} - {row[0] for row in cur.fetchall()})
+    if moved:
+        raise FencedError(f"{', '.join(f'{pipeline}.{t}' for t in moved)}: the state row changed epoch during the "
+                          f"batch; nothing committed")
 
 
 def halt_in(cur, *, pipeline: str, table: str, epoch: int, error: str, event: dict | None) -> None:

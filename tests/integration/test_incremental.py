@@ -17,8 +17,8 @@ from confluent_kafka import Producer
 import stackctl
 from helpers import Writer, drop_source, let_retention_delete, start_continuous, table_digest
 from tideline import state
-from tideline.core.errors import (EXIT_FENCED, EXIT_RESNAPSHOT, DataLossError, HaltedError, ResnapshotRequired,
-                                   SourceError)
+from tideline.core.errors import (EXIT_FENCED, EXIT_RESNAPSHOT, DataLossError, FencedError, HaltedError,
+                                   ResnapshotRequired, SourceError)
 from tideline.load.full_load import FullLoad
 from tideline.stream.run import IncrementalRun
 from tideline.spark_session import driver_conf
@@ -188,6 +188,40 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(spark, source_db,
     finally:
         writer.stop_event.set()
         drop_source(source_db, t)
+
+
+def test_a_batch_fences_and_advances_all_its_tables_in_one_statement_each(target_db, unique_name):
+    """A stream's batch locks and checks the state rows of every table it streams in one statement,
+    and writes every new position in one (100 tables made 200 and 100 round trips a batch). A table
+    another run took over refuses the whole batch, named; nothing of it is written."""
+    pipeline, tables = unique_name, [f"t{i}" for i in range(3)]
+    state.migrate(target_db)
+    epochs = {t: state.claim_epoch(target_db, pipeline, t, "incremental-a", f"topic.{t}") for t in tables}
+    conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["target"]))
+    try:
+        with conn, conn.cursor() as cur:
+            assert state.check_epochs(cur, pipeline, epochs) == {t: {} for t in tables}
+            state.advance_streams(cur, pipeline, 7, [state.Advance(t, epochs[t], {0: 10 + i, 1: 20 + i}, 5 + i)
+                                                     for i, t in enumerate(tables)])
+        with conn, conn.cursor() as cur:
+            assert state.check_epochs(cur, pipeline, epochs) == {t: {0: 10 + i, 1: 20 + i}
+                                                                  for i, t in enumerate(tables)}
+        for i, t in enumerate(tables):
+            st = state.get(target_db, pipeline, t)
+            assert (st.resume_offsets, st.last_batch_id, st.raw["events_applied"]) == ({0: 10 + i, 1: 20 + i}, 7, 5 + i)
+        state.claim_epoch(target_db, pipeline, "t1", "incremental-b", "topic.t1")   # a newer run takes t1
+        with pytest.raises(FencedError, match=rf"{pipeline}\.t1: this run holds fencing epoch 1 but the table's "
+                                              r"epoch is now 2 \(claimed by incremental-b\)"):
+            with conn, conn.cursor() as cur:
+                state.check_epochs(cur, pipeline, epochs)
+        with pytest.raises(FencedError, match=rf"{pipeline}\.t1: the state row changed epoch"):
+            with conn, conn.cursor() as cur:
+                state.advance_streams(cur, pipeline, 8, [state.Advance(t, epochs[t], {0: 99}, 1) for t in tables])
+        assert [state.get(target_db, pipeline, t).last_batch_id for t in tables] == [7, 7, 7]   # rolled back
+    finally:
+        conn.close()
+        with target_db.cursor() as cur:
+            cur.execute("DELETE FROM tideline.table_state WHERE pipeline = %s", (pipeline,))
 
 
 def test_zombie_run_is_fenced(spark, source_db, target_db, pipelines, unique_name):

@@ -131,16 +131,11 @@ class BatchCommitter:
         halting: dict[str, tuple[str, dict | None]] = {}
         with conn, conn.cursor() as cur:
             # 1. fencing: lock every state row this run owns; any newer epoch refuses the batch
-            current: dict[str, dict[int, int]] = {}
-            for t in sorted(self.tables.values(), key=lambda t: t.name):
-                if t.topic not in live:
-                    continue
-                state.check_epoch(cur, cfg.name, t.name, t.epoch)
-                cur.execute("SELECT resume_offsets FROM tideline.table_state WHERE pipeline = %s AND table_name = %s",
-                            (cfg.name, t.name))
-                recorded = {int(p): int(o) for p, o in (cur.fetchone()[0] or {}).items()}
-                current[t.topic] = self.store.applied_offsets(cur, cfg.name, cfg.target_schema(t.name), t.name,
-                                                              recorded) or {}
+            streamed = {t.name: t for t in self.tables.values() if t.topic in live}
+            recorded = state.check_epochs(cur, cfg.name, {name: t.epoch for name, t in streamed.items()})
+            current: dict[str, dict[int, int]] = {
+                t.topic: self.store.applied_offsets(cur, cfg.name, cfg.target_schema(name), name, recorded[name]) or {}
+                for name, t in sorted(streamed.items())}
             # 2. exactly once: events below the committed position were applied by an earlier batch
             fresh = [r for r in per_partition if r["hi"] >= current[r["topic"]].get(r["partition"], 0)]
             if not fresh:
@@ -194,17 +189,17 @@ class BatchCommitter:
             figures.deletes = sum(d for _, d in figures.per_table.values())
             # 4. the new position, the batch record, all in this transaction
             batch_id = state.next_batch_id(cur, cfg.name)
-            start_offsets, end_offsets, table_events = {}, {}, {}
+            start_offsets, end_offsets, table_events, advances = {}, {}, {}, []
             for t in self.tables.values():
                 batch_max = {r["partition"]: r["hi"] for r in per_partition if r["topic"] == t.topic}
                 if not batch_max or t.name in halting:
                     continue
                 new = merge_committed(current[t.topic], batch_max)
                 table_events[t.name] = sum(_unapplied(r, current) for r in fresh if r["topic"] == t.topic)
-                state.advance_stream(cur, pipeline=cfg.name, table=t.name, epoch=t.epoch, offsets=new,
-                                     batch_id=batch_id, events=table_events[t.name])
+                advances.append(state.Advance(t.name, t.epoch, new, table_events[t.name]))
                 start_offsets[t.topic] = {str(p): current[t.topic].get(p, 0) for p in sorted(batch_max)}
                 end_offsets[t.topic] = {str(p): new[p] for p in sorted(batch_max)}
+            state.advance_streams(cur, cfg.name, batch_id, advances)
             if end_offsets:   # a batch whose every table halted applied nothing: no batch record
                 figures.events = sum(r["n"] for r in per_partition if r["topic"] in end_offsets)
                 state.commit_batch(cur, pipeline=cfg.name, batch_id=batch_id, run=self.owner,
