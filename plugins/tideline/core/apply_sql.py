@@ -74,7 +74,8 @@ def _only(only: sql.Composable | None) -> sql.Composable:
 def delete_sql(schema: str, table: str, columns: list[Column], pk: list[str],
                only: sql.Composable | None = None) -> sql.Composed:
     by_name = {c.name: c for c in columns}
-    return sql.SQL("DELETE FROM {t} AS t USING {stage} AS s WHERE s.tbl = {tbl} AND s.op = 'd'{only} AND {match}").format(
+    return sql.SQL("DELETE FROM {t} AS t USING {stage} AS s WHERE s.tbl = {tbl} AND s.op = 'd'{only} AND {match} "
+                   "RETURNING 1").format(
         t=_target(schema, table), stage=sql.Identifier(STAGE), tbl=sql.Literal(table), only=_only(only),
         match=_key_match(by_name, pk, "key"))
 
@@ -93,9 +94,9 @@ def update_sql(schema: str, table: str, columns: list[Column], pk: list[str],
                 test=unavailable_test(raw, c.type), col=sql.Identifier(c.name), new=new)
         sets.append(sql.SQL("{} = {}").format(sql.Identifier(c.name), new))
     if not sets:  # a table that is all key: nothing to update
-        return sql.SQL("SELECT 0 WHERE false")
+        return sql.SQL("SELECT 1 WHERE false")
     return sql.SQL("UPDATE {t} AS t SET {sets} FROM {stage} AS s WHERE s.tbl = {tbl} AND s.op <> 'd'{only} "
-                   "AND {match}").format(
+                   "AND {match} RETURNING 1").format(
         t=_target(schema, table), sets=sql.SQL(", ").join(sets), stage=sql.Identifier(STAGE),
         tbl=sql.Literal(table), only=_only(only), match=_key_match(by_name, pk, "after"))
 
@@ -111,7 +112,7 @@ def insert_sql(schema: str, table: str, columns: list[Column], pk: list[str],
     columns = _written(columns)
     values = [row_value(c) for c in columns]
     return sql.SQL("INSERT INTO {t} ({cols}) SELECT {vals} FROM {stage} AS s "
-                   "WHERE s.tbl = {tbl} AND s.op <> 'd'{only} AND {missing}").format(
+                   "WHERE s.tbl = {tbl} AND s.op <> 'd'{only} AND {missing} RETURNING 1").format(
         t=_target(schema, table), cols=sql.SQL(", ").join(sql.Identifier(c.name) for c in columns),
         vals=sql.SQL(", ").join(values), stage=sql.Identifier(STAGE), tbl=sql.Literal(table), only=_only(only),
         missing=_missing(schema, table, columns, pk))
@@ -128,3 +129,20 @@ def unavailable_on_insert_sql(schema: str, table: str, columns: list[Column], pk
                    "AND ({tests}) AND {missing} LIMIT 5").format(
         stage=sql.Identifier(STAGE), tbl=sql.Literal(table), tests=sql.SQL(" OR ").join(tests),
         missing=_missing(schema, table, columns, pk))
+
+
+def apply_statement(schema: str, table: str, columns: list[Column], pk: list[str],
+                    only: sql.Composable | None = None) -> sql.Composed:
+    """One table's staged events in one statement: its deletes, updates and inserts as
+    data-modifying CTEs, and the first row (part, off, key) unavailable_on_insert_sql finds. A
+    stream of 100 tables made four round trips a table of them. All parts see one snapshot, which
+    is the same as running them one after another here: the stage holds one event per key, so no
+    key is both deleted and upserted, and the insert finds exactly the keys the update did not.
+    Returns one row: (deleted, updated, inserted, part, off, key); part is NULL when no row is
+    unavailable — else the caller undoes the statement."""
+    return sql.SQL("WITH broken AS ({broken}), deleted AS ({delete}), updated AS ({update}), inserted AS ({insert}) "
+                   "SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM updated), "
+                   "(SELECT count(*) FROM inserted), b.* FROM (SELECT 1) AS one "
+                   "LEFT JOIN (SELECT * FROM broken LIMIT 1) AS b ON true").format(
+        broken=unavailable_on_insert_sql(schema, table, columns, pk), delete=delete_sql(schema, table, columns, pk, only),
+        update=update_sql(schema, table, columns, pk, only), insert=insert_sql(schema, table, columns, pk, only))

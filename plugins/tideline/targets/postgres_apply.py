@@ -139,31 +139,23 @@ class TableApply:
             return lo, (upserts, deletes)
 
     def _savepointed(self, cur, only) -> tuple[int, int]:
-        cur.execute("SAVEPOINT tl_apply")
+        """The savepoint and the table's statement in one round trip. Kept, the savepoint is
+        released with the caller's (the table's), which holds it."""
         try:
-            result = self._apply(cur, only)
+            cur.execute(sql.SQL("SAVEPOINT tl_apply; {}").format(self._statement(only)))
+            deleted, updated, inserted, part, off, key = cur.fetchone()
+            if part is not None:
+                raise ResnapshotRequired(
+                    f"{self.pipeline}.{self.table}: the change at partition {part} offset {off} (key {key}) updates "
+                    f"a row the target does not have, and Debezium did not send its unchanged large values; the "
+                    f"target has diverged from the source and the table is reloaded.", table=self.table)
         except BaseException:
             cur.execute("ROLLBACK TO SAVEPOINT tl_apply")
             raise
-        cur.execute("RELEASE SAVEPOINT tl_apply")
-        return result
+        return updated + inserted, deleted
 
-    def _apply(self, cur, only) -> tuple[int, int]:
-        schema, table, cols, pk = self.schema, self.table, self.columns, self.primary_key
-        cur.execute(apply_sql.unavailable_on_insert_sql(schema, table, cols, pk))
-        broken = cur.fetchall()
-        if broken:
-            part, off, key = broken[0]
-            raise ResnapshotRequired(
-                f"{self.pipeline}.{table}: the change at partition {part} offset {off} (key {key}) updates a row "
-                f"the target does not have, and Debezium did not send its unchanged large values; the target has "
-                f"diverged from the source and the table is reloaded.", table=table)
-        cur.execute(apply_sql.delete_sql(schema, table, cols, pk, only))
-        deleted = cur.rowcount
-        cur.execute(apply_sql.update_sql(schema, table, cols, pk, only))
-        updated = max(cur.rowcount, 0)
-        cur.execute(apply_sql.insert_sql(schema, table, cols, pk, only))
-        return updated + cur.rowcount, deleted
+    def _statement(self, only) -> sql.Composed:
+        return apply_sql.apply_statement(self.schema, self.table, self.columns, self.primary_key, only)
 
     # ------------------------------------------------------------------ what it was
 
