@@ -88,17 +88,20 @@ def make_items(source_db, table: str, rows: int) -> None:
 
 
 def test_all_kinds_of_change_apply_exactly(spark, source_db, target_db, pipelines, unique_name):
-    t, big = f"{unique_name}_chg", f"{unique_name}_toast"
+    t, big, link = f"{unique_name}_chg", f"{unique_name}_toast", f"{unique_name}_link"
     make_items(source_db, t, 1000)
     with source_db.cursor() as cur:
+        # a link table, all key: its changes are inserts and deletes only (nothing to update)
+        cur.execute(f"CREATE TABLE public.{link} (a int, b text, PRIMARY KEY (a, b))")
+        cur.execute(f"INSERT INTO public.{link} SELECT g % 10, 'b' || g FROM generate_series(1, 50) g")
         cur.execute(f"CREATE TABLE public.{big} (id int PRIMARY KEY, counter int, doc text, meta jsonb, "
                     f"blob bytea, tags text[])")
         cur.execute(f"INSERT INTO public.{big} SELECT g, 0, repeat(md5(g::text), 40000), "
                     f"jsonb_build_object('k', repeat('x', 300000)), decode(repeat(md5(g::text), 30000), 'hex'), "
                     f"ARRAY[repeat('t', 200000)] FROM generate_series(1, 3) g")
     try:
-        cfg = pipelines.make([{"name": t}, {"name": big}], capture=True)
-        FullLoad(cfg, spark).run([t, big])
+        cfg = pipelines.make([{"name": t}, {"name": big}, {"name": link}], capture=True)
+        FullLoad(cfg, spark).run([t, big, link])
         with source_db.cursor() as cur:
             cur.execute(f"INSERT INTO {t} (id, qty, note) VALUES (5000, 1, 'new'), (5001, 2, NULL)")
             cur.execute(f"UPDATE {t} SET qty = qty * 2, price = 9.99 WHERE id <= 100")
@@ -113,13 +116,16 @@ def test_all_kinds_of_change_apply_exactly(spark, source_db, target_db, pipeline
             # TOASTed columns unchanged while another column changes: Debezium sends a placeholder
             cur.execute(f"UPDATE {big} SET counter = counter + 1")
             cur.execute(f"UPDATE {big} SET counter = counter + 1, doc = 'short now' WHERE id = 2")
-        sync_until_equal(cfg, spark, source_db, target_db, {t: "id", big: "id"}, timeout=120)
+            cur.execute(f"DELETE FROM {link} WHERE a = 3")
+            cur.execute(f"INSERT INTO {link} VALUES (3, 'again'), (11, 'new')")
+            cur.execute(f"UPDATE {link} SET b = b || '!' WHERE a = 4")             # a key change: delete + insert
+        sync_until_equal(cfg, spark, source_db, target_db, {t: "id", big: "id", link: "a, b"}, timeout=120)
         with target_db.cursor() as cur:
             cur.execute(f'SELECT count(*) FROM "{unique_name}".{big} WHERE doc LIKE %s OR meta::text LIKE %s',
                         ("%debezium%", "%debezium%"))
             assert cur.fetchone()[0] == 0
     finally:
-        drop_source(source_db, t, big)
+        drop_source(source_db, t, big, link)
 
 
 def test_an_unchanged_large_value_for_a_row_the_target_lacks_reloads_the_table(spark, source_db, target_db,

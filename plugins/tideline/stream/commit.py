@@ -135,7 +135,7 @@ class BatchCommitter:
             recorded = state.check_epochs(cur, cfg.name, {name: t.epoch for name, t in streamed.items()})
             current: dict[str, dict[int, int]] = {
                 t.topic: self.store.applied_offsets(cur, cfg.name, cfg.target_schema(name), name, recorded[name]) or {}
-                for name, t in sorted(streamed.items())}
+                for name, t in streamed.items()}
             # 2. exactly once: events below the committed position were applied by an earlier batch
             fresh = [r for r in per_partition if r["hi"] >= current[r["topic"]].get(r["partition"], 0)]
             if not fresh:

@@ -142,7 +142,8 @@ class TableApply:
         """The savepoint and the table's statement in one round trip. Kept, the savepoint is
         released with the caller's (the table's), which holds it."""
         try:
-            cur.execute(sql.SQL("SAVEPOINT tl_apply; {}").format(self._statement(only)))
+            cur.execute(sql.SQL("SAVEPOINT tl_apply; {}").format(
+                apply_sql.apply_statement(self.schema, self.table, self.columns, self.primary_key, only)))
             deleted, updated, inserted, part, off, key = cur.fetchone()
             if part is not None:
                 raise ResnapshotRequired(
@@ -153,9 +154,6 @@ class TableApply:
             cur.execute("ROLLBACK TO SAVEPOINT tl_apply")
             raise
         return updated + inserted, deleted
-
-    def _statement(self, only) -> sql.Composed:
-        return apply_sql.apply_statement(self.schema, self.table, self.columns, self.primary_key, only)
 
     # ------------------------------------------------------------------ what it was
 
