@@ -52,6 +52,7 @@ PIPELINE, TABLE = "benchinc", "bench_changes"
 PEER_PIPELINE = "benchpeer"   # same table, events with JSON schemas, for the JDBC sink
 PEER_SCHEMA = "bench_jdbc_sink"
 PEER = "bench-jdbc-sink"
+JOB_LOG = Path(tempfile.gettempdir()) / "bench-incremental-job.log"   # the availableNow job's whole output
 
 
 
@@ -264,6 +265,7 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=2_000_000)
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--latency-seconds", type=float, default=120)
+    ap.add_argument("--skip-peer", action="store_true", help="Tideline only (no ratio): for profiling")
     ap.add_argument("--source-block", choices=("slim", "full"), default="full",
                     help="events keep Debezium's whole source block (the default) or only source.ts_ms "
                          "(kafka.source_fields: [ts_ms]), for both Tideline's and the peer's topic")
@@ -307,6 +309,7 @@ def main() -> int:
         out, _ = proc.communicate()
         apply_secs = time.monotonic() - started
         rss.done.set()
+        JOB_LOG.write_text(out)
         for line in out.splitlines():
             if "batch " in line and "events" in line:
                 print("   ", line.strip()[-170:])
@@ -314,19 +317,25 @@ def main() -> int:
             print(out[-4000:])
             raise SystemExit(f"incremental job failed with {proc.returncode}")
         assert equal_to_source(PIPELINE), "Tideline's target differs from the source"
-        log(f"Tideline: {total:,} events in {apply_secs:.1f}s end to end")
+        log(f"Tideline: {total:,} events in {apply_secs:.1f}s end to end, peak RSS {rss.peak / 1e6:,.0f} MB "
+            f"(PSS {rss.peak_pss / 1e6:,.0f}); the job's log: {JOB_LOG}")
 
-        log("Debezium JDBC sink (upsert, deletes) on the same topic ...")
-        sink_secs = run_jdbc_sink(peer_topic, peer_cfg.kafka.partitions)
-        sink_equal = equal_to_source(PEER_SCHEMA)
-        log(f"JDBC sink ({peer_cfg.kafka.partitions} tasks): {peer_total:,} events in {sink_secs:.1f}s "
-            f"(target equal to source: {sink_equal})")
-        if not sink_equal:
-            raise SystemExit("the JDBC sink's target differs from the source: its figure would not be comparable")
+        sink_secs = float("nan")
+        if not args.skip_peer:
+            log("Debezium JDBC sink (upsert, deletes) on the same topic ...")
+            sink_secs = run_jdbc_sink(peer_topic, peer_cfg.kafka.partitions)
+            sink_equal = equal_to_source(PEER_SCHEMA)
+            log(f"JDBC sink ({peer_cfg.kafka.partitions} tasks): {peer_total:,} events in {sink_secs:.1f}s "
+                f"(target equal to source: {sink_equal})")
+            if not sink_equal:
+                raise SystemExit("the JDBC sink's target differs from the source: its figure would not be comparable")
 
-        log(f"latency: continuous mode, ~1,000 changes/s for {args.latency_seconds:.0f}s ...")
+        lat, stream_peak, stream_pss = [], 0.0, 0.0
         try:
-            lat, stream_peak, stream_pss = measure_latency(pipelines, args.keys, args.latency_seconds)
+            if args.latency_seconds > 0:
+                log(f"latency: continuous mode, ~1,000 changes/s for {args.latency_seconds:.0f}s ...")
+                lat, stream_peak, stream_pss = measure_latency(pipelines, args.keys, args.latency_seconds)
+                log(f"latency phase: peak RSS {stream_peak:,.0f} MB (PSS {stream_pss:,.0f})")
         finally:   # idle slots of a finished benchmark would pin the source's WAL for good
             requests.delete(f"{stackctl.connect_url()}/connectors/{PEER}", timeout=30)
             for c in (cfg, peer_cfg):

@@ -14,7 +14,7 @@ the event under "payload" (each field is taken from there first), and so does th
 """
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Iterable
 
 import msgspec
 import pyarrow as pa
@@ -115,9 +115,19 @@ def _decode_chunk(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def decode_records(records: pa.Table) -> pa.Table:
     """Raw Kafka records (RECORD_COLUMNS, key and value as binary) -> events (batch_events.EVENT_SCHEMA)."""
-    records = records.select(list(RECORD_COLUMNS))
-    return pa.Table.from_batches([_decode_chunk(b) for b in records.to_batches(max_chunksize=CHUNK_ROWS)],
-                                 schema=EVENT_SCHEMA)
+    return decode_record_batches(records.select(list(RECORD_COLUMNS)).to_batches(max_chunksize=CHUNK_ROWS))
+
+
+def decode_record_batches(batches: Iterable[pa.RecordBatch]) -> pa.Table:
+    """decode_records of raw record batches as they come (a Spark job's task results as its tasks
+    finish): each is decoded and let go before the next is taken, so decoding overlaps the reading
+    and a batch's raw records are never all held at once."""
+    decoded = []
+    for batch in batches:
+        batch = batch.select(list(RECORD_COLUMNS))
+        for start in range(0, batch.num_rows, CHUNK_ROWS):
+            decoded.append(_decode_chunk(batch.slice(start, CHUNK_ROWS)))
+    return pa.Table.from_batches(decoded, schema=EVENT_SCHEMA)
 
 
 class _TooLarge(msgspec.Struct):

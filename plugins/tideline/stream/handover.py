@@ -14,10 +14,16 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Callable, Iterator
+
+import pyarrow as pa
+from pyspark.errors.exceptions.captured import unwrap_spark_exception
+from pyspark.sql.pandas.serializers import ArrowCollectSerializer
+from pyspark.traceback_utils import SCCallSiteSync
+from pyspark.util import _load_from_socket
 
 from tideline.core.batch_events import SplitBatch, split_batch
-from tideline.core.change_events import RECORD_COLUMNS, decode_records
+from tideline.core.change_events import RECORD_COLUMNS, decode_record_batches
 
 # Events per Spark task of a batch. Each task's result (its raw records as Arrow, ~3.5 MB at the
 # benchmark's ~570 bytes per event) is held by the driver JVM until Python has collected it; results
@@ -40,7 +46,8 @@ class ReadBatch:
 
 
 def read_batch(df, spark_batch_id: int) -> ReadBatch | None:
-    """One Spark job reads the batch's raw records; the driver decodes them. None when empty."""
+    """One Spark job reads the batch's raw records; the driver decodes them as its tasks hand them
+    over. None when empty."""
     started, started_at = time.monotonic(), datetime.now(timezone.utc)
     context, ranges = df.sparkSession.sparkContext, kafka_range_sizes(df)
     tasks = read_tasks(ranges, context.defaultParallelism, TASK_EVENTS)
@@ -51,13 +58,29 @@ def read_batch(df, spark_batch_id: int) -> ReadBatch | None:
     # keeps its generated code).
     context.setLocalProperty(CODEGEN_FACTORY_MODE, "NO_CODEGEN" if interpreted(ranges) else None)
     try:
-        arrow = records.toArrow()
+        events = decode_record_batches(arrow_batches(records))
     finally:
         context.setLocalProperty(CODEGEN_FACTORY_MODE, None)
-    events = decode_records(arrow)
     if not events.num_rows:
         return None
     return ReadBatch(spark_batch_id, split_batch(events), started, started_at, time.monotonic() - started)
+
+
+def arrow_batches(df) -> Iterator[pa.RecordBatch]:
+    """The rows of `df` as Arrow record batches in the order its tasks finish, each as soon as its
+    task has: what DataFrame.toArrow does (pyspark 4.0's _collect_as_arrow), without waiting for
+    the last task before handing over the first. Batch order does not matter to the decode (see
+    core.batch_events), so the driver's Python decodes a batch's records while the JVM still reads
+    the rest: ~0.5 s of a 200,000-event batch's ~3 s that ran after the read (tests/bench/incremental.py)."""
+    with SCCallSiteSync(df.sparkSession.sparkContext):
+        port, secret, server = df._jdf.collectAsArrowToPython()
+    try:
+        for item in _load_from_socket((port, secret), ArrowCollectSerializer()):
+            if isinstance(item, pa.RecordBatch):   # the last item is the batches' order: not needed
+                yield item
+    finally:
+        with unwrap_spark_exception():   # the job's own failure, raised here
+            server.getResult()
 
 
 def read_tasks(ranges: list[int], slots: int, task_events: int) -> int:
