@@ -34,16 +34,20 @@ def pg(db: str):
     return conn
 
 
-def checkpoint() -> None:
-    """A CHECKPOINT of the stack's PostgreSQL (as its superuser) before a contestant starts: a
-    load writes ~1 GB of WAL, more than max_wal_size, so without it the next contestant pays for
-    the previous one's checkpoint."""
+def checkpoint() -> float:
+    """A CHECKPOINT of the stack's PostgreSQL (as its superuser), then the host's dirty pages
+    written out (sync), before a contestant starts: a load writes ~1 GB of WAL, more than
+    max_wal_size, and a stream bench's 2M changes ~7 GB of Kafka log, so without it the next
+    contestant pays for what came before it. Returns the seconds it took."""
+    started = time.monotonic()
     conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["target"], stackctl.PG_SUPERUSER, stackctl.PG_SUPERPASS))
     conn.autocommit = True
     try:
         conn.cursor().execute("CHECKPOINT")
     finally:
         conn.close()
+    os.sync()
+    return time.monotonic() - started
 
 
 class PeakRss(threading.Thread):

@@ -38,7 +38,7 @@ import psycopg2
 import requests
 import yaml
 
-from benchlib import ROOT, Drain, PeakRss, SteadyLoad, forget_pipeline, pg, stackctl
+from benchlib import ROOT, Drain, PeakRss, SteadyLoad, checkpoint, forget_pipeline, pg, stackctl
 
 os.environ.update(stackctl.environment())
 
@@ -301,7 +301,7 @@ def main() -> int:
         log(f"{total:,} change events in {topic} ({event_bytes(topic):,.0f} bytes each), {peer_total:,} in "
             f"{peer_topic} ({event_bytes(peer_topic):,.0f} bytes each); source block: {args.source_block}")
 
-        log("Tideline incremental job, availableNow ...")
+        log(f"Tideline incremental job, availableNow ... (checkpoint and sync before it: {checkpoint():.1f}s)")
         started = time.monotonic()
         proc = spark_submit(pipelines, "--mode", "available_now")
         rss = PeakRss(proc.pid)
@@ -322,7 +322,8 @@ def main() -> int:
 
         sink_secs = float("nan")
         if not args.skip_peer:
-            log("Debezium JDBC sink (upsert, deletes) on the same topic ...")
+            log(f"Debezium JDBC sink (upsert, deletes) on the same topic ... (checkpoint and sync before it: "
+                f"{checkpoint():.1f}s)")
             sink_secs = run_jdbc_sink(peer_topic, peer_cfg.kafka.partitions)
             sink_equal = equal_to_source(PEER_SCHEMA)
             log(f"JDBC sink ({peer_cfg.kafka.partitions} tasks): {peer_total:,} events in {sink_secs:.1f}s "
