@@ -113,3 +113,24 @@ def test_the_connectors_marker_for_a_row_too_big_for_kafka_is_recognised():
     assert too_large_marker('{"schema":{},"payload":' + marker + '}') == (73400765, 67108864)
     assert too_large_marker('{"op":"u","after":{"note":"tideline_too_large"}}') is None
     assert too_large_marker(None) is None
+
+
+def test_batches_decoded_as_tasks_hand_them_over_in_any_order_split_as_the_whole_batch():
+    # a stream batch's records arrive as its read tasks finish: batches of any size (one above the
+    # decode's chunk), in any order, with extra columns (Spark's own) — same events as decoded whole
+    from tideline.core.change_events import CHUNK_ROWS, decode_record_batches
+    rows = [record(i, {"id": str(i % 7)}, event("u" if i % 5 else "d", {"id": str(i % 7), "v": str(i)}),
+                   partition=i % 2) for i in range(CHUNK_ROWS + 1_234)]
+    rows[17]["value"], rows[40]["value"] = b"not json", None
+    cols = {c: [r[c] for r in rows] for c in ("topic", "partition", "offset", "key", "value")}
+    table = pa.table({"topic": cols["topic"], "partition": pa.array(cols["partition"], pa.int32()),
+                      "offset": cols["offset"], "key": pa.array(cols["key"], pa.binary()),
+                      "value": pa.array(cols["value"], pa.binary()), "timestamp": pa.array([0] * len(rows))})
+    pieces = [table.slice(CHUNK_ROWS - 5), table.slice(3, CHUNK_ROWS - 8), table.slice(0, 3)]
+    streamed = decode_record_batches(b for piece in pieces for b in piece.to_batches())
+    assert streamed.num_rows == len(rows) and streamed.schema == EVENT_SCHEMA
+    whole, parts = split_batch(decode_records(table)), split_batch(streamed)
+    assert sorted(parts.rows.to_pylist(), key=lambda r: r["key"]) == sorted(whole.rows.to_pylist(), key=lambda r: r["key"])
+    by_partition = lambda b: sorted(b.per_partition, key=lambda p: p["partition"])
+    assert by_partition(parts) == by_partition(whole) and parts.bad_rows == whole.bad_rows
+    assert [b["offset"] for b in parts.bad_rows] == [17]
