@@ -7,6 +7,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 import uuid
 
@@ -616,3 +617,41 @@ def test_a_batch_is_sized_by_the_backlog_it_reads_not_only_the_topics_tail(stack
         assert kafka_offsets.mean_event_bytes(stack.kafka_bootstrap(), marks, starts={topic: {"0": 700}}) == tail
     finally:
         admin.delete_topics([topic])[topic].result(30)
+
+
+def test_a_batch_read_hands_over_every_row_as_tasks_finish_and_a_consumer_that_stops_early_hangs_nothing(spark):
+    from pyspark.sql import functions as F
+    from tideline.stream.handover import arrow_batches
+    rows = spark.range(0, 300_000, numPartitions=12).select(F.col("id"), F.repeat(F.lit("x"), 200).alias("pad"))
+    got = sorted(i for b in arrow_batches(rows) for i in b.column("id").to_pylist())
+    assert got == list(range(300_000))   # every row once, whatever order the tasks finished in
+    failing = spark.range(0, 1_000, numPartitions=4).select(
+        F.when(F.col("id") == 777, F.raise_error(F.lit("tideline test: task failed"))).otherwise(F.col("id")).alias("id"))
+    with pytest.raises(Exception, match="tideline test: task failed"):   # the job's own error reaches the reader
+        list(arrow_batches(failing))
+    # The decode failing on the first batch while the JVM still sends ~55 MB more: the read must end
+    # with the decode's error, not wait for ever on a JVM writing into a socket nobody reads. In a
+    # process of its own, so a hang is a failed test, not a stalled session.
+    script = """
+from contextlib import closing
+from pyspark.sql import functions as F
+from tideline.spark_session import get_session
+from tideline.stream.handover import arrow_batches
+spark = get_session("tideline-test-stop-early")
+rows = spark.range(0, 300_000, numPartitions=12).select(F.col("id"), F.repeat(F.lit("x"), 200).alias("pad"))
+try:
+    with closing(arrow_batches(rows)) as batches:
+        for _ in batches:
+            raise ValueError("the decode failed")
+except ValueError as exc:
+    print("stopped:", exc, flush=True)
+print("rows after:", sum(b.num_rows for b in arrow_batches(rows)), flush=True)
+spark.stop()
+"""
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
+                              env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"a read whose consumer stopped early still waits for the JVM:\n{(exc.stdout or b'')[-2000:]!r}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["stopped: the decode failed", "rows after: 300000"], done.stdout

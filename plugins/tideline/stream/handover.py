@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
+from contextlib import closing
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import pyarrow as pa
 from pyspark.errors.exceptions.captured import unwrap_spark_exception
 from pyspark.sql.pandas.serializers import ArrowCollectSerializer
 from pyspark.traceback_utils import SCCallSiteSync
-from pyspark.util import _load_from_socket
+from pyspark.util import local_connect_and_auth
 
 from tideline.core.batch_events import SplitBatch, split_batch
 from tideline.core.change_events import RECORD_COLUMNS, decode_record_batches
@@ -58,7 +59,8 @@ def read_batch(df, spark_batch_id: int) -> ReadBatch | None:
     # keeps its generated code).
     context.setLocalProperty(CODEGEN_FACTORY_MODE, "NO_CODEGEN" if interpreted(ranges) else None)
     try:
-        events = decode_record_batches(arrow_batches(records))
+        with closing(arrow_batches(records)) as batches:   # closed at once if the decode fails
+            events = decode_record_batches(batches)
     finally:
         context.setLocalProperty(CODEGEN_FACTORY_MODE, None)
     if not events.num_rows:
@@ -74,13 +76,28 @@ def arrow_batches(df) -> Iterator[pa.RecordBatch]:
     the rest: ~0.5 s of a 200,000-event batch's ~3 s that ran after the read (tests/bench/incremental.py)."""
     with SCCallSiteSync(df.sparkSession.sparkContext):
         port, secret, server = df._jdf.collectAsArrowToPython()
+    sockfile, sock = local_connect_and_auth(port, secret)
+    sock.settimeout(None)   # as pyspark's own collect: a batch's read takes as long as it takes
+    stopped_early = False
     try:
-        for item in _load_from_socket((port, secret), ArrowCollectSerializer()):
+        for item in ArrowCollectSerializer().load_stream(sockfile):
             if isinstance(item, pa.RecordBatch):   # the last item is the batches' order: not needed
-                yield item
+                try:
+                    yield item
+                except BaseException:   # the consumer stopped (closed, or failed while decoding)
+                    stopped_early = True
+                    raise
     finally:
-        with unwrap_spark_exception():   # the job's own failure, raised here
-            server.getResult()
+        # Closed first: a consumer that stopped early leaves the JVM writing into a socket nobody
+        # reads, and getResult() would wait for it for ever; closed, the JVM's write fails and ends.
+        sockfile.close()
+        sock.close()
+        try:
+            with unwrap_spark_exception():   # the job's own failure, raised here
+                server.getResult()
+        except Exception:
+            if not stopped_early:
+                raise   # else what stopped the consumer is the error that goes on
 
 
 def read_tasks(ranges: list[int], slots: int, task_events: int) -> int:
