@@ -115,7 +115,7 @@ def _decode_chunk(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def decode_records(records: pa.Table) -> pa.Table:
     """Raw Kafka records (RECORD_COLUMNS, key and value as binary) -> events (batch_events.EVENT_SCHEMA)."""
-    return decode_record_batches(records.select(list(RECORD_COLUMNS)).to_batches(max_chunksize=CHUNK_ROWS))
+    return decode_record_batches(records.to_batches(max_chunksize=CHUNK_ROWS))
 
 
 def decode_record_batches(batches: Iterable[pa.RecordBatch]) -> pa.Table:

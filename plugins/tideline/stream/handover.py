@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 import threading
-from contextlib import closing
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Iterator
