@@ -20,7 +20,7 @@ def decode(*records):
     table = pa.table({"topic": pa.array(cols["topic"], pa.string()), "partition": pa.array(cols["partition"], pa.int32()),
                       "offset": pa.array(cols["offset"], pa.int64()), "key": pa.array(cols["key"], pa.binary()),
                       "value": pa.array(cols["value"], pa.binary())})
-    out = decode_records(table)
+    out = decode_records(table.to_batches())
     assert out.schema == EVENT_SCHEMA
     return out.to_pylist()
 
@@ -93,7 +93,7 @@ def test_decoded_events_split_as_before():
     table = pa.table({"topic": cols["topic"], "partition": pa.array(cols["partition"], pa.int32()),
                       "offset": cols["offset"], "key": pa.array(cols["key"], pa.binary()),
                       "value": pa.array(cols["value"], pa.binary())})
-    batch = split_batch(decode_records(table))
+    batch = split_batch(decode_records(table.to_batches()))
     assert sorted((r["key"], r["offset"]) for r in batch.rows.to_pylist()) == [
         ('{"id":"0"}', 9), ('{"id":"1"}', 7), ('{"id":"2"}', 8)]
     assert batch.per_partition[0]["n"] == 10 and batch.per_partition[0]["ts_ms"] == SOURCE["ts_ms"]
@@ -118,7 +118,7 @@ def test_the_connectors_marker_for_a_row_too_big_for_kafka_is_recognised():
 def test_batches_decoded_as_tasks_hand_them_over_in_any_order_split_as_the_whole_batch():
     # a stream batch's records arrive as its read tasks finish: batches of any size (one above the
     # decode's chunk), in any order, with extra columns (Spark's own) — same events as decoded whole
-    from tideline.core.change_events import CHUNK_ROWS, decode_record_batches
+    from tideline.core.change_events import CHUNK_ROWS
     rows = [record(i, {"id": str(i % 7)}, event("u" if i % 5 else "d", {"id": str(i % 7), "v": str(i)}),
                    partition=i % 2) for i in range(CHUNK_ROWS + 1_234)]
     rows[17]["value"], rows[40]["value"] = b"not json", None
@@ -127,9 +127,9 @@ def test_batches_decoded_as_tasks_hand_them_over_in_any_order_split_as_the_whole
                       "offset": cols["offset"], "key": pa.array(cols["key"], pa.binary()),
                       "value": pa.array(cols["value"], pa.binary()), "timestamp": pa.array([0] * len(rows))})
     pieces = [table.slice(CHUNK_ROWS - 5), table.slice(3, CHUNK_ROWS - 8), table.slice(0, 3)]
-    streamed = decode_record_batches(b for piece in pieces for b in piece.to_batches())
+    streamed = decode_records(b for piece in pieces for b in piece.to_batches())
     assert streamed.num_rows == len(rows) and streamed.schema == EVENT_SCHEMA
-    whole, parts = split_batch(decode_records(table)), split_batch(streamed)
+    whole, parts = split_batch(decode_records(table.to_batches())), split_batch(streamed)
     assert sorted(parts.rows.to_pylist(), key=lambda r: r["key"]) == sorted(whole.rows.to_pylist(), key=lambda r: r["key"])
     by_partition = lambda b: sorted(b.per_partition, key=lambda p: p["partition"])
     assert by_partition(parts) == by_partition(whole) and parts.bad_rows == whole.bad_rows

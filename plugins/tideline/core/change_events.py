@@ -113,15 +113,11 @@ def _decode_chunk(batch: pa.RecordBatch) -> pa.RecordBatch:
          pa.array(bad, pa.bool_())], schema=EVENT_SCHEMA)
 
 
-def decode_records(records: pa.Table) -> pa.Table:
-    """Raw Kafka records (RECORD_COLUMNS, key and value as binary) -> events (batch_events.EVENT_SCHEMA)."""
-    return decode_record_batches(records.to_batches(max_chunksize=CHUNK_ROWS))
-
-
-def decode_record_batches(batches: Iterable[pa.RecordBatch]) -> pa.Table:
-    """decode_records of raw record batches as they come (a Spark job's task results as its tasks
-    finish): each is decoded and let go before the next is taken, so decoding overlaps the reading
-    and a batch's raw records are never all held at once."""
+def decode_records(batches: Iterable[pa.RecordBatch]) -> pa.Table:
+    """Raw Kafka records (RECORD_COLUMNS, key and value as binary; other columns are ignored) ->
+    events (batch_events.EVENT_SCHEMA). The record batches are taken as they come (a Spark job's
+    task results as its tasks finish): each is decoded and let go before the next is taken, so
+    decoding overlaps the reading and a batch's raw records are never all held at once."""
     decoded = []
     for batch in batches:
         batch = batch.select(list(RECORD_COLUMNS))

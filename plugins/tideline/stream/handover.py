@@ -24,7 +24,7 @@ from pyspark.traceback_utils import SCCallSiteSync
 from pyspark.util import local_connect_and_auth
 
 from tideline.core.batch_events import SplitBatch, split_batch
-from tideline.core.change_events import RECORD_COLUMNS, decode_record_batches
+from tideline.core.change_events import RECORD_COLUMNS, decode_records
 
 # Events per Spark task of a batch. Each task's result (its raw records as Arrow, ~3.5 MB at the
 # benchmark's ~570 bytes per event) is held by the driver JVM until Python has collected it; results
@@ -60,7 +60,7 @@ def read_batch(df, spark_batch_id: int) -> ReadBatch | None:
     context.setLocalProperty(CODEGEN_FACTORY_MODE, "NO_CODEGEN" if interpreted(ranges) else None)
     try:
         with closing(arrow_batches(records)) as batches:   # closed at once if the decode fails
-            events = decode_record_batches(batches)
+            events = decode_records(batches)
     finally:
         context.setLocalProperty(CODEGEN_FACTORY_MODE, None)
     if not events.num_rows:
