@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Callable
 
 from services.airflow import (AIRFLOW_PARTS, airflow_api, airflow_healthy, airflow_url, exec_part,
-                              orphaned_airflow_workers, reap_orphaned_airflow_workers, up_airflow)
+                              orphaned_airflow_workers, reap_orphaned_airflow_workers, up_airflow,
+                              watch_airflow_liveness)
 from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, DATABASES, DEBEZIUM_CLASS, HOST, KAFKA_PASS,
                            KAFKA_USER, LOGS, MARIADB_ADMIN, MARIADB_ADMIN_PASS,
                            MARIADB_DATABASE, MARIADB_PASS, MARIADB_USER, PG_CDC_PASS, PG_CDC_USER, PG_PASS,
@@ -241,7 +242,7 @@ def cmd_status() -> int:
                  "spark": log_file("spark-master") if SPARK_CLUSTER else "the Airflow task logs"}.get(part.name,
                                                                                                   log_file(part.name))
         print(f"{part.name:9s} {state:9s} {mem}  {detail}   log: {where}")
-        for sp in {"airflow": AIRFLOW_PARTS, "spark": SPARK_PARTS, "kafka": KAFKA_PARTS}.get(part.name, (part.name,)):
+        for sp in {"airflow": (*AIRFLOW_PARTS, "airflow-liveness"), "spark": SPARK_PARTS, "kafka": KAFKA_PARTS}.get(part.name, (part.name,)):
             if sp in SUPERVISED:
                 line = _supervision_line(sp)
                 if line:
@@ -280,6 +281,8 @@ def main(argv: list[str]) -> int:
             exec_part(rest[0])
         if cmd == "restart-listener":   # run by supervisord
             return restart_listener()
+        if cmd == "airflow-liveness":   # run by supervisord
+            return watch_airflow_liveness()
         if cmd == "env":
             if rest == ["--json"]:   # for programs (the secure-mode test reads a second stack's)
                 print(json.dumps(environment()))

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, HOST, LOGS, PORTS, ROOT, STACKCTL, VAR, VENV_BIN,
@@ -112,6 +113,88 @@ def reap_orphaned_airflow_workers(idle_only: bool) -> int:
     return len(pids)
 
 
+# The component's name in GET /api/v2/monitor/health, for each part that heartbeats.
+HEARTBEATS = {"airflow-scheduler": "scheduler", "airflow-dag-processor": "dag_processor",
+              "airflow-triggerer": "triggerer"}
+LIVENESS_GRACE_S = 60.0     # silent this long, while it could have written, means hung
+LIVENESS_EVERY_S = 10.0
+
+
+def silent_parts(health: dict | None, started: dict[str, float], metadata_ok_since: float, now: float,
+                 grace: float = LIVENESS_GRACE_S) -> dict[str, float]:
+    """The parts that have written no heartbeat for `grace` seconds although their process has run,
+    and the metadata database has answered, all that time: {part: seconds silent}. The clock starts
+    at the latest of their last heartbeat, their process start and the database coming back, so
+    an outage of the database (no one can heartbeat) or a part still starting is never counted.
+    health None = the API server did not answer: nothing can be judged."""
+    if not health or (health.get("metadatabase") or {}).get("status") != "healthy":
+        return {}
+    silent = {}
+    for part, name in HEARTBEATS.items():
+        if part not in started:
+            continue
+        beat = (health.get(name) or {}).get(f"latest_{name}_heartbeat")
+        last = datetime.fromisoformat(beat).timestamp() if beat else 0.0
+        quiet = now - max(last, started[part], metadata_ok_since)
+        if quiet >= grace:
+            silent[part] = round(quiet, 1)
+    return silent
+
+
+def watch_airflow_liveness() -> int:
+    """supervisord program: stops an Airflow component that lives but no longer heartbeats, so
+    supervisord starts it again. supervisord restarts what exits; this is for what hangs. Found on
+    a CI stack: PostgreSQL's fast restart hit the scheduler in a query its loop does not catch,
+    and the scheduler went into its shutdown, which waits for every running task — a stream task
+    never ends — so it neither scheduled nor exited. A TERM there hangs it the same way."""
+    import psutil
+    from services.supervisor import supervised_pid
+    metadata_ok_since = time.time()
+    with open(LOGS / "restarts.log", "a") as log:
+        while True:
+            time.sleep(LIVENESS_EVERY_S)
+            try:
+                health = airflow_health()
+            except Exception:   # the API server restarting or gone: judge nothing meanwhile
+                health = None
+            now = time.time()
+            if not health or (health.get("metadatabase") or {}).get("status") != "healthy":
+                metadata_ok_since = now
+                continue
+            if all((health.get(n) or {}).get("status") == "healthy" for n in HEARTBEATS.values()):
+                continue
+            pids = {part: supervised_pid(part) for part in HEARTBEATS}
+            started = {}
+            for part, pid in pids.items():
+                try:
+                    started[part] = psutil.Process(pid).create_time() if pid else None
+                except psutil.NoSuchProcess:
+                    pass
+            started = {part: t for part, t in started.items() if t}
+            for part, quiet in silent_parts(health, started, metadata_ok_since, now).items():
+                line = (f"{part}: no heartbeat for {quiet:.0f}s while its process (pid {pids[part]}) lives and "
+                        f"the metadata database answers — hung; stopping it so supervisord starts it again")
+                print(f"{time.strftime('%F %T')} {line}", flush=True)
+                log.write(f"{time.strftime('%F %T')} {line}\n")
+                log.flush()
+                _stop_hung(pids[part])
+
+
+def _stop_hung(pid: int) -> None:
+    """TERM, then KILL if it is still there 15 s later (a scheduler waiting in its shutdown exits
+    on a second signal; one stuck elsewhere may not). Only the process itself: a LocalExecutor
+    worker under it that still runs a task goes on, as when the scheduler is killed."""
+    import psutil
+    try:
+        proc = psutil.Process(pid)
+        proc.terminate()
+        proc.wait(15)
+    except psutil.NoSuchProcess:
+        return
+    except psutil.TimeoutExpired:
+        proc.kill()
+
+
 def exec_part(part: str) -> None:
     """What supervisord runs for an Airflow component: the command with the stack's environment.
     A scheduler or triggerer starting after one that died first removes the idle workers and the
@@ -143,6 +226,7 @@ def up_airflow() -> None:
         _stop_unsupervised(part)
         # through `stackctl exec`, so each (re)start gets the stack's environment as it is now
         supervise(part, shlex.join([sys.executable, str(STACKCTL), "exec", part]))
+    supervise("airflow-liveness", shlex.join([sys.executable, str(STACKCTL), "airflow-liveness"]))
     wait_until("airflow-api-server", airflow_healthy, 180,
                f"GET {airflow_url()}/api/v2/monitor/health reports all components healthy")
 
