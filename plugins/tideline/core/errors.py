@@ -46,6 +46,11 @@ class FencedError(TerminalError):
     """This run's fencing epoch is stale: a newer run owns the table; this one must stop."""
 
 
+class OrphanedError(TerminalError):
+    """The Airflow task that started this job is gone and nobody stops the job: it stops itself
+    (tideline.launcher). What it committed stays; the next run resumes from there."""
+
+
 class ResnapshotRequired(TerminalError):
     """The target can only be brought in line by a new full load of the table (the DAG does it)."""
 
@@ -86,7 +91,7 @@ EXIT_HALTED = 6          # a schema change or bad message stopped the pipeline: 
 def exit_code(exc: BaseException) -> int:
     for cls, code in ((FencedError, EXIT_FENCED), (ResnapshotRequired, EXIT_RESNAPSHOT),
                       (LoadVerificationError, EXIT_VERIFICATION), (SchemaChangeError, EXIT_HALTED),
-                      (BadMessageError, EXIT_HALTED), (HaltedError, EXIT_HALTED),
+                      (BadMessageError, EXIT_HALTED), (HaltedError, EXIT_HALTED), (OrphanedError, EXIT_FAILED),
                       (TerminalError, EXIT_CONFIG)):
         if isinstance(exc, cls):
             return code

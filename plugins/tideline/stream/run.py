@@ -24,7 +24,7 @@ import threading
 import time
 from datetime import datetime, timezone
 
-from tideline import engines, state, targets
+from tideline import engines, launcher, state, targets
 
 from tideline.capture import refusals
 
@@ -80,7 +80,7 @@ class IncrementalRun:
         self.committer = BatchCommitter(cfg, self.store, self.engine, self.owner, self.tables, self.by_topic,
                                         self.halted, self._after_halts)
         self.watch = StreamWatch(cfg, self.store, self.engine, self.tables, self.halted, self._needs_resnapshot,
-                                 self._stop, environ)
+                                 self._stop, environ, launcher.current())
 
     # ------------------------------------------------------------------ start
 

@@ -16,7 +16,8 @@ from tideline import state
 from tideline.ops import alerts
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
-from tideline.core.errors import FencedError, ResnapshotRequired, TidelineError
+from tideline.core.errors import FencedError, OrphanedError, ResnapshotRequired, TidelineError
+from tideline.launcher import Launcher
 from tideline.core.source_shapes import partition_tree_change
 
 log = logging.getLogger("tideline.incremental.watch")
@@ -29,8 +30,10 @@ class StreamWatch:
     """Runs beside the stream (its own thread, every FENCE_CHECK_S) over the run's tables."""
 
     def __init__(self, cfg: PipelineConfig, store, engine, tables: dict, halted: dict[str, str],
-                 needs_resnapshot: Callable[[str, str], None], stop: Callable[[TidelineError], None], environ=None):
+                 needs_resnapshot: Callable[[str, str], None], stop: Callable[[TidelineError], None], environ=None,
+                 launcher: Launcher | None = None):
         self.cfg, self.store, self.engine = cfg, store, engine
+        self.launcher = launcher   # the Airflow task that started the job, if any
         self.tables, self.halted = tables, halted   # the run's own, shared
         self.needs_resnapshot, self.stop = needs_resnapshot, stop
         self._environ = environ
@@ -40,9 +43,19 @@ class StreamWatch:
     def run(self, stopped: threading.Event) -> None:
         """A stream with nothing to apply never reaches the fence in a batch: an orphan (its task
         killed, a newer attempt streaming) would idle on forever. Every FENCE_CHECK_S it looks
-        whether a newer run took its tables, and stops this one if so."""
+        whether the task that started it is gone or a newer run took its tables, and stops this
+        one if so."""
         last_capture_check = 0.0
         while not stopped.wait(FENCE_CHECK_S):
+            if self.launcher is not None and self.launcher.gone():
+                orphaned = OrphanedError(
+                    f"pipeline {self.cfg.name}: the process that started this stream (pid {self.launcher.pid}, the "
+                    f"Airflow task, through spark-submit) is gone — killed, or its scheduler was — and nothing would "
+                    f"stop this stream: it stops itself. What it committed stays; the task's retry or the next run "
+                    f"of sync_{self.cfg.name} resumes from the committed offsets.")
+                log.error("%s", orphaned)
+                self.stop(orphaned)
+                return
             if time.monotonic() - last_capture_check >= CAPTURE_CHECK_S:
                 last_capture_check = time.monotonic()
                 self.check_capture()

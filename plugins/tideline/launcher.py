@@ -1,0 +1,44 @@
+"""The process that started this Spark job — the Airflow task, through spark-submit — and whether
+it is still there.
+
+A driver outlives its task when the task dies without stopping it (kill -9, its scheduler
+killed): spark-submit is re-parented and the job runs on. A full load ends by itself; a stream
+would go on for ever, with no task in Airflow to show or stop it, until a newer run fenced it
+(found on a test stack: a run marked failed, its stream still applying an hour later). The
+stream's watch asks `gone()` and stops the run."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+@dataclass(frozen=True)
+class Launcher:
+    jvm: int      # spark-submit's JVM, this Python driver's parent
+    pid: int      # the process that ran spark-submit: the Airflow task
+
+    def gone(self) -> bool:
+        """The JVM lives but its parent is no longer the task (re-parented: the task died). The
+        JVM's own death is not this: the stream sees its gateway fail and says so itself."""
+        try:
+            return _parent(self.jvm) != self.pid
+        except (OSError, ValueError, IndexError):
+            return False
+
+
+def current() -> Launcher | None:
+    """This driver's launcher, or None when it is not a spark-submit driver on this host (an
+    in-process session in tests or a notebook, a system without /proc)."""
+    jvm = os.getppid()
+    try:
+        with open(f"/proc/{jvm}/cmdline", "rb") as f:
+            if b"java" not in f.read().split(b"\0")[0]:
+                return None
+        return Launcher(jvm, _parent(jvm))
+    except (OSError, ValueError, IndexError):
+        return None
