@@ -15,7 +15,7 @@ from pathlib import Path
 
 from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, HOST, LOGS, PORTS, ROOT, STACKCTL, VAR, VENV_BIN,
                            StackError, http_json, log_file, wait_until)
-from services.supervisor import _stop_unsupervised, supervise
+from services.supervisor import _stop_unsupervised, supervise, supervised_pid
 
 
 def airflow_url() -> str:
@@ -148,7 +148,6 @@ def watch_airflow_liveness() -> int:
     and the scheduler went into its shutdown, which waits for every running task — a stream task
     never ends — so it neither scheduled nor exited. A TERM there hangs it the same way."""
     import psutil
-    from services.supervisor import supervised_pid
     metadata_ok_since = time.time()
     with open(LOGS / "restarts.log", "a") as log:
         while True:

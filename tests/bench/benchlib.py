@@ -50,6 +50,25 @@ def checkpoint() -> float:
     return time.monotonic() - started
 
 
+def wal_counters() -> dict[str, float]:
+    """The stack's PostgreSQL's WAL written so far (bytes, full-page images) and the checkpoints
+    it has run (asked for by WAL volume, or by time): the difference over a contestant says what
+    its writes cost the database beyond the rows."""
+    with closing(psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["target"], stackctl.PG_SUPERUSER,
+                                                  stackctl.PG_SUPERPASS))) as conn, conn.cursor() as cur:
+        cur.execute("SELECT w.wal_bytes, w.wal_fpi, b.checkpoints_req, b.checkpoints_timed "
+                    "FROM pg_stat_wal w, pg_stat_bgwriter b")
+        return dict(zip(("wal_bytes", "wal_fpi", "checkpoints_req", "checkpoints_timed"), map(float, cur.fetchone())))
+
+
+def wal_since(before: dict[str, float]) -> str:
+    """What wal_counters() grew by since `before`, in words."""
+    now = wal_counters()
+    d = {k: now[k] - before[k] for k in now}
+    return (f"WAL {d['wal_bytes'] / 1e9:.2f} GB ({d['wal_fpi']:,.0f} full-page images), checkpoints "
+            f"{d['checkpoints_req']:.0f} by WAL volume + {d['checkpoints_timed']:.0f} timed")
+
+
 class PeakRss(threading.Thread):
     """Peak memory of a process tree, sampled every 100 ms; `done.set()` stops it. `peak` sums
     each process's resident set (RSS); `peak_pss` sums proportional set sizes, which count a page

@@ -38,7 +38,7 @@ import psycopg2
 import requests
 import yaml
 
-from benchlib import ROOT, Drain, PeakRss, SteadyLoad, checkpoint, forget_pipeline, pg, stackctl
+from benchlib import ROOT, Drain, PeakRss, SteadyLoad, checkpoint, forget_pipeline, pg, stackctl, wal_counters, wal_since
 
 os.environ.update(stackctl.environment())
 
@@ -302,6 +302,7 @@ def main() -> int:
             f"{peer_topic} ({event_bytes(peer_topic):,.0f} bytes each); source block: {args.source_block}")
 
         log(f"Tideline incremental job, availableNow ... (checkpoint and sync before it: {checkpoint():.1f}s)")
+        wal = wal_counters()
         started = time.monotonic()
         proc = spark_submit(pipelines, "--mode", "available_now")
         rss = PeakRss(proc.pid)
@@ -318,16 +319,18 @@ def main() -> int:
             raise SystemExit(f"incremental job failed with {proc.returncode}")
         assert equal_to_source(PIPELINE), "Tideline's target differs from the source"
         log(f"Tideline: {total:,} events in {apply_secs:.1f}s end to end, peak RSS {rss.peak / 1e6:,.0f} MB "
-            f"(PSS {rss.peak_pss / 1e6:,.0f}); the job's log: {JOB_LOG}")
+            f"(PSS {rss.peak_pss / 1e6:,.0f}); {wal_since(wal)}; the job's log: {JOB_LOG}")
 
         sink_secs = float("nan")
         if not args.skip_peer:
             log(f"Debezium JDBC sink (upsert, deletes) on the same topic ... (checkpoint and sync before it: "
                 f"{checkpoint():.1f}s)")
+            wal = wal_counters()
             sink_secs = run_jdbc_sink(peer_topic, peer_cfg.kafka.partitions)
+            wal_used = wal_since(wal)
             sink_equal = equal_to_source(PEER_SCHEMA)
             log(f"JDBC sink ({peer_cfg.kafka.partitions} tasks): {peer_total:,} events in {sink_secs:.1f}s "
-                f"(target equal to source: {sink_equal})")
+                f"(target equal to source: {sink_equal}); {wal_used}")
             if not sink_equal:
                 raise SystemExit("the JDBC sink's target differs from the source: its figure would not be comparable")
 
