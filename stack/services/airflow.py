@@ -116,8 +116,9 @@ def reap_orphaned_airflow_workers(idle_only: bool) -> int:
 # The component's name in GET /api/v2/monitor/health, for each part that heartbeats.
 HEARTBEATS = {"airflow-scheduler": "scheduler", "airflow-dag-processor": "dag_processor",
               "airflow-triggerer": "triggerer"}
-LIVENESS_GRACE_S = 60.0     # silent this long, while it could have written, means hung
-LIVENESS_EVERY_S = 10.0
+LIVENESS_GRACE_S = 45.0     # silent this long, while it could have written, means hung (Airflow
+                            # itself calls a component unhealthy after 30 s; heartbeats come every 5 s)
+LIVENESS_EVERY_S = 5.0
 
 
 def silent_parts(health: dict | None, started: dict[str, float], metadata_ok_since: float, now: float,
@@ -172,7 +173,7 @@ def watch_airflow_liveness() -> int:
             started = {part: t for part, t in started.items() if t}
             for part, quiet in silent_parts(health, started, metadata_ok_since, now).items():
                 line = (f"{part}: no heartbeat for {quiet:.0f}s while its process (pid {pids[part]}) lives and "
-                        f"the metadata database answers — hung; stopping it so supervisord starts it again")
+                        f"the metadata database answers — hung; killing it so supervisord starts it again")
                 print(f"{time.strftime('%F %T')} {line}", flush=True)
                 log.write(f"{time.strftime('%F %T')} {line}\n")
                 log.flush()
@@ -180,18 +181,13 @@ def watch_airflow_liveness() -> int:
 
 
 def _stop_hung(pid: int) -> None:
-    """TERM, then KILL if it is still there 15 s later (a scheduler waiting in its shutdown exits
-    on a second signal; one stuck elsewhere may not). Only the process itself: a LocalExecutor
-    worker under it that still runs a task goes on, as when the scheduler is killed."""
-    import psutil
+    """kill -9, of the process itself. A TERM would not do: a scheduler in its shutdown exits on a
+    second signal into the interpreter's exit, which waits for the same workers again. A
+    LocalExecutor worker under it that still runs a task goes on, as when the scheduler is killed."""
     try:
-        proc = psutil.Process(pid)
-        proc.terminate()
-        proc.wait(15)
-    except psutil.NoSuchProcess:
-        return
-    except psutil.TimeoutExpired:
-        proc.kill()
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def exec_part(part: str) -> None:
