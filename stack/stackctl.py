@@ -257,7 +257,7 @@ def _supervision_line(part: str) -> str:
     """'<part> RUNNING, restarted 2× (last: ...)' — only when there is something to say."""
     state = supervised_state(part)
     r = restarts().get(part, {})
-    if state == "RUNNING" and not r.get("count"):
+    if state in ("RUNNING", None) and not r.get("count"):   # None: not a program of this mode (local Spark)
         return ""
     text = f"{part}: {state or 'not supervised'}"
     if r.get("count"):
