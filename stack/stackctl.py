@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -29,8 +30,8 @@ from pathlib import Path
 from typing import Callable
 
 from services.airflow import (AIRFLOW_PARTS, airflow_api, airflow_healthy, airflow_url, exec_part,
-                              orphaned_airflow_workers, reap_orphaned_airflow_workers, up_airflow,
-                              watch_airflow_liveness)
+                              leftover_spark_jobs, orphaned_airflow_workers, reap_orphaned_airflow_workers,
+                              up_airflow, watch_airflow_liveness)
 from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, DATABASES, DEBEZIUM_CLASS, HOST, KAFKA_PASS,
                            KAFKA_USER, LOGS, MARIADB_ADMIN, MARIADB_ADMIN_PASS,
                            MARIADB_DATABASE, MARIADB_PASS, MARIADB_USER, PG_CDC_PASS, PG_CDC_USER, PG_PASS,
@@ -190,6 +191,14 @@ def cmd_down() -> int:
     reaped = reap_orphaned_airflow_workers(idle_only=False)
     if reaped:
         print(f"[stack] stopped {reaped} LocalExecutor worker(s) left by a scheduler that died")
+    jobs = leftover_spark_jobs()
+    for pid in jobs:   # what they committed stays; the next run resumes from the committed offsets
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if jobs:
+        print(f"[stack] stopped {len(jobs)} Spark job process(es) that outlived their Airflow task")
     if postgres_pid():
         down_postgres()
         print("[stack] stopped postgres")

@@ -190,6 +190,23 @@ def _stop_hung(pid: int) -> None:
         pass
 
 
+def leftover_spark_jobs() -> list[int]:
+    """Processes of this checkout's Spark jobs (spark-submit's JVM, the Python driver) still
+    running: after `make down` stopped Airflow, whatever is left outlived its task — a driver
+    whose JVM died waits out the database outage for the batch it holds, an orphan notices its
+    task gone only at its next check."""
+    jobs = str(ROOT.resolve() / "spark_jobs") + "/"
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if jobs.encode() in (d / "cmdline").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                continue
+    return found
+
+
 def exec_part(part: str) -> None:
     """What supervisord runs for an Airflow component: the command with the stack's environment.
     A scheduler or triggerer starting after one that died first removes the idle workers and the
