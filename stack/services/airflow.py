@@ -143,7 +143,7 @@ def silent_parts(health: dict | None, started: dict[str, float], metadata_ok_sin
 
 
 def watch_airflow_liveness() -> int:
-    """supervisord program: stops an Airflow component that lives but no longer heartbeats, so
+    """supervisord program: kills an Airflow component that lives but no longer heartbeats, so
     supervisord starts it again. supervisord restarts what exits; this is for what hangs. Found on
     a CI stack: PostgreSQL's fast restart hit the scheduler in a query its loop does not catch,
     and the scheduler went into its shutdown, which waits for every running task — a stream task

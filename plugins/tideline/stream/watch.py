@@ -17,8 +17,8 @@ from tideline.ops import alerts
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.errors import FencedError, OrphanedError, ResnapshotRequired, TidelineError
-from tideline.launcher import Launcher
 from tideline.core.source_shapes import partition_tree_change
+from tideline.launcher import Launcher
 
 log = logging.getLogger("tideline.incremental.watch")
 
