@@ -12,13 +12,12 @@ import time
 from typing import Callable
 
 from tideline import state
-
-from tideline.ops import alerts
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.errors import FencedError, OrphanedError, ResnapshotRequired, TidelineError
 from tideline.core.source_shapes import partition_tree_change
 from tideline.launcher import Launcher
+from tideline.ops import alerts
 
 log = logging.getLogger("tideline.incremental.watch")
 
