@@ -15,7 +15,7 @@ from pathlib import Path
 
 from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, HOST, LOGS, PORTS, ROOT, STACKCTL, VAR, VENV_BIN,
                            StackError, http_json, log_file, wait_until)
-from services.supervisor import _stop_unsupervised, supervise, supervised_pid
+from services.supervisor import _stop_unsupervised, hung_file, supervise, supervised_pid
 
 
 def airflow_url() -> str:
@@ -177,6 +177,7 @@ def watch_airflow_liveness() -> int:
                 print(f"{time.strftime('%F %T')} {line}", flush=True)
                 log.write(f"{time.strftime('%F %T')} {line}\n")
                 log.flush()
+                hung_file(part).write_text(f"{pids[part]} no heartbeat for {quiet:.0f}s while it lived (hung)")
                 _stop_hung(pids[part])
 
 

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from services.base import (KAFKA_BROKERS, LOGS, ROOT, RUN, SPARK_WORKERS, STACKCTL, VAR, VENV_BIN, StackError,
                            log_file, pid_file, pid_alive, running_pid, stop)
@@ -141,6 +142,22 @@ def restarts() -> dict[str, dict]:
         return {}
 
 
+def hung_file(part: str) -> Path:
+    """Where the liveness watch says why it killed a part: '<pid> <reason>' (services.airflow)."""
+    return RUN / f"{part}.hung"
+
+
+def hung_kill(part: str, pid: str) -> str | None:
+    """The liveness watch's reason, if it killed this very process (read once)."""
+    path = hung_file(part)
+    try:
+        killed, reason = path.read_text().split(" ", 1)
+    except (OSError, ValueError):
+        return None
+    path.unlink(missing_ok=True)
+    return reason.strip() if killed == pid else None
+
+
 def restart_listener() -> int:
     """supervisord event listener: every unexpected exit of a part, the restart that brought it
     back and how long that took, into stack/var/run/restarts.json and stack/var/log/restarts.log."""
@@ -156,6 +173,9 @@ def restart_listener() -> int:
         now, line = time.time(), None
         if event == "PROCESS_STATE_EXITED":   # a stop asked for is STOPPING/STOPPED, never EXITED
             how = "unexpectedly" if payload.get("expected") == "0" else "with its normal exit status, unasked"
+            killed = hung_kill(part, payload.get("pid", ""))
+            if killed:
+                how = f"— killed by the liveness watch: {killed}"
             entry.update(count=entry["count"] + 1, exited_at=now, last=f"pid {payload.get('pid')} exited "
                          f"{how} at {time.strftime('%F %T')}")
             line = f"{part}: pid {payload.get('pid')} exited {how}; supervisord restarts it"

@@ -40,3 +40,14 @@ def test_nothing_is_judged_without_an_answer_or_with_the_database_down_or_withou
     assert silent_parts(None, STARTED, LONG_AGO, NOW) == {}
     assert silent_parts(_health(NOW - 300, db="unhealthy"), STARTED, LONG_AGO, NOW) == {}
     assert silent_parts(_health(NOW - 300), {}, LONG_AGO, NOW) == {}   # not running: supervisord's matter
+
+
+def test_the_restart_log_says_the_watch_killed_that_very_process(tmp_path, monkeypatch):
+    import services.supervisor as supervisor
+    monkeypatch.setattr(supervisor, "RUN", tmp_path)
+    supervisor.hung_file("airflow-scheduler").write_text("4242 no heartbeat for 47s while it lived (hung)")
+    assert supervisor.hung_kill("airflow-scheduler", "4243") is None      # another process: not this reason
+    assert not supervisor.hung_file("airflow-scheduler").exists()          # and said once only
+    supervisor.hung_file("airflow-scheduler").write_text("4242 no heartbeat for 47s while it lived (hung)")
+    assert supervisor.hung_kill("airflow-scheduler", "4242") == "no heartbeat for 47s while it lived (hung)"
+    assert supervisor.hung_kill("airflow-scheduler", "4242") is None
