@@ -228,6 +228,22 @@ def _java_pid(job: str) -> int | None:
     return pids[0] if pids else None
 
 
+def _live_stream() -> int:
+    """The demo stream's Spark driver, once one runs under a live Airflow task. A stream whose task
+    died (its scheduler killed, say) stops itself within 10 s, and Airflow's retry starts a new
+    one some 30-40 s later: a test that kills the stream's processes waits for that one."""
+    def live() -> int | None:
+        for pid in _java_pids("incremental.py"):
+            try:
+                if int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]) != 1:
+                    return pid
+            except OSError:
+                continue
+        return None
+    _wait(lambda: live() is not None, 300, "a stream driver under a live Airflow task")
+    return live()
+
+
 def _restarted_by_supervisor(part: str, before: int) -> None:
     _wait(lambda: stackctl.restarts().get(part, {}).get("count", 0) > before and
           stackctl.supervised_state(part) == "RUNNING", 180, f"supervisord to restart {part}")
@@ -306,8 +322,9 @@ def test_airflow_scheduler_killed(streaming_demo):
         pid = stackctl.supervised_pid("airflow-scheduler")
         idle.extend(p.pid for p in psutil.Process(pid).children() if idle_worker(p))
         os.kill(pid, signal.SIGKILL)
-    _scenario("kill -9 Airflow scheduler", fault, "supervisord restarted the scheduler; the stream task went on "
-                                                  "(or was retried by the new scheduler)")
+    _scenario("kill -9 Airflow scheduler", fault, "supervisord restarted the scheduler; the stream went on, or, "
+                                                  "when its task died with the scheduler, its driver stopped itself "
+                                                  "and the new scheduler retried the task")
     _restarted_by_supervisor("airflow-scheduler", count)
     # the dead scheduler's idle LocalExecutor workers do not linger (the new one removed them)
     assert idle, "the scheduler had no idle workers to leave behind"
@@ -341,8 +358,7 @@ def test_airflow_triggerer_killed_leaves_no_log_server_holding_its_port(stack):
 
 
 def test_stream_task_worker_killed(streaming_demo):
-    orphan = _java_pid("incremental.py")
-    assert orphan, "no stream driver running"
+    orphan = _live_stream()
 
     def fault():
         worker = int(open(f"/proc/{orphan}/stat").read().split(")")[1].split()[1])   # its parent: the task
@@ -360,8 +376,7 @@ def test_a_stream_whose_task_died_and_whose_run_was_failed_stops_itself(streamin
     killed) and the run was then marked failed, so no retry came to fence it; its Spark driver,
     re-parented, went on applying with no task in Airflow to show or stop it. The driver now
     watches the process that started it and stops when that is gone."""
-    driver = _java_pid("incremental.py")
-    assert driver, "no stream driver running"
+    driver = _live_stream()
     since = _query(TARGET_URL, "SELECT now()")[0][0]
 
     def parent(pid: int) -> int:
@@ -383,10 +398,11 @@ def test_a_stream_whose_task_died_and_whose_run_was_failed_stops_itself(streamin
 
 def test_stream_spark_driver_killed(streaming_demo):
     killed_at = []
+    driver = _live_stream()
 
     def fault():
         killed_at.append(_query(TARGET_URL, "SELECT now()")[0][0])
-        os.kill(_java_pid("incremental.py"), signal.SIGKILL)
+        os.kill(driver, signal.SIGKILL)
     _scenario("kill -9 the stream's Spark driver", fault, "Airflow retried the stream task; it resumed from the "
                                                           "offsets committed in the target")
     # the run history says what died and when: the task's Python side outlives its JVM and closes
