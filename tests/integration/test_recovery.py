@@ -192,7 +192,7 @@ def _record(scenario: str, seconds: float, recovered_by: str) -> None:
     MEASURES.write_text(json.dumps(seen, indent=2))
 
 
-def _scenario(name: str, fault, recovered_by: str, settle: float = 3) -> None:
+def _scenario(name: str, fault, recovered_by: str) -> None:
     since = _last_batch()
     writes = ResilientWorkload(seed=hash(name) % 1000)
     writes.start()
@@ -201,7 +201,11 @@ def _scenario(name: str, fault, recovered_by: str, settle: float = 3) -> None:
         started = time.time()
         fault()
         took = _marker_arrives(started)
-        time.sleep(settle)
+        # the source goes on changing after the recovery too (steps, not seconds: a slow machine
+        # makes fewer changes per second)
+        after = writes.steps
+        _wait(lambda: writes.steps >= max(after + 30, 60), 120,
+              "the workload to make 30 more changes after the recovery", every=0.2)
     finally:
         writes.stop()
     _converges()
