@@ -235,14 +235,21 @@ def _java_pid(job: str) -> int | None:
 def _live_stream() -> int:
     """The demo stream's Spark driver, once one runs under a live Airflow task. A stream whose task
     died (its scheduler killed, say) stops itself within 10 s, and Airflow's retry starts a new
-    one some 30-40 s later: a test that kills the stream's processes waits for that one."""
+    one some 30-40 s later: a test that kills the stream's processes waits for that one. The
+    driver JVM is the one running the job's Python process (spark-submit first runs a short java
+    of its own with the same arguments)."""
     def live() -> int | None:
-        for pid in _java_pids("incremental.py"):
+        out = subprocess.run(["pgrep", "-f", "spark_jobs/incremental.py.*--pipeline demo"], capture_output=True,
+                             text=True).stdout.split()
+        parents = {}
+        for pid in map(int, out):
             try:
-                if int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]) != 1:
-                    return pid
+                parents[pid] = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
             except OSError:
                 continue
+        for pid in _java_pids("incremental.py"):
+            if parents.get(pid, 1) != 1 and pid in parents.values():
+                return pid
         return None
     _wait(lambda: live() is not None, 300, "a stream driver under a live Airflow task")
     return live()
