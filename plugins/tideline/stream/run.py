@@ -194,6 +194,8 @@ class IncrementalRun:
             self.query = writer.queryName(f"tideline_{self.cfg.name}").start()
             threading.Thread(target=self.watch.run, args=(fence_watch,), daemon=True,
                              name="tideline-fence-watch").start()
+            threading.Thread(target=self.watch.run_launcher_check, args=(fence_watch,), daemon=True,
+                             name="tideline-launcher-watch").start()
             log.info("streaming %d table(s) of pipeline %s (%s mode)", len(self.tables), self.cfg.name, self.mode)
             try:
                 self.query.awaitTermination()

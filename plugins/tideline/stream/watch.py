@@ -22,6 +22,7 @@ from tideline.ops import alerts
 log = logging.getLogger("tideline.incremental.watch")
 
 FENCE_CHECK_S = 10.0   # how soon an idle stream notices that a newer run took its tables
+LAUNCHER_CHECK_S = 5.0  # how soon a stream whose Airflow task died stops
 CAPTURE_CHECK_S = 30.0  # how soon a stream says that capture failed (no table receives a change)
 
 
@@ -46,15 +47,6 @@ class StreamWatch:
         one if so."""
         last_capture_check = 0.0
         while not stopped.wait(FENCE_CHECK_S):
-            if self.launcher is not None and self.launcher.gone():
-                orphaned = OrphanedError(
-                    f"pipeline {self.cfg.name}: the process that started this stream (pid {self.launcher.pid}, the "
-                    f"Airflow task, through spark-submit) is gone — killed, or its scheduler was — and nothing would "
-                    f"stop this stream: it stops itself. What it committed stays; the task's retry or the next run "
-                    f"of sync_{self.cfg.name} resumes from the committed offsets.")
-                log.error("%s", orphaned)
-                self.stop(orphaned)
-                return
             if time.monotonic() - last_capture_check >= CAPTURE_CHECK_S:
                 last_capture_check = time.monotonic()
                 self.check_capture()
@@ -86,6 +78,22 @@ class StreamWatch:
                     table=name)
                 log.warning("%s", fenced)
                 self.stop(fenced)
+                return
+
+    def run_launcher_check(self, stopped: threading.Event) -> None:
+        """Its own thread, so a check of the other loop blocked on a service that is away cannot
+        delay it: every LAUNCHER_CHECK_S, whether the Airflow task that started the job is gone."""
+        if self.launcher is None:
+            return
+        while not stopped.wait(LAUNCHER_CHECK_S):
+            if self.launcher.gone():
+                orphaned = OrphanedError(
+                    f"pipeline {self.cfg.name}: the process that started this stream (pid {self.launcher.pid}, the "
+                    f"Airflow task, through spark-submit) is gone — killed, or its scheduler was — and nothing would "
+                    f"stop this stream: it stops itself. What it committed stays; the task's retry or the next run "
+                    f"of sync_{self.cfg.name} resumes from the committed offsets.")
+                log.error("%s", orphaned)
+                self.stop(orphaned)
                 return
 
     def track_partitions(self, src, name: str, st) -> None:
