@@ -387,7 +387,8 @@ def test_a_stream_whose_task_died_and_whose_run_was_failed_stops_itself(streamin
     killed) and the run was then marked failed, so no retry came to fence it; its Spark driver,
     re-parented, went on applying with no task in Airflow to show or stop it. The driver now
     watches the process that started it and stops when that is gone."""
-    driver = _live_stream()
+    driver = _java_pid("incremental.py")
+    assert driver, "no stream driver running"
     since = _query(TARGET_URL, "SELECT now()")[0][0]
 
     def parent(pid: int) -> int:
