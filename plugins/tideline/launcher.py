@@ -5,10 +5,12 @@ A driver outlives its task when the task dies without stopping it (kill -9, its 
 killed): spark-submit is re-parented and the job runs on. A full load ends by itself; a stream
 would go on for ever, with no task in Airflow to show or stop it, until a newer run fenced it
 (found on a test stack: a run marked failed, its stream still applying an hour later). The
-stream's watch asks `gone()` and stops the run."""
+stream's watch asks `gone()` and stops the run; if that stop hangs, `end_hard()` ends it as a kill -9
+would (a CI run saw an orphan that never stopped: nobody is left to end it otherwise)."""
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import dataclass
 
 
@@ -29,6 +31,16 @@ class Launcher:
             return _parent(self.jvm) != self.pid
         except (OSError, ValueError, IndexError):
             return False
+
+    def end_hard(self, code: int) -> None:
+        """Kills the JVM and exits this process with `code`, skipping every clean-up that could
+        hang. Safe where a kill -9 is: what was committed is in the target's transactions, what was
+        not is rolled back, and the next run resumes from the committed offsets."""
+        try:
+            os.kill(self.jvm, signal.SIGKILL)
+        except OSError:
+            pass
+        os._exit(code)
 
 
 def current() -> Launcher | None:

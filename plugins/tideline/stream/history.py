@@ -6,6 +6,7 @@ to a Kafka consumer group so lag tools see it. All best effort: the target holds
 from __future__ import annotations
 
 import logging
+import threading
 
 from tideline import state
 from tideline.core.kafka_access import KafkaAccess, client_config
@@ -21,6 +22,7 @@ class StreamHistory:
         self.run_ids: dict[str, int] = {}
         self.applied: dict[str, int] = {}  # events applied per table by this run
         self._consumer = None
+        self._closing = threading.Lock()   # closed once: by the run, or by an orphan's hard end
 
     def start(self, conn, table: str, epoch: int) -> None:
         """The table's row for this stream (a stream killed before it closed its row is closed as
@@ -35,7 +37,7 @@ class StreamHistory:
     def close(self, exc: BaseException | None, batches: int, halted: dict[str, str]) -> None:
         """Each table's row in the run history: how this stream ended (best effort: the target may
         be what failed; then the next stream closes the row as abandoned)."""
-        if not self.run_ids:
+        if not self.run_ids or not self._closing.acquire(blocking=False):
             return
         outcome = "succeeded" if exc is None else "fenced" if isinstance(exc, FencedError) else "failed"
         try:

@@ -32,14 +32,15 @@ from tideline.ops import alerts
 from tideline.core.batch_events import newest_source_commit
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
-from tideline.core.errors import FencedError, HaltedError, ResnapshotRequired, SourceError, TidelineError
+from tideline.core.errors import (FencedError, HaltedError, ResnapshotRequired, SourceError, TidelineError,
+                                  exit_code)
 from tideline.core.table_shape import Column
 from tideline.load.full_load import run_owner
 from tideline.stream import position
 from tideline.stream.commit import BatchCommitter, StreamTable
 from tideline.stream.handover import TASK_EVENTS, BatchHandover, ReadBatch
 from tideline.stream.history import StreamHistory
-from tideline.stream.watch import StreamWatch
+from tideline.stream.watch import ORPHAN_EXIT_S, StreamWatch
 
 log = logging.getLogger("tideline.incremental")
 
@@ -155,6 +156,13 @@ class IncrementalRun:
         finally:
             conn.close()
 
+    def _abandon(self, failure: TidelineError) -> None:
+        """An orphaned stream whose stop hung: its run history says why, then it ends as a kill -9
+        would."""
+        hung = type(failure)(f"{failure} Its stop did not end the run within {ORPHAN_EXIT_S:.0f} s: it ended hard.")
+        self.history.close(hung, self.batches, self.halted)
+        self.watch.launcher.end_hard(exit_code(failure))
+
     def _stop(self, failure: TidelineError) -> None:
         """The watch found a reason to end the run: recorded, and the query stops."""
         self.failure = failure
@@ -168,8 +176,12 @@ class IncrementalRun:
         TidelineError that ended it, after recording what it means in the state."""
         checkpoint, previous = None, None
         fence_watch = threading.Event()
+        threading.Thread(target=self.watch.run_launcher_check, args=(fence_watch, self._abandon), daemon=True,
+                         name="tideline-launcher-watch").start()
         try:
             start = self.prepare()
+            if self.failure is not None:   # its task died while it prepared
+                raise self.failure
             if self.cfg.stream.checkpoint_dir:
                 os.makedirs(self.cfg.stream.checkpoint_dir, exist_ok=True)
             checkpoint = tempfile.mkdtemp(prefix=f"tideline-{self.cfg.name}-", dir=self.cfg.stream.checkpoint_dir)
@@ -194,8 +206,6 @@ class IncrementalRun:
             self.query = writer.queryName(f"tideline_{self.cfg.name}").start()
             threading.Thread(target=self.watch.run, args=(fence_watch,), daemon=True,
                              name="tideline-fence-watch").start()
-            threading.Thread(target=self.watch.run_launcher_check, args=(fence_watch,), daemon=True,
-                             name="tideline-launcher-watch").start()
             log.info("streaming %d table(s) of pipeline %s (%s mode)", len(self.tables), self.cfg.name, self.mode)
             try:
                 self.query.awaitTermination()

@@ -23,6 +23,7 @@ log = logging.getLogger("tideline.incremental.watch")
 
 FENCE_CHECK_S = 10.0   # how soon an idle stream notices that a newer run took its tables
 LAUNCHER_CHECK_S = 5.0  # how soon a stream whose Airflow task died stops
+ORPHAN_EXIT_S = 30.0    # how long such a stream may take to stop before it ends itself hard
 CAPTURE_CHECK_S = 30.0  # how soon a stream says that capture failed (no table receives a change)
 
 
@@ -80,9 +81,12 @@ class StreamWatch:
                 self.stop(fenced)
                 return
 
-    def run_launcher_check(self, stopped: threading.Event) -> None:
-        """Its own thread, so a check of the other loop blocked on a service that is away cannot
-        delay it: every LAUNCHER_CHECK_S, whether the Airflow task that started the job is gone."""
+    def run_launcher_check(self, stopped: threading.Event, abandon: Callable[[TidelineError], None]) -> None:
+        """Its own thread, from the run's start (a stream still preparing counts too), so a check of
+        the other loop blocked on a service that is away cannot delay it: every LAUNCHER_CHECK_S,
+        whether the Airflow task that started the job is gone. If so the run stops; if it has not
+        ended ORPHAN_EXIT_S later (its stop or its exit hangs somewhere, and nobody is left to end
+        it), `abandon` ends the process."""
         if self.launcher is None:
             return
         while not stopped.wait(LAUNCHER_CHECK_S):
@@ -94,6 +98,10 @@ class StreamWatch:
                     f"of sync_{self.cfg.name} resumes from the committed offsets.")
                 log.error("%s", orphaned)
                 self.stop(orphaned)
+                time.sleep(ORPHAN_EXIT_S)   # a daemon thread: a process that ended meanwhile never wakes here
+                log.error("pipeline %s: the orphaned stream did not end within %.0f s of its stop; it ends hard",
+                          self.cfg.name, ORPHAN_EXIT_S)
+                abandon(orphaned)
                 return
 
     def track_partitions(self, src, name: str, st) -> None:
