@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -37,7 +36,7 @@ from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, DAT
                            MARIADB_DATABASE, MARIADB_PASS, MARIADB_USER, PG_CDC_PASS, PG_CDC_USER, PG_PASS,
                            PG_SUPERPASS, PG_SUPERUSER, PG_SYNC_PASS, PG_SYNC_USER,
                            PG_USER, PORTS, ROOT, SPARK_CLUSTER, SPARK_WORKERS, STACK, VAR, VENV_BIN, StackError,
-                           http_json, log_file, stop, wait_until)
+                           http_json, kill_all, log_file, parent_pid, stop, wait_until)
 from services.connect import connect_healthy, connect_url, start_connect_worker, up_connect
 from services.env import environment, full_env
 from services.kafka import KAFKA_PARTS, KafkaCluster, kafka_bootstrap, kafka_healthy, up_kafka
@@ -192,11 +191,7 @@ def cmd_down() -> int:
     if reaped:
         print(f"[stack] stopped {reaped} LocalExecutor worker(s) left by a scheduler that died")
     jobs = leftover_spark_jobs()
-    for pid in jobs:   # what they committed stays; the next run resumes from the committed offsets
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    kill_all(jobs)   # what they committed stays; the next run resumes from the committed offsets
     if jobs:
         print(f"[stack] stopped {len(jobs)} Spark job process(es) that outlived their Airflow task")
     if postgres_pid():

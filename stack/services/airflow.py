@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, HOST, LOGS, PORTS, ROOT, STACKCTL, VAR, VENV_BIN,
-                           StackError, http_json, log_file, wait_until)
+                           StackError, http_json, kill_all, log_file, parent_pid, wait_until)
 from services.supervisor import _stop_unsupervised, hung_file, supervise, supervised_pid
 
 
@@ -70,7 +69,7 @@ def orphaned_airflow_workers(idle_only: bool) -> list[int]:
             if not (cmd.startswith("airflow worker -- LocalExecutor") or log_server) or \
                     (idle_only and not log_server and "<idle>" not in cmd):
                 continue
-            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            ppid = parent_pid(int(d.name))
             parent = Path(f"/proc/{ppid}/cmdline").read_bytes() if ppid > 1 else b""
             # this stack's: supervisord starts its programs in ROOT (the environment is unreadable:
             # the process title overwrites it)
@@ -89,10 +88,9 @@ def _descendants(pid: int) -> list[int]:
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent_pid(int(d.name)), []).append(int(d.name))
             except (OSError, ValueError, IndexError):
                 continue
-            children.setdefault(ppid, []).append(int(d.name))
     out, todo = [], list(children.get(pid, []))
     while todo:
         p = todo.pop(0)
@@ -105,11 +103,7 @@ def reap_orphaned_airflow_workers(idle_only: bool) -> int:
     """Kills them with what runs under them (a busy one's task and its Spark driver)."""
     pids = orphaned_airflow_workers(idle_only)
     for pid in pids:
-        for p in [pid, *_descendants(pid)]:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all([pid, *_descendants(pid)])
     return len(pids)
 
 
@@ -185,10 +179,7 @@ def _stop_hung(pid: int) -> None:
     """kill -9, of the process itself. A TERM would not do: a scheduler in its shutdown exits on a
     second signal into the interpreter's exit, which waits for the same workers again. A
     LocalExecutor worker under it that still runs a task goes on, as when the scheduler is killed."""
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
+    kill_all([pid])
 
 
 def leftover_spark_jobs() -> list[int]:

@@ -103,6 +103,22 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def parent_pid(pid: int) -> int:
+    """The parent of pid, from /proc (OSError when pid is gone). The command's name may hold
+    spaces and parentheses: the fields follow its last ')'."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def kill_all(pids) -> None:
+    """kill -9 each, the ones already gone skipped."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def running_pid(part: str) -> int | None:
     path = pid_file(part)
     if not path.exists():

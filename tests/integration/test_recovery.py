@@ -244,7 +244,7 @@ def _live_stream() -> int:
         parents = {}
         for pid in map(int, out):
             try:
-                parents[pid] = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+                parents[pid] = stackctl.parent_pid(pid)
             except OSError:
                 continue
         for pid in _java_pids("incremental.py"):
@@ -372,8 +372,7 @@ def test_stream_task_worker_killed(streaming_demo):
     orphan = _live_stream()
 
     def fault():
-        worker = int(open(f"/proc/{orphan}/stat").read().split(")")[1].split()[1])   # its parent: the task
-        os.kill(worker, signal.SIGKILL)
+        os.kill(stackctl.parent_pid(orphan), signal.SIGKILL)   # its parent: the task
     _scenario("kill -9 the Airflow task process running the stream", fault,
               "Airflow retried the task; the orphaned driver stopped within 10 s, on seeing its task gone or "
               "the retry's newer epoch, whichever came first")
@@ -389,11 +388,8 @@ def test_a_stream_whose_task_died_and_whose_run_was_failed_stops_itself(streamin
     watches the process that started it and stops when that is gone."""
     driver = _live_stream()
     since = _query(TARGET_URL, "SELECT now()")[0][0]
-
-    def parent(pid: int) -> int:
-        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-    task = parent(driver)
-    worker = parent(task)
+    task = stackctl.parent_pid(driver)
+    worker = stackctl.parent_pid(task)
     assert worker != stackctl.supervised_pid("airflow-scheduler")
     for pid in (worker, task):   # the worker first: nothing is left to report the task's end
         os.kill(pid, signal.SIGKILL)
