@@ -46,7 +46,7 @@ from services.postgres import down_postgres, pg_connect, pg_url, postgres_health
 from services.spark import (CLASS_ARCHIVE, SPARK_PARTS, build_class_archive, spark_check,
                             spark_cluster_healthy, spark_master_json, spark_master_url, start_spark_cluster,
                             stop_spark_cluster, up_spark)
-from services.supervisor import (SUPERVISED, _supervisorctl, _unsupervise, restart_listener, restarts,
+from services.supervisor import (SUPERVISED, _supervisorctl, stop_in_order, _unsupervise, restart_listener, restarts,
                                  supervise, supervised_pid, supervised_state, supervisord_running)
 
 
@@ -176,8 +176,7 @@ def cmd_down() -> int:
     if stop("workload"):
         print("[stack] stopped workload")
     if supervisord_running():
-        res = _supervisorctl("stop", "all")   # reverse start order: Airflow, Connect, Kafka, PostgreSQL
-        for line in res.stdout.splitlines():
+        for line in stop_in_order():
             print(f"[stack] {line.strip()}")
         _supervisorctl("shutdown")
         deadline = time.time() + 60

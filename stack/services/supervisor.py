@@ -19,13 +19,33 @@ SUPERVISED = ("postgres", "mariadb", *KAFKA_PARTS, "connect", *SPARK_PARTS, "air
 SUP_DIR = VAR / "supervisor"
 SUP_SOCK = RUN / "supervisor.sock"
 RESTARTS = RUN / "restarts.json"
-# Start order; `supervisorctl stop all` stops in the reverse order.
+# Start order (supervisord starts by it; `stop_in_order` stops the users of a service before it).
 PRIORITY = {part: 10 * (i + 1) for i, part in enumerate(SUPERVISED)}
 
 
 def _supervisorctl(*args: str, check: bool = False) -> subprocess.CompletedProcess:
     return subprocess.run([str(VENV_BIN / "supervisorctl"), "-c", str(SUP_DIR / "supervisord.conf"), *args],
                           capture_output=True, text=True, check=check, timeout=180)
+
+
+def stop_in_order() -> list[str]:
+    """Stops every program, the ones that use a service before it: Airflow, Spark and the
+    workload, then Connect, then Kafka, then the databases; each tier at once. `supervisorctl stop
+    all` stops them all at once, and a Connect worker whose broker went first waited for it until
+    killed at stopwaitsecs (60 s of every secure-stack teardown). supervisorctl's lines."""
+    names = [line.split()[0] for line in _supervisorctl("status").stdout.splitlines() if line.strip()]
+
+    def tier(name: str) -> int:
+        base = name.split(":")[-1]
+        return (3 if base in ("postgres", "mariadb", "restart-log") else 2 if base.startswith("kafka")
+                else 1 if base.startswith("connect") else 0)
+    out = []
+    for t in range(4):
+        stopping = [subprocess.Popen([str(VENV_BIN / "supervisorctl"), "-c", str(SUP_DIR / "supervisord.conf"),
+                                      "stop", n], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                    for n in names if tier(n) == t]
+        out += [line for p in stopping for line in p.communicate(timeout=180)[0].splitlines() if line.strip()]
+    return out
 
 
 def supervisord_running() -> bool:
