@@ -137,7 +137,7 @@ def run_demo_dag(stack, conf: dict, timeout: float = 420) -> tuple[str, dict, di
         info = stack.airflow_api("GET", f"dags/sync_demo/dagRuns/{run_id}")
         if info["state"] in ("success", "failed"):
             break
-        time.sleep(3)
+        time.sleep(1)
     tis = {ti["task_id"]: ti["state"]
            for ti in stack.airflow_api("GET", f"dags/sync_demo/dagRuns/{run_id}/taskInstances")["task_instances"]}
     return run_id, info, tis

@@ -133,7 +133,7 @@ def test_backfill_of_the_demo_batch_dag_through_the_scheduler(stack, source_db, 
         mine = [r for r in runs if r.get("backfill_id") == backfill["id"]] or runs
         if len(mine) >= 2 and all(r["state"] in ("success", "failed") for r in mine):
             break
-        time.sleep(3)
+        time.sleep(1)
     assert len(mine) >= 2 and all(r["state"] == "success" for r in mine), mine
     with source_db.cursor() as s, target_db.cursor() as t:
         q = ("SELECT count(*), md5(string_agg(id::text || actor || action, ',' ORDER BY id)) FROM {} "

@@ -182,7 +182,7 @@ def _converges(timeout: float = 300) -> None:
         finally:
             src.close()
             tgt.close()
-    _wait(equal, timeout, "the target to equal the source row for row", every=2)
+    _wait(equal, timeout, "the target to equal the source row for row", every=1)
 
 
 def _record(scenario: str, seconds: float, recovered_by: str) -> None:
@@ -197,7 +197,7 @@ def _scenario(name: str, fault, recovered_by: str) -> None:
     writes = ResilientWorkload(seed=hash(name) % 1000)
     writes.start()
     try:
-        time.sleep(3)
+        _wait(lambda: writes.steps >= 20, 60, "the workload to make 20 changes before the fault", every=0.1)
         started = time.time()
         fault()
         took = _marker_arrives(started)
