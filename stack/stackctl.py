@@ -36,7 +36,7 @@ from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, DAT
                            MARIADB_DATABASE, MARIADB_PASS, MARIADB_USER, PG_CDC_PASS, PG_CDC_USER, PG_PASS,
                            PG_SUPERPASS, PG_SUPERUSER, PG_SYNC_PASS, PG_SYNC_USER,
                            PG_USER, PORTS, ROOT, SPARK_CLUSTER, SPARK_WORKERS, STACK, VAR, VENV_BIN, StackError,
-                           http_json, kill_all, log_file, parent_pid, stop, wait_until)
+                           http_json, kill_all, log_file, parent_pid, pid_alive, stop, wait_until)
 from services.connect import connect_healthy, connect_url, start_connect_worker, up_connect
 from services.env import environment, full_env
 from services.kafka import KAFKA_PARTS, KafkaCluster, kafka_bootstrap, kafka_healthy, up_kafka

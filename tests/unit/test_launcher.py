@@ -64,8 +64,12 @@ def test_an_orphaned_stream_is_stopped_then_ended_hard_if_the_stop_hangs(monkeyp
             return True
 
     stopped, abandoned = [], []
+
+    def stop_that_hangs(failure):
+        stopped.append(failure)
+        threading.Event().wait()   # as a stop whose JVM is frozen
     cfg = type("Cfg", (), {"name": "shop"})()
-    w = stream_watch.StreamWatch(cfg, None, None, {}, {}, None, stopped.append, launcher=Gone())
+    w = stream_watch.StreamWatch(cfg, None, None, {}, {}, None, stop_that_hangs, launcher=Gone())
     w.run_launcher_check(threading.Event(), abandoned.append)
     assert len(stopped) == 1 and abandoned == stopped
     assert "pid 4242" in str(stopped[0]) and "stops itself" in str(stopped[0])

@@ -160,7 +160,9 @@ class IncrementalRun:
         """An orphaned stream whose stop hung: its run history says why, then it ends as a kill -9
         would."""
         hung = type(failure)(f"{failure} Its stop did not end the run within {ORPHAN_EXIT_S:.0f} s: it ended hard.")
-        self.history.close(hung, self.batches, self.halted)
+        closing = threading.Thread(target=self.history.close, args=(hung, self.batches, self.halted), daemon=True)
+        closing.start()
+        closing.join(15)   # best effort: a target that hangs too must not keep the orphan alive
         self.watch.launcher.end_hard(exit_code(failure))
 
     def _stop(self, failure: TidelineError) -> None:

@@ -97,7 +97,8 @@ class StreamWatch:
                     f"stop this stream: it stops itself. What it committed stays; the task's retry or the next run "
                     f"of sync_{self.cfg.name} resumes from the committed offsets.")
                 log.error("%s", orphaned)
-                self.stop(orphaned)
+                # in a thread of its own: a stop that hangs (its JVM frozen, say) must not hang this one
+                threading.Thread(target=self.stop, args=(orphaned,), daemon=True, name="tideline-orphan-stop").start()
                 time.sleep(ORPHAN_EXIT_S)   # a daemon thread: a process that ended meanwhile never wakes here
                 log.error("pipeline %s: the orphaned stream did not end within %.0f s of its stop; it ends hard",
                           self.cfg.name, ORPHAN_EXIT_S)
