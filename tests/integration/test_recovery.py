@@ -132,13 +132,15 @@ def _stream_demo() -> None:
     """A new continuous sync_demo run (any running one failed first), once it committed a batch."""
     stackctl.airflow_api("PATCH", "dags/sync_demo", {"is_paused": False})
     _stop_runs()
-    before = _last_batch()
-    stackctl.airflow_api("POST", "dags/sync_demo/dagRuns",
-                         {"logical_date": None, "conf": {"stream_mode": "continuous"}})
+    run = stackctl.airflow_api("POST", "dags/sync_demo/dagRuns",
+                               {"logical_date": None, "conf": {"stream_mode": "continuous"}})["dag_run_id"]
     writes = ResilientWorkload(seed=1)
     writes.start()
-    try:
-        _wait(lambda: _last_batch() > before, 420, "sync_demo to stream a batch")
+    try:   # a batch of this run's stream: the failed run's one goes on for a few seconds
+        _wait(lambda: _query(TARGET_URL, "SELECT count(*) FROM tideline.batches WHERE pipeline = 'demo' AND "
+                                         "committed_at > (SELECT max(started_at) FROM tideline.runs WHERE pipeline = "
+                                         "'demo' AND kind = 'incremental' AND detail LIKE %s)",
+                             (f"%(dag run {run}, try %",))[0][0], 420, "sync_demo to stream a batch")
     finally:
         writes.stop()
 
@@ -232,27 +234,46 @@ def _java_pid(job: str) -> int | None:
     return pids[0] if pids else None
 
 
-def _live_stream() -> int:
-    """The demo stream's Spark driver, once one runs under a live Airflow task. A stream whose task
-    died (its scheduler killed, say) stops itself within 10 s, and Airflow's retry starts a new
-    one some 30-40 s later: a test that kills the stream's processes waits for that one. The
-    driver JVM is the one running the job's Python process (spark-submit first runs a short java
-    of its own with the same arguments)."""
-    def live() -> int | None:
-        out = subprocess.run(["pgrep", "-f", "spark_jobs/incremental.py.*--pipeline demo"], capture_output=True,
-                             text=True).stdout.split()
-        parents = {}
-        for pid in map(int, out):
-            try:
-                parents[pid] = stackctl.parent_pid(pid)
-            except OSError:
-                continue
-        for pid in _java_pids("incremental.py"):
-            if parents.get(pid, 1) != 1 and pid in parents.values():
+def _stream_python(jvm: int) -> int | None:
+    """The job's Python process under a stream driver's JVM (spark-submit first runs a short java
+    of its own with the same arguments, which has none)."""
+    for pid in map(int, subprocess.run(["pgrep", "-P", str(jvm)], capture_output=True, text=True).stdout.split()):
+        try:
+            if b"spark_jobs/incremental.py" in open(f"/proc/{pid}/cmdline", "rb").read():
                 return pid
-        return None
-    _wait(lambda: live() is not None, 300, "a stream driver under a live Airflow task")
-    return live()
+        except OSError:
+            pass
+    return None
+
+
+def _live_stream() -> int:
+    """The demo stream's Spark driver JVM, once it is the only one, runs under a live Airflow task
+    and has claimed its tables (its run rows are open). A stream whose task died (its scheduler
+    killed, say) stops itself within 10 s and Airflow's retry starts a new one 30-40 s later; the
+    stream of a run marked failed (_stream_demo) goes on until Airflow's next heartbeat ends its
+    task, while the new one starts: a test that kills the stream's processes must pick the stream
+    of a running DAG run, past its start."""
+    def live() -> int | None:
+        drivers = _java_pids("incremental.py")
+        pythons = {jvm: _stream_python(jvm) for jvm in drivers}
+        streams = [jvm for jvm, py in pythons.items() if py is not None]
+        if len(streams) != 1:
+            return None
+        [jvm] = streams
+        try:
+            if stackctl.parent_pid(jvm) == 1:
+                return None
+        except OSError:
+            return None
+        claimed = [d for (d,) in _query(TARGET_URL, "SELECT detail FROM tideline.runs WHERE pipeline = 'demo' AND "
+                                                    "kind = 'incremental' AND outcome = 'running' AND detail LIKE %s",
+                                        (f"% stream by incremental pid {pythons[jvm]} %",))]
+        running = [r["dag_run_id"] for r in _running_runs()]   # not a run marked failed, still stopping
+        return jvm if any(f"(dag run {r}, try " in d for d in claimed for r in running) else None
+    found: list[int] = []
+    _wait(lambda: found.append(live()) or found[-1] is not None, 300,
+          "one stream driver, under a live Airflow task, with its tables claimed")
+    return found[-1]
 
 
 def _restarted_by_supervisor(part: str, before: int) -> None:
@@ -389,16 +410,18 @@ def test_a_stream_whose_task_died_and_whose_run_was_failed_stops_itself_even_whe
     that never stopped: here its JVM is frozen as well, so the stop hangs, and the driver must
     end itself and its JVM hard. (The stop that does not hang: test_stream_task_worker_killed.)"""
     driver = _live_stream()
-    python = next(p for p in map(int, subprocess.run(["pgrep", "-P", str(driver)], capture_output=True,
-                                                     text=True).stdout.split())
-                  if b"incremental.py" in open(f"/proc/{p}/cmdline", "rb").read())
+    python = _stream_python(driver)
     since = _query(TARGET_URL, "SELECT now()")[0][0]
     task = stackctl.parent_pid(driver)
     worker = stackctl.parent_pid(task)
     assert worker != stackctl.supervised_pid("airflow-scheduler")
     for pid in (worker, task):   # the worker first: nothing is left to report the task's end
         os.kill(pid, signal.SIGKILL)
-    os.kill(driver, signal.SIGSTOP)   # every call into the JVM hangs, the stop's included
+    # every call into the JVM hangs, the stop's included. Once the task has exited (the JVM
+    # re-parented): a process group orphaned while one of its processes is stopped gets SIGHUP and
+    # SIGCONT from the kernel, and the JVM would end on the SIGHUP
+    _wait(lambda: stackctl.parent_pid(driver) != task, 10, "the killed task to exit", every=0.01)
+    os.kill(driver, signal.SIGSTOP)
     _stop_runs()                 # a person marks the run failed: no retry will come
     try:
         # seen within LAUNCHER_CHECK_S, its stop hangs, it ends hard ORPHAN_EXIT_S later
