@@ -23,9 +23,12 @@ RESTARTS = RUN / "restarts.json"
 PRIORITY = {part: 10 * (i + 1) for i, part in enumerate(SUPERVISED)}
 
 
+def _supervisorctl_argv(*args: str) -> list[str]:
+    return [str(VENV_BIN / "supervisorctl"), "-c", str(SUP_DIR / "supervisord.conf"), *args]
+
+
 def _supervisorctl(*args: str, check: bool = False) -> subprocess.CompletedProcess:
-    return subprocess.run([str(VENV_BIN / "supervisorctl"), "-c", str(SUP_DIR / "supervisord.conf"), *args],
-                          capture_output=True, text=True, check=check, timeout=180)
+    return subprocess.run(_supervisorctl_argv(*args), capture_output=True, text=True, check=check, timeout=180)
 
 
 def stop_in_order() -> list[str]:
@@ -41,8 +44,8 @@ def stop_in_order() -> list[str]:
                 else 1 if base.startswith("connect") else 0)
     out = []
     for t in range(4):
-        stopping = [subprocess.Popen([str(VENV_BIN / "supervisorctl"), "-c", str(SUP_DIR / "supervisord.conf"),
-                                      "stop", n], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stopping = [subprocess.Popen(_supervisorctl_argv("stop", n), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
                     for n in names if tier(n) == t]
         out += [line for p in stopping for line in p.communicate(timeout=180)[0].splitlines() if line.strip()]
     return out
