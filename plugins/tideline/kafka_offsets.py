@@ -47,8 +47,8 @@ def describe_topic(admin: AdminClient, kafka: KafkaAccess | str, topic: str,
 
 def _unusable(topic: str, reason: str) -> SourceError:
     return SourceError(f"Kafka topic {topic!r} cannot be used ({reason}). The change topic must exist before "
-                       f"a full load records where the stream resumes: run the pipeline's ensure_connector "
-                       f"task (it creates the topics), or check kafka.topic_prefix in the pipeline config.")
+                       f"a full load records where the stream resumes: run the sync DAG (its prepare "
+                       f"task creates the topics), or check kafka.topic_prefix in the pipeline config.")
 
 
 # A partition whose leader is moving (a topic created moments ago, a broker restarting): Kafka

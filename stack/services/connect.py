@@ -81,8 +81,8 @@ topic.creation.enable=true
 {secrets_lines(SECRETS)}{_security_lines(kafka)}# No-loss producer settings for every source task: acks from all in-sync replicas (the default,
 # made explicit), idempotence, and retries without a count limit inside the delivery timeout —
 # 10 min, so a Kafka outage that short (or too few in-sync replicas) blocks the connector rather
-# than failing its task; a longer one fails the task, which ensure_connector restarts, resuming
-# from the last committed source offset.
+# than failing its task; a longer one fails the task, which the sync DAG's prepare task restarts,
+# resuming from the last committed source offset.
 producer.acks=all
 producer.enable.idempotence=true
 producer.max.in.flight.requests.per.connection=5

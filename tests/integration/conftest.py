@@ -137,7 +137,7 @@ class Pipelines:
         return ([topic_name(cfg.kafka.topic_prefix, cfg.source.schema_, beat)] if beat else []) + own
 
     def adopt(self, cfg):
-        """The DAG's ensure_connector creates topics and connector: clean them up after the test."""
+        """The DAG's prepare task creates topics and connector: clean them up after the test."""
         self.captured = cfg
         self.topics += [cfg.topic(t.name) for t in cfg.tables if cfg.topic(t.name) not in self.topics]
         return cfg

@@ -73,7 +73,7 @@ def test_refused_change_halts_one_table_and_the_others_go_on(spark, source_db, t
             cur.execute(f"UPDATE {a} SET note = 'later' WHERE id = 5")
         _until(others_equal, 60, "a later change of a to arrive while b stays halted")
 
-        # the person drops the rule and resumes the table (what the sync DAG's decide does)
+        # the person drops the rule and resumes the table (what the sync DAG's prepare does)
         with target_db.cursor() as cur:
             cur.execute(f'ALTER TABLE "{unique_name}".{b} DROP CONSTRAINT qty_small')
         state.set_phase(target_db, cfg.name, b, "streaming", None)

@@ -327,7 +327,7 @@ def test_sync_dag_reloads_by_itself_after_retention_loss_and_purged_binlogs(airf
     """The seed cases on a MariaDB source, through the sync DAG alone: (1) the stream is stopped,
     the source changes (its schema too), Kafka retention deletes offsets it still needs → the
     sensor notices and re-snapshots; (2) the connector is stopped and the binlogs it needs are
-    purged → ensure_connector marks the table, recreates capture, and the run reloads it."""
+    purged → the sync DAG's prepare marks the table, recreates capture, and the run reloads it."""
     from test_dags import run_dag
     from tideline import state
     from tideline.capture.connector import ConnectClient

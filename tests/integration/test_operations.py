@@ -118,7 +118,7 @@ def test_slot_lost_while_stopped_is_recovered_and_reloaded_by_the_next_run(
             cur.execute(f"DELETE FROM {t} WHERE id BETWEEN 1000 AND 1099")
         states = run_dag(dag_id, stream_mode="available_now")
         assert states["__run__"] == "success", states
-        assert states["doctor"] == "success" and states["full_load"] == "success", states
+        assert states["prepare"] == "success" and states["full_load"] == "success", states
         assert table_digest(source_db, "public", t, "id") == table_digest(target_db, cfg.name, t, "id")
         texts = [m["text"] for m in webhook]
         assert texts == [f"Tideline {cfg.name}: {t}: re-snapshot started automatically — replication slot "

@@ -1,17 +1,19 @@
 """Builds each pipeline's DAGs from its validated config. No database or network at parse time.
 
-sync_<pipeline>:  check_params → route_action ─┬→ repair | validate
-                                                └→ ensure_connector → doctor → decide ─┬→ full_load ─┐
-                                                             └────────────┴→ coverage → route ─┬→ incremental → after_stream → restart
-                                                                                               └→ resnapshot ──┘
-`coverage` records lost offsets and hands the tables to `resnapshot`; `incremental` ending with
-the re-snapshot status makes `after_stream` start a new run of this DAG without waiting for it
-(no self-trigger with wait_for_completion, which would deadlock under max_active_runs). So does an
-available_now run that took tables over from a continuous stream (`decide` notes it): the new run
-streams them continuously again.
-`ensure_connector` recovers a lost replication slot (its tables are marked for a re-snapshot, which
-`decide` then plans); `doctor` fails the run on a broken part, naming the fix. Every task's final
-failure, each automatic re-snapshot (start and finish) and low retention headroom raise alerts.
+sync_<pipeline>:  check_params ─┬→ repair | validate
+                                └→ prepare ─┬→ full_load ─┐
+                                            └─────────────┴→ coverage ─┬→ incremental → after_stream → restart
+                                                                       └→ resnapshot ──┘
+`check_params`, `prepare` and `coverage` each pick the task(s) after them themselves (operators.Follows):
+a task start less each than a branch task after them. `prepare` puts capture in place
+(topics, publication, connector, slot; it recovers a lost replication slot, marking its tables
+for a re-snapshot), runs the doctor (the run fails on a broken part, naming the fix) and plans
+each table. `coverage` records lost offsets and hands the tables to `resnapshot`; `incremental`
+ending with the re-snapshot status makes `after_stream` start a new run of this DAG without
+waiting for it (no self-trigger with wait_for_completion, which would deadlock under
+max_active_runs). So does an available_now run that took tables over from a continuous stream
+(`prepare` notes it): the new run streams them continuously again. Every task's final failure,
+each automatic re-snapshot (start and finish) and low retention headroom raise alerts.
 
 verify_<pipeline> (on the config's verify.schedule, nightly by default): verify source against
 target by key-range bisection; differences alert, and are repaired when verify.repair is set.
@@ -26,7 +28,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param
 
 from tideline.airflow import tasks
-from tideline.airflow.operators import CoverageSensor, TidelineSparkSubmitOperator
+from tideline.airflow.operators import BranchingPythonOperator, CoverageSensor, TidelineSparkSubmitOperator
 from tideline.core.config import PipelineConfig
 from tideline.core.params import ACTIONS, STREAM_MODES
 
@@ -102,28 +104,22 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             "repair_time_to": Param(None, type=["null", "string"], title="Repair: to (ISO 8601)"),
         },
     ) as dag:
-        checked = PythonOperator(task_id="check_params", python_callable=_check_params_from_context,
-                                 op_kwargs={"pipeline": cfg.name}, retries=0)
-        route_action = BranchPythonOperator(task_id="route_action", python_callable=_branch_on_action)
+        checked = BranchingPythonOperator(task_id="check_params", python_callable=_check_params_from_context,
+                                          op_kwargs={"pipeline": cfg.name}, follow=tasks.branch_on_action, retries=0)
         repair = PythonOperator(task_id="repair", python_callable=_repair_from_xcom, op_kwargs={"pipeline": cfg.name},
                                 retries=0)
         validate = PythonOperator(task_id="validate", python_callable=_validate_from_xcom,
                                   op_kwargs={"pipeline": cfg.name}, retries=0)
-        ensure = PythonOperator(task_id="ensure_connector", python_callable=tasks.ensure_capture,
-                                op_kwargs={"pipeline": cfg.name})
-        doctor = PythonOperator(task_id="doctor", python_callable=tasks.doctor, op_kwargs={"pipeline": cfg.name},
-                                retries=0)
-        decide = PythonOperator(task_id="decide", python_callable=_decide_from_xcom,
-                                op_kwargs={"pipeline": cfg.name})
-        after_decide = BranchPythonOperator(task_id="route_load", python_callable=_branch_after_decide)
+        # retried when a part is briefly away (Connect restarting); a broken part fails it at once
+        prepare = BranchingPythonOperator(task_id="prepare", python_callable=_prepare_from_xcom,
+                                          op_kwargs={"pipeline": cfg.name}, follow=tasks.branch_after_prepare)
         full_load = TidelineSparkSubmitOperator(
             task_id="full_load", job="full_load.py", name=f"tideline-full-load-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--tables",
-                              "{{ ti.xcom_pull(task_ids='decide')['full_load'] | join(',') }}"],
+                              "{{ ti.xcom_pull(task_ids='prepare')['full_load'] | join(',') }}"],
             on_success_callback=tasks.on_reload_success, **_submit_full_load(cfg))
-        coverage = CoverageSensor(task_id="coverage", pipeline=cfg.name, plan_task_id="decide",
-                                  trigger_rule=NONE_FAILED)
-        route = BranchPythonOperator(task_id="route_stream", python_callable=_branch_after_coverage)
+        coverage = CoverageSensor(task_id="coverage", pipeline=cfg.name, plan_task_id="prepare",
+                                  follow=tasks.branch_after_coverage, trigger_rule=NONE_FAILED)
         resnapshot = TidelineSparkSubmitOperator(
             task_id="resnapshot", job="full_load.py", name=f"tideline-resnapshot-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--tables",
@@ -144,12 +140,12 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
         restart = TriggerDagRunOperator(
             task_id="restart", trigger_dag_id=f"sync_{cfg.name}",
             conf={"action": "auto", "resume_halted": False,
-                  "stream_mode": "{{ 'continuous' if (ti.xcom_pull(task_ids='decide') or {}).get('hand_back') "
+                  "stream_mode": "{{ 'continuous' if (ti.xcom_pull(task_ids='prepare') or {}).get('hand_back') "
                                  "else params.stream_mode }}"},
             wait_for_completion=False)
-        checked >> route_action >> [ensure, repair, validate]
-        ensure >> doctor >> decide >> after_decide >> [full_load, coverage]
-        full_load >> coverage >> route >> [incremental, resnapshot]
+        checked >> [prepare, repair, validate]
+        prepare >> [full_load, coverage]
+        full_load >> coverage >> [incremental, resnapshot]
         resnapshot >> incremental >> after_stream >> restart
     return dag
 
@@ -225,10 +221,6 @@ def _check_params_from_context(pipeline: str, **context) -> dict:
     return tasks.check_params(pipeline, dict(context["params"]))
 
 
-def _branch_on_action(**context) -> str:
-    return tasks.branch_on_action(context["ti"].xcom_pull(task_ids="check_params"))
-
-
 def _repair_from_xcom(pipeline: str, **context) -> list[dict]:
     return tasks.repair(pipeline, context["ti"].xcom_pull(task_ids="check_params"))
 
@@ -237,19 +229,10 @@ def _validate_from_xcom(pipeline: str, **context) -> list[dict]:
     return tasks.validate(pipeline, context["ti"].xcom_pull(task_ids="check_params"))
 
 
-def _decide_from_xcom(pipeline: str, **context) -> dict:
-    checked = context["ti"].xcom_pull(task_ids="check_params")
-    return tasks.decide(pipeline, checked)
-
-
-def _branch_after_decide(**context) -> str:
-    return tasks.branch_after_decide(context["ti"].xcom_pull(task_ids="decide"))
-
-
-def _branch_after_coverage(**context) -> str:
-    return tasks.branch_after_coverage(context["ti"].xcom_pull(task_ids="coverage"))
+def _prepare_from_xcom(pipeline: str, **context) -> dict:
+    return tasks.prepare(pipeline, context["ti"].xcom_pull(task_ids="check_params"))
 
 
 def _branch_after_stream(**context) -> list[str]:
     return tasks.branch_after_stream(context["ti"].xcom_pull(task_ids="incremental"),
-                                     context["ti"].xcom_pull(task_ids="decide"))
+                                     context["ti"].xcom_pull(task_ids="prepare"))

@@ -5,6 +5,8 @@ import os
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.branch import BranchMixIn
+from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
@@ -19,6 +21,32 @@ _TERMINAL = {
     errors.EXIT_HALTED: "tables halted (a change the target refuses, a schema change or a bad message); a person "
                         "must act",
 }
+
+
+class Follows(BranchMixIn):
+    """A task that hands on its result (its XCom, as any task's) and then follows the downstream
+    task(s) `follow(result)` names, skipping the others, as a branch does: one task start where a
+    task and a branch after it took two (a task start costs ~2 s on the local stack). A class
+    using it sets `inherits_from_skipmixin = True` itself (BaseOperator's property comes first):
+    it tells the scheduler the task may skip its downstream."""
+
+    def _follow(self, context, result):
+        # do_branch ends the task by raising when it skips a task, before a return value is pushed
+        context["ti"].xcom_push(key="return_value", value=result)
+        self.do_branch(context, self.follow(result))
+        return result
+
+
+class BranchingPythonOperator(PythonOperator, Follows):
+    """A PythonOperator whose result also picks the task(s) that follow (see Follows)."""
+    inherits_from_skipmixin = True
+
+    def __init__(self, *, follow, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.follow = follow
+
+    def execute(self, context):
+        return self._follow(context, super().execute(context))
 
 
 class TidelineSparkSubmitOperator(SparkSubmitOperator):
@@ -94,19 +122,25 @@ def alert_sender(cfg):
     return lambda event, message, subject="": alerts.notify(cfg, event, message, resolve=connections.get)
 
 
-class CoverageSensor(BaseSensorOperator):
+class CoverageSensor(BaseSensorOperator, Follows):
     """Passes once it knows, for every streaming table, whether Kafka still holds every offset the
     stream must resume from. Covered tables: logs pending events and retention headroom. Not
     covered: records why in the state (phase needs_resnapshot) and returns the tables, which the
-    DAG reloads by itself. Keeps poking while Kafka cannot be asked."""
+    DAG reloads by itself (`follow` picks the task after it from that). Keeps poking while Kafka
+    cannot be asked."""
+    inherits_from_skipmixin = True
 
-    def __init__(self, *, pipeline: str, plan_task_id: str = "decide", **kwargs: Any):
+    def __init__(self, *, pipeline: str, plan_task_id: str, follow, **kwargs: Any):
         kwargs.setdefault("poke_interval", 10)
         kwargs.setdefault("timeout", 600)
         kwargs.setdefault("mode", "reschedule")  # frees its worker slot between pokes
         super().__init__(**kwargs)
         self.pipeline = pipeline
         self.plan_task_id = plan_task_id
+        self.follow = follow
+
+    def execute(self, context):
+        return self._follow(context, super().execute(context))
 
     def poke(self, context):
         from airflow.sdk import PokeReturnValue

@@ -60,7 +60,7 @@ def doctor(pipeline: str) -> list[dict]:
     for line in doctor_mod.format_checks(checks):
         log.info("%s", line)
     refused = [c for c in checks if c.status == "fail" and c.table is not None]
-    for c in refused:   # ensure_connector recorded them in their state; the other tables go on
+    for c in refused:   # ensure_capture recorded them in their state; the other tables go on
         log.warning("table %s is refused and left out of this run: %s", c.table, c.describe())
     failed = [c for c in checks if c.status == "fail" and c.table is None]
     if failed:
@@ -114,7 +114,15 @@ def decide(pipeline: str, checked: dict) -> dict:
     return plan
 
 
-def branch_after_decide(plan: dict) -> str:
+def prepare(pipeline: str, checked: dict) -> dict:
+    """The sync run's preparation, in one task: capture in place (ensure_capture), every part
+    checked (doctor), then the plan per table (decide)."""
+    ensure_capture(pipeline)
+    doctor(pipeline)
+    return decide(pipeline, checked)
+
+
+def branch_after_prepare(plan: dict) -> str:
     return "full_load" if plan["full_load"] else "coverage"
 
 
@@ -134,7 +142,7 @@ def branch_after_stream(result: dict | None, plan: dict | None = None) -> list[s
 
 
 def branch_on_action(checked: dict) -> str:
-    return {"repair": "repair", "validate": "validate"}.get(checked["action"], "ensure_connector")
+    return {"repair": "repair", "validate": "validate"}.get(checked["action"], "prepare")
 
 
 def repair(pipeline: str, checked: dict) -> list[dict]:
@@ -283,6 +291,6 @@ def on_reload_success(context) -> None:
     if ti.task_id == "resnapshot":
         tables = (ti.xcom_pull(task_ids="coverage") or {}).get("resnapshot", [])
     else:
-        tables = (ti.xcom_pull(task_ids="decide") or {}).get("resnapshot", [])
+        tables = (ti.xcom_pull(task_ids="prepare") or {}).get("resnapshot", [])
     for table in tables:
         alert_sender(cfg)(alerts.RESNAPSHOT_FINISHED, f"{table}: automatic re-snapshot finished; streaming resumes")

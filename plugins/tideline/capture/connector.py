@@ -238,7 +238,7 @@ def ensure_connector(cfg: PipelineConfig, connect: Conn, source: Conn, timeout: 
                 raise ConnectError(
                     f"connector {name} cannot resume: the {engine.label} source no longer has the log position it "
                     f"stopped at ({engine.position_holder(cfg)}), so changes were missed. Run the sync DAG: its "
-                    f"ensure_connector recreates capture and marks the tables for a reload.\n{trace[:1500]}")
+                    f"prepare task recreates capture and marks the tables for a reload.\n{trace[:1500]}")
             elif trace:
                 raise ConnectError(f"connector {name} failed on Kafka Connect: {first_cause(trace)}\n{trace[:3000]}")
             elif status["connector"]["state"] in ("PAUSED", "STOPPED"):

@@ -50,7 +50,7 @@ def slot(slot_name: str, row: dict | None, streaming_tables: int) -> Check:
             return Check("source", name, FAIL, f"missing while {streaming_tables} table(s) stream from it: changes "
                                                f"made since it went were not captured",
                          "run the sync DAG: it recreates the slot and reloads the affected tables by itself")
-        return Check("source", name, WARN, "does not exist yet", "run the sync DAG (ensure_connector creates it)")
+        return Check("source", name, WARN, "does not exist yet", "run the sync DAG (its prepare task creates it)")
     status, retained = row["wal_status"], _mb(row.get("retained_bytes") or 0)
     if status == "lost":
         return Check("source", name, FAIL, "wal_status lost: the WAL it needed was removed, changes were missed",
@@ -61,7 +61,7 @@ def slot(slot_name: str, row: dict | None, streaming_tables: int) -> Check:
                      "start the pipeline's connector now (or raise max_slot_wal_keep_size)")
     if not row.get("active"):
         return Check("source", name, WARN, f"{status}, inactive (no connector reading it); {retained} retained",
-                     "start the connector (the sync DAG's ensure_connector does)")
+                     "start the connector (the sync DAG's prepare task does)")
     if status == "extended":
         return Check("source", name, WARN, f"wal_status extended: {retained} retained, beyond max_wal_size",
                      "check the connector keeps up")
@@ -103,7 +103,7 @@ def topic(cfg: PipelineConfig, name: str, facts: dict | None) -> list[Check]:
     (None = the topic does not exist)."""
     if facts is None:
         return [Check("kafka", f"topic {name}", FAIL, "does not exist",
-                      "run the sync DAG (ensure_connector creates the topics with the pipeline's settings)")]
+                      "run the sync DAG (its prepare task creates the topics with the pipeline's settings)")]
     out = []
     label = f"topic {name}"
     parts, rf, isr = facts["partitions"], facts["replication_factor"], facts["min_insync_replicas"]
@@ -154,7 +154,7 @@ def topic(cfg: PipelineConfig, name: str, facts: dict | None) -> list[Check]:
 def connector(name: str, status: dict | None) -> Check:
     if status is None:
         return Check("connect", f"connector {name}", FAIL, "does not exist",
-                     "run the sync DAG (ensure_connector creates it)")
+                     "run the sync DAG (its prepare task creates it)")
     state = status["connector"]["state"]
     tasks = status.get("tasks", [])
     failed = [t for t in tasks if t["state"] == "FAILED"]
@@ -166,7 +166,7 @@ def connector(name: str, status: dict | None) -> Check:
     if state in ("PAUSED", "STOPPED") or not tasks:
         return Check("connect", f"connector {name}", WARN, f"connector {state}, {len(tasks)} task(s): changes are "
                                                            f"not being captured; the slot holds WAL meanwhile",
-                     "run the sync DAG (ensure_connector resumes it)")
+                     "run the sync DAG (its prepare task resumes it)")
     return Check("connect", f"connector {name}", PASS, f"{state}, tasks {[t['state'] for t in tasks]}")
 
 

@@ -1,5 +1,5 @@
 """`python -m tideline.ops.doctor [--pipeline NAME]`: checks every part a pipeline depends on and says
-pass / warn / fail with what to do. Also the sync DAG's `doctor` task (before `decide`).
+pass / warn / fail with what to do. Also run by the sync DAG's `prepare` task (before it plans).
 
 Gathers facts here; the judgements are tideline.core.doctor_checks.
 """
