@@ -431,6 +431,10 @@ def test_a_stream_whose_task_died_and_whose_run_was_failed_stops_itself_even_whe
                                   "'incremental' AND ended_at > %s", (since,))
         assert rows and all(o == "failed" and f"the process that started this stream (pid {task}" in d
                             and "it ended hard" in d for o, d in rows), rows
+        # what it said once its task was gone went to a file, not to the pipe nobody read
+        kept = stackctl.LOGS / "airflow-tasks" / "tideline-orphans" / f"demo-{python}.log"
+        assert f"Its log from then on: {kept}" in rows[0][1]
+        assert "it stops itself" in kept.read_text()
     finally:
         stackctl.kill_all([driver, python])   # whatever happened, no frozen process stays behind
         _stream_demo()           # the tests after this one need the stream

@@ -63,6 +63,9 @@ def test_an_orphaned_stream_is_stopped_then_ended_hard_if_the_stop_hangs(monkeyp
         def gone(self):
             return True
 
+        def keep_output(self, name):   # the real one points pytest's own output at a file
+            return f"/logs/{name}.log"
+
     stopped, abandoned = [], []
 
     def stop_that_hangs(failure):
@@ -71,5 +74,37 @@ def test_an_orphaned_stream_is_stopped_then_ended_hard_if_the_stop_hangs(monkeyp
     cfg = type("Cfg", (), {"name": "shop"})()
     w = stream_watch.StreamWatch(cfg, None, None, {}, {}, None, stop_that_hangs, launcher=Gone())
     w.run_launcher_check(threading.Event(), abandoned.append)
+    deadline = time.time() + 10
+    while not abandoned and time.time() < deadline:
+        time.sleep(0.01)
     assert len(stopped) == 1 and abandoned == stopped
     assert "pid 4242" in str(stopped[0]) and "stops itself" in str(stopped[0])
+    assert "Its log from then on: /logs/shop.log" in str(stopped[0])
+
+
+def test_an_orphan_logs_to_a_file_once_nobody_reads_its_pipe(tmp_path):
+    # the job writes to a pipe nobody reads (as a frozen JVM's), fills it, and keeps logging
+    job = subprocess.Popen([sys.executable, "-c", """
+import fcntl, logging, os, sys
+from tideline.launcher import Launcher
+fcntl.fcntl(1, fcntl.F_SETFL, fcntl.fcntl(1, fcntl.F_GETFL) | os.O_NONBLOCK)
+try:
+    while True:
+        os.write(1, b"x" * 4096)   # until the pipe is full
+except BlockingIOError:
+    pass
+path = Launcher(jvm=1, pid=1).keep_output("shop")
+logging.basicConfig(level=logging.INFO)   # stderr, as the job's log
+logging.getLogger("tideline").error("the orphan's own words")
+print("and its prints", flush=True)
+sys.stderr.write(path + chr(10))
+"""], env={**os.environ, "PYTHONPATH": "plugins", "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(tmp_path)},
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert job.wait(20) == 0   # nothing blocked on the full pipe
+    finally:
+        job.kill()
+    [kept] = (tmp_path / launcher.ORPHANS_DIR).iterdir()
+    assert kept.name == f"shop-{job.pid}.log"
+    text = kept.read_text()
+    assert "the orphan's own words" in text and "and its prints" in text and str(kept) in text

@@ -27,6 +27,11 @@ ORPHAN_EXIT_S = 30.0    # how long such a stream may take to stop before it ends
 CAPTURE_CHECK_S = 30.0  # how soon a stream says that capture failed (no table receives a change)
 
 
+def _after(seconds: float, fn: Callable, *args) -> None:
+    time.sleep(seconds)   # in a daemon thread: a process that ended meanwhile never wakes here
+    fn(*args)
+
+
 class StreamWatch:
     """Runs beside the stream (its own thread, every FENCE_CHECK_S) over the run's tables."""
 
@@ -91,18 +96,19 @@ class StreamWatch:
             return
         while not stopped.wait(LAUNCHER_CHECK_S):
             if self.launcher.gone():
+                # first its log to a file, then the hard end on a clock of its own: nothing after
+                # this may wait on a log line, or on the stop
+                kept = self.launcher.keep_output(self.cfg.name)
                 orphaned = OrphanedError(
                     f"pipeline {self.cfg.name}: the process that started this stream (pid {self.launcher.pid}, the "
                     f"Airflow task, through spark-submit) is gone — killed, or its scheduler was — and nothing would "
                     f"stop this stream: it stops itself. What it committed stays; the task's retry or the next run "
-                    f"of sync_{self.cfg.name} resumes from the committed offsets.")
-                log.error("%s", orphaned)
-                # in a thread of its own: a stop that hangs (its JVM frozen, say) must not hang this one
+                    f"of sync_{self.cfg.name} resumes from the committed offsets. Its log from then on: {kept}")
+                threading.Thread(target=_after, args=(ORPHAN_EXIT_S, abandon, orphaned), daemon=True,
+                                 name="tideline-orphan-end").start()
+                # a thread of its own: a stop that hangs (its JVM frozen, say) must not hang this one
                 threading.Thread(target=self.stop, args=(orphaned,), daemon=True, name="tideline-orphan-stop").start()
-                time.sleep(ORPHAN_EXIT_S)   # a daemon thread: a process that ended meanwhile never wakes here
-                log.error("pipeline %s: the orphaned stream did not end within %.0f s of its stop; it ends hard",
-                          self.cfg.name, ORPHAN_EXIT_S)
-                abandon(orphaned)
+                log.error("%s", orphaned)
                 return
 
     def track_partitions(self, src, name: str, st) -> None:
