@@ -21,14 +21,13 @@ def downstream(dag, task_id: str) -> set[str]:
 
 def test_the_run_goes_params_prepare_load_coverage_stream(dag):
     assert set(dag.task_ids) == {"check_params", "repair", "validate", "prepare", "full_load", "coverage",
-                                 "resnapshot", "incremental", "after_stream", "restart"}
+                                 "resnapshot", "incremental", "restart"}
     assert downstream(dag, "check_params") == {"prepare", "repair", "validate"}
     assert downstream(dag, "prepare") == {"full_load", "coverage"}
     assert downstream(dag, "full_load") == {"coverage"}
     assert downstream(dag, "coverage") == {"incremental", "resnapshot"}
     assert downstream(dag, "resnapshot") == {"incremental"}
-    assert downstream(dag, "incremental") == {"after_stream"}
-    assert downstream(dag, "after_stream") == {"restart"}
+    assert downstream(dag, "incremental") == {"restart"}
 
 
 def test_each_choosing_task_names_only_tasks_right_after_it(dag):
@@ -42,8 +41,10 @@ def test_each_choosing_task_names_only_tasks_right_after_it(dag):
     for task_id, picked in choices.items():
         assert set(picked) == downstream(dag, task_id), task_id
         assert dag.get_task(task_id).inherits_from_skipmixin, task_id   # the scheduler is told it skips
-    assert tasks.branch_after_stream({"exit": EXIT_RESNAPSHOT}) == ["restart"]
-    assert tasks.branch_after_stream({"exit": 0}) == []
+    # a restart only after a re-snapshot's exit, or a run that hands tables back to a continuous stream
+    assert tasks.restarts_after_stream({"exit": EXIT_RESNAPSHOT})
+    assert not tasks.restarts_after_stream({"exit": 0}) and not tasks.restarts_after_stream(None)
+    assert tasks.restarts_after_stream({"exit": 0}, {"hand_back": ["orders"]})
 
 
 def test_the_plan_reaches_the_load_and_the_sensor(dag):

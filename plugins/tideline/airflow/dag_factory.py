@@ -2,14 +2,15 @@
 
 sync_<pipeline>:  check_params ─┬→ repair | validate
                                 └→ prepare ─┬→ full_load ─┐
-                                            └─────────────┴→ coverage ─┬→ incremental → after_stream → restart
+                                            └─────────────┴→ coverage ─┬→ incremental → restart
                                                                        └→ resnapshot ──┘
-`check_params`, `prepare` and `coverage` each pick the task(s) after them themselves (operators.Follows):
-a task start less each than a branch task after them. `prepare` puts capture in place
+`check_params`, `prepare` and `coverage` each pick the task(s) after them themselves (operators.Follows),
+and `restart` skips itself when there is nothing to restart for: a task start less each than a
+branch task. `prepare` puts capture in place
 (topics, publication, connector, slot; it recovers a lost replication slot, marking its tables
 for a re-snapshot), runs the doctor (the run fails on a broken part, naming the fix) and plans
 each table. `coverage` records lost offsets and hands the tables to `resnapshot`; `incremental`
-ending with the re-snapshot status makes `after_stream` start a new run of this DAG without
+ending with the re-snapshot status makes `restart` start a new run of this DAG without
 waiting for it (no self-trigger with wait_for_completion, which would deadlock under
 max_active_runs). So does an available_now run that took tables over from a continuous stream
 (`prepare` notes it): the new run streams them continuously again. Every task's final failure,
@@ -23,12 +24,13 @@ from __future__ import annotations
 import os
 
 import pendulum
-from airflow.providers.standard.operators.python import BranchPythonOperator, PythonOperator
-from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param
+from airflow.sdk.exceptions import AirflowSkipException
 
 from tideline.airflow import tasks
-from tideline.airflow.operators import BranchingPythonOperator, CoverageSensor, TidelineSparkSubmitOperator
+from tideline.airflow.operators import (BranchingPythonOperator, CoverageSensor, RestartOperator,
+                                       TidelineSparkSubmitOperator)
 from tideline.core.config import PipelineConfig
 from tideline.core.params import ACTIONS, STREAM_MODES
 
@@ -134,11 +136,10 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             # life: no exponential backoff), then the task fails and the alerts say so
             retries=20, retry_delay=pendulum.duration(seconds=15), retry_exponential_backoff=False,
             **_submit(cfg, "stream"))
-        after_stream = BranchPythonOperator(task_id="after_stream", python_callable=_branch_after_stream)
         # a re-snapshot's run in this run's mode; after an available_now run that took tables over
-        # from a continuous stream, a continuous one again (tasks.branch_after_stream)
-        restart = TriggerDagRunOperator(
-            task_id="restart", trigger_dag_id=f"sync_{cfg.name}",
+        # from a continuous stream, a continuous one again (tasks.restarts_after_stream)
+        restart = RestartOperator(
+            task_id="restart", trigger_dag_id=f"sync_{cfg.name}", when=_restarts_after_stream,
             conf={"action": "auto", "resume_halted": False,
                   "stream_mode": "{{ 'continuous' if (ti.xcom_pull(task_ids='prepare') or {}).get('hand_back') "
                                  "else params.stream_mode }}"},
@@ -146,7 +147,7 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
         checked >> [prepare, repair, validate]
         prepare >> [full_load, coverage]
         full_load >> coverage >> [incremental, resnapshot]
-        resnapshot >> incremental >> after_stream >> restart
+        resnapshot >> incremental >> restart
     return dag
 
 
@@ -230,9 +231,17 @@ def _validate_from_xcom(pipeline: str, **context) -> list[dict]:
 
 
 def _prepare_from_xcom(pipeline: str, **context) -> dict:
-    return tasks.prepare(pipeline, context["ti"].xcom_pull(task_ids="check_params"))
+    ti = context["ti"]
+    # A run started before this DAG had a prepare task (Tideline upgraded under it) is given one by
+    # the scheduler once its tasks are past it: it must not plan (resume, alert) a second time.
+    later = ti.get_task_states(dag_id=ti.dag_id, task_ids=["coverage"], run_ids=[ti.run_id]).get(ti.run_id, {})
+    if later.get("coverage") not in (None, "none", "removed"):
+        raise AirflowSkipException(f"this run is past its preparation (coverage: {later['coverage']}), so it is not "
+                                   f"prepared again; to redo it, clear coverage and the tasks after it too, or "
+                                   f"trigger a new run")
+    return tasks.prepare(pipeline, ti.xcom_pull(task_ids="check_params"))
 
 
-def _branch_after_stream(**context) -> list[str]:
-    return tasks.branch_after_stream(context["ti"].xcom_pull(task_ids="incremental"),
+def _restarts_after_stream(context) -> bool:
+    return tasks.restarts_after_stream(context["ti"].xcom_pull(task_ids="incremental"),
                                      context["ti"].xcom_pull(task_ids="prepare"))

@@ -7,6 +7,7 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.branch import BranchMixIn
 from airflow.providers.standard.operators.python import PythonOperator
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
@@ -47,6 +48,20 @@ class BranchingPythonOperator(PythonOperator, Follows):
 
     def execute(self, context):
         return self._follow(context, super().execute(context))
+
+
+class RestartOperator(TriggerDagRunOperator):
+    """Starts a new run of a DAG when `when(context)` says so, and is skipped otherwise: a task
+    start less than a branch task before it."""
+
+    def __init__(self, *, when, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.when = when
+
+    def execute(self, context):
+        if not self.when(context):
+            raise AirflowSkipException("nothing to restart for: the stream ended as planned")
+        return super().execute(context)
 
 
 class TidelineSparkSubmitOperator(SparkSubmitOperator):

@@ -130,15 +130,13 @@ def branch_after_coverage(result: dict) -> str:
     return "resnapshot" if result and result.get("resnapshot") else "incremental"
 
 
-def branch_after_stream(result: dict | None, plan: dict | None = None) -> list[str]:
+def restarts_after_stream(result: dict | None, plan: dict | None = None) -> bool:
     """Run the pipeline again: after a stream that found tables to re-snapshot, or after an
     available_now stream that took tables over from a continuous one (plan["hand_back"])."""
     from tideline.core.errors import EXIT_RESNAPSHOT
     if not result:
-        return []
-    if result.get("exit") == EXIT_RESNAPSHOT or (result.get("exit") == 0 and (plan or {}).get("hand_back")):
-        return ["restart"]
-    return []
+        return False
+    return result.get("exit") == EXIT_RESNAPSHOT or (result.get("exit") == 0 and bool((plan or {}).get("hand_back")))
 
 
 def branch_on_action(checked: dict) -> str:
