@@ -81,6 +81,19 @@ def test_an_orphaned_stream_is_stopped_then_ended_hard_if_the_stop_hangs(monkeyp
     assert "pid 4242" in str(stopped[0]) and "stops itself" in str(stopped[0])
     assert "Its log from then on: /logs/shop.log" in str(stopped[0])
 
+    class GoneWithNowhereToLog(Gone):
+        def keep_output(self, name):
+            raise PermissionError(13, "Permission denied", f"/logs/{name}.log")
+    stopped.clear()
+    abandoned.clear()
+    w = stream_watch.StreamWatch(cfg, None, None, {}, {}, None, stop_that_hangs, launcher=GoneWithNowhereToLog())
+    w.run_launcher_check(threading.Event(), abandoned.append)
+    deadline = time.time() + 10
+    while not abandoned and time.time() < deadline:
+        time.sleep(0.01)
+    assert len(stopped) == 1 and abandoned == stopped   # it still stops, and ends hard
+    assert "Its log from then on: nowhere (its log file could not be opened: [Errno 13]" in str(stopped[0])
+
 
 def test_an_orphan_logs_to_a_file_once_nobody_reads_its_pipe(tmp_path):
     # the job writes to a pipe nobody reads (as a frozen JVM's), fills it, and keeps logging

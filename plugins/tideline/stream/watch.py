@@ -98,7 +98,10 @@ class StreamWatch:
             if self.launcher.gone():
                 # first its log to a file, then the hard end on a clock of its own: nothing after
                 # this may wait on a log line, or on the stop
-                kept = self.launcher.keep_output(self.cfg.name)
+                try:
+                    kept = self.launcher.keep_output(self.cfg.name)
+                except OSError as exc:   # the folder cannot be written: the orphan still ends
+                    kept = f"nowhere (its log file could not be opened: {exc})"
                 orphaned = OrphanedError(
                     f"pipeline {self.cfg.name}: the process that started this stream (pid {self.launcher.pid}, the "
                     f"Airflow task, through spark-submit) is gone — killed, or its scheduler was — and nothing would "
