@@ -34,12 +34,12 @@ def check_params(pipeline: str, params: dict) -> dict:
         raise AirflowFailException(str(exc)) from None
 
 
-def ensure_capture(pipeline: str) -> list[str]:
+def ensure_capture(cfg) -> list[str]:
     """Refuses the tables that cannot be carried (their state says why), then topics, publication,
-    connector and slot in place for the others; returns the tables marked for a reload (a lost slot)."""
+    connector and slot in place for the others; returns the tables marked for a reload (a lost slot).
+    Migrates the state schema first."""
     from tideline.capture.connector import ensure_capture as ensure
     from tideline.core.errors import SourceError
-    cfg = get_pipeline(pipeline)
     target = connections.get(cfg.target.conn_id)
     conn = state.connect(target)
     try:
@@ -52,10 +52,9 @@ def ensure_capture(pipeline: str) -> list[str]:
         conn.close()
 
 
-def doctor(pipeline: str) -> list[dict]:
+def doctor(cfg) -> None:
     """Every check of the pipeline's parts; fails the run when one fails, naming what to do."""
     from tideline.ops import doctor as doctor_mod
-    cfg = get_pipeline(pipeline)
     checks = doctor_mod.run(cfg, connections.get)
     for line in doctor_mod.format_checks(checks):
         log.info("%s", line)
@@ -66,15 +65,13 @@ def doctor(pipeline: str) -> list[dict]:
     if failed:
         raise AirflowFailException(f"pipeline {cfg.name}: the doctor found {len(failed)} problem(s): "
                                    + "; ".join(c.describe() for c in failed))
-    return [c.__dict__ for c in checks]
 
 
-def decide(pipeline: str, checked: dict) -> dict:
-    """Per table: full load (never loaded, needs re-snapshot, or asked for) or straight to streaming."""
-    cfg = get_pipeline(pipeline)
+def decide(cfg, checked: dict) -> dict:
+    """Per table: full load (never loaded, needs re-snapshot, or asked for) or straight to streaming.
+    The state schema is in place (ensure_capture, before it)."""
     conn = state.connect(connections.get(cfg.target.conn_id))
     try:
-        state.migrate(conn)
         phases = {}
         for t in cfg.tables:
             st = state.get(conn, cfg.name, t.name)
@@ -116,10 +113,11 @@ def decide(pipeline: str, checked: dict) -> dict:
 
 def prepare(pipeline: str, checked: dict) -> dict:
     """The sync run's preparation, in one task: capture in place (ensure_capture), every part
-    checked (doctor), then the plan per table (decide)."""
-    ensure_capture(pipeline)
-    doctor(pipeline)
-    return decide(pipeline, checked)
+    checked (doctor), then the plan per table (decide). The config is read once for the three."""
+    cfg = get_pipeline(pipeline)
+    ensure_capture(cfg)
+    doctor(cfg)
+    return decide(cfg, checked)
 
 
 def branch_after_prepare(plan: dict) -> str:
