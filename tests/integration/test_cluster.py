@@ -28,7 +28,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import stackctl
-from helpers import Writer, drop_source, table_digest
+from helpers import Writer, catching_up, drop_source, table_digest
 from test_batch import make_events
 from test_incremental import assert_batches_contiguous, batches, make_items, spark_submit, sync_until_equal
 from tideline import state
@@ -72,9 +72,9 @@ def ha_kafka(stack):
         shutil.rmtree(d, ignore_errors=True)
 
 
-def submit(cluster, job: str, *args: str, pipelines) -> subprocess.Popen:
+def submit(cluster, job: str, cfg, *args: str, pipelines) -> subprocess.Popen:
     """The job as the operator submits it: to the master, the library shipped as --py-files."""
-    return spark_submit(job, *args, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)}, master=cluster,
+    return spark_submit(job, cfg, *args, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)}, master=cluster,
                         submit_args=("--py-files", str(library_zip()), "--conf", "spark.driver.host=127.0.0.1",
                                      "--conf", "spark.executor.memory=1g"))
 
@@ -148,7 +148,7 @@ def test_production_topology_loses_and_doubles_nothing_through_executor_and_brok
         topic = cfg.topic(t)
 
         # the full load on the cluster: partitions on both workers, from the shipped library
-        finish(submit(cluster, "full_load.py", "--pipeline", cfg.name, "--tables", t, pipelines=pipelines))
+        finish(submit(cluster, "full_load.py", cfg, "--tables", t, pipelines=pipelines))
         assert table_digest(source_db, "public", t, "id") == table_digest(target_db, cfg.name, t, "id")
         [app] = app_ids(f"tideline-full-load-{cfg.name}")
         _assert_shipped_library_on_both_workers(app)
@@ -160,7 +160,7 @@ def test_production_topology_loses_and_doubles_nothing_through_executor_and_brok
         assert topic_check.status == "pass" and "replication 3, min.insync.replicas 2" in topic_check.detail
 
         writer.start()
-        stream = submit(cluster, "incremental.py", "--pipeline", cfg.name, pipelines=pipelines)
+        stream = submit(cluster, "incremental.py", cfg, pipelines=pipelines)
         _wait_batches(target_db, cfg, 2, stream, "the stream's first batches on the cluster")
 
         # 1. kill -9 an executor (the worker JVM's child) mid-stream: Spark re-runs its tasks
@@ -217,7 +217,7 @@ def test_production_topology_loses_and_doubles_nothing_through_executor_and_brok
         writer.stop()
         os.killpg(stream.pid, signal.SIGTERM)
         stream.wait(60)
-        sync_until_equal(cfg, spark, source_db, target_db, {t: "id"}, timeout=180)
+        sync_until_equal(catching_up(cfg), spark, source_db, target_db, {t: "id"}, timeout=180)
         assert_batches_contiguous(target_db, cfg.name, {topic: loaded})
         assert ConnectClient(ha_kafka).status(connector_name(cfg))["tasks"][0]["state"] == "RUNNING"
         [app] = app_ids(f"tideline-incremental-{cfg.name}")
@@ -237,7 +237,7 @@ def test_batch_interval_on_the_cluster(cluster, source_db, target_db, pipelines,
     make_events(source_db, t, day0)
     try:
         cfg = pipelines.make([{"name": t, "mode": "batch", "cursor_column": "updated_at"}], create_topics=False)
-        finish(submit(cluster, "batch_sync.py", "--pipeline", cfg.name, "--start", day0.isoformat(),
+        finish(submit(cluster, "batch_sync.py", cfg, "--start", day0.isoformat(),
                       "--end", (day0 + timedelta(days=3)).isoformat(), pipelines=pipelines))
         assert table_digest(source_db, "public", t, "id") == table_digest(target_db, cfg.name, t, "id")
     finally:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 
@@ -17,6 +16,7 @@ from helpers import drop_source, rows_as_text, table_digest
 from tideline import state
 from tideline.core.errors import ConfigError, SourceError
 from tideline.load.full_load import FullLoad
+from test_incremental import spark_submit
 
 pytestmark = pytest.mark.integration
 
@@ -232,11 +232,7 @@ def test_killed_load_leaves_target_and_state_unchanged_and_rerun_succeeds(
         with source_db.cursor() as cur:
             cur.execute(f"INSERT INTO public.{t} SELECT g, repeat(md5(g::text), 8), g / 7.0 "
                         f"FROM generate_series(1001, 1500000) g")
-        env = dict(os.environ, TIDELINE_PIPELINES=str(pipelines.dir))
-        proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
-                                 "--jars", os.environ["TIDELINE_SPARK_JARS"],
-                                 str(ROOT / "spark_jobs" / "full_load.py"), "--pipeline", cfg.name],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = spark_submit("full_load.py", cfg, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
         copied = 0
         deadline = time.time() + 180
         with target_db.cursor() as cur:
@@ -246,7 +242,7 @@ def test_killed_load_leaves_target_and_state_unchanged_and_rerun_succeeds(
                 if copied > 50_000:
                     break
                 time.sleep(0.1)
-        assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
         assert copied > 50_000

@@ -11,7 +11,7 @@ import pytest
 from pyiceberg import types as it
 
 import stackctl
-from helpers import drop_source, rows_as_text
+from helpers import catching_up, drop_source, rows_as_text
 from tideline import state
 from tideline.core.errors import HaltedError, SourceError
 from tideline.load.full_load import FullLoad
@@ -475,7 +475,7 @@ def test_kill_9_and_a_second_run_at_once_lose_and_duplicate_nothing_in_iceberg(s
         writer.start()
         env = {"TIDELINE_PIPELINES": str(pipelines.dir)}
         commits = len(stamped_commits(lake, unique_name, t))
-        proc = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env, jars=tuple(lake.spark_jars()))
+        proc = spark_submit("incremental.py", cfg, env_extra=env)
         deadline = time.time() + 180
         while len(stamped_commits(lake, unique_name, t)) == commits:   # it commits at least once...
             assert proc.poll() is None, proc.stdout.read()[-3000:]
@@ -485,14 +485,14 @@ def test_kill_9_and_a_second_run_at_once_lose_and_duplicate_nothing_in_iceberg(s
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
         # two runs at once: the second claims the table; the first is fenced and commits nothing more
-        first = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env, jars=tuple(lake.spark_jars()))
+        first = spark_submit("incremental.py", cfg, env_extra=env)
         commits = len(stamped_commits(lake, unique_name, t))
         deadline = time.time() + 180
         while len(stamped_commits(lake, unique_name, t)) == commits:
             assert first.poll() is None, first.stdout.read()[-3000:]
             assert time.time() < deadline, "no Iceberg commit within 180s"
             time.sleep(0.2)
-        second = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env, jars=tuple(lake.spark_jars()))
+        second = spark_submit("incremental.py", cfg, env_extra=env)
         out, _ = first.communicate(timeout=180)
         assert first.returncode == EXIT_FENCED, out[-3000:]
         epoch = state.get(lake.connect(), cfg.name, t).epoch
@@ -506,8 +506,7 @@ def test_kill_9_and_a_second_run_at_once_lose_and_duplicate_nothing_in_iceberg(s
         second.wait(30)
         writer.stop()
         # what the killed run left behind, caught up in the target's own batch size (not 300 a commit)
-        stream_until_equal(cfg.model_copy(update={"stream": cfg.stream.model_copy(
-            update={"max_offsets_per_trigger": None})}), spark, source_db, lake, [t])
+        stream_until_equal(catching_up(cfg), spark, source_db, lake, [t])
         commits = stamped_commits(lake, unique_name, t)
         for before, after in zip(commits, commits[1:]):
             assert all(after["offsets"][p] >= o for p, o in before["offsets"].items())
@@ -544,8 +543,7 @@ def test_maintenance_compacts_a_streamed_table_keeps_its_resume_offsets_and_the_
         offsets = lake.resume_offsets(unique_name, t)[0]
         assert before["snapshots"] >= 8 and before["data_files"] >= 8 and before["delete_files"] >= 1
         # as the maintain_<pipeline> DAG runs it: spark_jobs/maintain.py under spark-submit
-        job = spark_submit("maintain.py", "--pipeline", cfg.name, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)},
-                           jars=tuple(lake.spark_jars()))
+        job = spark_submit("maintain.py", cfg, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
         out, _ = job.communicate(timeout=300)
         assert job.returncode == 0, out[-3000:]
         with lake.connect() as conn, conn.cursor() as cur:

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 import stackctl
-from helpers import drop_source
+from helpers import catching_up, drop_source
 from test_iceberg import iceberg_pipeline, stamped_commits, stream_until_equal
 from test_incremental import make_items, spark_submit
 from tideline import kafka_offsets, state
@@ -95,8 +95,8 @@ def test_the_catalog_database_restarting_under_a_running_stream_loses_and_duplic
                                stream={"max_offsets_per_trigger": 200, "trigger_interval_s": 0.5})
         FullLoad(cfg, spark).run([t])
         writer.start()
-        proc = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra={"TIDELINE_PIPELINES": str(
-            pipelines.dir)}, jars=tuple(lake.spark_jars()))
+        proc = spark_submit("incremental.py", cfg, env_extra={"TIDELINE_PIPELINES": str(
+            pipelines.dir)})
         _until(lambda: len(stamped_commits(lake, unique_name, t)) >= 3 or proc.poll() is not None, 180,
                "the stream's first commits")
         assert proc.poll() is None, proc.stdout.read()[-3000:]
@@ -119,7 +119,7 @@ def test_the_catalog_database_restarting_under_a_running_stream_loses_and_duplic
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(60)
-        stream_until_equal(cfg, spark, fresh, lake, [t])
+        stream_until_equal(catching_up(cfg), spark, fresh, lake, [t])
         stamped = stamped_commits(lake, unique_name, t)
         for before, after in zip(stamped, stamped[1:]):   # no batch applied twice, none skipped
             assert all(after["offsets"][p] >= o for p, o in before["offsets"].items())
@@ -159,9 +159,11 @@ class ResilientInserts(threading.Thread):
             try:
                 if conn is None:
                     conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"]), connect_timeout=3)
-                    conn.autocommit = True
-                with conn.cursor() as cur:
-                    cur.execute(f"INSERT INTO {self.table} (id, qty, note) VALUES (%s, 1, 'r')", (self.next_id,))
+                # one transaction; and a commit whose answer the outage cut off may have happened,
+                # so its insert is tried again without failing on the row it made
+                with conn, conn.cursor() as cur:
+                    cur.execute(f"INSERT INTO {self.table} (id, qty, note) VALUES (%s, 1, 'r') ON CONFLICT (id) DO NOTHING",
+                                (self.next_id,))
                     cur.execute(f"UPDATE {self.table} SET qty = qty + 1 WHERE id = %s", (self.next_id // 2,))
                 self.next_id += 1
                 self.count += 1

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 
 import stackctl
-from helpers import Writer, drop_source, let_retention_delete, start_continuous, table_digest
+from helpers import Writer, catching_up, drop_source, let_retention_delete, start_continuous, table_digest
 from tideline import state
 from tideline.core.errors import (EXIT_FENCED, EXIT_RESNAPSHOT, DataLossError, FencedError, HaltedError,
                                    ResnapshotRequired, SourceError)
@@ -49,13 +49,20 @@ def sync_until_equal(cfg, spark, source_db, target_db, tables: dict[str, str], t
         time.sleep(1)
 
 
-def spark_submit(job: str, *args: str, env_extra: dict | None = None, master: str = "local[2]",
-                 submit_args: tuple[str, ...] = (), jars: tuple[str, ...] = ()) -> subprocess.Popen:
-    env = dict(os.environ, **(env_extra or {}))
-    return subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", master,
-                             "--jars", ",".join([os.environ["TIDELINE_SPARK_JARS"], *jars]),
-                             *[x for k, v in driver_conf({}).items() for x in ("--conf", f"{k}={v}")],
-                             *submit_args, str(ROOT / "spark_jobs" / job), *args],
+JOB_KINDS = {"incremental.py": "stream", "full_load.py": "load", "batch_sync.py": "batch", "maintain.py": "load"}
+
+
+def spark_submit(job: str, cfg, *args: str, env_extra: dict | None = None, master: str = "local[2]",
+                 submit_args: tuple[str, ...] = ()) -> subprocess.Popen:
+    """`job` for pipeline `cfg` as the sync DAG submits it (dag_factory.spark_submission): its
+    kind's Spark settings (a stream's collector and compiler) and memory environment, the
+    target's jars, what the driver's host adds (driver_conf)."""
+    from tideline.airflow.dag_factory import spark_submission
+    how = spark_submission(cfg, JOB_KINDS[job])
+    env = dict(os.environ, **how["env_vars"], **(env_extra or {}))
+    return subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", master, "--jars", how["jars"],
+                             *[x for k, v in driver_conf(how["conf"]).items() for x in ("--conf", f"{k}={v}")],
+                             *submit_args, str(ROOT / "spark_jobs" / job), "--pipeline", cfg.name, *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
 
@@ -210,7 +217,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(spark, source_db,
         env = {"TIDELINE_PIPELINES": str(pipelines.dir)}
         kills = 0
         while kills < 5:
-            proc = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env)
+            proc = spark_submit("incremental.py", cfg, env_extra=env)
             # wait for the job to commit at least once, then kill it at a random moment
             deadline = time.time() + 120
             start_batches = len(batches(target_db, cfg.name))
@@ -222,7 +229,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(spark, source_db,
             proc.wait(30)
             kills += 1
         writer.stop()
-        sync_until_equal(cfg, spark, source_db, target_db, {t: "id"})
+        sync_until_equal(catching_up(cfg), spark, source_db, target_db, {t: "id"})
         assert len(batches(target_db, cfg.name)) >= 5
         assert_batches_contiguous(target_db, cfg.name, {cfg.topic(t): loaded.offsets})
     finally:
@@ -274,12 +281,12 @@ def test_zombie_run_is_fenced(spark, source_db, target_db, pipelines, unique_nam
         [loaded] = FullLoad(cfg, spark).run([t])
         writer.start()
         env = {"TIDELINE_PIPELINES": str(pipelines.dir)}
-        first = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env)
+        first = spark_submit("incremental.py", cfg, env_extra=env)
         deadline = time.time() + 120
         while time.time() < deadline and not batches(target_db, cfg.name):
             assert first.poll() is None, first.stdout.read()[-3000:]
             time.sleep(0.3)
-        second = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env)
+        second = spark_submit("incremental.py", cfg, env_extra=env)
         out, _ = first.communicate(timeout=180)
         assert first.returncode == EXIT_FENCED, out[-3000:]
         assert "replaced" in out and "claimed by incremental" in out
@@ -379,7 +386,7 @@ def test_lost_offsets_exit_with_documented_status_and_change_nothing(
         topic = cfg.topic(t)
         let_retention_delete(stack.kafka_bootstrap(), topic, resume[0],
                              lambda: source_db.cursor().execute(f"UPDATE {t} SET qty = qty + 1 WHERE id <= 20"))
-        proc = spark_submit("incremental.py", "--pipeline", cfg.name, "--mode", "available_now",
+        proc = spark_submit("incremental.py", cfg, "--mode", "available_now",
                             env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
         out, _ = proc.communicate(timeout=180)
         assert proc.returncode == EXIT_RESNAPSHOT, out[-3000:]

@@ -19,7 +19,7 @@ from psycopg2 import sql
 
 import stackctl
 from test_dags import airflow_env  # noqa: F401 — fixture
-from helpers import Writer, let_retention_delete, rows_as_text, table_digest
+from helpers import Writer, catching_up, let_retention_delete, rows_as_text, table_digest
 from tideline import engines
 from tideline.ops import doctor
 from tideline.core.config import load_pipeline
@@ -495,15 +495,15 @@ def test_stream_killed_three_times_and_a_zombie_copy_lose_and_double_nothing(sta
             if kill == 1:
                 _exec(maria, f"ALTER TABLE `{t}` ADD COLUMN added decimal(8,2) DEFAULT 1.25, ADD COLUMN seen datetime(6)",
                       f"UPDATE `{t}` SET seen = '2026-01-02 03:04:05.678901' WHERE id <= 50")
-            procs.append(spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env))
+            procs.append(spark_submit("incremental.py", cfg, env_extra=env))
             committed_once_more(procs[-1])
             time.sleep(rng.uniform(0.0, 2.0))
             os.killpg(procs[-1].pid, signal.SIGKILL)
             procs[-1].wait(30)
-        first = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env)
+        first = spark_submit("incremental.py", cfg, env_extra=env)
         procs.append(first)
         committed_once_more(first)
-        second = spark_submit("incremental.py", "--pipeline", cfg.name, env_extra=env)
+        second = spark_submit("incremental.py", cfg, env_extra=env)
         procs.append(second)
         out, _ = first.communicate(timeout=180)
         assert first.returncode == EXIT_FENCED, out[-3000:]
@@ -512,7 +512,7 @@ def test_stream_killed_three_times_and_a_zombie_copy_lose_and_double_nothing(sta
         assert not writer.errors, writer.errors
         os.killpg(second.pid, signal.SIGTERM)
         second.wait(60)
-        converge(cfg, spark, target_db, [t], scratch)
+        converge(catching_up(cfg), spark, target_db, [t], scratch)
         with target_db.cursor() as cur:
             cur.execute(sql.SQL("SELECT count(*), count(*) FILTER (WHERE added = 1.25), count(DISTINCT seen::text) "
                                 "FILTER (WHERE id <= 50) FROM {}.{}").format(sql.Identifier(cfg.name), sql.Identifier(t)))

@@ -190,8 +190,7 @@ def test_live_changes_during_verify_are_not_reported(spark, source_db, target_db
     try:
         cfg = pipelines.make([{"name": t}], capture=True, stream={"trigger_interval_s": 0.5})
         FullLoad(cfg, spark).run([t])
-        stream = spark_submit("incremental.py", "--pipeline", cfg.name,
-                              env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
+        stream = spark_submit("incremental.py", cfg, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
         writer.start()
         deadline = time.time() + 120
         while time.time() < deadline and not batches(target_db, cfg.name):
@@ -269,8 +268,7 @@ def test_repair_while_the_stream_applies_changes_to_the_same_keys(spark, source_
     try:
         cfg = pipelines.make([{"name": t}], capture=True, stream={"trigger_interval_s": 0.2})
         FullLoad(cfg, spark).run([t])
-        stream = spark_submit("incremental.py", "--pipeline", cfg.name,
-                              env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
+        stream = spark_submit("incremental.py", cfg, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
         writer.start()
         deadline = time.time() + 120
         while time.time() < deadline and len(batches(target_db, cfg.name)) < 3:

@@ -45,9 +45,10 @@ def _conn_ids(cfg: PipelineConfig) -> list[str]:
         ([cfg.alerts.webhook_conn_id] if cfg.alerts.webhook_conn_id else [])
 
 
-def _submit(cfg: PipelineConfig, kind: str) -> dict:
+def spark_submission(cfg: PipelineConfig, kind: str) -> dict:
     """How the DAG submits a Spark job of one kind (load | stream | batch): the pipeline's Spark
-    connection and Airflow connections, the kind's Spark settings and memory environment."""
+    connection and Airflow connections, the kind's Spark settings and memory environment. The
+    integration tests submit their jobs with it too, so they run the JVM the DAG runs."""
     from tideline import targets
     target = targets.target_class(cfg.target.kind)
     jars = ",".join(filter(None, [os.environ.get("TIDELINE_SPARK_JARS", ""), *target.spark_jars()]))
@@ -58,7 +59,7 @@ def _submit(cfg: PipelineConfig, kind: str) -> dict:
 
 def _submit_full_load(cfg: PipelineConfig) -> dict:
     """A full load's submission: a load's, and where its rows go (its driver JVM is sized by that)."""
-    return dict(_submit(cfg, "load"), full_load_of=(cfg.source.conn_id, cfg.target.kind))
+    return dict(spark_submission(cfg, "load"), full_load_of=(cfg.source.conn_id, cfg.target.kind))
 
 
 def _default_args() -> dict:
@@ -135,7 +136,7 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             # longer outage, is retried soon and evenly (a continuous run's tries add up over its
             # life: no exponential backoff), then the task fails and the alerts say so
             retries=20, retry_delay=pendulum.duration(seconds=15), retry_exponential_backoff=False,
-            **_submit(cfg, "stream"))
+            **spark_submission(cfg, "stream"))
         # a re-snapshot's run in this run's mode; after an available_now run that took tables over
         # from a continuous stream, a continuous one again (tasks.restarts_after_stream)
         restart = RestartOperator(
@@ -170,7 +171,7 @@ def build_batch_dag(cfg: PipelineConfig) -> DAG:
             task_id="batch_sync", job="batch_sync.py", name=f"tideline-batch-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--start", "{{ data_interval_start.isoformat() }}",
                               "--end", "{{ data_interval_end.isoformat() }}"],
-            **_submit(cfg, "batch"))
+            **spark_submission(cfg, "batch"))
     return dag
 
 
@@ -187,7 +188,7 @@ def build_maintenance_dag(cfg: PipelineConfig) -> DAG:
         TidelineSparkSubmitOperator(
             task_id="maintain", job="maintain.py", name=f"tideline-maintain-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--tables", "{{ params.tables | join(',') }}"],
-            **_submit(cfg, "load"))
+            **spark_submission(cfg, "load"))
     return dag
 
 
