@@ -220,8 +220,10 @@ def test_production_topology_loses_and_doubles_nothing_through_executor_and_brok
         sync_until_equal(catching_up(cfg), spark, source_db, target_db, {t: "id"}, timeout=180)
         assert_batches_contiguous(target_db, cfg.name, {topic: loaded})
         assert ConnectClient(ha_kafka).status(connector_name(cfg))["tasks"][0]["state"] == "RUNNING"
+        # the stream holds one core (spark.stream_cores), as the sync DAG submits it: the executor
+        # killed, and the one the master started in its place
         [app] = app_ids(f"tideline-incremental-{cfg.name}")
-        assert {d.parents[1].name for d, _ in executor_logs(app)} == {"worker-1", "worker-2"}
+        assert len(executor_logs(app)) >= 2, executor_logs(app)
     finally:
         for part in stopped:
             stackctl._supervisorctl("start", part)
