@@ -169,4 +169,3 @@ def catching_up(cfg):
     so their faults land mid-stream; catching up after the faults needs no such limit (a backlog
     of 50,000 events in batches of 500 took ~40 s of the suite)."""
     return cfg.model_copy(update={"stream": cfg.stream.model_copy(update={"max_offsets_per_trigger": None})})
-
