@@ -90,7 +90,7 @@ def drop_namespace(store) -> None:
 def submit_command(args: list[str], env: dict, store, cfg=None, kind: str | None = None) -> tuple[list[str], dict]:
     """spark-submit's command line and environment for `args`: the stack's and Iceberg's jars and,
     given a pipeline `cfg`, the settings and memory environment the DAG submits its `kind` of job
-    with (as dag_factory._submit)."""
+    with (as dag_factory.spark_submission)."""
     if cfg is not None:
         env = dict(env, **cfg.spark.job_env(kind))
     conf = driver_conf(cfg.job_conf(kind, writes_in_jvm=store.capabilities().writes_in_jvm) if cfg is not None
@@ -103,7 +103,7 @@ def submit_command(args: list[str], env: dict, store, cfg=None, kind: str | None
 def submit(args: list[str], env: dict, store, cfg=None, kind: str | None = None,
            arrivals: list | None = None) -> tuple[float, float, str]:
     """spark-submit with the stack's and Iceberg's jars and, given a pipeline `cfg`, the settings and
-    memory environment the DAG submits its `kind` of job with (as dag_factory._submit; none for the
+    memory environment the DAG submits its `kind` of job with (as dag_factory.spark_submission; none for the
     plain job): (seconds, peak RSS MB, output). `arrivals` gets (monotonic time, line) as each line
     comes: the job's log has whole seconds, and a ~14 s span counted in those is off by up to 7%."""
     command, env = submit_command(args, env, store, cfg, kind)
