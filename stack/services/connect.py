@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import shlex
 
-from services.base import DEBEZIUM_CLASS, DEBEZIUM_MARIADB_CLASS, HOST, LIB, PORTS, VAR, StackError, http_json, wait_until
+from services.base import (DEBEZIUM_CLASS, DEBEZIUM_MARIADB_CLASS, HOST, LEAN_JVM, LIB, PORTS, VAR, StackError, http_json,
+                           wait_until)
 from services.kafka import KAFKA, KafkaCluster, _jvm
-from services.supervisor import _stop_unsupervised, _supervisorctl, supervise, supervised_state
+from services.supervisor import _stop_unsupervised, _supervisorctl, supervise, supervised_command, supervised_state
 
 
 SECRETS = VAR / "connect-secrets"   # TIDELINE_CONNECT_SECRETS_DIR: the sync DAG writes, Connect reads
@@ -42,10 +43,10 @@ def connect_healthy(url: str | None = None) -> bool:
 
 def up_connect() -> None:
     _stop_unsupervised("connect")
-    start_connect_worker("connect", PORTS["connect"], KAFKA)
+    start_connect_worker("connect", PORTS["connect"], KAFKA, light_jvm=LEAN_JVM)
 
 
-def start_connect_worker(part: str, port: int, kafka: KafkaCluster, stopwait: int = 60) -> str:
+def start_connect_worker(part: str, port: int, kafka: KafkaCluster, stopwait: int = 60, light_jvm: bool = False) -> str:
     """A Kafka Connect worker (distributed mode) with the Debezium plugins, on `kafka`; its
     internal topics are named after the part and replicated like the cluster. Returns its URL."""
     url = f"http://{HOST}:{port}"
@@ -89,17 +90,19 @@ producer.max.in.flight.requests.per.connection=5
 producer.retries=2147483647
 producer.delivery.timeout.ms=600000
 """)
+    command = shlex.join(_jvm(part, "org.apache.kafka.connect.cli.ConnectDistributed", [str(props)], "1g",
+                              light=light_jvm))
     running = supervised_state(part) == "RUNNING"
+    same_command = supervised_command(part) == command
     changed = not props.exists() or props.read_text() != text
-    if running and not changed:
+    if running and same_command and not changed:
         wait_until(part, lambda: connect_healthy(url), 120, f"GET {url}/connector-plugins lists {DEBEZIUM_CLASS}")
         return url
     props.write_text(text)
     props.chmod(0o600)   # secure mode: the worker's SCRAM login
-    if running:   # a worker started with older settings (an upgraded checkout) takes the new ones
+    if running and same_command:   # a worker started with older settings (an upgraded checkout) takes the new ones
         _supervisorctl("restart", part)
-    supervise(part, shlex.join(_jvm(part, "org.apache.kafka.connect.cli.ConnectDistributed", [str(props)], "1g")),
-              stopwait=stopwait)
+    supervise(part, command, stopwait=stopwait)   # restarts one whose command changed
     wait_until(part, lambda: connect_healthy(url), 180, f"GET {url}/connector-plugins lists {DEBEZIUM_CLASS}")
     return url
 

@@ -2,15 +2,18 @@
 replication 3 and min.insync.replicas 2 (TIDELINE_KAFKA_CLUSTER=1)."""
 from __future__ import annotations
 
+import base64
 import os
 import shlex
 import subprocess
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.base import (HOST, KAFKA_ADMIN, KAFKA_ADMIN_PASS, KAFKA_BROKERS, KAFKA_PASS, KAFKA_USER, LIB, PORTS, SECURE,
-                           VAR, StackError, java, wait_until)
-from services.supervisor import KAFKA_PARTS, _stop_unsupervised, _unsupervise, supervise, supervised_state
+from services.base import (HOST, KAFKA_ADMIN, KAFKA_ADMIN_PASS, KAFKA_BROKERS, KAFKA_PASS, KAFKA_USER, LEAN_JVM, LIB, PORTS,
+                           SECURE, VAR, StackError, java, wait_until)
+from services.supervisor import (KAFKA_PARTS, _stop_unsupervised, _unsupervise, supervise, supervised_command,
+                                 supervised_state)
 
 
 def _kafka_classpath() -> str:
@@ -44,15 +47,20 @@ logger.reflections.level = error
     return path
 
 
-def _jvm(part: str, main: str, args: list[str], heap: str) -> list[str]:
+def _jvm(part: str, main: str, args: list[str], heap: str, light: bool = False) -> list[str]:
     """Kafka and Connect: G1 with a periodic collection once a minute when none ran, which gives
     heap a burst (a backlog, a snapshot) took back to the OS instead of keeping it forever.
+    `light`: the serial collector and the client compiler only, for a JVM that lives a few
+    seconds (the storage tool), a cluster a test throws away, or the test stack (LEAN_JVM): C2
+    compiling the start-up's code is most of what such a JVM costs a 2-core host.
     jdk.nio.maxCachedBufferSize: a socket read into the heap goes through a temporary direct
     buffer of the read's size, which each network thread otherwise keeps; produce requests of
     tens of MB (a connector's batches for 100 topics, up to kafka.max_message_mb) had the broker's
     threads keep enough of them to exhaust its direct memory (= the heap) and stop answering
     (tests/bench/many_streams.py)."""
-    return [java(), "-Xms256m", f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:G1PeriodicGCInterval=60000",
+    collector = (["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"] if light
+                 else ["-XX:+UseG1GC", "-XX:G1PeriodicGCInterval=60000"])
+    return [java(), "-Xms256m" if not light else "-Xms64m", f"-Xmx{heap}", *collector,
             "-Djava.awt.headless=true", "-Djdk.nio.maxCachedBufferSize=1048576",
             f"-Dlog4j2.configurationFile={_log4j_config(part)}",
             "-cp", _kafka_classpath(), main, *args]
@@ -71,6 +79,7 @@ class KafkaCluster:
     home: Path
     stopwait: int = 60     # seconds a node gets to shut down cleanly
     secure: bool = False   # SASL_SSL (SCRAM-SHA-512) clients, SSL between controllers; no PLAINTEXT listener
+    light_jvm: bool = False   # a cluster thrown away after a test, or the test stack: _jvm(light=True)
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -164,19 +173,24 @@ ssl.truststore.type=PEM
 ssl.truststore.location={certs.ca}
 ssl.endpoint.identification.algorithm=https"""
 
+    def _node_dir(self, part: str) -> Path:
+        return self.home if self.nodes == 1 else self.home / part   # a single broker keeps its old place
+
+    def command(self, part: str) -> str:
+        return shlex.join(_jvm(part, "kafka.Kafka", [str(self._node_dir(part) / "server.properties")],
+                               "768m" if self.nodes == 1 else "512m", light=self.light_jvm))
+
     def start(self) -> None:
-        if all(supervised_state(p) == "RUNNING" for p in self.parts):
+        if all(supervised_state(p) == "RUNNING" and supervised_command(p) == self.command(p) for p in self.parts):
             wait_until(self.prefix, self.healthy, 60, f"metadata from {self.bootstrap()}")
             return
         self.home.mkdir(parents=True, exist_ok=True)
         id_file = self.home / "cluster-id"
         if not id_file.exists():
-            id_file.write_text(subprocess.run(
-                _jvm("kafka-storage", "kafka.tools.StorageTool", ["random-uuid"], "256m"),
-                capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+            id_file.write_text(_random_cluster_id())
         cluster_id = id_file.read_text().strip()
         for node, part in enumerate(self.parts, start=1):
-            ndir = self.home if self.nodes == 1 else self.home / part   # a single broker keeps its old place
+            ndir = self._node_dir(part)
             data, props = ndir / "data", ndir / "server.properties"
             ndir.mkdir(parents=True, exist_ok=True)
             props.write_text(self.properties(node, data))
@@ -185,19 +199,28 @@ ssl.endpoint.identification.algorithm=https"""
                 scram = [x for user, pw in ((KAFKA_ADMIN, KAFKA_ADMIN_PASS), (KAFKA_USER, KAFKA_PASS))
                          for x in ("--add-scram", f"SCRAM-SHA-512=[name={user},password={pw}]")] if self.secure else []
                 fmt = subprocess.run(_jvm("kafka-storage", "kafka.tools.StorageTool",
-                                          ["format", "-t", cluster_id, "-c", str(props), *scram], "256m"),
+                                          ["format", "-t", cluster_id, "-c", str(props), *scram], "256m", light=True),
                                      capture_output=True, text=True)
                 if fmt.returncode != 0:
                     raise StackError(f"{part}: formatting {data} failed: {fmt.stdout}{fmt.stderr}")
-            supervise(part, shlex.join(_jvm(part, "kafka.Kafka", [str(props)], "768m" if self.nodes == 1 else "512m")),
-                      stopwait=self.stopwait)
+            supervise(part, self.command(part), stopwait=self.stopwait)   # restarts one whose command changed
         wait_until(self.prefix, self.healthy, 120, f"metadata from {self.bootstrap()} with {self.nodes} broker(s)")
 
     def stop(self) -> None:
         _unsupervise(self.parts)
 
 
-KAFKA = KafkaCluster("kafka", KAFKA_BROKERS, PORTS["kafka"], PORTS["kafka_controller"], VAR / "kafka", secure=SECURE)
+def _random_cluster_id() -> str:
+    """What `kafka-storage random-uuid` prints (Kafka's Uuid.randomUuid: 16 random bytes,
+    base64url without padding, never starting with '-'), without starting a JVM for it."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+KAFKA = KafkaCluster("kafka", KAFKA_BROKERS, PORTS["kafka"], PORTS["kafka_controller"], VAR / "kafka", secure=SECURE,
+                     light_jvm=LEAN_JVM)
 
 
 def kafka_healthy() -> bool:

@@ -143,6 +143,15 @@ stdout_logfile_backups=2
         _supervisorctl("start", part)
 
 
+def supervised_command(part: str) -> str | None:
+    """The command `part` is registered with (None if it is not): a part whose command changed
+    (its JVM options, say) is registered again, which restarts it."""
+    conf = SUP_DIR / "programs" / f"{part}.conf"
+    if not conf.exists():
+        return None
+    return next((line[len("command="):] for line in conf.read_text().splitlines() if line.startswith("command=")), None)
+
+
 def supervised_state(part: str) -> str | None:
     """RUNNING, STARTING, BACKOFF, STOPPED, EXITED, FATAL (supervisord's words), None if unknown."""
     if not supervisord_running():

@@ -13,7 +13,11 @@ import uuid
 import psycopg2
 import pytest
 
-import stackctl
+# The stack the tests start (or take over) runs Kafka and Connect on the client compiler only
+# (stack/services/base.py LEAN_JVM says why); set before stackctl reads it, so a part started or
+# checked from this process (the demo test's `make demo` path) agrees with the `stackctl up` below.
+os.environ.setdefault("TIDELINE_STACK_LEAN_JVM", "1")
+import stackctl  # noqa: E402
 
 # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after pytest
 # closed its capture stream: a harmless but alarming "--- Logging error ---" at the end of the run
@@ -38,9 +42,14 @@ def stack():
 
 @pytest.fixture(scope="session")
 def spark(stack):
-    from tideline.spark_session import get_session
+    from tideline.core.settings import CLIENT_COMPILER_ONLY
+    from tideline.spark_session import driver_conf, get_session
     from tideline.targets import target_class
-    session = get_session("tideline-tests", extra_jars=target_class("iceberg").spark_jars())
+    # the tests' own driver as a job's is started (driver_conf: the class archive, Tideline's local
+    # file system), on the client compiler: over the suite C2's compilations were 203 of this
+    # JVM's 240 CPU-s, and the tests that measure speed are the benchmarks, not these
+    session = get_session("tideline-tests", conf=driver_conf({"spark.driver.extraJavaOptions": CLIENT_COMPILER_ONLY}),
+                          extra_jars=target_class("iceberg").spark_jars())
     yield session
     session.stop()
 

@@ -39,7 +39,7 @@ from tideline.packaging import library_zip
 pytestmark = pytest.mark.integration
 
 HA = stackctl.KafkaCluster("kafka-ha", 3, stackctl.PORTS["kafka"] + 100, stackctl.PORTS["kafka_controller"] + 100,
-                           stackctl.VAR / "kafka-ha", stopwait=10)   # thrown away after the tests
+                           stackctl.VAR / "kafka-ha", stopwait=10, light_jvm=True)   # thrown away after the tests
 CONNECT_HA_PORT = stackctl.PORTS["connect"] + 10
 
 
@@ -58,7 +58,7 @@ def ha_kafka(stack):
     """The three-broker Kafka and its Connect worker, as the connections tideline_kafka and
     tideline_connect; everything is removed afterwards."""
     HA.start()
-    url = stackctl.start_connect_worker("connect-ha", CONNECT_HA_PORT, HA, stopwait=10)
+    url = stackctl.start_connect_worker("connect-ha", CONNECT_HA_PORT, HA, stopwait=10, light_jvm=True)
     mp = pytest.MonkeyPatch()
     mp.setenv("AIRFLOW_CONN_TIDELINE_KAFKA", json.dumps(
         {"conn_type": "kafka", "extra": {"bootstrap.servers": HA.bootstrap()}}))

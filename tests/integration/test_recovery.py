@@ -483,9 +483,10 @@ def test_target_refuses_connections_for_half_a_minute(streaming_demo):
 
 
 def test_full_load_driver_killed_mid_copy(streaming_demo):
-    # enough rows that the reload's COPY lasts a few seconds
+    # enough bytes that the reload's COPY lasts a few seconds (~90 MB), in few rows: every row also
+    # streams through Debezium and the live stream, and each later digest of the module hashes it
     _query(SOURCE_URL, "INSERT INTO orders (customer_id, status, total, note) SELECT (SELECT min(id) FROM customers), "
-                       "'new', mod(g, 1000), repeat('bulk order ', 20) FROM generate_series(1, 400000) g")
+                       "'new', mod(g, 1000), repeat('bulk order ', 80) FROM generate_series(1, 100000) g")
 
     def fault():
         stackctl.airflow_api("POST", "dags/sync_demo/dagRuns", {"logical_date": None, "conf": {
