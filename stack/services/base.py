@@ -42,6 +42,9 @@ SPARK_WORKER_MEMORY = os.environ.get("TIDELINE_SPARK_WORKER_MEMORY", "2g")
 # min.insync.replicas 2 and no unclean leader election: TIDELINE_KAFKA_CLUSTER=1. Node i listens
 # on the broker/controller ports + 2·(i-1).
 KAFKA_CLUSTER_NODES = 3
+# The cluster test starts a second three-node Kafka and a Connect worker beside the stack
+# (tests/integration/test_cluster.py), on the stack's Kafka and Connect ports + these offsets.
+SIDE_KAFKA_OFFSET, SIDE_CONNECT_OFFSET = 100, 10
 KAFKA_BROKERS = KAFKA_CLUSTER_NODES if os.environ.get("TIDELINE_KAFKA_CLUSTER", "").lower() in ("1", "true", "yes", "on") else 1
 HOST = "127.0.0.1"
 # Secure mode (TIDELINE_STACK_SECURE=1), as a production DBA and Kafka operator would run it: the

@@ -38,9 +38,10 @@ from tideline.packaging import library_zip
 
 pytestmark = pytest.mark.integration
 
-HA = stackctl.KafkaCluster("kafka-ha", 3, stackctl.PORTS["kafka"] + 100, stackctl.PORTS["kafka_controller"] + 100,
+HA = stackctl.KafkaCluster("kafka-ha", 3, stackctl.PORTS["kafka"] + stackctl.SIDE_KAFKA_OFFSET,
+                           stackctl.PORTS["kafka_controller"] + stackctl.SIDE_KAFKA_OFFSET,
                            stackctl.VAR / "kafka-ha", stopwait=10, light_jvm=True)   # thrown away after the tests
-CONNECT_HA_PORT = stackctl.PORTS["connect"] + 10
+CONNECT_HA_PORT = stackctl.PORTS["connect"] + stackctl.SIDE_CONNECT_OFFSET   # both reserved with the stack's ports
 
 
 @pytest.fixture(scope="module")
