@@ -43,12 +43,13 @@ def stack():
 @pytest.fixture(scope="session")
 def spark(stack):
     from tideline.core.settings import CLIENT_COMPILER_ONLY
-    from tideline.spark_session import driver_conf, get_session
+    from tideline.spark_session import get_session
     from tideline.targets import target_class
-    # the tests' own driver as a job's is started (driver_conf: the class archive, Tideline's local
-    # file system), on the client compiler: over the suite C2's compilations were 203 of this
-    # JVM's 240 CPU-s, and the tests that measure speed are the benchmarks, not these
-    session = get_session("tideline-tests", conf=driver_conf({"spark.driver.extraJavaOptions": CLIENT_COMPILER_ONLY}),
+    # the tests' own driver on the client compiler: over the suite C2's compilations were 203 of
+    # this JVM's 240 CPU-s, and the tests that measure speed are the benchmarks, not these. Not a
+    # job's driver_conf: its options name spark_jobs/, and `stackctl down` (the secure stack's, in
+    # test_secure) stops every process of the checkout whose command line does, as a leftover job
+    session = get_session("tideline-tests", conf={"spark.driver.extraJavaOptions": CLIENT_COMPILER_ONLY},
                           extra_jars=target_class("iceberg").spark_jars())
     yield session
     session.stop()
