@@ -25,11 +25,9 @@ def stack_ports() -> list[int]:
     starts, since a client connection made before, and kept open, holds its port for good (seen
     in CI: a broker of that Kafka failed to bind 59196 for nine minutes)."""
     ports = set(PORTS.values())
-    for node in range(1, KAFKA_CLUSTER_NODES):
-        ports.update((PORTS["kafka"] + 2 * node, PORTS["kafka_controller"] + 2 * node))
-    for node in range(KAFKA_CLUSTER_NODES):
-        ports.update((PORTS["kafka"] + SIDE_KAFKA_OFFSET + 2 * node,
-                      PORTS["kafka_controller"] + SIDE_KAFKA_OFFSET + 2 * node))
+    for offset in (0, SIDE_KAFKA_OFFSET):   # the stack's Kafka, the cluster test's
+        for node in range(KAFKA_CLUSTER_NODES):
+            ports.update((PORTS["kafka"] + offset + 2 * node, PORTS["kafka_controller"] + offset + 2 * node))
     ports.add(PORTS["connect"] + SIDE_CONNECT_OFFSET)
     ports.update(PORTS["spark_worker_ui"] + w for w in range(SPARK_WORKERS))
     return sorted(ports)
