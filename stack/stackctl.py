@@ -35,8 +35,8 @@ from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, DAT
                            KAFKA_USER, LOGS, MARIADB_ADMIN, MARIADB_ADMIN_PASS,
                            MARIADB_DATABASE, MARIADB_PASS, MARIADB_USER, PG_CDC_PASS, PG_CDC_USER, PG_PASS,
                            PG_SUPERPASS, PG_SUPERUSER, PG_SYNC_PASS, PG_SYNC_USER,
-                           PG_USER, PORTS, ROOT, SIDE_CONNECT_OFFSET, SIDE_KAFKA_OFFSET, SPARK_CLUSTER, SPARK_WORKERS,
-                           STACK, VAR, VENV_BIN, StackError,
+                           PG_USER, PORTS, ROOT, SECURE_TEST_PORTS, SIDE_CONNECT_OFFSET, SIDE_KAFKA_OFFSET,
+                           SPARK_CLUSTER, SPARK_WORKERS, STACK, VAR, VENV_BIN, StackError,
                            http_json, kill_all, log_file, parent_pid, pid_alive, stop, wait_until)
 from services.connect import connect_healthy, connect_url, start_connect_worker, up_connect
 from services.env import environment, full_env
@@ -81,6 +81,7 @@ __all__ = [
     "PG_USER",
     "PORTS",
     "ROOT",
+    "SECURE_TEST_PORTS",
     "SIDE_CONNECT_OFFSET",
     "SIDE_KAFKA_OFFSET",
     "SPARK_CLUSTER",

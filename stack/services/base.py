@@ -45,6 +45,10 @@ KAFKA_CLUSTER_NODES = 3
 # The cluster test starts a second three-node Kafka and a Connect worker beside the stack
 # (tests/integration/test_cluster.py), on the stack's Kafka and Connect ports + these offsets.
 SIDE_KAFKA_OFFSET, SIDE_CONNECT_OFFSET = 100, 10
+# The secure stack test_secure starts beside the shared one, in its own data folder: its ports
+# (the environment of its stackctl). Reserved with the stack's, as the cluster test's are.
+SECURE_TEST_PORTS = {"TIDELINE_PG_PORT": 56432, "TIDELINE_MARIADB_PORT": 54306, "TIDELINE_KAFKA_PORT": 59192,
+                     "TIDELINE_KAFKA_CONTROLLER_PORT": 59193, "TIDELINE_CONNECT_PORT": 58183}
 KAFKA_BROKERS = KAFKA_CLUSTER_NODES if os.environ.get("TIDELINE_KAFKA_CLUSTER", "").lower() in ("1", "true", "yes", "on") else 1
 HOST = "127.0.0.1"
 # Secure mode (TIDELINE_STACK_SECURE=1), as a production DBA and Kafka operator would run it: the

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.base import KAFKA_CLUSTER_NODES, PORTS, SIDE_CONNECT_OFFSET, SIDE_KAFKA_OFFSET, SPARK_WORKERS
+from services.base import (KAFKA_CLUSTER_NODES, PORTS, SECURE_TEST_PORTS, SIDE_CONNECT_OFFSET, SIDE_KAFKA_OFFSET,
+                           SPARK_WORKERS)
 
 RESERVED = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
 
@@ -21,7 +22,8 @@ RESERVED = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
 def stack_ports() -> list[int]:
     """Every port a part of this stack listens on, in either mode (the three Kafka nodes' ports,
     +2 per node, and every Spark worker's UI are reserved even when they are not started), and
-    those of the Kafka and Connect the cluster test starts beside it: reserved when the stack
+    those of the Kafka and Connect the cluster test and of the secure stack test_secure start
+    beside it: reserved when the stack
     starts, since a client connection made before, and kept open, holds its port for good (seen
     in CI: a broker of that Kafka failed to bind 59196 for nine minutes)."""
     ports = set(PORTS.values())
@@ -29,6 +31,7 @@ def stack_ports() -> list[int]:
         for node in range(KAFKA_CLUSTER_NODES):
             ports.update((PORTS["kafka"] + offset + 2 * node, PORTS["kafka_controller"] + offset + 2 * node))
     ports.add(PORTS["connect"] + SIDE_CONNECT_OFFSET)
+    ports.update(SECURE_TEST_PORTS.values())
     ports.update(PORTS["spark_worker_ui"] + w for w in range(SPARK_WORKERS))
     return sorted(ports)
 

@@ -29,8 +29,7 @@ from tideline.verify.compare import verify
 
 pytestmark = pytest.mark.integration
 VAR = stackctl.VAR / "secure"
-PORTS = {"TIDELINE_PG_PORT": "56432", "TIDELINE_MARIADB_PORT": "54306", "TIDELINE_KAFKA_PORT": "59192",
-         "TIDELINE_KAFKA_CONTROLLER_PORT": "59193", "TIDELINE_CONNECT_PORT": "58183"}
+PORTS = {name: str(port) for name, port in stackctl.SECURE_TEST_PORTS.items()}   # reserved with the stack's
 CONN_IDS = ("tideline_source", "tideline_mariadb_source", "tideline_target", "tideline_kafka", "tideline_connect")
 _quiet = logging.getLogger("tests.secure.rdkafka")
 _quiet.addHandler(logging.NullHandler())

@@ -24,6 +24,7 @@ def test_every_mode_s_ports_are_reserved():
     assert 59096 in ports and 59097 in ports            # Kafka's third node (+4)
     assert 58182 in ports                               # the second Spark worker's UI
     assert {59192, 59193, 59196, 59197, 58093} <= set(ports)   # the cluster test's Kafka and Connect
+    assert {56432, 54306, 58183} <= set(ports)   # test_secure's PostgreSQL, MariaDB and Connect
 
 
 def test_without_the_right_to_write_it_says_why(tmp_path):
