@@ -6,7 +6,7 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import psutil
@@ -32,6 +32,45 @@ def pg(db: str):
     conn = psycopg2.connect(db_url(db))
     conn.autocommit = True
     return conn
+
+
+@contextmanager
+def other_captures_stopped():
+    """The stack's other change captures (the demo's connectors, say) stopped while a benchmark
+    runs, and resumed after. A PostgreSQL capture's walsender decodes every write to its
+    database, whatever its publication holds: two idle demo connectors each took ~40 CPU-seconds
+    decoding a bench table's creation, and took them from the contestants. A stopped connector
+    (Connect's `stop`, not `pause`: a paused Debezium task keeps its replication connection) keeps
+    its slot, so it resumes where it stopped."""
+    import requests
+    url = stackctl.connect_url()
+    names = [n for n in requests.get(f"{url}/connectors", timeout=30).json()
+             if requests.get(f"{url}/connectors/{n}/status", timeout=30).json()["connector"]["state"] == "RUNNING"]
+    slots = [c["slot.name"] for c in (requests.get(f"{url}/connectors/{n}/config", timeout=30).json() for n in names)
+             if "slot.name" in c]
+    for n in names:
+        requests.put(f"{url}/connectors/{n}/stop", timeout=60).raise_for_status()
+    if names:
+        print(f"[bench] stopped the stack's other captures while the bench runs: {', '.join(names)}", flush=True)
+    try:
+        with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
+            deadline = time.monotonic() + 120
+            while True:   # their walsenders gone, not only their connectors told
+                cur.execute("SELECT slot_name FROM pg_replication_slots WHERE active AND slot_name = ANY(%s)", (slots,))
+                active = [r[0] for r in cur.fetchall()]
+                stopped = all(requests.get(f"{url}/connectors/{n}/status", timeout=30).json()["connector"]["state"]
+                              == "STOPPED" for n in names)
+                if stopped and not active:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the stack's other captures did not stop in 120 s (slots still active: {active})")
+                time.sleep(0.5)
+        yield
+    finally:
+        for n in names:
+            requests.put(f"{url}/connectors/{n}/resume", timeout=60).raise_for_status()
+        if names:
+            print(f"[bench] resumed: {', '.join(names)}", flush=True)
 
 
 def checkpoint() -> float:

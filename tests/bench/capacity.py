@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-from benchlib import ROOT, Drain, pg, stackctl
+from benchlib import ROOT, Drain, other_captures_stopped, pg, stackctl
 
 os.environ.update(stackctl.environment())
 
@@ -251,4 +251,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with other_captures_stopped():
+        sys.exit(main())

@@ -20,7 +20,7 @@ import tempfile
 from contextlib import closing
 from pathlib import Path
 
-from benchlib import ensure_topic, pg, run_full_load, stackctl
+from benchlib import ensure_topic, other_captures_stopped, pg, run_full_load, stackctl
 from full_load import PIPELINE, TABLE, ensure_source, write_pipeline
 
 
@@ -79,4 +79,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with other_captures_stopped():
+        sys.exit(main())

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import checkpoint, db_url, ensure_topic, first_load, pg, run_full_load, stackctl
+from benchlib import checkpoint, db_url, ensure_topic, first_load, other_captures_stopped, pg, run_full_load, stackctl
 
 TABLE = "bench_orders"
 PIPELINE = "bench"
@@ -201,4 +201,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with other_captures_stopped():
+        sys.exit(main())

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import checkpoint, db_url, ensure_topic, first_load, pg, run_full_load, stackctl
+from benchlib import checkpoint, db_url, ensure_topic, first_load, other_captures_stopped, pg, run_full_load, stackctl
 
 TABLE = "bench_orders"
 PIPELINE = "bench_mariadb"
@@ -179,4 +179,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with other_captures_stopped():
+        sys.exit(main())

@@ -40,7 +40,8 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import ROOT, PeakRss, SteadyLoad, checkpoint, ensure_topic, pg, run_full_load, stackctl
+from benchlib import (ROOT, PeakRss, SteadyLoad, checkpoint, ensure_topic, other_captures_stopped, pg, run_full_load,
+                     stackctl)
 from full_load import TABLE, ensure_source
 
 os.environ.update(stackctl.environment())
@@ -409,4 +410,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with other_captures_stopped():
+        sys.exit(main())

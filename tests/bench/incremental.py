@@ -38,7 +38,8 @@ import psycopg2
 import requests
 import yaml
 
-from benchlib import ROOT, Drain, PeakRss, SteadyLoad, checkpoint, forget_pipeline, pg, stackctl, wal_counters, wal_since
+from benchlib import (ROOT, Drain, PeakRss, SteadyLoad, checkpoint, forget_pipeline, other_captures_stopped, pg,
+                     stackctl, wal_counters, wal_since)
 
 os.environ.update(stackctl.environment())
 
@@ -359,4 +360,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with other_captures_stopped():
+        sys.exit(main())

@@ -47,7 +47,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from benchlib import Drain, PeakRss, digests, forget_pipeline, pg, stackctl
+from benchlib import Drain, PeakRss, digests, forget_pipeline, other_captures_stopped, pg, stackctl
 
 os.environ.update(stackctl.environment())
 
@@ -311,4 +311,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with other_captures_stopped():
+        sys.exit(main())

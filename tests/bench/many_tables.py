@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import checkpoint, db_url, digests, first_load, pg, run_full_load, stackctl
+from benchlib import checkpoint, db_url, digests, first_load, other_captures_stopped, pg, run_full_load, stackctl
 
 SCHEMA, PIPELINE = "bench_many", "bench_many"
 COLUMNS = """id bigint PRIMARY KEY, customer_id bigint NOT NULL, status text NOT NULL, total numeric(12,2) NOT NULL,
@@ -178,4 +178,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with other_captures_stopped():
+        sys.exit(main())

@@ -29,7 +29,7 @@ import json
 import statistics
 import subprocess
 
-from benchlib import PeakRss, db_url, pg, stackctl
+from benchlib import PeakRss, db_url, other_captures_stopped, pg, stackctl
 from full_load import TABLE, ensure_source, run_copy_pipe
 from peers import reladiff
 
@@ -155,4 +155,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with other_captures_stopped():
+        raise SystemExit(main())
