@@ -41,8 +41,11 @@ def other_captures_stopped():
     database, whatever its publication holds: two idle demo connectors each took ~40 CPU-seconds
     decoding a bench table's creation, and took them from the contestants. A stopped connector
     (Connect's `stop`, not `pause`: a paused Debezium task keeps its replication connection) keeps
-    its slot, so it resumes where it stopped."""
+    its slot, so it resumes where it stopped. A bench stopped by SIGTERM resumes them too."""
+    import signal
+
     import requests
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     url = stackctl.connect_url()
     names = [n for n in requests.get(f"{url}/connectors", timeout=30).json()
              if requests.get(f"{url}/connectors/{n}/status", timeout=30).json()["connector"]["state"] == "RUNNING"]
