@@ -47,8 +47,8 @@ def spark(stack):
     from tideline.targets import target_class
     # the tests' own driver on the client compiler: over the suite C2's compilations were 203 of
     # this JVM's 240 CPU-s, and the tests that measure speed are the benchmarks, not these. Not a
-    # job's driver_conf: its options name spark_jobs/, and `stackctl down` (the secure stack's, in
-    # test_secure) stops every process of the checkout whose command line does, as a leftover job
+    # job's driver_conf, which it does not need (once, when `stackctl down` stopped any process
+    # naming spark_jobs/, the secure stack's down in test_secure killed this JVM by its log4j option)
     session = get_session("tideline-tests", conf={"spark.driver.extraJavaOptions": CLIENT_COMPILER_ONLY},
                           extra_jars=target_class("iceberg").spark_jars())
     yield session
