@@ -12,8 +12,8 @@ import urllib.request
 from datetime import datetime
 from pathlib import Path
 
-from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, HOST, LOGS, PORTS, ROOT, STACK, STACKCTL, VAR, VENV_BIN,
-                           StackError, http_json, kill_all, log_file, parent_pid, wait_until)
+from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, HOST, LOGS, PORTS, ROOT, STACKCTL, VAR, VENV_BIN,
+                           StackError, http_json, kill_all, log_file, parent_pid, stack_var, wait_until)
 from services.supervisor import _stop_unsupervised, hung_file, supervise, supervised_pid
 
 
@@ -190,30 +190,21 @@ def leftover_spark_jobs() -> list[int]:
     among its arguments (not any mention of the folder: the tests' own Spark session names its
     log4j file there) started for this stack's data folder (a second stack of the same checkout,
     as test_secure starts, keeps its jobs apart)."""
-    return [pid for pid, argv, env in _processes() if _is_spark_job(argv) and _stack_var_of(env) == VAR.resolve()]
-
-
-def _processes():
-    """(pid, argv, environment) of every other process this user may read."""
+    jobs = (str(ROOT.resolve() / "spark_jobs") + "/").encode()
+    found = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit() and int(d.name) != os.getpid():
-            try:
+            try:   # the environment read only of a job's process
                 argv = (d / "cmdline").read_bytes().split(b"\0")
-                env = dict(kv.split(b"=", 1) for kv in (d / "environ").read_bytes().split(b"\0") if b"=" in kv)
+                if not any(a.startswith(jobs) and a.endswith(b".py") for a in argv):
+                    continue
+                env = dict(kv.split("=", 1) for kv in (d / "environ").read_bytes().decode(errors="replace").split("\0")
+                           if "=" in kv)
             except OSError:
                 continue
-            yield int(d.name), argv, env
-
-
-def _is_spark_job(argv: list[bytes]) -> bool:
-    jobs = (str(ROOT.resolve() / "spark_jobs") + "/").encode()
-    return any(a.startswith(jobs) and a.endswith(b".py") for a in argv)
-
-
-def _stack_var_of(env: dict[bytes, bytes]) -> Path:
-    """The stack data folder a process was started for: TIDELINE_STACK_VAR, else the default."""
-    var = env.get(b"TIDELINE_STACK_VAR", b"").decode(errors="replace")
-    return Path(var).resolve() if var else (STACK / "var").resolve()
+            if stack_var(env).resolve() == VAR.resolve():
+                found.append(int(d.name))
+    return found
 
 
 def exec_part(part: str) -> None:

@@ -16,7 +16,15 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[2]
 STACK = ROOT / "stack"
 STACKCTL = STACK / "stackctl.py"   # what supervisord runs for the Airflow parts and its event listener
-VAR = Path(os.environ.get("TIDELINE_STACK_VAR") or STACK / "var")   # set but empty: the default, never the cwd
+
+
+def stack_var(environ) -> Path:
+    """The stack data folder an environment names: TIDELINE_STACK_VAR (set but empty: the default,
+    never the cwd), else stack/var."""
+    return Path(environ.get("TIDELINE_STACK_VAR") or STACK / "var")
+
+
+VAR = stack_var(os.environ)
 LIB = STACK / "lib"
 LOGS = VAR / "log"
 RUN = VAR / "run"

@@ -22,10 +22,10 @@ RESERVED = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
 def stack_ports() -> list[int]:
     """Every port a part of this stack listens on, in either mode (the three Kafka nodes' ports,
     +2 per node, and every Spark worker's UI are reserved even when they are not started), and
-    those of the Kafka and Connect the cluster test and of the secure stack test_secure start
-    beside it: reserved when the stack
-    starts, since a client connection made before, and kept open, holds its port for good (seen
-    in CI: a broker of that Kafka failed to bind 59196 for nine minutes)."""
+    those the cluster test (a Kafka and a Connect) and test_secure (a secure stack) start beside
+    it: reserved when the stack starts, since a client connection made before, and kept open,
+    holds its port for good (seen in CI: a broker of that Kafka failed to bind 59196 for nine
+    minutes)."""
     ports = set(PORTS.values())
     for offset in (0, SIDE_KAFKA_OFFSET):   # the stack's Kafka, the cluster test's
         for node in range(KAFKA_CLUSTER_NODES):
