@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from services.airflow import (AIRFLOW_PARTS, airflow_api, airflow_healthy, airflow_url, exec_part,
+from services.addresses import (CLASS_ARCHIVE, airflow_url, mariadb_url, pg_url,
+                                spark_master_url)
+from services.airflow import (AIRFLOW_PARTS, airflow_api, airflow_healthy, exec_part,
                               leftover_spark_jobs, orphaned_airflow_workers, reap_orphaned_airflow_workers,
                               up_airflow, watch_airflow_liveness)
 from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, DATABASES, DEBEZIUM_CLASS, HOST, KAFKA_PASS,
@@ -41,13 +43,13 @@ from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, DAT
 from services.connect import connect_healthy, connect_url, start_connect_worker, up_connect
 from services.env import environment, full_env
 from services.kafka import KAFKA_PARTS, KafkaCluster, kafka_bootstrap, kafka_healthy, up_kafka
-from services.mariadb import mariadb_connect, mariadb_healthy, mariadb_url, up_mariadb
+from services.mariadb import mariadb_connect, mariadb_healthy, up_mariadb
 from services.ports import reserve_ports
-from services.postgres import down_postgres, pg_connect, pg_url, postgres_healthy, postgres_pid, up_postgres
-from services.spark import (CLASS_ARCHIVE, SPARK_PARTS, build_class_archive, spark_check,
-                            spark_cluster_healthy, spark_master_json, spark_master_url, start_spark_cluster,
+from services.postgres import down_postgres, pg_connect, postgres_healthy, postgres_pid, up_postgres
+from services.spark import (SPARK_PARTS, build_class_archive, spark_check,
+                            spark_cluster_healthy, spark_master_json, start_spark_cluster,
                             stop_spark_cluster, up_spark)
-from services.supervisor import (SUPERVISED, _supervisorctl, stop_in_order, _unsupervise, restart_listener, restarts,
+from services.supervisor import (SUPERVISED, supervisorctl, stop_in_order, unsupervise, restart_listener, restarts,
                                  supervise, supervised_pid, supervised_state, supervisord_running)
 
 
@@ -92,8 +94,8 @@ __all__ = [
     "StackError",
     "VAR",
     "VENV_BIN",
-    "_supervisorctl",
-    "_unsupervise",
+    "supervisorctl",
+    "unsupervise",
     "airflow_api",
     "airflow_healthy",
     "airflow_url",
@@ -185,7 +187,7 @@ def cmd_down() -> int:
     if supervisord_running():
         for line in stop_in_order():
             print(f"[stack] {line.strip()}")
-        _supervisorctl("shutdown")
+        supervisorctl("shutdown")
         deadline = time.time() + 60
         while supervisord_running() and time.time() < deadline:
             time.sleep(0.3)

@@ -44,7 +44,7 @@ def run_job(args: argparse.Namespace, kind: str, body: Callable) -> int:
         from tideline import targets
         from tideline.spark_session import SessionStarting
         spark = SessionStarting(f"tideline-{kind.replace('_', '-')}-{cfg.name}", conf=dict(cfg.spark.conf),
-                                extra_jars=targets.target_class(cfg.target.kind).spark_jars())
+                                extra_jars=targets.spec(cfg.target.kind).spark_jars())
         body(cfg, spark, [t for t in args.tables.split(",") if t] or None, log)
         return 0
     except TidelineError as exc:

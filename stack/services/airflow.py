@@ -14,11 +14,8 @@ from pathlib import Path
 
 from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, HOST, LOGS, PORTS, ROOT, STACKCTL, VAR, VENV_BIN,
                            StackError, http_json, kill_all, log_file, parent_pid, stack_var, wait_until)
-from services.supervisor import _stop_unsupervised, hung_file, supervise, supervised_pid
-
-
-def airflow_url() -> str:
-    return f"http://{HOST}:{PORTS['airflow']}"
+from services.addresses import airflow_url
+from services.supervisor import stop_unsupervised, hung_file, supervise, supervised_pid
 
 
 AIRFLOW_PARTS = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
@@ -235,7 +232,7 @@ def up_airflow() -> None:
                              + "\n".join((res.stdout + res.stderr).splitlines()[-15:]))
         (home / ".db_migrated").write_text(time.strftime("%F %T"))
     for part in AIRFLOW_COMMANDS:
-        _stop_unsupervised(part)
+        stop_unsupervised(part)
         # through `stackctl exec`, so each (re)start gets the stack's environment as it is now
         supervise(part, shlex.join([sys.executable, str(STACKCTL), "exec", part]))
     supervise("airflow-liveness", shlex.join([sys.executable, str(STACKCTL), "airflow-liveness"]))

@@ -7,7 +7,7 @@ import shlex
 from services.base import (DEBEZIUM_CLASS, DEBEZIUM_MARIADB_CLASS, HOST, LEAN_JVM, LIB, PORTS, VAR, StackError, http_json,
                            wait_until)
 from services.kafka import KAFKA, KafkaCluster, _jvm
-from services.supervisor import _stop_unsupervised, _supervisorctl, supervise, supervised_command, supervised_state
+from services.supervisor import stop_unsupervised, supervisorctl, supervise, supervised_command, supervised_state
 
 
 SECRETS = VAR / "connect-secrets"   # TIDELINE_CONNECT_SECRETS_DIR: the sync DAG writes, Connect reads
@@ -42,7 +42,7 @@ def connect_healthy(url: str | None = None) -> bool:
 
 
 def up_connect() -> None:
-    _stop_unsupervised("connect")
+    stop_unsupervised("connect")
     start_connect_worker("connect", PORTS["connect"], KAFKA, light_jvm=LEAN_JVM)
 
 
@@ -101,7 +101,7 @@ producer.delivery.timeout.ms=600000
     props.write_text(text)
     props.chmod(0o600)   # secure mode: the worker's SCRAM login
     if running and same_command:   # a worker started with older settings (an upgraded checkout) takes the new ones
-        _supervisorctl("restart", part)
+        supervisorctl("restart", part)
     supervise(part, command, stopwait=stopwait)   # restarts one whose command changed
     wait_until(part, lambda: connect_healthy(url), 180, f"GET {url}/connector-plugins lists {DEBEZIUM_CLASS}")
     return url

@@ -7,15 +7,12 @@ import os
 import secrets
 import sys
 
-from services.airflow import airflow_url
+from services.addresses import (CLASS_ARCHIVE, airflow_url, driver_classpath, iceberg_jars, kafka_bootstrap,
+                                kafka_client_security, mariadb_url, pg_url, spark_jars, spark_master_url)
 from services.base import (AIRFLOW_USERS, DATABASES, HOST, LOGS, PG_CDC_PASS, PG_CDC_USER, PG_SYNC_PASS, PG_SYNC_USER,
                            PORTS, ROOT, SPARK_CLUSTER, VAR,
                            VENV_BIN)
-from services.kafka import KAFKA, kafka_bootstrap
-from services.mariadb import mariadb_url
-from services.postgres import pg_url
 from services.tls import client_tls
-from services.spark import CLASS_ARCHIVE, _driver_classpath, iceberg_jars, spark_jars, spark_master_url
 
 
 def _jwt_secret() -> str:
@@ -41,7 +38,7 @@ def environment() -> dict[str, str]:
         "TIDELINE_ICEBERG_JARS": ",".join(iceberg_jars()),   # added to the jobs of Iceberg pipelines
         "TIDELINE_SPARK_CLASS_ARCHIVE": str(CLASS_ARCHIVE),
         # Hadoop's local file system without a forked chmod per file (stack/jvm/hadoop-nio)
-        "TIDELINE_SPARK_DRIVER_CLASSPATH": ":".join(map(str, _driver_classpath())),
+        "TIDELINE_SPARK_DRIVER_CLASSPATH": ":".join(map(str, driver_classpath())),
         # connector passwords: files the sync DAG writes here (0600) and Connect resolves (services.connect)
         "TIDELINE_CONNECT_SECRETS_DIR": str(VAR / "connect-secrets"),
         "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)]),
@@ -60,7 +57,7 @@ def environment() -> dict[str, str]:
              "extra": {"warehouse": (VAR / "lake").as_uri(), **client_tls()}}),
         # secure mode: SASL_SSL with the stack's SCRAM user and CA (services.kafka)
         "AIRFLOW_CONN_TIDELINE_KAFKA": json.dumps(
-            {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap(), **KAFKA.client_security()}}),
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap(), **kafka_client_security()}}),
         "AIRFLOW_CONN_TIDELINE_CONNECT": json.dumps(
             {"conn_type": "http", "host": HOST, "port": PORTS["connect"], "schema": "http"}),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(

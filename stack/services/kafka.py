@@ -12,7 +12,8 @@ from pathlib import Path
 
 from services.base import (HOST, KAFKA_ADMIN, KAFKA_ADMIN_PASS, KAFKA_BROKERS, KAFKA_PASS, KAFKA_USER, LEAN_JVM, LIB, PORTS,
                            SECURE, VAR, StackError, java, wait_until)
-from services.supervisor import (KAFKA_PARTS, _stop_unsupervised, _unsupervise, supervise, supervised_command,
+from services import addresses
+from services.supervisor import (KAFKA_PARTS, stop_unsupervised, unsupervise, supervise, supervised_command,
                                  supervised_state)
 
 
@@ -86,18 +87,14 @@ class KafkaCluster:
         return (self.prefix,) if self.nodes == 1 else tuple(f"{self.prefix}-{i}" for i in range(1, self.nodes + 1))
 
     def node_ports(self, node: int) -> tuple[int, int]:
-        return self.broker_port + 2 * (node - 1), self.controller_port + 2 * (node - 1)
+        return addresses.kafka_node_ports(self.broker_port, self.controller_port, node)
 
     def bootstrap(self) -> str:
-        return ",".join(f"{HOST}:{self.node_ports(i)[0]}" for i in range(1, self.nodes + 1))
+        return addresses.kafka_bootstrap_of(self.broker_port, self.nodes)
 
     def client_security(self, user: str = KAFKA_USER, password: str = KAFKA_PASS) -> dict[str, str]:
         """The librdkafka security settings of a client (the Airflow Kafka connection's extra)."""
-        if not self.secure:
-            return {}
-        from services.tls import certificates
-        return {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
-                "sasl.password": password, "ssl.ca.location": str(certificates().ca)}
+        return addresses.kafka_client_security(self.secure, user, password)
 
     def java_client_security(self, user: str = KAFKA_USER, password: str = KAFKA_PASS) -> dict[str, str]:
         """The same for a Java client (Connect's worker, producers, consumers and admin)."""
@@ -207,7 +204,7 @@ ssl.endpoint.identification.algorithm=https"""
         wait_until(self.prefix, self.healthy, 120, f"metadata from {self.bootstrap()} with {self.nodes} broker(s)")
 
     def stop(self) -> None:
-        _unsupervise(self.parts)
+        unsupervise(self.parts)
 
 
 def _random_cluster_id() -> str:
@@ -228,8 +225,8 @@ def kafka_healthy() -> bool:
 
 
 def up_kafka() -> None:
-    _stop_unsupervised("kafka")
-    _unsupervise([p for p in ("kafka", "kafka-1", "kafka-2", "kafka-3") if p not in KAFKA_PARTS])
+    stop_unsupervised("kafka")
+    unsupervise([p for p in ("kafka", "kafka-1", "kafka-2", "kafka-3") if p not in KAFKA_PARTS])
     KAFKA.start()
 
 
@@ -239,4 +236,4 @@ def kafka_node_ports(node: int) -> tuple[int, int]:
 
 
 def kafka_bootstrap() -> str:
-    return KAFKA.bootstrap()
+    return KAFKA.bootstrap()   # the same as services.addresses.kafka_bootstrap(): the stack's nodes

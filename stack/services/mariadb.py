@@ -16,12 +16,6 @@ from services.tls import client_tls, key_copy
 MARIADB_BIN = Path(os.environ.get("TIDELINE_MARIADB_BIN", "/usr/sbin"))
 
 
-def mariadb_url(db: str = MARIADB_DATABASE, user: str = MARIADB_USER, password: str = MARIADB_PASS) -> str:
-    from urllib.parse import urlencode
-    tls = client_tls()
-    return f"mysql://{user}:{password}@{HOST}:{PORTS['mariadb']}/{db}" + (f"?{urlencode(tls)}" if tls else "")
-
-
 def _mariadb_owner() -> str | None:
     """mariadbd refuses to run as root unless told to; as root it runs as the 'mysql' OS user."""
     return "mysql" if os.geteuid() == 0 else None

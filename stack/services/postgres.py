@@ -11,16 +11,10 @@ from pathlib import Path
 from services.base import (DATABASES, HOST, LOGS, PG_CDC_PASS, PG_CDC_USER, PG_PASS, PG_SUPERPASS, PG_SUPERUSER,
                            PG_SYNC_PASS, PG_SYNC_USER, PG_USER, PORTS, ROOT, SECURE, VAR, StackError, pid_alive,
                            wait_until)
-from services.supervisor import _supervisorctl, supervise, supervised_state
+from services.supervisor import supervisorctl, supervise, supervised_state
 from services.tls import client_tls, key_copy
 
 PG_BIN = Path(os.environ.get("TIDELINE_PG_BIN", "/usr/lib/postgresql/15/bin"))
-
-
-def pg_url(db: str, user: str = PG_USER, password: str = PG_PASS, scheme: str = "postgresql") -> str:
-    from urllib.parse import urlencode
-    tls = client_tls()
-    return f"{scheme}://{user}:{password}@{HOST}:{PORTS['postgres']}/{db}" + (f"?{urlencode(tls)}" if tls else "")
 
 
 def _pg_owner() -> str | None:
@@ -100,7 +94,7 @@ log_min_messages = warning
     supervise("postgres", shlex.join([str(PG_BIN / "postgres"), "-D", str(data), "-p", str(PORTS["postgres"])]),
               user=owner, stopsignal="INT", stopwait=120)
     if changed and was_running:   # switched between plain and secure mode
-        _supervisorctl("restart", "postgres")
+        supervisorctl("restart", "postgres")
     wait_until("postgres", postgres_healthy, 60, f"connect to {HOST}:{PORTS['postgres']} with wal_level=logical")
     _bootstrap_databases()
 

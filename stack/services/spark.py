@@ -11,19 +11,9 @@ from pathlib import Path
 
 from services.base import (HOST, LIB, PORTS, ROOT, SPARK_CLUSTER, SPARK_WORKER_MEMORY, SPARK_WORKERS, STACK, VAR,
                            VENV_BIN, StackError, http_json, java, wait_until)
-from services.supervisor import SPARK_PARTS, _unsupervise, supervise, supervisord_running
-
-
-def spark_jars() -> list[str]:
-    """The jobs' --jars: the Kafka connector and JDBC drivers, and Tideline's driver jar too — the
-    driver has it on its class path (driver_conf), and with it here the executors can load the
-    local file system class `spark.hadoop.fs.file.impl` names, should one ever open a file: path."""
-    return sorted(str(p) for p in (LIB / "spark").glob("*.jar")) + [str(p) for p in _driver_classpath()]
-
-
-def iceberg_jars() -> list[str]:
-    """Iceberg's Spark runtime (stack/jvm/iceberg), for the jobs of pipelines with an Iceberg target."""
-    return sorted(str(p) for p in (LIB / "iceberg").glob("*.jar"))
+from services.addresses import CLASS_ARCHIVE, driver_classpath, spark_jars, spark_master_url
+from services.env import environment
+from services.supervisor import SPARK_PARTS, unsupervise, supervise, supervisord_running
 
 
 def spark_check() -> str:
@@ -35,10 +25,6 @@ def spark_check() -> str:
     if SPARK_CLUSTER:
         return spark_cluster_healthy()
     return f"local mode, pyspark {pyspark.__version__}, {len(jars)} extra jars"
-
-
-def spark_master_url() -> str:
-    return f"spark://{HOST}:{PORTS['spark_master']}"
 
 
 def spark_master_json() -> dict:
@@ -83,7 +69,7 @@ def up_spark() -> None:
     build_class_archive()
     if not SPARK_CLUSTER:
         if supervisord_running():
-            _unsupervise(SPARK_PARTS)
+            unsupervise(SPARK_PARTS)
         spark_check()
         return
     start_spark_cluster()
@@ -100,22 +86,13 @@ def pyspark_bytecode() -> None:
             print(f"[stack] spark     {archive.name}: bytecode added (once)", flush=True)
 
 
-CLASS_ARCHIVE = LIB / "spark-driver-classes.jsa"
-
-
-def _driver_classpath() -> list[Path]:
-    """Tideline's jars for the drivers' class path (stack/jvm/hadoop-nio; see
-    tideline.spark_session.driver_conf)."""
-    return sorted((LIB / "driver").glob("*.jar"))
-
-
 def _class_archive_stamp() -> str:
     """What the archive was recorded against: a JVM only maps an archive made by the same JVM
     build from the same class path (pyspark's jars, and Tideline's driver jars, which come first
     on it and are checked by size and time: a rebuilt one needs a new archive)."""
     version = subprocess.run([java(), "-version"], capture_output=True, text=True).stderr.strip()
     return json.dumps({"java": version, "jars": sorted(p.name for p in (_spark_home() / "jars").glob("*.jar")),
-                       "driver": [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in _driver_classpath()]})
+                       "driver": [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in driver_classpath()]})
 
 
 def build_class_archive() -> None:
@@ -129,12 +106,12 @@ def build_class_archive() -> None:
     print("[stack] spark     recording the driver's class archive (once, ~20 s) ...", flush=True)
     partial = CLASS_ARCHIVE.with_suffix(".partial")
     partial.unlink(missing_ok=True)
-    driver = ":".join(map(str, _driver_classpath()))   # the class path the drivers start with
+    driver = ":".join(map(str, driver_classpath()))   # the class path the drivers start with
     res = subprocess.run([str(VENV_BIN / "spark-submit"), "--master", "local[1]", "--conf",
                           f"spark.driver.extraJavaOptions=-XX:ArchiveClassesAtExit={partial}",
                           *(["--conf", f"spark.driver.extraClassPath={driver}"] if driver else []),
                           str(STACK / "spark_class_archive.py")],
-                         env={**os.environ, **_environment()}, capture_output=True, text=True, timeout=300)
+                         env={**os.environ, **environment()}, capture_output=True, text=True, timeout=300)
     if res.returncode != 0 or not partial.exists():
         raise StackError(f"spark: recording the driver's class archive failed (exit {res.returncode}):\n"
                          f"{(res.stdout + res.stderr)[-3000:]}")
@@ -164,11 +141,4 @@ def start_spark_cluster() -> None:
 
 
 def stop_spark_cluster() -> None:
-    _unsupervise(SPARK_PARTS)
-
-
-
-
-def _environment() -> dict[str, str]:
-    from services.env import environment
-    return environment()
+    unsupervise(SPARK_PARTS)

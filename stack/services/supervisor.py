@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from services.env import full_env
 from services.base import (KAFKA_BROKERS, LOGS, ROOT, RUN, SPARK_WORKERS, STACKCTL, VAR, VENV_BIN, StackError,
                            log_file, pid_file, pid_alive, running_pid, stop)
 
@@ -27,7 +28,7 @@ def _supervisorctl_argv(*args: str) -> list[str]:
     return [str(VENV_BIN / "supervisorctl"), "-c", str(SUP_DIR / "supervisord.conf"), *args]
 
 
-def _supervisorctl(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+def supervisorctl(*args: str, check: bool = False) -> subprocess.CompletedProcess:
     return subprocess.run(_supervisorctl_argv(*args), capture_output=True, text=True, check=check, timeout=180)
 
 
@@ -36,7 +37,7 @@ def stop_in_order() -> list[str]:
     workload, then Connect, then Kafka, then the databases; each tier at once. `supervisorctl stop
     all` stops them all at once, and a Connect worker whose broker went first waited for it until
     killed at stopwaitsecs (60 s of every secure-stack teardown). supervisorctl's lines."""
-    names = [line.split()[0] for line in _supervisorctl("status").stdout.splitlines() if line.strip()]
+    names = [line.split()[0] for line in supervisorctl("status").stdout.splitlines() if line.strip()]
 
     def tier(name: str) -> int:
         base = name.split(":")[-1]
@@ -98,11 +99,11 @@ files={SUP_DIR / "programs"}/*.conf
     if supervisord_running():
         return
     res = subprocess.run([str(VENV_BIN / "supervisord"), "-c", str(SUP_DIR / "supervisord.conf")],
-                         capture_output=True, text=True, env=_full_env())
+                         capture_output=True, text=True, env=full_env())
     if res.returncode != 0:
         raise StackError(f"supervisord did not start: {res.stdout}{res.stderr} (log {LOGS / 'supervisord.log'})")
     deadline = time.time() + 30
-    while not (supervisord_running() and _supervisorctl("pid").returncode == 0):
+    while not (supervisord_running() and supervisorctl("pid").returncode == 0):
         if time.time() > deadline:
             raise StackError(f"supervisord did not answer on {SUP_SOCK} within 30s (log {LOGS / 'supervisord.log'})")
         time.sleep(0.3)
@@ -138,9 +139,9 @@ stdout_logfile_backups=2
     link = log_file(part)
     if link.is_symlink():
         link.unlink()
-    _supervisorctl("update")   # adds a new program (autostart) or restarts a changed one
+    supervisorctl("update")   # adds a new program (autostart) or restarts a changed one
     if supervised_state(part) not in ("RUNNING", "STARTING", "BACKOFF"):
-        _supervisorctl("start", part)
+        supervisorctl("start", part)
 
 
 def supervised_command(part: str) -> str | None:
@@ -156,14 +157,14 @@ def supervised_state(part: str) -> str | None:
     """RUNNING, STARTING, BACKOFF, STOPPED, EXITED, FATAL (supervisord's words), None if unknown."""
     if not supervisord_running():
         return None
-    out = _supervisorctl("status", part).stdout.split()
+    out = supervisorctl("status", part).stdout.split()
     return out[1] if len(out) > 1 and out[0] == part else None
 
 
 def supervised_pid(part: str) -> int | None:
     if not supervisord_running():
         return None
-    out = _supervisorctl("pid", part).stdout.strip()
+    out = supervisorctl("pid", part).stdout.strip()
     return int(out) if out.isdigit() and int(out) > 0 else None
 
 
@@ -231,25 +232,18 @@ def restart_listener() -> int:
         out.flush()
 
 
-def _stop_unsupervised(part: str) -> None:
+def stop_unsupervised(part: str) -> None:
     """A part started by an older stackctl (its own pid file, no supervisor): stopped once, so
     the supervised one can take its port."""
     if pid_file(part).exists() and running_pid(part):
         stop(part)
 
 
-def _unsupervise(parts) -> None:
+def unsupervise(parts) -> None:
     """Drops programs of the other stack mode (a single broker vs three, local Spark vs a cluster)."""
     gone = [p for p in parts if (SUP_DIR / "programs" / f"{p}.conf").exists()]
     for p in gone:
-        _supervisorctl("stop", p)
+        supervisorctl("stop", p)
         (SUP_DIR / "programs" / f"{p}.conf").unlink()
     if gone:
-        _supervisorctl("update")
-
-
-
-
-def _full_env() -> dict[str, str]:
-    from services.env import full_env
-    return full_env()
+        supervisorctl("update")

@@ -140,7 +140,7 @@ def main() -> int:
     ensure_topic(f"bench_mariadb.{stackctl.MARIADB_DATABASE}.{TABLE}")
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / f"{PIPELINE}.yaml").write_text(yaml.safe_dump({
-            "name": PIPELINE, "source": {"conn_id": "tideline_mariadb_source", "schema": stackctl.MARIADB_DATABASE},
+            "name": PIPELINE, "source": {"kind": "mariadb", "conn_id": "tideline_mariadb_source", "schema": stackctl.MARIADB_DATABASE},
             "target": {"conn_id": "tideline_target", "schema": PIPELINE},
             "kafka": {"topic_prefix": "bench_mariadb"}, "spark": {"parallelism": args.parallelism},
             "tables": [{"name": TABLE}]}))

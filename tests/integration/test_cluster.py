@@ -67,7 +67,7 @@ def ha_kafka(stack):
         {"conn_type": "http", "host": stackctl.HOST, "port": CONNECT_HA_PORT, "schema": "http"}))
     yield url
     mp.undo()
-    stackctl._unsupervise(["connect-ha"])
+    stackctl.unsupervise(["connect-ha"])
     HA.stop()
     for d in (HA.home, stackctl.VAR / "connect-ha"):
         shutil.rmtree(d, ignore_errors=True)
@@ -201,7 +201,7 @@ def test_production_topology_loses_and_doubles_nothing_through_executor_and_brok
         assert _acknowledged(probe) is None
         stopped = [f"kafka-ha-{n}" for n in others]
         for part in stopped:
-            stackctl._supervisorctl("stop", part)
+            stackctl.supervisorctl("stop", part)
         writes_before = writer.count
         assert _acknowledged(probe) is not None, "Kafka acknowledged an acks=all write with one broker of three"
         time.sleep(10)
@@ -209,7 +209,7 @@ def test_production_topology_loses_and_doubles_nothing_through_executor_and_brok
         status = ConnectClient(ha_kafka).status(connector_name(cfg))
         assert status["tasks"][0]["state"] == "RUNNING", f"the connector's task gave up instead of blocking: {status}"
         for part in stopped:
-            stackctl._supervisorctl("start", part)
+            stackctl.supervisorctl("start", part)
         stopped = []
         stackctl.wait_until("kafka-ha", HA.healthy, 120, "three brokers back")
         _wait_batches(target_db, cfg, len(batches(target_db, cfg.name)) + 3, stream,
@@ -227,7 +227,7 @@ def test_production_topology_loses_and_doubles_nothing_through_executor_and_brok
         assert len(executor_logs(app)) >= 2, executor_logs(app)
     finally:
         for part in stopped:
-            stackctl._supervisorctl("start", part)
+            stackctl.supervisorctl("start", part)
         writer.stop_event.set()
         if stream is not None and stream.poll() is None:
             os.killpg(stream.pid, signal.SIGKILL)

@@ -155,11 +155,11 @@ def dag_processor_paused(stack):
     it deactivates the DAGs that dag.test() synced from the test's pipelines, so a TriggerDagRunOperator
     (the restart task) that runs after such a parse finds no DAG to trigger. Paused while a test needs
     its own DAG triggered; dag.test() needs no dag-processor."""
-    stack._supervisorctl("stop", "airflow-dag-processor")
+    stack.supervisorctl("stop", "airflow-dag-processor")
     try:
         yield
     finally:
-        stack._supervisorctl("start", "airflow-dag-processor")
+        stack.supervisorctl("start", "airflow-dag-processor")
 
 
 def test_running_stream_meeting_lost_offsets_restarts_through_a_reload(

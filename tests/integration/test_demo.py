@@ -27,12 +27,12 @@ def test_make_demo_catches_up_with_both_sources_and_the_lake_and_its_workload_is
         assert demo.main() == 0
         assert stack.supervised_state("workload") == "RUNNING"
         before = stack.supervised_pid("workload")
-        stack._supervisorctl("signal", "KILL", "workload")   # dies like a connection lost in a restart
+        stack.supervisorctl("signal", "KILL", "workload")   # dies like a connection lost in a restart
         deadline = time.time() + 60
         while stack.supervised_pid("workload") in (None, before):
             assert time.time() < deadline, "the supervisor did not start the workload again"
             time.sleep(1)
     finally:
-        stack._supervisorctl("stop", "workload")
+        stack.supervisorctl("stop", "workload")
         for dag_id in demo.DAGS:
             _stop_runs(dag_id)

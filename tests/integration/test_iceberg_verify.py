@@ -14,7 +14,7 @@ from tideline import state
 from tideline.core.connections import get_connection
 from tideline.core.errors import SourceError
 from tideline.load.full_load import FullLoad
-from tideline.targets.iceberg_snapshots import newest_stamped
+from tideline.targets.iceberg.snapshots import newest_stamped
 from tideline.verify.compare import verify
 from tideline.verify.repair import RepairError, repair, repair_verified
 

@@ -51,7 +51,7 @@ def _drop(conn, *tables):
 
 
 def mariadb_pipeline(pipelines, tables, **kw):
-    return pipelines.make(tables, source={"conn_id": CONN_ID, "schema": DB}, **kw)
+    return pipelines.make(tables, source={"kind": "mariadb", "conn_id": CONN_ID, "schema": DB}, **kw)
 
 
 def oracle(target_db, table: str, scratch: str) -> None:

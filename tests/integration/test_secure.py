@@ -80,7 +80,8 @@ def _maria(**kw):
 def _pipeline(tmp_path, name: str, source_conn: str, schema: str, table: str):
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump({
-        "name": name, "source": {"conn_id": source_conn, "schema": schema},
+        "name": name, "source": {"kind": "mariadb" if "mariadb" in source_conn else "postgres", "conn_id": source_conn,
+                                 "schema": schema},
         "target": {"conn_id": "tideline_target", "schema": name},
         "kafka": {"conn_id": "tideline_kafka", "topic_prefix": f"sec.{name}", "partitions": 2},
         "connect": {"conn_id": "tideline_connect"}, "spark": {"parallelism": 2},

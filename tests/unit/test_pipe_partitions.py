@@ -1,4 +1,4 @@
-"""Which side pipes a load's partitions while the job's Spark session starts (load.full_load.pipe_partitions):
+"""Which side pipes a load's partitions while the job's Spark session starts (load.copy_rows.pipe_partitions):
 the driver one range after another until the session is ready — on a cluster at most half of them,
 Spark the others; with a local master of N cores it keeps the last 1/N of what is left then and
 Spark pipes the rest in N-1 tasks."""
@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tideline import spark_session
-from tideline.load import full_load
+from tideline.load import copy_rows
 
 
 class FakeContext:
@@ -48,7 +48,7 @@ def copier_for(log, after=None):
 
 
 def progress():
-    return full_load._Progress(None, "t", 4, 0.0)
+    return copy_rows.Progress(None, "t", 4, 0.0)
 
 
 def test_a_ready_session_gets_every_partition(monkeypatch):
@@ -57,7 +57,7 @@ def test_a_ready_session_gets_every_partition(monkeypatch):
     spark = starting(monkeypatch, release, context)
     spark.ready(10)
     items = [(i, f"read {i}") for i in range(4)]
-    figures = full_load.pipe_partitions(spark, items, progress(), copier_for(log))
+    figures = copy_rows.pipe_partitions(spark, items, progress(), copier_for(log))
     assert [f["partition"] for f in figures] == [0, 1, 2, 3]
     assert context.given == [items] and {w for _, w in log} == {"spark"}
 
@@ -66,7 +66,7 @@ def test_the_driver_pipes_the_first_range_while_the_session_starts_and_spark_the
     release, context, log = threading.Event(), FakeContext(), []
     spark = starting(monkeypatch, release, context)
     items = [(i, f"read {i}") for i in range(4)]
-    figures = full_load.pipe_partitions(spark, items, progress(),
+    figures = copy_rows.pipe_partitions(spark, items, progress(),
                                         copier_for(log, after=lambda: (release.set(), spark.ready(10))))
     assert [f["partition"] for f in figures] == [0, 1, 2, 3]    # each once, in key order
     assert log[0] == (0, "in the driver while Spark started")
@@ -82,7 +82,7 @@ def test_while_the_session_starts_the_driver_goes_on_but_leaves_spark_at_least_h
     by_driver = lambda: sum(1 for _, w in log if w != "spark")   # noqa: E731
     threading.Thread(target=lambda: (time_out(lambda: by_driver() == driver_takes), release.set()),
                      daemon=True).start()
-    figures = full_load.pipe_partitions(spark, items, progress(), copier_for(log))
+    figures = copy_rows.pipe_partitions(spark, items, progress(), copier_for(log))
     assert [f["partition"] for f in figures] == list(range(ranges))
     assert [p for p, w in log if w != "spark"] == list(range(driver_takes))
     assert context.given == [items[driver_takes:]]
@@ -97,7 +97,7 @@ def time_out(condition, seconds: float = 10.0) -> None:
 def test_one_range_is_piped_by_the_driver_without_waiting_for_the_session(monkeypatch):
     release, context, log = threading.Event(), FakeContext(), []
     spark = starting(monkeypatch, release, context)
-    figures = full_load.pipe_partitions(spark, [(0, "a")], progress(), copier_for(log))
+    figures = copy_rows.pipe_partitions(spark, [(0, "a")], progress(), copier_for(log))
     assert [f["partition"] for f in figures] == [0] and context.given == []
     assert not spark.ready()
     release.set()
@@ -117,7 +117,7 @@ def test_the_drivers_failure_is_raised_after_spark_is_done(monkeypatch):
                 yield {"partition": part}
         return copy
     with pytest.raises(RuntimeError, match="partition 0: the source went away"):
-        full_load.pipe_partitions(spark, [(i, "r") for i in range(3)], progress(), make)
+        copy_rows.pipe_partitions(spark, [(i, "r") for i in range(3)], progress(), make)
     assert context.given == [[(1, "r"), (2, "r")]] and log == [1, 2]
 
 
@@ -142,7 +142,7 @@ def test_with_a_local_master_the_driver_keeps_its_share_of_what_is_left_when_the
                 log.append((part, where or "spark"))
                 yield {"partition": part}
         return copy
-    figures = full_load.pipe_partitions(spark, items, progress(), make)
+    figures = copy_rows.pipe_partitions(spark, items, progress(), make)
     assert [f["partition"] for f in figures] == list(range(ranges))
     assert [p for p, w in log if w != "spark"] == driver_gets
     assert context.given == [[item for item in items if item[0] not in driver_gets]]

@@ -50,10 +50,10 @@ def spark_submission(cfg: PipelineConfig, kind: str) -> dict:
     connection and Airflow connections, the kind's Spark settings and memory environment. The
     integration tests submit their jobs with it too, so they run the JVM the DAG runs."""
     from tideline import targets
-    target = targets.target_class(cfg.target.kind)
+    target = targets.spec(cfg.target.kind)   # read without importing the target's client
     jars = ",".join(filter(None, [os.environ.get("TIDELINE_SPARK_JARS", ""), *target.spark_jars()]))
     return dict(conn_id=cfg.spark.conn_id, pipeline_conn_ids=_conn_ids(cfg),
-                conf=cfg.job_conf(kind, writes_in_jvm=target.capabilities().writes_in_jvm),
+                conf=cfg.job_conf(kind, writes_in_jvm=target.capabilities.writes_in_jvm),
                 env_vars=cfg.spark.job_env(kind), jars=jars)
 
 

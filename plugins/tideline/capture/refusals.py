@@ -19,7 +19,7 @@ log = logging.getLogger("tideline.refusals")
 
 def find(cfg: PipelineConfig, source: Conn, tables: list[str] | None = None) -> dict[str, Refusal]:
     """The pipeline's tables (or `tables`) that cannot be carried, by name."""
-    engine = engines.for_source(source)
+    engine = engines.for_pipeline(cfg, source)
     conn = engine.connect()
     try:
         return engine.refusals(conn, cfg, tables if tables is not None else [t.name for t in cfg.tables])

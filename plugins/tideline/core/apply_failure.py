@@ -1,6 +1,6 @@
 """When the target refuses a change: which refusals are the data's (deterministic, found down to
 the event and halted for that table alone) and which are the moment's (retried), and what a
-person reads about it. Pure: tideline.targets.postgres_apply finds the event, this says what it means."""
+person reads about it. Pure: tideline.targets.postgres.apply finds the event, this says what it means."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

@@ -11,6 +11,7 @@ from typing import Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from tideline.core import support
 from tideline.core.errors import ConfigError
 from tideline.core.names import PIPELINE_NAME, identifier, topic_name
 from tideline.core.settings import (AlertSettings, ConnectSettings, KafkaSettings, MaintenanceSettings,
@@ -126,6 +127,11 @@ class PipelineConfig(_Model):
             if name not in cdc:
                 raise ValueError(f"verify.tables names {name!r}, which is not a cdc table of this pipeline "
                                  f"(cdc tables: {', '.join(cdc) or 'none'})")
+        for mode in sorted({t.mode for t in self.tables}):
+            refused = support.refusal(self.source.kind, self.target.kind, mode)
+            if refused:
+                raise ValueError(f"tables {', '.join(t.name for t in self.tables if t.mode == mode)} are in {mode} "
+                                 f"mode, but {refused}")
         downtime_ms = self.kafka.allowed_downtime_hours * 3600 * 1000
         if self.kafka.retention_ms < downtime_ms:
             raise ValueError(f"kafka.retention_ms ({self.kafka.retention_ms} ms = "
@@ -133,6 +139,10 @@ class PipelineConfig(_Model):
                              f"kafka.allowed_downtime_hours ({self.kafka.allowed_downtime_hours:g} h): a stream "
                              f"stopped that long would lose offsets. Raise retention_ms or lower the downtime")
         return self
+
+    def supports(self, mode: str) -> bool:
+        """The pipeline's (source, target) pair supports `mode` (core.support)."""
+        return support.supports(self.source.kind, self.target.kind, mode)
 
     def table(self, name: str) -> TableConfig:
         for t in self.tables:

@@ -27,14 +27,34 @@ class Endpoint(_Model):
 class TargetEndpoint(Endpoint):
     """Where rows land: a PostgreSQL database, or an Iceberg catalog (`catalog:` its Airflow
     connection, `namespace:` the tables' namespace)."""
-    kind: Literal["postgres", "iceberg"] = Field(default="postgres", description="postgres or iceberg; must "
-                                                 "match the connection's type")
+    kind: str = Field(default="postgres", description="the kind of target (postgres or iceberg: the kinds the "
+                                                      "support table names); the connection must be one")
     conn_id: str = Field(validation_alias=AliasChoices("conn_id", "catalog"),
                          description="Airflow connection id (for iceberg: the catalog's)")
     schema_: str = Field(default="public", validation_alias=AliasChoices("schema", "namespace"))
 
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        # the support table's kinds, which the target registry checks are exactly its own
+        # (targets.check_support): the core reads no target package
+        from tideline.core.support import target_kinds
+        if v not in target_kinds():
+            raise ValueError(f"is {v!r}; the kinds of target are: {', '.join(target_kinds())}")
+        return v
+
 
 class SourceEndpoint(Endpoint):
+    kind: str = Field(default="postgres", description="the source database's engine (postgres or mariadb); the "
+                                                      "connection must be one (a postgres, mysql or mariadb connection)")
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        from tideline.core.support import source_kinds
+        if v not in source_kinds():
+            raise ValueError(f"is {v!r}; the kinds of source are: {', '.join(source_kinds())}")
+        return v
     heartbeat_table: str | None = Field(
         default="tideline_heartbeat",
         description="table in the source schema the connector writes a heartbeat row to, so its slot advances "

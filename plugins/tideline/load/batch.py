@@ -36,9 +36,9 @@ class BatchSync:
     def __init__(self, cfg: PipelineConfig, spark, environ=None):
         self.cfg, self.spark = cfg, spark
         self.source = get_connection(cfg.source.conn_id, environ)
-        self.engine = engines.for_source(self.source)
+        self.engine = engines.for_pipeline(cfg, self.source)
         self.target = get_connection(cfg.target.conn_id, environ)
-        self.store = targets.for_target(self.target)
+        self.store = targets.for_pipeline(cfg, self.target)
 
     def run(self, start: datetime, end: datetime, tables: list[str] | None = None) -> list[BatchResult]:
         names = tables or [t.name for t in self.cfg.tables if t.mode == "batch"]

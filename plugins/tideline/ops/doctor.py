@@ -37,7 +37,7 @@ def _unreachable(part: str, what: str, exc: Exception) -> dc.Check:
 
 def source_checks(cfg: PipelineConfig, source: Conn, streaming: int) -> list[dc.Check]:
     """The source's own checks, by its engine (capture settings, tables, columns, log retention)."""
-    return engines.for_source(source).doctor_checks(cfg, streaming)
+    return engines.for_pipeline(cfg, source).doctor_checks(cfg, streaming)
 
 
 def encryption_checks(source: Conn | None, target: Conn | None, kafka: Conn | None) -> list[dc.Check]:
@@ -83,7 +83,7 @@ def kafka_checks(cfg: PipelineConfig, kafka: KafkaAccess | str, skip: set[str] =
 def target_checks(cfg: PipelineConfig, target: Conn) -> tuple[list[dc.Check], int]:
     """The target's checks, and how many of the pipeline's cdc tables stream (for the slot check)."""
     cdc = [t.name for t in cfg.tables if t.mode == "cdc"]
-    store = targets.for_target(target)
+    store = targets.for_pipeline(cfg, target)
     with store.connect() as conn:
         can_create = {schema: store.can_create(conn, schema) for schema in cfg.target_schemas}
     conn.close()
@@ -130,10 +130,10 @@ def run(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection) ->
         try:
             target_found, streaming = target_checks(cfg, target)
             checks += target_found
-        except (*state.ERRORS, *targets.for_target(target).errors) as exc:
+        except state.ERRORS as exc:   # every target's connections are its state database's
             checks.append(_unreachable("target", "database", exc))
     if source is not None:
-        engine = engines.for_source(source)
+        engine = engines.for_pipeline(cfg, source)
         try:
             checks += engine.doctor_checks(cfg, streaming)
         except (TransientError, *engine.errors) as exc:

@@ -16,6 +16,7 @@ from tideline.stream import coverage
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import get_connection
 from tideline.core.errors import TidelineError
+from tideline.core.readable import ago
 from tideline.entrypoints import pipelines_dir
 
 
@@ -55,14 +56,6 @@ class TableStatus:
         return sum(self.lag.values())
 
 
-def _ago(secs: float | None) -> str:
-    if secs is None:
-        return "-"
-    if secs < 120:
-        return f"{secs:.0f}s ago"
-    return f"{secs / 60:.0f}m ago" if secs < 7200 else f"{secs / 3600:.0f}h ago"
-
-
 def _figures(conn, pipeline: str, table: str) -> dict:
     with conn.cursor(cursor_factory=RealDictCursor) as cur:
         cur.execute(sqlfiles.load("state/table_status"), {"pipeline": pipeline, "table": table})
@@ -75,7 +68,7 @@ def _verify_line(f: dict) -> str | None:
     if f.get("verify_outcome") is None:
         return None
     detail = f["verify_detail"] or ""
-    return f"{_ago(f['verify_age_s'])}: {detail.split('; ', 1)[1] if '; ' in detail else detail}"
+    return f"{ago(f['verify_age_s'])}: {detail.split('; ', 1)[1] if '; ' in detail else detail}"
 
 
 def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_timeout: int | None = None,
@@ -86,10 +79,10 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
     counted: a count(*) of both sides on every refresh would scan big tables all day."""
     resolve = connection or (lambda conn_id: get_connection(conn_id, environ))
     target_conn = resolve(cfg.target.conn_id)
-    store = targets.for_target(target_conn)
+    store = targets.for_pipeline(cfg, target_conn)
     target = state.connect(target_conn, connect_timeout)
     try:
-        engine = engines.for_source(resolve(cfg.source.conn_id))
+        engine = engines.for_pipeline(cfg, resolve(cfg.source.conn_id))
         source = engine.connect(autocommit=True, connect_timeout=connect_timeout)
     except BaseException:
         target.close()
@@ -111,7 +104,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
             now = datetime.now(timezone.utc)
             at = st.raw["last_batch_at"] if st else None
             age = (now - at).total_seconds() if at else None
-            last = f"#{st.last_batch_id} {_ago(age)}" if st and st.last_batch_id else "-"
+            last = f"#{st.last_batch_id} {ago(age)}" if st and st.last_batch_id else "-"
             lag_s = None
             if c is not None:
                 applied = f.get("source_ts_max")
@@ -128,7 +121,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 rows_estimated=not exact_counts, load_rows=f.get("load_rows"),
                 load_rows_per_s=float(f["load_rows_per_s"]) if f.get("load_rows_per_s") is not None else None,
                 target_facts=store.table_facts(cfg.target_schema(t.name), t.name),
-                last_maintenance=(f"{_ago(f['maintain_age_s'])}: {f['maintain_outcome']}, {f['maintain_detail']}"
+                last_maintenance=(f"{ago(f['maintain_age_s'])}: {f['maintain_outcome']}, {f['maintain_detail']}"
                                   if f.get("maintain_outcome") else None),
                 stream_ended=_stream_ended(cfg, st.phase if st else "new", streams.get(t.name))))
         capture = _capture_error(cfg, resolve, out)
@@ -146,7 +139,7 @@ def _stream_ended(cfg: PipelineConfig, phase: str, run: state.StreamRun | None) 
     the stream stopped): how its last stream ended — its phase alone would read as if one ran."""
     if phase != "streaming" or run is None or run.holds:
         return None
-    return (f"no stream is running: the last ({run.mode}) ended {_ago(run.ended_s)}, {run.outcome} — "
+    return (f"no stream is running: the last ({run.mode}) ended {ago(run.ended_s)}, {run.outcome} — "
             f"{run.detail[:200]}; trigger sync_{cfg.name} to stream on")
 
 
@@ -198,12 +191,8 @@ def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
                      f"{r.lag_total:>7,}  {r.headroom}")
         if len(r.lag) > 1 and r.lag_total:
             lines.append(f"  {'':22s} lag per partition: {dict(sorted(r.lag.items()))}")
-        if r.target_facts and "snapshot" in r.target_facts:
-            f = r.target_facts
-            age = datetime.now(timezone.utc).timestamp() - f["committed_ms"] / 1000
-            lines.append(f"  {'':22s} iceberg snapshot {f['snapshot']} committed {_ago(age)}"
-                         f"{'' if f['epoch'] is None else ' (epoch ' + str(f['epoch']) + ')'}; {f['snapshots']} "
-                         f"snapshots, {f['data_files']} data files, {f['delete_files']} delete files")
+        if r.target_facts and r.target_facts.get("line"):   # the target's own words (Target.table_facts)
+            lines.append(f"  {'':22s} {r.target_facts['line']}")
         if r.stream_ended:
             lines.append(f"  {'':22s} {r.stream_ended}")
         if r.last_maintenance:

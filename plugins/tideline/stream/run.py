@@ -60,9 +60,9 @@ class IncrementalRun:
         self.requested = tables
         self.source = get_connection(cfg.source.conn_id, environ)
         self._environ = environ
-        self.engine = engines.for_source(self.source)
+        self.engine = engines.for_pipeline(cfg, self.source)
         self.target = get_connection(cfg.target.conn_id, environ)
-        self.store = targets.for_target(self.target)
+        self.store = targets.for_pipeline(cfg, self.target)
         self.kafka = get_connection(cfg.kafka.conn_id, environ).kafka_access
         self.owner = run_owner("incremental")
         self.tables: dict[str, StreamTable] = {}

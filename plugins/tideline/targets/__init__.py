@@ -1,47 +1,158 @@
-"""Targets: everything that differs between the stores Tideline writes into.
+"""Targets: everything that differs between the stores Tideline writes into, behind one registry.
 
-One module per target (postgres; iceberg, the lakehouse table), one interface (`base.Target`)
-with its `capabilities()`; the full load, the stream's commit, batch mode and verify call the
-interface and ask its capabilities instead of asking which target they hold. The target follows
-from the target's Airflow connection type, as the source engine does from the source's.
+Each kind of target is a package here (`postgres/`, `iceberg/`) whose `__init__` declares a
+`TARGET = TargetSpec(...)`: its kind, the Airflow connection types that name it, its
+capabilities and its implementation ("module:Class"). The registry finds the packages by
+themselves and reads those declarations without importing any target's client (psycopg2 apart,
+which the state room needs anyway): the config's allowed kinds, the DAG factory and the support
+matrix (core.support) ask the registry; only `target_class` imports a target's code, and refuses
+a class that does not keep its capabilities' promises (base.PROMISES), naming what is missing.
+
+The kind is the pipeline's `target.kind` (the one truth: it is known when DAGs are parsed); the
+connection is checked against it wherever a pipeline's target is made (`for_pipeline`).
+Adding a target is a new package here and its rows in core.support; nothing else changes.
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from tideline.core.connections import Conn
 from tideline.core.errors import ConfigError
-from tideline.targets.base import ApplyRefused, Capabilities, Target
+from tideline.targets.base import (PROMISES, ApplyRefused, Capabilities, Published, SnapshotLoad, Target,
+                                   TargetSpec)
 
-KINDS = {"postgres": "postgres", "postgresql": "postgres", "iceberg": "iceberg"}
+_REGISTRY: dict[str, TargetSpec] = {}
+_CLASSES: dict[str, type[Target]] = {}
+_DISCOVERED = False
+
+
+def register(spec: TargetSpec) -> None:
+    """Adds a kind of target (the packages here register themselves; a plugin or a test may add one)."""
+    _REGISTRY[spec.kind] = spec
+    _CLASSES.pop(spec.kind, None)
+
+
+def unregister(kind: str) -> None:
+    _REGISTRY.pop(kind, None)
+    _CLASSES.pop(kind, None)
+
+
+def _discover() -> None:
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    for info in pkgutil.iter_modules(__path__):
+        if info.ispkg:
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            spec = getattr(module, "TARGET", None)
+            if isinstance(spec, TargetSpec) and spec.kind not in _REGISTRY:
+                register(spec)
+    _DISCOVERED = True
+    check_support()   # the support table and the registry agree, or nothing starts
+
+
+def kinds() -> list[str]:
+    """Every registered kind of target, sorted."""
+    _discover()
+    return sorted(_REGISTRY)
+
+
+def spec(kind: str) -> TargetSpec:
+    _discover()
+    try:
+        return _REGISTRY[kind]
+    except KeyError:
+        raise ConfigError("target", [("kind", f"is {kind!r}; the kinds of target are: {', '.join(kinds())}")]) from None
+
+
+def capabilities(kind: str) -> Capabilities:
+    """A kind's capabilities, read without importing its implementation."""
+    return spec(kind).capabilities
+
+
+def missing_methods(cls: type[Target], caps: Capabilities) -> dict[str, list[str]]:
+    """Per promise its capabilities make, the methods `cls` does not implement (still Target's own
+    default, or abstract)."""
+    out = {}
+    for promise in caps.promised():
+        missing = [m for m in PROMISES[promise] if getattr(cls, m, None) is getattr(Target, m, None)
+                   or getattr(getattr(cls, m, None), "__isabstractmethod__", False)]
+        if missing:
+            out[promise] = missing
+    return out
 
 
 def target_class(kind: str) -> type[Target]:
-    """The implementation of a kind of target (a pipeline's target.kind)."""
-    if kind == "postgres":
-        from tideline.targets.postgres import PostgresTarget
-        return PostgresTarget
-    if kind == "iceberg":
-        from tideline.targets.iceberg import IcebergTarget
-        return IcebergTarget
-    raise ValueError(f"no target kind {kind!r}")
+    """The implementation of a kind of target, imported on first use and checked against its
+    capabilities: a promise it does not keep is refused here, before any work starts."""
+    if kind not in _CLASSES:
+        s = spec(kind)
+        module, _, name = s.implementation.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        missing = missing_methods(cls, s.capabilities)
+        abstract = sorted(getattr(cls, "__abstractmethods__", ()))
+        if missing or abstract:
+            said = [f"{promise} needs {', '.join(methods)}" for promise, methods in missing.items()]
+            if abstract:
+                said.append(f"every target needs {', '.join(abstract)}")
+            raise ConfigError(f"target kind {kind!r} ({s.implementation})", [(
+                "capabilities", "promise what the class does not implement: " + "; ".join(said)
+                + ". Implement them, or declare the capability false in its TargetSpec")])
+        _CLASSES[kind] = cls
+    return _CLASSES[kind]
 
 
-def for_target(target: Conn) -> Target:
-    """The target of a connection, from its Airflow connection type."""
-    kind = KINDS.get((target.conn_type or "").lower())
-    if kind is None:
-        raise ConfigError(f"connection {target.conn_id!r}", [(
-            "conn_type", f"is {target.conn_type!r}; a Tideline target is a postgres or iceberg connection")])
-    return target_class(kind)(target)
+# a support mode (core.support) and the capability that must promise it
+MODE_NEEDS = {"cdc": "stream", "batch": "batch", "verify": "verifies", "maintenance": "maintenance"}
+
+
+def check_support() -> None:
+    """The support table (core.support) names only registered targets, and only modes their
+    capabilities promise; else a ConfigError says which row and what is missing."""
+    from tideline.core import support
+    problems = [(kind, "is a registered target that the support table gives no (source, target) row: add its "
+                       "rows, or nothing can use it") for kind in kinds() if kind not in support.target_kinds()]
+    for (source, kind), modes in sorted(support.SUPPORT.items()):
+        if kind not in kinds():
+            problems.append((f"{source} -> {kind}", f"names no registered target (registered: {', '.join(kinds())})"))
+            continue
+        caps = capabilities(kind)
+        lacking = [m for m in sorted(modes) if m in MODE_NEEDS and not getattr(caps, MODE_NEEDS[m])]
+        if lacking:
+            problems.append((f"{source} -> {kind}", "lists " + ", ".join(lacking) + f" but the {kind} target's "
+                             "capabilities do not promise " + ", ".join(MODE_NEEDS[m] for m in lacking)))
+    if problems:
+        raise ConfigError("the support table (tideline.core.support)", problems)
+
+
+def kind_of_connection(target: Conn) -> str:
+    """The kind of target an Airflow connection names, by its connection type."""
+    conn_type = (target.conn_type or "").lower()
+    for kind in kinds():
+        if conn_type in _REGISTRY[kind].conn_types:
+            return kind
+    types = sorted({t for k in kinds() for t in _REGISTRY[k].conn_types})
+    raise ConfigError(f"connection {target.conn_id!r}", [(
+        "conn_type", f"is {target.conn_type!r}; a Tideline target is a connection of type {', '.join(types)}")])
 
 
 def for_pipeline(cfg, target: Conn) -> Target:
-    """The pipeline's target, checked against the kind its config says (target.kind)."""
-    store = for_target(target)
-    if store.kind != cfg.target.kind:
+    """The pipeline's target: the kind its config says (target.kind), the connection checked to be one."""
+    named = kind_of_connection(target)
+    if named != cfg.target.kind:
         raise ConfigError(f"pipeline {cfg.name}", [("target.kind", (
-            f"is {cfg.target.kind!r}, but connection {target.conn_id!r} is a {store.kind} connection: set "
-            f"target.kind: {store.kind}, or name a {cfg.target.kind} connection"))])
-    return store
+            f"is {cfg.target.kind!r}, but connection {target.conn_id!r} is a {named} connection: set "
+            f"target.kind: {named}, or name a {cfg.target.kind} connection"))])
+    return target_class(cfg.target.kind)(target)
 
 
-__all__ = ["KINDS", "ApplyRefused", "Capabilities", "Target", "for_pipeline", "for_target", "target_class"]
+def for_connection(target: Conn) -> Target:
+    """A target known only by its connection (a CLI or test given a connection id, no pipeline)."""
+    return target_class(kind_of_connection(target))(target)
+
+
+__all__ = ["ApplyRefused", "Capabilities", "Published", "SnapshotLoad", "Target", "TargetSpec", "capabilities",
+           "check_support",
+           "for_connection", "for_pipeline", "kind_of_connection", "kinds", "missing_methods", "register", "spec",
+           "target_class", "unregister"]

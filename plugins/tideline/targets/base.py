@@ -12,10 +12,13 @@ from __future__ import annotations
 import io
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Callable
 
 from tideline.core.apply_failure import FailedEvent
 from tideline.core.connections import Conn
-from tideline.core.errors import TargetError, TidelineError
+from tideline.core.errors import LoadVerificationError, TargetError, TidelineError
+from tideline.state.database import StateDatabase
+from tideline.state.staging import ChangeStaging
 from tideline.core.table_shape import Column, TableShape
 
 
@@ -40,57 +43,143 @@ class CommitStamp:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What callers may ask of a target instead of asking its kind."""
+    """What callers may ask of a target instead of asking its kind. Each promise names the methods
+    that keep it (PROMISES): a target that promises what it does not implement is refused when its
+    class is loaded (targets.target_class), naming what is missing."""
     holds_state: bool          # Tideline's state schema lives in the target, in the same transactions
     snapshot_publish: str      # how a full load goes live: "shadow_swap" (rename in one transaction) | "commit"
     copy_in: bool              # accepts PostgreSQL COPY (text and binary) streamed by the load's tasks
+    stream: bool = True        # applies the change stream's batches (cdc tables)
+    batch: bool = False        # merges batch-mode intervals (batch tables, a batch_<name> DAG)
+    verifies: bool = True      # can be one side of a verify and be repaired from the source
     maintenance: bool = False  # every commit adds files: needs compaction and expiry (a maintain_<name> DAG)
-    verifies: bool = True      # can be one side of a verify (verify_side): a verify_<name> DAG is built
     concurrent_loads: bool = True   # several tables' full loads may run at once in one Spark application
     batch_events: int = 200_000     # a stream batch's events at most, unless stream.max_offsets_per_trigger says
     batch_mb: float = 128           # ... and their raw records' weight at most, unless stream.max_batch_mb says
     writes_in_jvm: bool = False     # its loads' and stream's writes are Spark jobs (the JVM moves the rows):
                                     # the jobs' driver JVM needs its optimizing compiler (core.settings)
 
+    def promised(self) -> list[str]:
+        """The promises this target makes, by name (keys of PROMISES)."""
+        return [name for name in PROMISES if name == "load" or getattr(self, name)]
+
+
+# what each promise needs the target class to implement (beyond Target's abstract methods)
+PROMISES: dict[str, tuple[str, ...]] = {
+    "load": ("publish_snapshot",),
+    "copy_in": ("copy_statement",),
+    "stream": ("columns", "apply_changes", "evolve"),
+    "batch": ("begin_interval", "ensure_table", "merge_interval", "drop_staging"),
+    "verifies": ("verify_side", "range_where", "key_ranges_where"),
+    "maintenance": ("maintain",),
+}
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A kind of target as the registry knows it (targets.<kind>.TARGET): read without importing
+    the target's client (its class is `implementation`, "module:Class", imported on first use)."""
+    kind: str
+    conn_types: tuple[str, ...]    # the Airflow connection types of this kind of target
+    capabilities: Capabilities
+    implementation: str
+    description: str = ""
+    jars_env: str = ""   # the environment variable listing the jars its Spark jobs need (comma-separated)
+
+    def spark_jars(self) -> list[str]:
+        """Jars a Spark job writing into this kind of target needs beyond the stack's own."""
+        import os
+        return [j for j in os.environ.get(self.jars_env, "").split(",") if j] if self.jars_env else []
+
+
+@dataclass
+class SnapshotLoad:
+    """One table's snapshot as the full load hands it to its target (Target.publish_snapshot): the
+    consistent read already open on `src`, the state connection `tgt`, and the load's own parts a
+    target calls back — `fill` pipes the snapshot's rows into a table by COPY (and closes the
+    snapshot: every partition has read), `fence` checks the load still owns the table (locking its
+    state row until the transaction ends), `record` writes the state that goes live with the rows."""
+    spark: object
+    engine: object
+    src: object
+    tgt: object
+    shape: TableShape
+    snap: object
+    schema: str
+    label: str
+    pipeline: str
+    epoch: int
+    offsets: dict[int, int]
+    fill: Callable[[str], list[dict]]
+    fence: Callable[[object], None]
+    record: Callable[[object, "Published"], None]
+
+    def verified(self, read: int, stored: int, mismatch: str) -> int:
+        """The snapshot's rows, when the rows read and stored agree with it; else the load stops
+        before (or, for a target whose write is its commit, instead of) advancing the state:
+        `mismatch` says what was read and stored, and what did not go live."""
+        rows = self.snap.rows if self.snap.rows is not None else read
+        if not rows == read == stored:
+            raise LoadVerificationError(f"{self.label}: the snapshot holds {rows:,} rows but {mismatch}. "
+                                        f"Rerun the full load.")
+        return rows
+
+
+@dataclass(frozen=True)
+class Published:
+    """A snapshot gone live: its rows, how they travelled, what went live ("swapped", "committed")
+    and the seconds its rows took to read and store."""
+    rows: int
+    how: str
+    published: str
+    copy_secs: float
+
 
 class Target(ABC):
+    """A target's connections and Tideline's state are the state room's (tideline.state): every
+    target composes a StateDatabase (where its state lives) and a ChangeStaging (a stream batch
+    staged beside the state) instead of inheriting another target's classes."""
     kind: str = ""
-    errors: tuple[type[BaseException], ...] = ()   # the driver's error classes (the target said no)
+    errors: tuple[type[BaseException], ...] = StateDatabase.errors   # the driver's error classes (the target said no)
 
     def __init__(self, conn: Conn):
         self.conn = conn
+        self.state_db = StateDatabase(conn)
+        self.staging = ChangeStaging()
 
-    @staticmethod
-    def spark_jars() -> list[str]:
-        """Jars a Spark job writing into this kind of target needs beyond the stack's own."""
-        return []
+    @classmethod
+    def spark_jars(cls) -> list[str]:
+        """Jars a Spark job writing into this kind of target needs beyond the stack's own (its spec's)."""
+        from tideline.targets import spec
+        return spec(cls.kind).spark_jars()
 
     def use(self, spark) -> None:
         """Prepares a running Spark session to write into this target (nothing, for most)."""
 
     def not_built(self, what: str) -> TargetError:
-        """What a target that lacks an operation raises (the operations below the abstract ones
-        are those of a target that takes SQL transactions; PostgreSQL has them all)."""
+        """What a target that lacks an operation raises (its capabilities do not promise it)."""
         return TargetError(f"the {self.kind} target (connection {self.conn.conn_id!r}) cannot do {what} in this "
-                           f"version of Tideline; use a postgres target for it")
+                           f"version of Tideline; see the support matrix (docs/reference/support.md)")
 
     @classmethod
-    @abstractmethod
-    def capabilities(cls) -> Capabilities: ...
+    def capabilities(cls) -> Capabilities:
+        """Its kind's capabilities, as its package declares them (targets.<kind>.TARGET)."""
+        from tideline.targets import spec
+        return spec(cls.kind).capabilities
 
-    # ---------------------------------------------------------------- connections
-    @abstractmethod
+    # ---------------------------------------------------------------- connections (the state room's)
     def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
-        """A DB-API connection to the target (and to Tideline's state, when it holds_state)."""
+        """A DB-API connection to Tideline's state (the target itself, when it holds_state)."""
+        return self.state_db.connect(autocommit, connect_timeout)
 
-    @abstractmethod
     def lost_connection(self, exc: BaseException) -> bool:
         """A failure of the connection or the server's availability (not of the data): worth
         waiting out and running the batch again."""
+        return self.state_db.lost_connection(exc)
 
-    @abstractmethod
     def dsn(self) -> str:
         """What the load's tasks connect with to write their share of a snapshot."""
+        return self.state_db.dsn()
 
     # ---------------------------------------------------------------- tables
     @abstractmethod
@@ -111,8 +200,10 @@ class Target(ABC):
         target's statistics without a scan. None when it cannot be read (status shows "-")."""
 
     def table_facts(self, schema: str, table: str) -> dict | None:
-        """What status shows about a table beyond its rows, in the target's terms (an Iceberg
-        table's current snapshot and file counts); None when there is nothing more to say."""
+        """What status and the view show about a table beyond its rows, in the target's terms (an
+        Iceberg table's current snapshot and file counts); None when there is nothing more to say.
+        Besides its own keys, `line` (status's line), `short` (the view's cell) and `files` (the
+        files a reader opens), which callers show without knowing the target."""
         return None
 
     def maintain(self, spark, schema: str, table: str, settings, fence) -> dict | None:
@@ -122,31 +213,26 @@ class Target(ABC):
         raise self.not_built("table maintenance")
 
     # ---------------------------------------------------------------- full load
-    def begin_snapshot(self, conn, shape: TableShape, schema: str, shadow: str) -> None:
-        """An empty table of the shape that the load's tasks fill, out of readers' sight."""
-        raise self.not_built("a shadow-table load")
+    @abstractmethod
+    def publish_snapshot(self, load: SnapshotLoad) -> Published:
+        """Makes the snapshot open on load.src the table's rows, atomically for readers (the old
+        rows or the new, never half) and together with load.record (the state that starts the
+        stream from load.offsets), after load.fence. A target that takes COPY fills a table out of
+        readers' sight with load.fill; one that writes through Spark reads the snapshot itself.
+        Raises LoadVerificationError (load.verified) when the rows stored are not the snapshot's."""
+
+    def discard_snapshot(self, cur, shape: TableShape, schema: str) -> None:
+        """A snapshot that failed leaves no trace; the live table stays (nothing, for a target whose
+        snapshot is one commit)."""
 
     def copy_statement(self, conn, schema: str, table: str, columns: list[str], copy_format: str) -> str:
-        """The statement each load task streams its rows with."""
-        raise self.not_built("a shadow-table load")
+        """The statement each load task streams its rows with (Capabilities.copy_in)."""
+        raise self.not_built("a COPY load")
 
     @abstractmethod
     def stored_so_far(self, state_conn, schema: str, table: str) -> tuple[int, int] | None:
         """(rows, bytes) a running load has stored in `table` so far, for its progress chart; read
         through the state connection (the target itself when it holds_state); None when unknown."""
-
-    def seal_snapshot(self, conn, shape: TableShape, schema: str, shadow: str, epoch: int) -> None:
-        """Key (rejecting duplicates), before the snapshot goes live; statistics where nothing else
-        gathers them."""
-        raise self.not_built("a shadow-table load")
-
-    def publish_snapshot(self, cur, shape: TableShape, schema: str, shadow: str, label: str) -> None:
-        """The snapshot replaces the live table, inside the caller's transaction (with the state)."""
-        raise self.not_built("a shadow-table load")
-
-    def drop_staging(self, cur, schema: str, name: str) -> None:
-        """A snapshot or interval that failed (or was merged) leaves no trace; the live table stays."""
-        raise self.not_built("a shadow-table load")
 
     # ---------------------------------------------------------------- repair
     def repair_from_source(self, cur, engine, src, shape: TableShape, schema: str, source_where: str,
@@ -168,16 +254,18 @@ class Target(ABC):
         raise self.not_built("repair")
 
     def value_problem(self, conn, typ: str, value: str) -> str | None:
-        """Why `value` is not a value of the (target) type `typ`, in the target's words; None if it is."""
-        raise self.not_built("repair")
+        """Why `value` is not a value of the (target) type `typ`, in the target's words; None if it
+        is. The state database's input functions (the same types as a PostgreSQL target's, and as an
+        Iceberg catalog's declared columns)."""
+        return self.state_db.value_problem(conn, typ, value)
 
     def in_order(self, conn, typ: str, lo: str, hi: str) -> bool:
         """lo <= hi in the type's order."""
-        raise self.not_built("repair")
+        return self.state_db.in_order(conn, typ, lo, hi)
 
     def utc_text(self, conn, value: str) -> str:
         """A point in time (any form the target reads) as UTC text, which every engine's session reads."""
-        raise self.not_built("repair")
+        return self.state_db.utc_text(conn, value)
 
     def range_where(self, conn, shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> str:
         """The target's rows with `column` between lo and hi (values of its type, or UTC times)."""
@@ -205,20 +293,24 @@ class Target(ABC):
         """Upserts the staged rows into the live table by key, inside the caller's transaction."""
         raise self.not_built("batch mode")
 
+    def drop_staging(self, cur, schema: str, name: str) -> None:
+        """An interval that failed (or was merged) leaves no trace; the live table stays."""
+        raise self.not_built("batch mode")
+
     # ---------------------------------------------------------------- stream
     def stage_changes(self, cur, rows, table_of_topic: dict[str, str]) -> None:
         """One batch's decoded changes (last image per key), staged for apply_changes."""
-        raise self.not_built("the change stream")
+        self.staging.stage_changes(cur, rows, table_of_topic)
 
     def begin_table(self, cur) -> None:
         """One table's share of a batch starts: it is kept or undone alone (a halt concerns one table)."""
-        raise self.not_built("the change stream")
+        self.staging.begin_table(cur)
 
     def undo_table(self, cur) -> None:
-        raise self.not_built("the change stream")
+        self.staging.undo_table(cur)
 
     def end_table(self, cur) -> None:
-        raise self.not_built("the change stream")
+        self.staging.end_table(cur)
 
     def apply_changes(self, cur, pipeline: str, schema: str, table: str, topic: str, columns: list[Column],
                       primary_key: list[str], dead_letter: bool, stamp: CommitStamp

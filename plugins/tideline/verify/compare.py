@@ -288,9 +288,9 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], k
            settings: VerifySettings | None = None) -> list[VerifyReport]:
     """Verifies each table and records the outcome, findings and ranges in the run history."""
     settings = settings or VerifySettings()
-    engine = engines.for_source(source)
+    engine = engines.for_pipeline(cfg, source)
     src = engine.verify_side("source")
-    tgt = targets.for_target(target).verify_side("target")
+    tgt = targets.for_pipeline(cfg, target).verify_side("target")
     state_conn = state.connect(target)
     state_conn.autocommit = True
     reports = []

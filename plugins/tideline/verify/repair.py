@@ -79,10 +79,10 @@ def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, 
     return RepairResult(table, read, upserted, deleted)
 
 
-def _connections(source: Conn, target: Conn):
+def _connections(cfg: PipelineConfig, source: Conn, target: Conn):
     """The source's engine and connection, the target and a connection to it (with the state: the
     fence is there)."""
-    engine, store = engines.for_source(source), targets.for_target(target)
+    engine, store = engines.for_pipeline(cfg, source), targets.for_pipeline(cfg, target)
     return engine, engine.connect(), store, store.connect()
 
 
@@ -112,7 +112,7 @@ def _check_range(store, tgt, table: str, column: str, typ: str, lo: str, hi: str
 
 def check_key_range(cfg: PipelineConfig, source: Conn, target: Conn, table: str, key_from: str, key_to: str) -> None:
     """Before any work: the key range names values of the key's type, in order."""
-    engine, src, store, tgt = _connections(source, target)
+    engine, src, store, tgt = _connections(cfg, source, target)
     try:
         col = _key_column(cfg, engine.describe(src, cfg.source_schema(table), table, cfg.table(table)))
         _check_range(store, tgt, table, col.name, col.type, key_from, key_to, ("repair_key_from", "repair_key_to"))
@@ -126,7 +126,7 @@ def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_f
            time_to: str | None = None) -> RepairResult:
     """Repair of a range a person names: a key range (one-column keys) or an update-time range."""
     tcfg = cfg.table(table)
-    engine, src, store, tgt = _connections(source, target)
+    engine, src, store, tgt = _connections(cfg, source, target)
     try:
         shape = engine.describe(src, cfg.source_schema(table), table, tcfg)
         if not shape.primary_key:
@@ -157,7 +157,7 @@ def repair_verified(cfg: PipelineConfig, source: Conn, target: Conn, table: str,
                     ranges_per_transaction: int = 200) -> RepairResult:
     """Re-reads exactly the key ranges the table's last verify found different."""
     from tideline.verify.findings import last_differences
-    engine, src, store, tgt = _connections(source, target)
+    engine, src, store, tgt = _connections(cfg, source, target)
     try:
         run_id, ranges = last_differences(tgt, cfg.name, table)
         tgt.rollback()

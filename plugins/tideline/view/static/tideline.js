@@ -76,12 +76,12 @@ function renderPipelines(pipelines) {
           el("td", { class: "num" }, t.epoch ?? "-"),
           el("td", { class: "num", title: t.rows_estimated ? "from the target's statistics (no count on every refresh)" : null },
             t.rows_estimated && t.target_rows !== null ? `≈ ${fmtInt(t.target_rows)}` : fmtInt(t.target_rows),
-            // a lake table's files grow with every commit until maintenance: shown beside its rows
-            t.target_facts && t.target_facts.snapshot !== undefined ? el("div", { class: "muted", "data-lake-files":
-              t.target_facts.data_files + t.target_facts.delete_files, title: `Iceberg snapshot ${t.target_facts.snapshot}` +
+            // the target's own facts (a lake table's files grow with every commit until maintenance),
+            // in its own words (Target.table_facts): shown beside its rows
+            t.target_facts && t.target_facts.short ? el("div", { class: "muted", "data-target-files":
+              t.target_facts.files, title: (t.target_facts.title || "") +
               (t.last_maintenance ? `; last maintenance ${t.last_maintenance}` : "; never maintained") },
-              `${fmtInt(t.target_facts.snapshots)} snapshots, ${fmtInt(t.target_facts.data_files)} data + ` +
-              `${fmtInt(t.target_facts.delete_files)} delete files`) : null),
+              t.target_facts.short) : null),
           el("td", { class: "num", title: JSON.stringify(t.lag) }, fmtInt(t.lag_total)),
           el("td", { class: "num" }, fmtSecs(t.lag_s)),
           el("td", {}, t.last_batch, t.last_batch_s !== null ? el("span", { class: "muted" }, ` (${fmtSecs(t.last_batch_s)})`) : null),

@@ -3,6 +3,7 @@ also holds Tideline's state (the fencing epoch and the offsets), COPY from the l
 from __future__ import annotations
 
 import logging
+import time
 
 import psycopg2
 from psycopg2 import sql
@@ -11,77 +12,23 @@ from tideline import sqlfiles
 from tideline.core import schema_drift
 from tideline.core.errors import TargetError
 from tideline.core.table_shape import Column, TableShape, copy_into, create_table
-from tideline.targets import postgres_dependents as dependents
-from tideline.targets.base import Capabilities, CommitStamp, Target
-from tideline.targets.postgres_apply import StagedChanges, TableApply
+from tideline.targets.postgres import dependents
+from tideline.targets.base import CommitStamp, Published, SnapshotLoad, Target
+from tideline.targets.postgres.apply import TableApply
 from tideline.engines import postgres as pg_source   # the same database's SQL as a source's
 from tideline.engines.postgres_verify import PgSide
 
 log = logging.getLogger("tideline.targets.postgres")
 
 
-def connect_postgres(conn, autocommit: bool = False, connect_timeout: int | None = None):
-    """A psycopg2 connection to a PostgreSQL database named by an Airflow connection."""
-    kw = {"connect_timeout": connect_timeout} if connect_timeout else {}
-    pg = psycopg2.connect(conn.postgres_dsn(), **kw)
-    pg.autocommit = autocommit
-    return pg
+def shadow_name(table: str) -> str:
+    """The table a snapshot fills out of readers' sight before it is swapped in."""
+    return f"{table[:46]}__tl_shadow"
 
 
-def lost_postgres_connection(exc: BaseException) -> bool:
-    """The connection or the server's availability failed (not the data): worth waiting out."""
-    if not isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)):
-        return False
-    code = getattr(exc, "pgcode", None)   # psycopg2 gives none when the connection itself broke
-    return code is None or code[:2] in ("08", "57", "53", "40")
-
-
-class PostgresValues:
-    """A repair's checks of the values a person gives, made by a PostgreSQL database's own input
-    functions and order (the target's, or an Iceberg catalog's: the same types)."""
-
-    def value_problem(self, conn, typ: str, value: str) -> str | None:
-        with conn.cursor() as cur:
-            try:
-                cur.execute(sql.SQL("SELECT {}::{}").format(sql.Literal(value), sql.SQL(typ)))
-                return None
-            except psycopg2.Error as exc:
-                return (exc.diag.message_primary or str(exc)).strip()
-            finally:
-                conn.rollback()
-
-    def in_order(self, conn, typ: str, lo: str, hi: str) -> bool:
-        with conn.cursor() as cur:
-            cur.execute(sql.SQL("SELECT {lo}::{t} <= {hi}::{t}").format(lo=sql.Literal(lo), hi=sql.Literal(hi),
-                                                                        t=sql.SQL(typ)))
-            ordered = cur.fetchone()[0]
-        conn.rollback()
-        return ordered
-
-    def utc_text(self, conn, value: str) -> str:
-        with conn.cursor() as cur:
-            cur.execute("SELECT (%s::timestamptz AT TIME ZONE 'UTC')::text", (value,))
-            text = cur.fetchone()[0]
-        conn.rollback()
-        return text
-
-
-class PostgresTarget(PostgresValues, StagedChanges, Target):
+class PostgresTarget(Target):
+    """Its state is in the same database (state_db is the target): rows and state commit together."""
     kind = "postgres"
-    errors = (psycopg2.Error,)
-
-    @classmethod
-    def capabilities(cls) -> Capabilities:
-        return Capabilities(holds_state=True, snapshot_publish="shadow_swap", copy_in=True)
-
-    def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
-        return connect_postgres(self.conn, autocommit, connect_timeout)
-
-    def lost_connection(self, exc: BaseException) -> bool:
-        return lost_postgres_connection(exc)
-
-    def dsn(self) -> str:
-        return self.conn.postgres_dsn()
 
     # ---------------------------------------------------------------- tables
 
@@ -129,10 +76,31 @@ class PostgresTarget(PostgresValues, StagedChanges, Target):
 
     # ---------------------------------------------------------------- full load
 
-    def begin_snapshot(self, conn, shape: TableShape, schema: str, shadow: str) -> None:
-        with conn, conn.cursor() as cur:
+    def publish_snapshot(self, load: SnapshotLoad) -> Published:
+        """A shadow table filled by the load's COPY pipes (load.fill), its rows checked against
+        the snapshot, keyed (rejecting duplicates), then swapped in with the state in one
+        transaction: readers see the old table or the new one."""
+        tgt, shape, schema = load.tgt, load.shape, load.schema
+        shadow = shadow_name(shape.name)
+        with tgt, tgt.cursor() as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(shadow)))
             cur.execute(create_table(shape, schema, shadow))
+        started = time.monotonic()
+        figures = load.fill(shadow)   # closes the source's snapshot: every partition has read
+        copy_secs = time.monotonic() - started
+        read, stored = sum(f["rows"] for f in figures), sum(f["copied"] for f in figures)
+        rows = load.verified(read, stored, f"{read:,} were read and {stored:,} stored by COPY; nothing was swapped in")
+        self._seal(tgt, shape, schema, shadow, load.epoch)
+        tgt.commit()
+        published = Published(rows, figures[0]["how"], "swapped", copy_secs)
+        with tgt, tgt.cursor() as cur:
+            load.fence(cur)
+            self._swap(cur, shape, schema, shadow, load.label)
+            load.record(cur, published)
+        return published
+
+    def discard_snapshot(self, cur, shape: TableShape, schema: str) -> None:
+        self.drop_staging(cur, schema, shadow_name(shape.name))
 
     def copy_statement(self, conn, schema: str, table: str, columns: list[str], copy_format: str) -> str:
         return copy_into(schema, table, columns, copy_format).as_string(conn)
@@ -143,7 +111,8 @@ class PostgresTarget(PostgresValues, StagedChanges, Target):
             cur.execute(sqlfiles.load("full_load/stored_so_far"), {"rel": rel})
             return cur.fetchone()
 
-    def seal_snapshot(self, conn, shape: TableShape, schema: str, shadow: str, epoch: int) -> None:
+    def _seal(self, conn, shape: TableShape, schema: str, shadow: str, epoch: int) -> None:
+        """Key (rejecting duplicates); statistics where nothing else gathers them."""
         with conn.cursor() as cur:
             cur.execute("SET LOCAL maintenance_work_mem = '512MB'")
             if shape.primary_key:
@@ -160,7 +129,8 @@ class PostgresTarget(PostgresValues, StagedChanges, Target):
             if not cur.fetchone()[0]:
                 cur.execute(sql.SQL("ANALYZE {}.{}").format(sql.Identifier(schema), sql.Identifier(shadow)))
 
-    def publish_snapshot(self, cur, shape: TableShape, schema: str, shadow: str, label: str) -> None:
+    def _swap(self, cur, shape: TableShape, schema: str, shadow: str, label: str) -> None:
+        """The shadow replaces the live table, keeping its grants, comment and the views built on it."""
         live = shape.name
         ident = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(live))
         cur.execute("SELECT to_regclass(%s)", (f'"{schema}"."{live}"',))

@@ -14,20 +14,17 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import threading
-
-import psycopg2
+import time
 
 from tideline.core import lake_types
+from tideline.core.readable import ago
 from tideline.core.errors import ConfigError, ResnapshotRequired, SchemaChangeError, TargetError
 from tideline.core.table_shape import Column
-from tideline.targets.base import Capabilities, CommitStamp, Target
-from tideline.targets.iceberg_apply import LakeApply
-from tideline.targets.iceberg_snapshots import (SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE, newest_stamped,
+from tideline.targets.base import CommitStamp, Published, SnapshotLoad, Target
+from tideline.targets.iceberg.apply import LakeApply
+from tideline.targets.iceberg.snapshots import (SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE, newest_stamped,
                                                 summary_of)
-from tideline.targets.postgres import PostgresValues, connect_postgres, lost_postgres_connection
-from tideline.targets.postgres_apply import StagedChanges
 
 log = logging.getLogger("tideline.targets.iceberg")
 
@@ -46,25 +43,14 @@ TABLE_PROPERTIES = {"format-version": "3", "write.delete.mode": "merge-on-read",
                     "write.metadata.previous-versions-max": "50"}
 
 
-class IcebergTarget(PostgresValues, StagedChanges, Target):
+class IcebergTarget(Target):
+    """Its state_db is the catalog's PostgreSQL database (errors: that database's, the state's)."""
     kind = "iceberg"
-    errors = (psycopg2.Error,)   # the catalog's (and the state's) database
 
     def __init__(self, conn):
         super().__init__(conn)
         self.spark = None   # the session the stream's commits run in (use)
         self.seen: dict[tuple[str, str], int | None] = {}   # each table's snapshot a batch was cut against
-
-    @classmethod
-    def capabilities(cls) -> Capabilities:
-        # one table at a time: a load switches a session-wide Spark setting while it reads (load.lake_load).
-        # Larger stream batches: a MERGE's cost is mostly fixed — it joins the changes with the table's
-        # keys, plans and commits (~2 s at 250,000 rows) — and every commit is a snapshot. ~488,000
-        # events per batch (256 MB of ~520-byte events) carried 54,387 / 43,867 events/s sustained,
-        # where 128 MB (~260,000 of them) carried 35,835 and 200,000 events 31,250 (tests/bench/iceberg.py;
-        # peak RSS ~1.5 GB either way: the batch's raw records are a small part of it).
-        return Capabilities(holds_state=False, snapshot_publish="commit", copy_in=False, maintenance=True,
-                            concurrent_loads=False, batch_events=500_000, batch_mb=256, writes_in_jvm=True)
 
     @property
     def catalog(self) -> str:
@@ -79,17 +65,7 @@ class IcebergTarget(PostgresValues, StagedChanges, Target):
                 "extra.warehouse", "is missing: where the Iceberg tables' files go (file:///… or s3://…)")])
         return where
 
-    # ---------------------------------------------------------------- connections
-    def connect(self, autocommit: bool = False, connect_timeout: int | None = None):
-        """The catalog's PostgreSQL database: Tideline's state lives there (schema tideline)."""
-        return connect_postgres(self.conn, autocommit, connect_timeout)
-
-    def lost_connection(self, exc: BaseException) -> bool:
-        return lost_postgres_connection(exc)
-
-    def dsn(self) -> str:
-        return self.conn.postgres_dsn()
-
+    # ---------------------------------------------------------------- Spark
     def spark_conf(self) -> dict[str, str]:
         """The session settings that make the catalog a Spark SQL catalog (read when it is first
         named, so they can be set on a running session). Spark redacts the password in its UI and
@@ -104,11 +80,6 @@ class IcebergTarget(PostgresValues, StagedChanges, Target):
                 # a pooled connection the catalog database ended (a restart: admin/crash shutdown) is
                 # replaced and the call retried; Iceberg retries only the 08xxx states by itself
                 f"{k}.retryable_status_codes": "57P01,57P02,57P03"}
-
-    @staticmethod
-    def spark_jars() -> list[str]:
-        """Iceberg's Spark runtime (TIDELINE_ICEBERG_JARS, fetched by `make setup`)."""
-        return [j for j in os.environ.get("TIDELINE_ICEBERG_JARS", "").split(",") if j]
 
     def use(self, spark) -> None:
         """Registers the catalog in a running Spark session; says so when the session lacks the jar."""
@@ -169,40 +140,71 @@ class IcebergTarget(PostgresValues, StagedChanges, Target):
         if snap is None:
             return None
         summary = summary_of(snap)
-        return {"snapshot": snap.snapshot_id, "committed_ms": snap.timestamp_ms,
-                "epoch": int(summary[SUMMARY_EPOCH]) if SUMMARY_EPOCH in summary else None,
-                "snapshots": len(t.snapshots()), "data_files": int(summary.get("total-data-files", 0)),
-                "delete_files": int(summary.get("total-delete-files", 0))}
+        facts = {"snapshot": snap.snapshot_id, "committed_ms": snap.timestamp_ms,
+                 "epoch": int(summary[SUMMARY_EPOCH]) if SUMMARY_EPOCH in summary else None,
+                 "snapshots": len(t.snapshots()), "data_files": int(summary.get("total-data-files", 0)),
+                 "delete_files": int(summary.get("total-delete-files", 0))}
+        age = time.time() - snap.timestamp_ms / 1000
+        files = f"{facts['data_files']:,} data + {facts['delete_files']:,} delete files"
+        return {**facts, "files": facts["data_files"] + facts["delete_files"],
+                "short": f"{facts['snapshots']:,} snapshots, {files}",
+                "title": f"Iceberg snapshot {snap.snapshot_id}",
+                "line": (f"iceberg snapshot {snap.snapshot_id} committed {ago(age)}"
+                         f"{'' if facts['epoch'] is None else ' (epoch ' + str(facts['epoch']) + ')'}; "
+                         f"{facts['snapshots']} snapshots, {facts['data_files']} data files, "
+                         f"{facts['delete_files']} delete files")}
 
     def maintain(self, spark, schema: str, table: str, settings, fence) -> dict | None:
-        from tideline.targets.iceberg_maintenance import maintain_table
+        from tideline.targets.iceberg.maintenance import maintain_table
         if self.iceberg_table(schema, table) is None:
             return None
         return maintain_table(self, spark, schema, table, settings, fence)
 
     # ---------------------------------------------------------------- verify and repair
     def verify_side(self, label: str = "target"):
-        from tideline.targets.iceberg_verify import IcebergSide
+        from tideline.targets.iceberg.verify import IcebergSide
         return IcebergSide(self, label)
 
     def repair_from_source(self, cur, engine, src, shape, schema: str, source_where: str, target_where: str,
                            delete_missing: bool, label: str) -> tuple[int, int, int]:
-        from tideline.targets import iceberg_repair
+        from tideline.targets.iceberg import repair as iceberg_repair
         return iceberg_repair.repair_from_source(self, engine, src, shape, schema, source_where, target_where,
                                                  delete_missing, label)
 
     def range_where(self, conn, shape, column: str, lo: str, hi: str, as_time: bool) -> str:
-        from tideline.targets import iceberg_repair
+        from tideline.targets.iceberg import repair as iceberg_repair
         return iceberg_repair.range_where(shape, column, lo, hi, as_time)
 
     def key_ranges_where(self, conn, shape, ranges: list) -> str:
-        from tideline.targets import iceberg_repair
+        from tideline.targets.iceberg import repair as iceberg_repair
         return iceberg_repair.key_ranges_where(shape, ranges)
 
     def stored_so_far(self, state_conn, schema: str, table: str) -> tuple[int, int] | None:
         return None   # a snapshot's files are invisible until its commit; the load logs its tasks
 
     # ---------------------------------------------------------------- snapshots
+    def publish_snapshot(self, load: SnapshotLoad) -> Published:
+        """One commit of the whole snapshot, read by Spark, the handover offsets and the epoch in
+        its summary (targets.iceberg.load). The state row is locked (load.fence) from before the
+        commit to the state's own commit: no newer run can claim the table while this load
+        commits, nor between its Iceberg commit and its state. A commit whose rows are not the
+        snapshot's is never recorded: the stream does not start from it."""
+        from tideline.targets.iceberg.load import commit_snapshot
+        tgt = load.tgt
+        started = time.monotonic()
+        with tgt.cursor() as cur:
+            load.fence(cur)
+        landed = commit_snapshot(load.spark, load.engine, self, load.src, load.shape, load.snap, load.schema,
+                                 load.label, load.pipeline, load.epoch, load.offsets)
+        load.engine.close_snapshot(load.src)
+        copy_secs = time.monotonic() - started
+        rows = load.verified(landed, landed, f"the Iceberg commit holds {landed:,}; the stream will not start from it")
+        published = Published(rows, "Spark JDBC -> Iceberg", "committed", copy_secs)
+        with tgt, tgt.cursor() as cur:
+            load.fence(cur)
+            load.record(cur, published)
+        return published
+
     def write_snapshot(self, spark, df, schema: str, table: str, summary: dict[str, str],
                        columns: list[Column]) -> None:
         """The DataFrame's rows become the table's rows in one commit (created, or replaced with
@@ -362,3 +364,4 @@ def java_iceberg_type(iceberg: str, jvm):
     if iceberg.startswith("list<"):
         return types.ListType.ofOptional(0, types.fromPrimitiveString(iceberg[5:-1]))
     return types.fromPrimitiveString(iceberg)
+

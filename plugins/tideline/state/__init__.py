@@ -1,5 +1,9 @@
 """Tideline's state in the target database (schema `tideline`): phases, epochs, offsets, runs.
 
+The state room: this module (the records), `database` (where the state lives and how to reach it)
+and `staging` (a stream batch's changes staged beside the state, and dead letters). Targets compose
+them; nothing here knows a target.
+
 Every method takes an open psycopg2 connection so callers can put state writes in the same
 transaction as the data they describe. `connect` is the one place that says where the state
 lives (README: "Targets: where rows land, and where the state lives").
@@ -12,21 +16,21 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg2
 from psycopg2.extras import RealDictCursor
 
 from tideline import sqlfiles
 from tideline.core.errors import FencedError
 
+from tideline.state.database import ERRORS, connect_postgres  # noqa: F401 — ERRORS: state.ERRORS, the callers' catch
+
 MIGRATION_LOCK = 0x71DE11E  # advisory lock key: one migrator at a time
-ERRORS = (psycopg2.Error,)    # the state database is PostgreSQL, whatever the target
 
 
 def connect(target, connect_timeout: int | None = None):
-    """A connection to the pipeline's state: in the target itself, for a target that holds it
-    (targets.Capabilities.holds_state, PostgreSQL), so state and rows commit together."""
-    from tideline import targets
-    return targets.for_target(target).connect(connect_timeout=connect_timeout)
+    """A connection to the pipeline's state: the PostgreSQL database the target connection names
+    (state.database): the target itself, for a target that holds it (targets.Capabilities.holds_state),
+    so state and rows commit together."""
+    return connect_postgres(target, connect_timeout=connect_timeout)
 
 
 def migrate(conn) -> int:

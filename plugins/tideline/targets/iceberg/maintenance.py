@@ -17,7 +17,7 @@ import logging
 import time
 
 from tideline.core.errors import TargetError
-from tideline.targets.iceberg_snapshots import SUMMARY_OFFSETS, newest_stamped_snapshot, summary_of
+from tideline.targets.iceberg.snapshots import SUMMARY_OFFSETS, newest_stamped_snapshot, summary_of
 
 log = logging.getLogger("tideline.maintenance")
 

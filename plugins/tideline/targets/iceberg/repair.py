@@ -5,7 +5,7 @@ form the table holds it, a value the table cannot hold refused naming column and
 the caller holds the table's fence; then one MERGE upserts those rows and, for a key range, deletes
 the table's rows in the range the source no longer has (WHEN NOT MATCHED BY SOURCE). The commit
 carries no offsets: the stream's position is untouched, and the stream's own checks pass over it
-as over a compaction's commit (targets.iceberg_snapshots).
+as over a compaction's commit (targets.iceberg.snapshots).
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from tideline.core import lake_types, verify_lake
 from tideline.core.errors import SourceError, TargetError
 from tideline.core.lake_types import spark_ident
 from tideline.core.table_shape import TableShape
-from tideline.load.lake_load import CHAR_AS_STRING
-from tideline.targets.iceberg_apply import commit_with
+from tideline.targets.iceberg.load import CHAR_AS_STRING
+from tideline.targets.iceberg.apply import commit_with
 
 log = logging.getLogger("tideline.repair")
 SUMMARY_REPAIR = "tideline.repair"

@@ -15,7 +15,7 @@ import re
 from tideline.core import lake_types
 from tideline.core.errors import SourceError
 from tideline.core.table_shape import TableShape
-from tideline.targets.iceberg import SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE
+from tideline.targets.iceberg.snapshots import SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE
 
 log = logging.getLogger("tideline.full_load")
 CHAR_AS_STRING = "spark.sql.legacy.charVarcharAsString"

@@ -1,7 +1,7 @@
 """One table's share of a stream batch into an Iceberg table: one MERGE commit whose snapshot
 summary carries the offsets it applied and the run's fencing epoch.
 
-The batch is staged in the catalog's PostgreSQL database (targets.postgres_apply.StagedChanges)
+The batch is staged in the catalog's PostgreSQL database (tideline.state.staging)
 and decoded there by the same SQL that applies it to a PostgreSQL target (core.apply_sql,
 core.debezium), so both targets read every change event alike; each value then travels to Spark
 as core.lake_types says (the full load's way), and Spark merges the rows by key. A value the
@@ -35,9 +35,9 @@ from tideline.core.errors import FencedError, ResnapshotRequired, SourceError, T
 from tideline.core.lake_types import spark_ident
 from tideline.core.table_shape import Column
 from tideline.targets.base import ApplyRefused, CommitStamp
-from tideline.targets.iceberg_snapshots import (SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE, stamped_since,
+from tideline.targets.iceberg.snapshots import (SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE, stamped_since,
                                                 summary_of)
-from tideline.targets.postgres_apply import record_dead_letter
+from tideline.state.staging import record_dead_letter
 
 log = logging.getLogger("tideline.apply")
 

@@ -1,0 +1,63 @@
+"""A stream batch's changes, staged in the state database's transaction (tideline.state.database):
+the batch's decoded events (last image per key) in one temporary table that each table's apply
+reads, each table's share kept or undone alone under a savepoint, and the events a target refuses
+kept as dead letters beside the state.
+
+Every target composes it (Target.staging): PostgreSQL applies from it in the same transaction;
+an Iceberg table's MERGE reads its rows from it.
+"""
+from __future__ import annotations
+
+import logging
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from psycopg2 import sql
+
+from tideline.core import apply_sql
+from tideline.core.apply_failure import FailedEvent, describe
+from tideline.core.copy_text import CopyStream
+
+log = logging.getLogger("tideline.apply")
+
+
+class ChangeStaging:
+    """A batch's changes staged in the state database's transaction (the target itself, or the
+    database that holds an Iceberg catalog and Tideline's state): each table's share is kept or
+    undone alone under a savepoint."""
+
+    def stage_changes(self, cur, rows: pa.Table, table_of_topic: dict[str, str]) -> None:
+        topics = pc.dictionary_encode(rows.column("topic").combine_chunks())
+        names = pa.array([table_of_topic[t] for t in topics.dictionary.to_pylist()], pa.string())
+        tables = pc.take(names, topics.indices)
+        staged = pa.table({"tbl": tables, "op": rows.column("op"), "key": rows.column("key"),
+                           "after": rows.column("after"),
+                           "part": pc.cast(rows.column("partition"), pa.string()),
+                           "off": pc.cast(rows.column("offset"), pa.string())})
+        cur.execute(apply_sql.CREATE_STAGE)
+        stream = CopyStream(staged.to_batches(max_chunksize=50_000), [True, False, True, True, False, False])
+        cur.copy_expert(apply_sql.COPY_STAGE, stream, size=1 << 20)
+        if len(topics.dictionary) > 1:   # each table's statements read only its events, not the whole batch's
+            cur.execute(apply_sql.INDEX_STAGE)
+        cur.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(apply_sql.STAGE)))  # temp tables have no stats
+
+    def begin_table(self, cur) -> None:
+        cur.execute("SAVEPOINT tl_table")
+
+    def undo_table(self, cur) -> None:
+        cur.execute("ROLLBACK TO SAVEPOINT tl_table")
+
+    def end_table(self, cur) -> None:
+        cur.execute("RELEASE SAVEPOINT tl_table")
+
+
+def record_dead_letter(cur, pipeline: str, ev: FailedEvent) -> None:
+    """A refused event goes to tideline.dead_letters with its staged row image and the reason."""
+    cur.execute(sql.SQL("SELECT s.after::text FROM {} s WHERE s.tbl = %s AND s.part = %s AND s.off = %s").format(
+        sql.Identifier(apply_sql.STAGE)), (ev.table, ev.partition, ev.offset))
+    row = cur.fetchone()
+    cur.execute("INSERT INTO tideline.dead_letters (pipeline, topic, kafka_partition, kafka_offset, key, value, "
+                "error) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (pipeline, ev.topic, ev.partition, ev.offset, ev.key, row[0] if row else None,
+                 describe(pipeline, ev, dead_lettered=True)))
+    log.warning("%s", describe(pipeline, ev, dead_lettered=True))
