@@ -8,7 +8,7 @@ from tideline.core.kafka_access import KafkaAccess
 from tideline.core import source_shapes
 from tideline.core.connections import Conn
 from tideline.core.errors import SourceError
-from tideline.core.table_shape import TableShape
+from tideline.core.table_shape import CTID_ALIAS, KEY_ALIAS, Column, TableShape
 
 
 @dataclass
@@ -60,7 +60,7 @@ class SourceEngine(ABC):
 
     @abstractmethod
     def verify_side(self, label: str = "source"):
-        """This database as one side of a verify (tideline.verify.sides), on its own connection."""
+        """This database as one side of a verify (tideline.core.verify_side), on its own connection."""
 
     # ---------------------------------------------------------------- catalog
     @abstractmethod
@@ -139,22 +139,30 @@ class SourceEngine(ABC):
         """A derived table for Spark JDBC: every written column as the exact text COPY reads (of
         the rows matching `where`, over `t.<column>`, when given)."""
 
-    def lake_jdbc_properties(self) -> dict[str, str]:
-        """Spark JDBC properties of a lake load's read (the session fixed so text prints alike)."""
+    # ------------------------------------------ neutral facts for a target that reads the source itself
+    # (a target writing through Spark JDBC builds its own read from these: targets.iceberg.load)
+    values_as_text = False   # column_value() is the exact text PostgreSQL's input function of the column's
+                             # type reads, not a typed value (an engine whose driver's types are not exact)
+    row_locator: str | None = None   # what tells rows apart in a keyless table's read (PostgreSQL: ctid)
+
+    def jdbc_read_properties(self) -> dict[str, str]:
+        """Spark JDBC properties of a read whose text must print alike whatever the server's defaults."""
         return self.jdbc_properties()
 
-    def lake_columns(self, shape: TableShape) -> list:
-        """Each column's Iceberg type and how its values travel (core.lake_types)."""
-        from tideline.core.lake_types import lake_columns
-        return lake_columns(shape)
+    def column_value(self, column: Column, alias: str = "t") -> str:
+        """The source expression of a column's value over the table aliased `alias`."""
+        return f"{alias}.{self.quote(column.name)}"
 
-    def lake_read_query(self, conn, shape: TableShape, columns: list, where: str | None = None) -> str:
-        """A derived table for Spark JDBC with each column as core.lake_types says it travels
-        (`read`), a `__tl_bad_<i>` flag per column with a `refuse` rule, and the key aliases the
-        snapshot's predicates compare; only the rows matching `where` (over the table's own
-        columns: a repair's range) when given."""
-        raise SourceError(f"{shape.name}: a {self.label} source cannot load into an Iceberg target in this version "
-                          f"of Tideline (PostgreSQL sources can)", table=shape.name)
+    def keyed_read(self, shape: TableShape, selects: list[str], where: str | None = None) -> str:
+        """A derived table for Spark JDBC: the key aliases the snapshot's predicates compare (or the
+        row locator of a keyless table), then `selects` (expressions over `t`, each with its alias),
+        of the rows matching `where` (over the table's own columns) when given."""
+        q = self.quote
+        keys = [f"t.{q(k)} AS {q(KEY_ALIAS.format(i))}" for i, k in enumerate(shape.primary_key)]
+        if not keys and self.row_locator:
+            keys = [f"t.{self.row_locator} AS {q(CTID_ALIAS)}"]
+        return (f"(SELECT {', '.join(keys + selects)} FROM {q(shape.schema)}.{q(shape.name)} t"
+                f"{f' WHERE {where}' if where else ''}) AS tideline_read")
 
     @abstractmethod
     def open_snapshot(self, conn, shape: TableShape, parts: int) -> Snapshot:

@@ -195,17 +195,11 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         source = MariaDbPipeSource(self.connect_args(), tls, session_init, key if slicing else None, slicing)
         return Pipe(source, [f"SELECT {line} FROM {query} WHERE {p}" for p in predicates], "csv")
 
-    def lake_columns(self, shape: TableShape) -> list:
-        """Every value is read as its exact text (the full load's read) and parsed by Spark."""
-        from tideline.core.lake_types import lake_column_from_text
-        return [lake_column_from_text(c) for c in shape.columns]
+    values_as_text = True   # every value is read as its exact text (core.mariadb_types)
 
-    def lake_read_query(self, conn, shape: TableShape, columns: list, where: str | None = None) -> str:
-        """The full load's read, generated columns included (a lake keeps their values)."""
-        keys = [f"t.{q(k)} AS {q(KEY_ALIAS.format(i))}" for i, k in enumerate(shape.primary_key)]
-        cols = [f"{c.read.replace(q(c.name), 't.' + q(c.name))} AS {q(c.name)}" for c in shape.columns]
-        return (f"(SELECT {', '.join(keys + cols)} FROM {q(shape.schema)}.{q(shape.name)} t"
-                f"{f' WHERE {where}' if where else ''}) AS tideline_read")
+    def column_value(self, column: Column, alias: str = "t") -> str:
+        """The column's exact text (the full load's read), generated columns included."""
+        return column.read.replace(q(column.name), f"{alias}.{q(column.name)}")
 
     def open_snapshot(self, conn, shape: TableShape, parts: int) -> Snapshot:
         """No shared snapshot: each partition opens its own after the offsets were recorded (see

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from tideline.core.table_shape import TableShape
 from tideline.core.verify_canonical import MariaDbDialect
-from tideline.verify.sides import VerifySide
+from tideline.core.verify_side import VerifySide
 
 
 class MariaDbSide(VerifySide):

@@ -7,12 +7,13 @@ from psycopg2 import sql
 from tideline import sqlfiles
 from tideline.core import debezium, source_shapes
 from tideline.core.errors import SourceError
-from tideline.core.table_shape import (CTID_ALIAS, KEY_ALIAS, Column, TableShape, boundaries_query, copy_options,
+from tideline.core.pg_session import SESSION_OPTIONS
+from tideline.core.table_shape import (Column, TableShape, boundaries_query, copy_options,
                                        ctid_predicates, hash_predicates, key_range_predicates, read_query,
                                        select_columns)
 from tideline.engines.base import Snapshot, SourceEngine
 from tideline.engines.postgres_capture import PostgresCapture
-from tideline.engines.postgres_verify import PgSide, collatable_keys
+from tideline.postgres_sql import PgSide, between, collatable_keys, key_ranges_where
 
 # Above this many rows the partition boundaries come from a block sample, not the whole index.
 # A partition costs a Spark task and two database sessions (~0.1 s on 2 cores); below this many
@@ -21,22 +22,6 @@ MIN_ROWS_PER_PARTITION = 50_000
 SAMPLE_ABOVE_ROWS = 500_000
 SAMPLE_TARGET_ROWS = 100_000
 FETCH_SIZE = 10_000
-
-
-def between(shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> sql.Composed:
-    """`column BETWEEN lo AND hi` in PostgreSQL: values of the column's type, or UTC times."""
-    if as_time:
-        return sql.SQL("{c} BETWEEN ({lo}::timestamp AT TIME ZONE 'UTC') AND ({hi}::timestamp AT TIME ZONE 'UTC')").format(
-            c=sql.Identifier(column), lo=sql.Literal(lo), hi=sql.Literal(hi))
-    return sql.SQL("{c} BETWEEN {lo}::{t} AND {hi}::{t}").format(
-        c=sql.Identifier(column), lo=sql.Literal(lo), hi=sql.Literal(hi), t=sql.SQL(shape.column(column).type))
-
-
-def key_ranges_where(conn, shape: TableShape, ranges: list) -> str:
-    """Rows inside any of the key ranges (key text compared in the "C" collation, as verify cuts them)."""
-    from tideline.core.verify_plan import range_predicate
-    collatable = collatable_keys(conn, shape)
-    return " OR ".join(f"({range_predicate(shape, r, collatable).as_string(conn)})" for r in ranges)
 
 
 class PostgresEngine(PostgresCapture, SourceEngine):
@@ -219,28 +204,10 @@ class PostgresEngine(PostgresCapture, SourceEngine):
     def read_query(self, conn, shape: TableShape, where: str | None = None) -> str:
         return read_query(shape, sql.SQL(where) if where else None).as_string(conn)
 
-    def lake_jdbc_properties(self) -> dict[str, str]:
-        from tideline.load.copy_pipe import SESSION_OPTIONS
-        return {**self.jdbc_properties(), "options": SESSION_OPTIONS}
+    row_locator = "ctid"
 
-    def lake_read_query(self, conn, shape: TableShape, columns: list, where: str | None = None) -> str:
-        from tideline.core.lake_types import BAD_FLAG
-        keys = ([sql.SQL("t.{} AS {}").format(sql.Identifier(k), sql.Identifier(KEY_ALIAS.format(i)))
-                 for i, k in enumerate(shape.primary_key)]
-                or [sql.SQL("t.ctid AS {}").format(sql.Identifier(CTID_ALIAS))])
-        cols = []
-        for i, col in enumerate(columns):
-            c = sql.Identifier(col.name).as_string(conn)
-            read = col.read.replace("{c}", f"t.{c}")
-            if col.refuse:
-                bad = f"coalesce({col.refuse.replace('{c}', f't.{c}')}, false)"
-                if not col.read_nulls_refused:
-                    read = f"CASE WHEN {bad} THEN NULL ELSE {read} END"
-                cols.append(sql.SQL(f"{bad} AS ") + sql.Identifier(BAD_FLAG.format(i)))
-            cols.append(sql.SQL(f"{read} AS ") + sql.Identifier(col.name))
-        return sql.SQL("(SELECT {} FROM {} t{}) AS tideline_read").format(
-            sql.SQL(", ").join(keys + cols), shape.qualified(),
-            sql.SQL(f" WHERE {where}" if where else "")).as_string(conn)
+    def jdbc_read_properties(self) -> dict[str, str]:
+        return {**self.jdbc_properties(), "options": SESSION_OPTIONS}
 
     pipes_copy = True
 

@@ -13,12 +13,9 @@ import sys
 import threading
 import time
 
-CHUNK = 1 << 20
+from tideline.core.pg_session import SESSION_OPTIONS
 
-# Both sessions print and parse values the same way whatever the servers' defaults: ISO dates,
-# exact floats, UTC, intervals and bytea in their canonical text.
-SESSION_OPTIONS = ("-c DateStyle=ISO,MDY -c IntervalStyle=postgres -c extra_float_digits=3 -c TimeZone=UTC "
-                   "-c bytea_output=hex -c client_encoding=UTF8")
+CHUNK = 1 << 20
 
 
 class PipeResult:

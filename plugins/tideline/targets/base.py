@@ -277,7 +277,7 @@ class Target(ABC):
 
     # ---------------------------------------------------------------- verify
     def verify_side(self, label: str = "target"):
-        """The target as one side of a verify (tideline.verify.sides), on its own connection."""
+        """The target as one side of a verify (tideline.core.verify_side), on its own connection."""
         raise self.not_built("verify")
 
     # ---------------------------------------------------------------- batch mode

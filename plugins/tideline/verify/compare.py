@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from tideline import engines, kafka_offsets, state, targets
 from tideline.verify.findings import record
-from tideline.verify.sides import VerifySide
+from tideline.core.verify_side import VerifySide
 from tideline.core.kafka_access import KafkaAccess
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn

@@ -17,7 +17,7 @@ from tideline.core import lake_types, verify_lake
 from tideline.core.errors import SourceError, TargetError
 from tideline.core.lake_types import spark_ident
 from tideline.core.table_shape import TableShape
-from tideline.targets.iceberg.load import CHAR_AS_STRING
+from tideline.targets.iceberg.load import CHAR_AS_STRING, read_columns, read_query
 from tideline.targets.iceberg.apply import commit_with
 
 log = logging.getLogger("tideline.repair")
@@ -54,13 +54,13 @@ def range_where(shape: TableShape, column: str, lo: str, hi: str, as_time: bool)
 def repair_from_source(target, engine, src, shape: TableShape, schema: str, source_where: str, target_where: str,
                        delete_missing: bool, label: str) -> tuple[int, int, int]:
     spark = target.session()
-    columns = engine.lake_columns(shape)
+    columns = read_columns(engine, shape)
     previous = spark.conf.get(CHAR_AS_STRING, "false")
-    spark.conf.set(CHAR_AS_STRING, "true")   # as the full load (load.lake_load)
+    spark.conf.set(CHAR_AS_STRING, "true")   # as the full load (targets.iceberg.load)
     view, table_id = f"tl_repair_{uuid.uuid4().hex[:12]}", target.table_id(schema, shape.name)
     try:
-        df = spark.read.jdbc(engine.jdbc_url(), engine.lake_read_query(src, shape, columns, source_where),
-                             properties=engine.lake_jdbc_properties())
+        df = spark.read.jdbc(engine.jdbc_url(), read_query(engine, shape, columns, source_where),
+                             properties=engine.jdbc_read_properties())
         rows = df.selectExpr(*lake_types.spark_projection(label, shape, columns)).persist()
         try:
             try:

@@ -11,7 +11,7 @@ from pyspark.errors import PySparkException
 
 from tideline.core.table_shape import TableShape
 from tideline.core.verify_lake import SparkLakeDialect
-from tideline.verify.sides import VerifySide
+from tideline.core.verify_side import VerifySide
 
 
 class SparkSqlError(Exception):

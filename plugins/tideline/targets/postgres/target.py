@@ -15,8 +15,8 @@ from tideline.core.table_shape import Column, TableShape, copy_into, create_tabl
 from tideline.targets.postgres import dependents
 from tideline.targets.base import CommitStamp, Published, SnapshotLoad, Target
 from tideline.targets.postgres.apply import TableApply
-from tideline.engines import postgres as pg_source   # the same database's SQL as a source's
-from tideline.engines.postgres_verify import PgSide
+from tideline import postgres_sql   # the same database's SQL as a PostgreSQL source's
+from tideline.postgres_sql import PgSide
 
 log = logging.getLogger("tideline.targets.postgres")
 
@@ -179,10 +179,10 @@ class PostgresTarget(Target):
         return read, cur.rowcount, deleted
 
     def range_where(self, conn, shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> str:
-        return pg_source.between(shape, column, lo, hi, as_time).as_string(conn)
+        return postgres_sql.between(shape, column, lo, hi, as_time).as_string(conn)
 
     def key_ranges_where(self, conn, shape: TableShape, ranges: list) -> str:
-        return pg_source.key_ranges_where(conn, shape, ranges)
+        return postgres_sql.key_ranges_where(conn, shape, ranges)
 
     def verify_side(self, label: str = "target") -> PgSide:
         return PgSide(self.connect(autocommit=True), label)

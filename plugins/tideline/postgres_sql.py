@@ -1,4 +1,8 @@
-"""A PostgreSQL database as one side of a verify (source or target: the same SQL)."""
+"""PostgreSQL's SQL that a PostgreSQL source and a PostgreSQL target share (the same database
+software on both ends): a database as one side of a verify, and the range predicates a repair and
+a verify's findings are read with. The source engine (engines.postgres) and the target
+(targets.postgres) both import it; neither imports the other.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +14,7 @@ from tideline import sqlfiles
 from tideline.core import verify_canonical, verify_lake
 from tideline.core.table_shape import TableShape
 from tideline.core.verify_plan import PROBE_HASH_SQL, PgDialect, row_hash
-from tideline.verify.sides import VerifySide
+from tideline.core.verify_side import VerifySide
 
 SESSION_SETTINGS = ("SET TimeZone TO 'UTC'; SET DateStyle TO 'ISO, YMD'; SET IntervalStyle TO 'postgres'; "
                     "SET extra_float_digits TO 1; SET bytea_output TO 'hex'")
@@ -91,3 +95,19 @@ class PgSide(VerifySide):
         hash_expr = row_hash(shape, self._text_columns(shape), binary)
         return (PgDialect(shape, schema, hash_expr, collatable), PgDialect(shape, peer_schema, hash_expr, collatable),
                 binary)
+
+
+def between(shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> sql.Composed:
+    """`column BETWEEN lo AND hi` in PostgreSQL: values of the column's type, or UTC times."""
+    if as_time:
+        return sql.SQL("{c} BETWEEN ({lo}::timestamp AT TIME ZONE 'UTC') AND ({hi}::timestamp AT TIME ZONE 'UTC')").format(
+            c=sql.Identifier(column), lo=sql.Literal(lo), hi=sql.Literal(hi))
+    return sql.SQL("{c} BETWEEN {lo}::{t} AND {hi}::{t}").format(
+        c=sql.Identifier(column), lo=sql.Literal(lo), hi=sql.Literal(hi), t=sql.SQL(shape.column(column).type))
+
+
+def key_ranges_where(conn, shape: TableShape, ranges: list) -> str:
+    """Rows inside any of the key ranges (key text compared in the "C" collation, as verify cuts them)."""
+    from tideline.core.verify_plan import range_predicate
+    collatable = collatable_keys(conn, shape)
+    return " OR ".join(f"({range_predicate(shape, r, collatable).as_string(conn)})" for r in ranges)
