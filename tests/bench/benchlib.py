@@ -34,6 +34,13 @@ def pg(db: str):
     return conn
 
 
+def run_bench(main) -> None:
+    """Every bench script's `__main__`: `main()` with the stack's other captures stopped, its
+    return value the exit status."""
+    with other_captures_stopped():
+        sys.exit(main())
+
+
 @contextmanager
 def other_captures_stopped():
     """The stack's other change captures (the demo's connectors, say) stopped while a benchmark

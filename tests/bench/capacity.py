@@ -20,7 +20,6 @@ import argparse
 import os
 import random
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-from benchlib import ROOT, Drain, other_captures_stopped, pg, stackctl
+from benchlib import ROOT, Drain, run_bench, pg, stackctl
 
 os.environ.update(stackctl.environment())
 
@@ -251,5 +250,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    with other_captures_stopped():
-        sys.exit(main())
+    run_bench(main)

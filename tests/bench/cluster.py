@@ -15,12 +15,11 @@ RESULT local_rows_per_s=<n> cluster_rows_per_s=<n> ratio=<cluster/local> executo
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from contextlib import closing
 from pathlib import Path
 
-from benchlib import ensure_topic, other_captures_stopped, pg, run_full_load, stackctl
+from benchlib import ensure_topic, run_bench, pg, run_full_load, stackctl
 from full_load import PIPELINE, TABLE, ensure_source, write_pipeline
 
 
@@ -79,5 +78,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    with other_captures_stopped():
-        sys.exit(main())
+    run_bench(main)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 import tempfile
 from contextlib import closing
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import checkpoint, db_url, ensure_topic, first_load, other_captures_stopped, pg, run_full_load, stackctl
+from benchlib import checkpoint, db_url, ensure_topic, first_load, run_bench, pg, run_full_load, stackctl
 
 TABLE = "bench_orders"
 PIPELINE = "bench"
@@ -201,5 +200,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    with other_captures_stopped():
-        sys.exit(main())
+    run_bench(main)

@@ -20,7 +20,6 @@ import argparse
 import os
 import pwd
 import subprocess
-import sys
 import tempfile
 import time
 from contextlib import closing
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import checkpoint, db_url, ensure_topic, first_load, other_captures_stopped, pg, run_full_load, stackctl
+from benchlib import checkpoint, db_url, ensure_topic, first_load, run_bench, pg, run_full_load, stackctl
 
 TABLE = "bench_orders"
 PIPELINE = "bench_mariadb"
@@ -179,5 +178,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    with other_captures_stopped():
-        sys.exit(main())
+    run_bench(main)

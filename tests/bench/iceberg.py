@@ -32,7 +32,6 @@ import hashlib
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from contextlib import closing
@@ -40,7 +39,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import (ROOT, PeakRss, SteadyLoad, checkpoint, ensure_topic, other_captures_stopped, pg, run_full_load,
+from benchlib import (ROOT, PeakRss, SteadyLoad, checkpoint, ensure_topic, run_bench, pg, run_full_load,
                      stackctl)
 from full_load import TABLE, ensure_source
 
@@ -51,7 +50,7 @@ from tideline.core.config import load_pipeline  # noqa: E402
 from tideline.core.connections import get_connection  # noqa: E402
 from tideline.kafka_offsets import end_offsets  # noqa: E402
 from tideline.spark_session import driver_conf  # noqa: E402
-from tideline.targets import for_target  # noqa: E402
+from tideline.targets import for_connection  # noqa: E402
 
 NAMESPACE = "bench_lake"
 LOAD_PIPELINE, STREAM_PIPELINE, STREAM_TABLE = "benchlake", "benchlakes", "bench_lake_changes"
@@ -76,7 +75,7 @@ def log(msg: str) -> None:
 
 
 def lake():
-    return for_target(get_connection("tideline_lake"))
+    return for_connection(get_connection("tideline_lake"))
 
 
 def drop_namespace(store) -> None:
@@ -410,5 +409,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    with other_captures_stopped():
-        sys.exit(main())
+    run_bench(main)

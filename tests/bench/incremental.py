@@ -28,7 +28,6 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from contextlib import closing
@@ -38,7 +37,7 @@ import psycopg2
 import requests
 import yaml
 
-from benchlib import (ROOT, Drain, PeakRss, SteadyLoad, checkpoint, forget_pipeline, other_captures_stopped, pg,
+from benchlib import (ROOT, Drain, PeakRss, SteadyLoad, checkpoint, forget_pipeline, run_bench, pg,
                      stackctl, wal_counters, wal_since)
 
 os.environ.update(stackctl.environment())
@@ -360,5 +359,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    with other_captures_stopped():
-        sys.exit(main())
+    run_bench(main)

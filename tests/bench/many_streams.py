@@ -36,7 +36,6 @@ import argparse
 import itertools
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -47,7 +46,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from benchlib import Drain, PeakRss, digests, forget_pipeline, other_captures_stopped, pg, stackctl
+from benchlib import Drain, PeakRss, digests, forget_pipeline, run_bench, pg, stackctl
 
 os.environ.update(stackctl.environment())
 
@@ -311,5 +310,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    with other_captures_stopped():
-        sys.exit(main())
+    run_bench(main)

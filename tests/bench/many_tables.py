@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import checkpoint, db_url, digests, first_load, other_captures_stopped, pg, run_full_load, stackctl
+from benchlib import checkpoint, db_url, digests, first_load, run_bench, pg, run_full_load, stackctl
 
 SCHEMA, PIPELINE = "bench_many", "bench_many"
 COLUMNS = """id bigint PRIMARY KEY, customer_id bigint NOT NULL, status text NOT NULL, total numeric(12,2) NOT NULL,
@@ -178,5 +177,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    with other_captures_stopped():
-        sys.exit(main())
+    run_bench(main)

@@ -29,7 +29,7 @@ import json
 import statistics
 import subprocess
 
-from benchlib import PeakRss, db_url, other_captures_stopped, pg, stackctl
+from benchlib import PeakRss, db_url, run_bench, pg, stackctl
 from full_load import TABLE, ensure_source, run_copy_pipe
 from peers import reladiff
 
@@ -155,5 +155,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    with other_captures_stopped():
-        raise SystemExit(main())
+    run_bench(main)

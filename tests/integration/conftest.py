@@ -44,13 +44,13 @@ def stack():
 def spark(stack):
     from tideline.core.settings import CLIENT_COMPILER_ONLY
     from tideline.spark_session import get_session
-    from tideline.targets import target_class
+    from tideline.targets import spec
     # the tests' own driver on the client compiler: over the suite C2's compilations were 203 of
     # this JVM's 240 CPU-s, and the tests that measure speed are the benchmarks, not these. Not a
     # job's driver_conf, which it does not need (once, when `stackctl down` stopped any process
     # naming spark_jobs/, the secure stack's down in test_secure killed this JVM by its log4j option)
     session = get_session("tideline-tests", conf={"spark.driver.extraJavaOptions": CLIENT_COMPILER_ONLY},
-                          extra_jars=target_class("iceberg").spark_jars())
+                          extra_jars=spec("iceberg").spark_jars())
     yield session
     session.stop()
 
@@ -227,8 +227,8 @@ def lake(stack, pipelines, unique_name):
     """An Iceberg pipeline's target (catalog tideline_lake, namespace = the test's name); its
     tables, namespace and state rows are removed afterwards."""
     from tideline.core.connections import get_connection
-    from tideline.targets import for_target
-    store = for_target(get_connection("tideline_lake"))
+    from tideline.targets import for_connection
+    store = for_connection(get_connection("tideline_lake"))
     yield store
     catalog = store.pyiceberg_catalog()
     if (unique_name,) in catalog.list_namespaces():

@@ -16,6 +16,23 @@ from tideline.kafka_offsets import earliest_offsets
 SOURCE_URL = stackctl.pg_url(stackctl.DATABASES["source"])
 
 
+def wait_until(check: Callable[[], object], timeout: float, what: str, every: float = 0.5,
+               passing: tuple[type[BaseException], ...] = ()) -> None:
+    """Polls `check` every `every` seconds until it is true; an AssertionError naming `what` once
+    `timeout` seconds have passed. An exception of `passing` (a database restarting under the
+    test) counts as not yet. The tests' one polling helper."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except passing:
+            pass
+        if time.time() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
 def rows_as_text(conn, schema: str, table: str, order_by: str = "1") -> list[str]:
     """Every row as PostgreSQL's own text form, in a stable order: the exact-equality oracle."""
     with conn.cursor() as cur:

@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 
 import stackctl
 from tideline.core.errors import TargetError
-from helpers import drop_source, rows_as_text, table_digest
+from helpers import drop_source, rows_as_text, table_digest, wait_until
 from tideline import state
 from tideline.core.errors import ConfigError, SourceError
 from tideline.load.full_load import FullLoad
@@ -505,7 +505,7 @@ def test_the_driver_pipes_partitions_while_the_spark_session_starts(spark, sourc
     pipes key ranges itself until it is ready, then (a local master) half of what is left, Spark
     takes the others — each exactly once, in the load's one snapshot. A load of one range is not held up by a session still starting."""
     from tideline import spark_session
-    from tideline.load import full_load
+    from tideline.load import copy_rows
     t = f"{unique_name}_early"
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, v text, at timestamptz)")
@@ -513,7 +513,7 @@ def test_the_driver_pipes_partitions_while_the_spark_session_starts(spark, sourc
                     f"FROM generate_series(1, 200000) g")
     release = threading.Event()
     by_driver = []
-    real_copier = full_load.make_pipe_copier
+    real_copier = copy_rows.make_pipe_copier
 
     def recording_copier(*args):
         copy = real_copier(*args)
@@ -530,11 +530,16 @@ def test_the_driver_pipes_partitions_while_the_spark_session_starts(spark, sourc
         release.wait(120)
         return spark
 
-    monkeypatch.setattr(full_load, "make_pipe_copier", recording_copier)
+    monkeypatch.setattr(copy_rows, "make_pipe_copier", recording_copier)
     monkeypatch.setattr(spark_session, "get_session", slow_start)
     try:
         starting = spark_session.SessionStarting("test-early")
-        threading.Thread(target=lambda: (_wait_for(lambda: by_driver, 120), release.set()), daemon=True).start()
+        def release_once_the_driver_piped() -> None:
+            try:
+                wait_until(lambda: by_driver, 120, "the driver to pipe a range", every=0.05)
+            finally:
+                release.set()
+        threading.Thread(target=release_once_the_driver_piped, daemon=True).start()
         [result] = FullLoad(pipelines.make([{"name": t}], parallelism=4), starting).run([t])
         assert result.rows == 200000 and result.partitions == 4
         # the session is let go once range 0 is in; then (a local master) the driver keeps the last
@@ -555,9 +560,3 @@ def test_the_driver_pipes_partitions_while_the_spark_session_starts(spark, sourc
     finally:
         release.set()
         drop_source(source_db, t)
-
-
-def _wait_for(condition, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.05)

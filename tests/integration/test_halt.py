@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from helpers import drop_source, rows_as_text, start_continuous
+from helpers import drop_source, rows_as_text, start_continuous, wait_until
 from test_incremental import assert_batches_contiguous, make_items
 from tideline import state
 from tideline.core.errors import HaltedError
@@ -15,13 +15,6 @@ from tideline.load.full_load import FullLoad
 from tideline.stream.run import IncrementalRun
 
 pytestmark = pytest.mark.integration
-
-
-def _until(check, timeout: float = 60, what: str = "condition"):
-    deadline = time.time() + timeout
-    while not check():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(1)
 
 
 def test_refused_change_halts_one_table_and_the_others_go_on(spark, source_db, target_db, pipelines, unique_name,
@@ -53,7 +46,7 @@ def test_refused_change_halts_one_table_and_the_others_go_on(spark, source_db, t
                 assert b in str(exc)
             return all(rows_as_text(source_db, "public", t, "id") == rows_as_text(target_db, unique_name, t, "id")
                        for t in (a, c)) and state.get(target_db, cfg.name, b).phase == "halted"
-        _until(others_equal, 90, "tables a and c to converge while b halts")
+        wait_until(others_equal, 90, "tables a and c to converge while b halts")
 
         st = state.get(target_db, cfg.name, b)
         event = st.raw["last_error_event"]
@@ -71,7 +64,7 @@ def test_refused_change_halts_one_table_and_the_others_go_on(spark, source_db, t
         # a stream started now leaves the halted table alone and streams the others
         with source_db.cursor() as cur:
             cur.execute(f"UPDATE {a} SET note = 'later' WHERE id = 5")
-        _until(others_equal, 60, "a later change of a to arrive while b stays halted")
+        wait_until(others_equal, 60, "a later change of a to arrive while b stays halted")
 
         # the person drops the rule and resumes the table (what the sync DAG's prepare does)
         with target_db.cursor() as cur:
@@ -130,7 +123,7 @@ def test_with_dead_letters_a_refused_change_is_recorded_and_the_table_goes_on(sp
             with target_db.cursor() as cur:
                 cur.execute("SELECT count(*) FROM tideline.dead_letters WHERE pipeline = %s", (cfg.name,))
                 return cur.fetchone()[0] == 2
-        _until(applied, 60, "both refused changes in tideline.dead_letters")
+        wait_until(applied, 60, "both refused changes in tideline.dead_letters")
         got = [r for r in rows_as_text(target_db, unique_name, t, "id") if int(r[1:].split(",")[0]) not in refused]
         assert got == expected
         assert state.get(target_db, cfg.name, t).phase == "streaming"
@@ -167,8 +160,8 @@ def test_a_column_the_stream_cannot_carry_added_mid_stream_halts_that_table_alon
             for t in (b, a):
                 cur.execute(f"UPDATE {t} SET qty = qty + 1 WHERE id <= 10")
                 cur.execute(f"INSERT INTO {t} (id, qty, note) VALUES (1000, 1, 'after')")
-        _until(lambda: rows_as_text(source_db, "public", a, "id") == rows_as_text(target_db, unique_name, a, "id")
-               and state.get(target_db, cfg.name, b).phase == "halted", 90, "table a to converge while b halts")
+        wait_until(lambda: rows_as_text(source_db, "public", a, "id") == rows_as_text(target_db, unique_name, a, "id")
+                   and state.get(target_db, cfg.name, b).phase == "halted", 90, "table a to converge while b halts")
         assert thread.is_alive(), ended   # the stream goes on with table a
 
         st = state.get(target_db, cfg.name, b)

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 import stackctl
-from helpers import catching_up, drop_source
+from helpers import catching_up, drop_source, wait_until
 from test_iceberg import iceberg_pipeline, stamped_commits, stream_until_equal
 from test_incremental import make_items, spark_submit
 from tideline import kafka_offsets, state
@@ -23,13 +23,6 @@ from tideline.load.full_load import FullLoad
 from tideline.stream.run import IncrementalRun
 
 pytestmark = pytest.mark.integration
-
-
-def _until(check, timeout: float, what: str) -> None:
-    deadline = time.time() + timeout
-    while not check():
-        assert time.time() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
-        time.sleep(0.5)
 
 
 def recreate_topic(bootstrap: str, topic: str) -> None:
@@ -68,8 +61,8 @@ def test_a_change_topic_created_again_past_the_old_offsets_reloads_the_table(sta
         with source_db.cursor() as cur:
             for i in range(4):
                 cur.execute(f"UPDATE {t} SET note = note || '+' WHERE id > %s", (i * 10,))
-        _until(lambda: kafka_offsets.end_offsets(bootstrap, cfg.topic(t))[0] > resume["0"] + 100, 120,
-               "the new topic to pass the old resume offset")
+        wait_until(lambda: kafka_offsets.end_offsets(bootstrap, cfg.topic(t))[0] > resume["0"] + 100, 120,
+                   "the new topic to pass the old resume offset")
         # before topic ids, these offsets looked valid and the stream skipped the new topic's first events
         with pytest.raises(DataLossError, match="deleted and created again since the full load"):
             IncrementalRun(cfg, spark, "available_now").run()
@@ -97,21 +90,21 @@ def test_the_catalog_database_restarting_under_a_running_stream_loses_and_duplic
         writer.start()
         proc = spark_submit("incremental.py", cfg, env_extra={"TIDELINE_PIPELINES": str(
             pipelines.dir)})
-        _until(lambda: len(stamped_commits(lake, unique_name, t)) >= 3 or proc.poll() is not None, 180,
-               "the stream's first commits")
+        wait_until(lambda: len(stamped_commits(lake, unique_name, t)) >= 3 or proc.poll() is not None, 180,
+                   "the stream's first commits")
         assert proc.poll() is None, proc.stdout.read()[-3000:]
         restarts = stackctl.restarts().get("postgres", {}).get("count", 0)
         # fast shutdown of the PostgreSQL that holds the catalog, the state and the source, mid-stream
         pid = int((stackctl.VAR / "pg" / "data" / "postmaster.pid").read_text().split()[0])
         os.kill(pid, signal.SIGINT)
-        _until(lambda: stackctl.restarts().get("postgres", {}).get("count", 0) > restarts
-               and stackctl.supervised_state("postgres") == "RUNNING", 180, "PostgreSQL to be restarted")
-        _until(_accepting, 120, "PostgreSQL to accept connections")
+        wait_until(lambda: stackctl.restarts().get("postgres", {}).get("count", 0) > restarts
+                   and stackctl.supervised_state("postgres") == "RUNNING", 180, "PostgreSQL to be restarted")
+        wait_until(_accepting, 120, "PostgreSQL to accept connections")
         fresh = _source()   # the test's own connection died with the server
         commits = len(stamped_commits(lake, unique_name, t))
         # the stream carries on (or, if the outage ended it, the next run resumes from the table)
-        _until(lambda: len(stamped_commits(lake, unique_name, t)) > commits + 2 or proc.poll() is not None, 180,
-               "a commit after the restart")
+        wait_until(lambda: len(stamped_commits(lake, unique_name, t)) > commits + 2 or proc.poll() is not None, 180,
+                   "a commit after the restart")
         writer.stop()
         assert writer.outages >= 1 and writer.count > 0
         print(f"[measure] Iceberg stream after the catalog database restarted: "

@@ -21,7 +21,7 @@ import psycopg2
 import pytest
 
 import stackctl
-from helpers import table_digest
+from helpers import table_digest, wait_until
 from test_dags import airflow_env  # noqa: F401 — fixture
 
 pytestmark = pytest.mark.integration
@@ -104,16 +104,8 @@ def _last_batch() -> int:
 
 
 def _wait(check, timeout: float, what: str, every: float = 1.0):
-    deadline = time.time() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except psycopg2.OperationalError:
-            pass
-        if time.time() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
+    """helpers.wait_until, riding out the target restarting under the test."""
+    wait_until(check, timeout, what, every, passing=(psycopg2.OperationalError,))
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ from tideline.airflow import tasks
 from tideline.airflow.operators import (BranchingPythonOperator, CoverageSensor, RestartOperator,
                                        TidelineSparkSubmitOperator)
 from tideline.core.config import PipelineConfig
-from tideline.core.params import ACTIONS, STREAM_MODES
+from tideline.core.params import STREAM_MODES, actions
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 NONE_FAILED = "none_failed_min_one_success"
@@ -83,7 +83,7 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
         tags=["tideline", cfg.name],
         default_args=_default_args(),
         params={
-            "action": Param("auto", enum=list(ACTIONS), title="Action",
+            "action": Param("auto", enum=list(actions(cfg)), title="Action",
                             description="auto: load what needs loading, then stream. full_reload: reload the "
                                         "chosen tables from a new snapshot, then stream. repair: re-read from the "
                                         "source what the last validate found different (or the key / update-time "
@@ -109,10 +109,11 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
     ) as dag:
         checked = BranchingPythonOperator(task_id="check_params", python_callable=_check_params_from_context,
                                           op_kwargs={"pipeline": cfg.name}, follow=tasks.branch_on_action, retries=0)
-        repair = PythonOperator(task_id="repair", python_callable=_repair_from_xcom, op_kwargs={"pipeline": cfg.name},
-                                retries=0)
-        validate = PythonOperator(task_id="validate", python_callable=_validate_from_xcom,
-                                  op_kwargs={"pipeline": cfg.name}, retries=0)
+        if cfg.supports("verify"):   # repair and validate: only where the pair's verify is built (core.support)
+            repair = PythonOperator(task_id="repair", python_callable=_repair_from_xcom, op_kwargs={"pipeline": cfg.name},
+                                    retries=0)
+            validate = PythonOperator(task_id="validate", python_callable=_validate_from_xcom,
+                                      op_kwargs={"pipeline": cfg.name}, retries=0)
         # retried when a part is briefly away (Connect restarting); a broken part fails it at once
         prepare = BranchingPythonOperator(task_id="prepare", python_callable=_prepare_from_xcom,
                                           op_kwargs={"pipeline": cfg.name}, follow=tasks.branch_after_prepare)
@@ -145,7 +146,7 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
                   "stream_mode": "{{ 'continuous' if (ti.xcom_pull(task_ids='prepare') or {}).get('hand_back') "
                                  "else params.stream_mode }}"},
             wait_for_completion=False)
-        checked >> [prepare, repair, validate]
+        checked >> ([prepare, repair, validate] if cfg.supports("verify") else [prepare])
         prepare >> [full_load, coverage]
         full_load >> coverage >> [incremental, resnapshot]
         resnapshot >> incremental >> restart

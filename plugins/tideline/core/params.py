@@ -6,6 +6,12 @@ from tideline.core.names import name_problem
 from tideline.core.errors import TerminalError
 
 ACTIONS = ("auto", "full_reload", "repair", "validate")
+VERIFY_ACTIONS = ("repair", "validate")   # built only for a pair that supports verify (core.support)
+
+
+def actions(cfg: PipelineConfig) -> tuple[str, ...]:
+    """The sync DAG's actions for this pipeline: repair and validate where its pair supports verify."""
+    return ACTIONS if cfg.supports("verify") else tuple(a for a in ACTIONS if a not in VERIFY_ACTIONS)
 REPAIR_FIELDS = ("repair_key_from", "repair_key_to", "repair_time_column", "repair_time_from", "repair_time_to")
 STREAM_MODES = ("continuous", "available_now")
 
@@ -16,8 +22,10 @@ class ParamError(TerminalError):
 
 def check_sync_params(cfg: PipelineConfig, params: dict) -> dict:
     action = params.get("action", "auto")
-    if action not in ACTIONS:
-        raise ParamError(f"param action={action!r} is not one of {', '.join(ACTIONS)}")
+    if action not in actions(cfg):
+        why = (f" ({action} needs verify, which is not supported from {cfg.source.kind} into {cfg.target.kind})"
+               if action in VERIFY_ACTIONS else "")
+        raise ParamError(f"param action={action!r} is not one of {', '.join(actions(cfg))}{why}")
     mode = params.get("stream_mode", "continuous")
     if mode not in STREAM_MODES:
         raise ParamError(f"param stream_mode={mode!r} is not one of {', '.join(STREAM_MODES)}")

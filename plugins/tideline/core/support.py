@@ -51,8 +51,9 @@ def refusal(source: str, target: str, mode: str) -> str | None:
         return None
     have = modes(source, target)
     into = sorted(t for s, t in SUPPORT if s == source and mode in SUPPORT[(s, t)])
-    return (f"{mode} is not supported from a {source} source into a {target} target"
-            + (f" (this pair supports: {', '.join(sorted(have))})" if have else " (this pair is not supported at all)")
+    return (f"{mode} is not supported from {source} into {target}"
+            + (f" (this pair supports: {', '.join(sorted(have)) or 'nothing yet'})" if (source, target) in SUPPORT
+               else " (this pair is not supported at all)")
             + (f"; from {source}, {mode} works into: {', '.join(into)}" if into else ""))
 
 
