@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 STACK := $(PY) stack/stackctl.py
 
-.PHONY: setup up down status doctor demo test test-unit bench clean env
+.PHONY: setup up down status doctor demo test test-unit test-contract bench clean env
 
 setup:            ## install PostgreSQL (apt), the venv (PyPI) and the JVM parts (Maven) if missing
 	@bash stack/setup.sh
@@ -27,6 +27,9 @@ test: setup       ## unit tests, then integration tests against the real stack
 
 test-unit: setup  ## the pure core only, no services
 	@$(PY) -m pytest tests/unit
+
+test-contract: setup  ## every target's contract against the real PostgreSQL and Iceberg (no Kafka, Airflow): ~1 min
+	@$(PY) -m pytest tests/contract
 
 bench: up         ## benchmarks with their baselines side by side (not part of `make test`)
 	@for b in tests/bench/*.py; do [ -e "$$b" ] || continue; echo "== $$b"; $(PY) "$$b" || exit 1; done

@@ -1,6 +1,6 @@
-"""Full load of one or more tables: one consistent snapshot, parallel key-range reads as Spark
-tasks (a COPY pipe from a PostgreSQL source, Spark JDBC from others), COPY into a shadow table,
-one-transaction swap together with the state.
+"""Full load of one or more tables: one consistent snapshot per table, which its target makes the
+table's rows atomically together with the state (Target.publish_snapshot: PostgreSQL fills a shadow
+table by the COPY pipes of load.copy_rows and swaps it in; Iceberg commits Spark's write once).
 
 Order matters for the handover (see DESIGN.md): claim the fencing epoch, record the topic's end
 offsets, *then* open the snapshot. Everything committed before the snapshot is in it; everything
@@ -74,7 +74,11 @@ def run_owner(kind: str) -> str:
 
 
 class FullLoad:
-    def __init__(self, cfg: PipelineConfig, spark, environ=None):
+    """`handover(topic) -> (topic id, offsets)`: where the stream will resume, taken before each
+    table's snapshot opens — Kafka's end offsets (kafka_offsets.handover) unless given; the target
+    contract tests (tests/contract) give a position of their own to run a load without Kafka."""
+
+    def __init__(self, cfg: PipelineConfig, spark, environ=None, handover=None):
         self.cfg = cfg
         self.spark = spark
         self.source: Conn = get_connection(cfg.source.conn_id, environ)
@@ -85,6 +89,8 @@ class FullLoad:
         self._kafka_admin = None
         self._idle: list[tuple] = []   # (source, target) connections a finished table gave back
         self._idle_lock = threading.Lock()
+        self.handover = handover or (lambda topic: kafka_offsets.handover(self.kafka.kafka_access, topic,
+                                                                          admin=self.kafka_admin))
 
     @property
     def kafka_admin(self):
@@ -206,7 +212,7 @@ class FullLoad:
             run_id = state.run_start(tgt, cfg.name, table, "full_load", epoch, f"{why}topic {topic}")
             # 1. the handover position, before the snapshot opens
             # (the id first: a topic recreated in between reloads, never resumes in the wrong one)
-            topic_id, offsets = kafka_offsets.handover(self.kafka.kafka_access, topic, admin=self.kafka_admin)
+            topic_id, offsets = self.handover(topic)
             log.info("%s: epoch %d; stream will resume from %s offsets %s", label, epoch, topic, offsets)
             # 2. the consistent read (the engine says how), held open for the whole read
             snap = self.engine.open_snapshot(src, shape, cfg.spark.parallelism)
