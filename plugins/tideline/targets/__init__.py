@@ -99,6 +99,7 @@ def target_class(kind: str) -> type[Target]:
             raise ConfigError(f"target kind {kind!r} ({s.implementation})", [(
                 "capabilities", "promise what the class does not implement: " + "; ".join(said)
                 + ". Implement them, or declare the capability false in its TargetSpec")])
+        cls.spec = s   # its declaration: capabilities(), spark_jars()
         _CLASSES[kind] = cls
     return _CLASSES[kind]
 

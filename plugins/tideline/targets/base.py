@@ -141,6 +141,7 @@ class Target(ABC):
     staged beside the state) instead of inheriting another target's classes."""
     kind: str = ""
     errors: tuple[type[BaseException], ...] = StateDatabase.errors   # the driver's error classes (the target said no)
+    spec: TargetSpec | None = None   # its package's declaration, set when the registry loads the class
 
     def __init__(self, conn: Conn):
         self.conn = conn
@@ -150,8 +151,7 @@ class Target(ABC):
     @classmethod
     def spark_jars(cls) -> list[str]:
         """Jars a Spark job writing into this kind of target needs beyond the stack's own (its spec's)."""
-        from tideline.targets import spec
-        return spec(cls.kind).spark_jars()
+        return cls._spec().spark_jars()
 
     def use(self, spark) -> None:
         """Prepares a running Spark session to write into this target (nothing, for most)."""
@@ -164,8 +164,14 @@ class Target(ABC):
     @classmethod
     def capabilities(cls) -> Capabilities:
         """Its kind's capabilities, as its package declares them (targets.<kind>.TARGET)."""
-        from tideline.targets import spec
-        return spec(cls.kind).capabilities
+        return cls._spec().capabilities
+
+    @classmethod
+    def _spec(cls) -> TargetSpec:
+        if cls.spec is None:
+            raise TypeError(f"{cls.__name__} was not loaded through the target registry (targets.target_class), "
+                            f"which gives it its declaration")
+        return cls.spec
 
     # ---------------------------------------------------------------- connections (the state room's)
     def connect(self, autocommit: bool = False, connect_timeout: int | None = None):

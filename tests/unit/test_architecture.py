@@ -1,0 +1,106 @@
+"""The house's rules, read from the code: no module imports in a circle (a lazy import inside a
+function counts too), no file of the product over 400 lines, the core imports no layer above it,
+and a target's package is reached only through the registry."""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_LINES = 400
+
+
+def _modules(base: Path, package: str) -> dict[str, Path]:
+    """module name -> file, for every .py under base (package `package`)."""
+    out = {}
+    for path in base.rglob("*.py"):
+        if "node_modules" in path.parts:
+            continue
+        parts = list(path.relative_to(base).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join([package, *parts]) if package else ".".join(parts)] = path
+    return out
+
+
+def _imports(path: Path, known: dict[str, Path], package: str) -> set[str]:
+    """The known modules a file imports, anywhere in it (a `from a.b import c` of a submodule c is c)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+        for name in names:
+            if not name.startswith(package):
+                continue
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name:
+                found.add(name)
+    return found
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                out.append(sorted(part))
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _graph(base: Path, package: str) -> dict[str, set[str]]:
+    known = _modules(base, package)
+    graph = {}
+    for name, path in known.items():
+        graph[name] = _imports(path, known, package) - {name}
+    return graph
+
+
+def test_no_module_imports_in_a_circle():
+    tideline = _graph(ROOT / "plugins" / "tideline", "tideline")
+    services = _graph(ROOT / "stack" / "services", "services")
+    assert _circles(tideline) == [] and _circles(services) == []
+
+
+def test_no_file_of_the_product_is_over_400_lines():
+    long = {}
+    for top in ("plugins", "stack", "spark_jobs", "dags"):
+        for path in (ROOT / top).rglob("*"):
+            if path.suffix in (".py", ".js", ".sh") and "node_modules" not in path.parts and path.is_file():
+                n = len(path.read_text().splitlines())
+                if n > MAX_LINES:
+                    long[str(path.relative_to(ROOT))] = n
+    assert long == {}
+
+
+def test_the_core_imports_nothing_above_it_and_only_the_registry_names_a_targets_package():
+    graph = _graph(ROOT / "plugins" / "tideline", "tideline")
+    for name, deps in graph.items():
+        if name.startswith("tideline.core."):
+            assert all(d.startswith("tideline.core") for d in deps), (name, deps)
+        inside = [d for d in deps if d.startswith(("tideline.targets.postgres", "tideline.targets.iceberg"))]
+        if not name.startswith("tideline.targets."):
+            assert inside == [], f"{name} imports a target's package ({inside}): ask the registry (tideline.targets)"
