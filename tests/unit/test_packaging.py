@@ -82,3 +82,15 @@ def test_a_zip_without_bytecode_gets_it_once_and_a_wrong_python_compiles_the_sou
     refused = subprocess.run([sys.executable, "-c", IMPORT_WITHOUT_COMPILING, str(stale)], capture_output=True,
                              text=True, cwd=tmp_path)
     assert "AssertionError: compiled" in refused.stderr
+
+
+def test_the_target_registry_finds_its_targets_inside_the_zip(tmp_path):
+    """The registry discovers the target packages by listing its own package: from a zip too
+    (a driver or executor on a cluster imports Tideline only from it)."""
+    built = packaging.library_zip(tmp_path)
+    out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                          "from tideline import targets; print(targets.kinds(), targets.target_class('postgres').__module__, "
+                          "targets.__file__)", str(built)],
+                         capture_output=True, text=True, check=True, cwd=tmp_path,
+                         env={"PATH": "/usr/bin:/bin"}).stdout
+    assert out.startswith("['iceberg', 'postgres'] tideline.targets.postgres.target ") and str(built) in out
