@@ -14,7 +14,7 @@ SECRETS = VAR / "connect-secrets"   # TIDELINE_CONNECT_SECRETS_DIR: the sync DAG
 
 
 def secrets_lines(folder) -> str:
-    """What tideline.capture.secrets asks of a Connect worker: its DirectoryConfigProvider, allowed
+    """What tideline.engines.connect_secrets asks of a Connect worker: its DirectoryConfigProvider, allowed
     to read the secrets folder only."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     return ("config.providers=directory\n"
@@ -78,7 +78,7 @@ status.storage.replication.factor={replicas}
 offset.flush.interval.ms=1000
 topic.creation.enable=true
 # Connector passwords are references resolved from files the sync DAG writes (mode 0600), never
-# stored in the config topic nor returned by the REST API (plugins/tideline/capture/secrets.py).
+# stored in the config topic nor returned by the REST API (plugins/tideline/engines/connect_secrets.py).
 {secrets_lines(SECRETS)}{_security_lines(kafka)}# No-loss producer settings for every source task: acks from all in-sync replicas (the default,
 # made explicit), idempotence, and retries without a count limit inside the delivery timeout —
 # 10 min, so a Kafka outage that short (or too few in-sync replicas) blocks the connector rather

@@ -347,7 +347,7 @@ def test_copy_pipe_reports_the_side_that_failed_and_stores_nothing(stack, target
     """The COPY pipe of a PostgreSQL source: a source that fails mid-stream raises the source's
     error even though the target saw a clean end of data (nothing committed); a value the target
     refuses raises the target's error, not the broken pipe the source then sees."""
-    from tideline.load.copy_pipe import SESSION_OPTIONS, pipe_copy
+    from tideline.pipes.copy_pipe import SESSION_OPTIONS, pipe_copy
     t = f"{unique_name}_pipe"
     with target_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{t} (n integer NOT NULL)")

@@ -29,7 +29,10 @@ def _imports(path: Path, known: dict[str, Path], package: str) -> set[str]:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            # `from a.b import c`: the submodule a.b.c when c is one (importing a package's
+            # submodule runs its face, as for every submodule: not counted as an import of it)
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
+                     for a in node.names]
         for name in names:
             if not name.startswith(package):
                 continue

@@ -84,7 +84,7 @@ def test_the_connectors_get_tls_and_the_schema_history_login():
 
 
 def test_the_schema_history_login_is_a_secret_kept_out_of_connects_config(tmp_path, monkeypatch):
-    from tideline.capture import secrets
+    from tideline.engines import connect_secrets as secrets
     monkeypatch.setenv(secrets.SECRETS_DIR_ENV, str(tmp_path))
     jaas = kafka_access("k", SECURE).java()["sasl.jaas.config"]
     out, changed = secrets.externalize("c1", {"database.password": "pw",

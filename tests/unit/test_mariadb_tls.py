@@ -42,7 +42,7 @@ def test_verify_full_reaches_pymysql_and_connector_j(tmp_path):
 
 
 def test_the_connector_gets_a_truststore_of_the_ca_and_its_password_stays_a_secret(tmp_path, monkeypatch):
-    from tideline.capture import secrets
+    from tideline.engines import connect_secrets as secrets
     from tideline.core.config import load_pipeline
     folder = tmp_path / "secrets"
     monkeypatch.setenv(secrets.SECRETS_DIR_ENV, str(folder))

@@ -13,7 +13,7 @@ import requests
 from confluent_kafka.admin import NewTopic
 
 from tideline import engines
-from tideline.capture import secrets
+from tideline.engines import connect_secrets as secrets
 from tideline.core.kafka_access import KafkaAccess
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection

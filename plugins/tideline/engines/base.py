@@ -174,7 +174,7 @@ class SourceEngine(ABC):
 
     def pipe(self, conn, shape: TableShape, where: str | None, predicates: list[str],
              session_init: str | None):
-        """A load.copy_pipe.Pipe reading the written columns of the rows `read_query(conn, shape,
+        """A pipes.copy_pipe.Pipe reading the written columns of the rows `read_query(conn, shape,
         where)` reads, one statement per partition `predicate`, each run in a session that ran
         `session_init` first, as PostgreSQL COPY text or binary (`shape.copy_format` where the
         engine can): a load then pipes each partition source → target without Spark JDBC or a

@@ -183,9 +183,9 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
     def pipe(self, conn, shape: TableShape, where: str | None, predicates: list[str], session_init: str | None):
         """MariaDB prints each row as a line of COPY's CSV (`copy_line`) over the full load's read;
         a full load with a one-column integer key reads its partitions in key slices
-        (load.mariadb_pipe says why), anything else streams row by row."""
-        from tideline.load.copy_pipe import Pipe
-        from tideline.load.mariadb_pipe import MariaDbPipeSource
+        (pipes.mariadb_pipe says why), anything else streams row by row."""
+        from tideline.pipes.copy_pipe import Pipe
+        from tideline.pipes.mariadb_pipe import MariaDbPipeSource
         key_type = shape.column(shape.primary_key[0]).type if where is None and len(shape.primary_key) == 1 else ""
         slicing = "value" if key_type and _integer_type(key_type) else "keyset" if _keyset_type(key_type) else None
         key = q(KEY_ALIAS.format(0))
@@ -328,7 +328,7 @@ def copy_line(shape: TableShape) -> str:
 
 
 def _keyset_type(pg_type: str) -> bool:
-    """A key read in slices by its own order (load.mariadb_pipe): one whose MAX(), ORDER BY and `>`
+    """A key read in slices by its own order (pipes.mariadb_pipe): one whose MAX(), ORDER BY and `>`
     against a session variable agree — strings under their collation (varchar, char), bytes,
     fractional decimals, dates and date-times. Not enum or set (MAX compares their labels, ORDER BY
     their numbers), text and blob keys (a prefix index cannot give their order)."""

@@ -43,7 +43,7 @@ class MariaDbCapture:
             **self._tls_config(cfg),
             "schema.history.internal.kafka.bootstrap.servers": kafka.bootstrap if kafka else "",
             # the schema history's own Kafka clients reach a secured cluster like every other client
-            # (its SASL login is a secret: capture.secrets keeps it out of Connect's config)
+            # (its SASL login is a secret: engines.connect_secrets keeps it out of Connect's config)
             **{f"schema.history.internal.{client}.{k}": v for k, v in (kafka.java() if kafka else {}).items()
                for client in ("producer", "consumer") if k != "bootstrap.servers"},
             "schema.history.internal.kafka.topic": self.schema_history_topic(cfg),
@@ -70,7 +70,7 @@ class MariaDbCapture:
         tls = getattr(self, "tls", None)
         if tls is None:
             return {}
-        from tideline.capture import secrets
+        from tideline.engines import connect_secrets as secrets
         from tideline.core.debezium import connector_name
         return tls.connector_config(secrets.secrets_dir(), connector_name(cfg))
 

@@ -3,7 +3,7 @@
 gets it in its own terms: pymysql an SSL context, Connector/J `sslMode` and `serverSslCert`, the
 Debezium connector `database.ssl.mode` and a truststore — its binlog client reads Java keystores
 only, so one is made from the CA file (keytool, from the JDK Spark runs on) in the connector's
-secrets folder, its password a secret file like the database password (capture.secrets)."""
+secrets folder, its password a secret file like the database password (engines.connect_secrets)."""
 from __future__ import annotations
 
 import os
@@ -27,8 +27,8 @@ class MariaDbTls:
     ca: str | None
 
     def ssl_context(self) -> ssl.SSLContext:
-        """pymysql's (the same rule on the load's executors: load.mariadb_pipe)."""
-        from tideline.load.mariadb_pipe import client_ssl
+        """pymysql's (the same rule on the load's executors: pipes.mariadb_pipe)."""
+        from tideline.pipes.mariadb_pipe import client_ssl
         return client_ssl(self.mode, self.ca)
 
     def jdbc_query(self) -> str:

@@ -215,7 +215,7 @@ class PostgresEngine(PostgresCapture, SourceEngine):
         """Typed columns: COPY prints each with its type's output function, the same text `::text`
         gives the JDBC path, without a text copy of every value first (30% of the read); in
         binary when every column's binary form means the same in the target (shape.copy_format)."""
-        from tideline.load.copy_pipe import Pipe, PostgresPipeSource
+        from tideline.pipes.copy_pipe import Pipe, PostgresPipeSource
         query = read_query(shape, sql.SQL(where) if where else None, typed=True).as_string(conn)
         reads = [f"COPY (SELECT {', '.join(map(self.quote, shape.written_columns))} FROM {query} WHERE {p}) "
                  f"TO STDOUT{copy_options(shape.copy_format)}" for p in predicates]

@@ -14,7 +14,7 @@ import time
 from tideline import state
 from tideline.core.table_shape import TableShape
 from tideline.engines import SourceEngine
-from tideline.load.copy_pipe import make_copy_writer, make_pipe_copier, report_partition
+from tideline.pipes.copy_pipe import make_copy_writer, make_pipe_copier, report_partition
 from tideline.spark_session import local_cores, session_ready
 from tideline.targets import Target
 

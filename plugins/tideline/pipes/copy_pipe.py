@@ -3,7 +3,7 @@
 values, so a full-load partition moves at the speed of the two databases' bulk protocol (`psql -c
 "COPY … TO STDOUT" | psql -c "COPY … FROM STDIN"`), inside the load's snapshot and transaction.
 The source side is the engine's (`Pipe.source`): a PostgreSQL COPY TO STDOUT here, MariaDB's
-lines in load.mariadb_pipe. Also the per-partition functions Spark runs (this pipe, or COPY of
+lines in pipes.mariadb_pipe. Also the per-partition functions Spark runs (this pipe, or COPY of
 the rows Spark JDBC read). Kept light: every executor's Python worker imports it before its
 first partition (tideline.load.full_load would add ~130 ms of imports to each)."""
 from __future__ import annotations

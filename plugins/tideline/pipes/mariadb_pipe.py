@@ -13,7 +13,7 @@ partition's own consistent snapshot (`session_init`, engines.mariadb explains wh
 Kept light: executors import it."""
 from __future__ import annotations
 
-from tideline.load.copy_pipe import CHUNK, PipeResult
+from tideline.pipes.copy_pipe import CHUNK, PipeResult
 
 SLICE_BYTES = 4 << 20        # a key slice's lines aim at this size
 FIRST_SLICE_KEYS = 1024      # the first slice's width in key values (then sized from what it held)
