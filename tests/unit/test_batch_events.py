@@ -60,3 +60,41 @@ def test_newest_source_commit_is_the_latest_event_time_of_the_topics_asked_for()
     assert newest_source_commit(split.per_partition, {"a": {}}) == at(1_700_000_005_000)
     assert newest_source_commit(split.per_partition, {"c": {}}) is None
     assert newest_source_commit(split_batch(events([ev("a", 0, 1, "k", ts=None)])).per_partition) is None
+
+
+U = "__debezium_unavailable_value"
+
+
+def test_an_unchanged_large_value_folded_into_one_batch_comes_from_the_earlier_event_of_its_key():
+    big = "x" * 10_000 + ' "quoted" 😀'
+    import json
+    batch = split_batch(events([
+        # insert then update of another column: the update carries the placeholder
+        ev("a", 0, 1, '{"id":"1"}', op="c", after=json.dumps({"id": "1", "doc": big, "n": "1"})),
+        ev("a", 0, 2, '{"id":"1"}', after=json.dumps({"id": "1", "doc": U, "n": "2"})),
+        # update then update: the first one changed the value, the second did not touch it
+        ev("a", 0, 3, '{"id":"2"}', after=json.dumps({"id": "2", "doc": "new", "n": "1"})),
+        ev("a", 0, 4, '{"id":"2"}', after=json.dumps({"id": "2", "doc": U, "n": "2"})),
+        ev("a", 0, 5, '{"id":"2"}', after=json.dumps({"id": "2", "doc": U, "n": "3"})),
+        # delete and insert again between: the old value is not the row's
+        ev("a", 0, 6, '{"id":"3"}', after=json.dumps({"id": "3", "doc": "old", "n": "1"})),
+        ev("a", 0, 7, '{"id":"3"}', op="d"),
+        ev("a", 0, 8, '{"id":"3"}', op="c", after=json.dumps({"id": "3", "doc": None, "n": "2"})),
+        ev("a", 0, 9, '{"id":"3"}', after=json.dumps({"id": "3", "doc": U, "n": "3"})),
+        # nothing earlier in the batch: left for the target to fill from its row
+        ev("a", 0, 10, '{"id":"4"}', after=json.dumps({"id": "4", "doc": U, "n": "9"})),
+        ev("a", 0, 11, '{"id":"5"}', after=json.dumps({"id": "5", "doc": "gone", "n": "1"})),
+        ev("a", 0, 12, '{"id":"5"}', op="d"),
+        ev("a", 0, 13, '{"id":"5"}', after=json.dumps({"id": "5", "doc": U, "n": "2"})),
+    ]))
+    rows = {json.loads(r["key"])["id"]: r for r in batch.rows.to_pylist()}
+    assert json.loads(rows["1"]["after"]) == {"id": "1", "doc": big, "n": "2"} and rows["1"]["offset"] == 2
+    assert json.loads(rows["2"]["after"]) == {"id": "2", "doc": "new", "n": "3"}
+    assert json.loads(rows["3"]["after"]) == {"id": "3", "doc": None, "n": "3"}   # NULL is a value too
+    assert rows["4"]["after"] == json.dumps({"id": "4", "doc": U, "n": "9"})     # untouched, byte for byte
+    assert json.loads(rows["5"]["after"])["doc"] == U
+    # the values travel as the connector wrote them (raw JSON, not re-serialised)
+    raw = '{"id":"1","doc":"a\\u00e9\\n","n":"1"}'
+    batch = split_batch(events([ev("b", 0, 1, '{"id":"1"}', op="c", after=raw),
+                                ev("b", 0, 2, '{"id":"1"}', after='{"id":"1","doc":"' + U + '","n":"2"}')]))
+    assert batch.rows.to_pylist()[0]["after"] == '{"id":"1","doc":"a\\u00e9\\n","n":"2"}'

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -56,7 +57,7 @@ def split_batch(events: pa.Table) -> SplitBatch:
     good = pc.and_(pc.and_(pc.invert(bad), pc.invert(pc.fill_null(events.column("tombstone"), False))),
                    pc.invert(truncate))
     rows = events.filter(good).select(["topic", "op", "key", "after", "partition", "offset"])
-    return SplitBatch(per_partition, bad_rows, truncates, latest_per_key(rows))
+    return SplitBatch(per_partition, bad_rows, truncates, fill_unavailable(latest_per_key(rows), rows))
 
 
 def latest_per_key(rows: pa.Table) -> pa.Table:
@@ -70,6 +71,58 @@ def latest_per_key(rows: pa.Table) -> pa.Table:
     same = pc.and_(pc.equal(topic.slice(1), topic.slice(0, n - 1)), pc.equal(key.slice(1), key.slice(0, n - 1)))
     first = pa.concat_arrays([pa.array([True]), pc.invert(pc.fill_null(same, False))])
     return rows.filter(first)
+
+
+# Debezium's stand-in for a value PostgreSQL did not send: an unchanged TOASTed (out-of-line) value
+# of an updated row (core.debezium.UNAVAILABLE, as a JSON string in the row image)
+_PLACEHOLDER = b'"__debezium_unavailable_value"'
+_DECODE_IMAGE = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+
+
+def fill_unavailable(kept: pa.Table, rows: pa.Table) -> pa.Table:
+    """The last event per key (`kept`, of the batch's good events `rows`) with each unchanged-value
+    placeholder replaced by the value an earlier event of the same key in this batch carried — the
+    row's value, since nothing changed it in between. A batch that folds an insert (or an update
+    that changed the large value) and a later update of another column of the same row would
+    otherwise keep only the placeholder: an insert of a row the target lacks, with a value nobody
+    has, which the apply must treat as a divergence and reload the table for. Events before a
+    delete of the key are not the row's any more. A placeholder no earlier event fills is left for
+    the target to fill from its row (core.apply_sql), or, where it has none, to report."""
+    after = kept.column("after")
+    holes = pc.fill_null(pc.match_substring(after, "__debezium_unavailable_value"), False)
+    if not pc.any(holes).as_py() or rows.num_rows == kept.num_rows:
+        return kept
+    wanted = {(t, k) for t, k, h in zip(kept.column("topic").to_pylist(), kept.column("key").to_pylist(),
+                                        holes.to_pylist()) if h}
+    earlier: dict[tuple, list[tuple[int, str, str | None]]] = {}
+    for t, k, off, op, a in zip(*(rows.column(c).to_pylist() for c in ("topic", "key", "offset", "op", "after"))):
+        if (t, k) in wanted:
+            earlier.setdefault((t, k), []).append((off, op, a))
+    filled = after.to_pylist()
+    for i, (t, k, off, h) in enumerate(zip(kept.column("topic").to_pylist(), kept.column("key").to_pylist(),
+                                           kept.column("offset").to_pylist(), holes.to_pylist())):
+        if h:
+            filled[i] = _filled(filled[i], sorted(e for e in earlier[(t, k)] if e[0] < off))
+    return kept.set_column(kept.schema.get_field_index("after"), "after", pa.array(filled, pa.string()))
+
+
+def _filled(image: str, before: list[tuple[int, str, str | None]]) -> str:
+    """`image` with its placeholders replaced by the latest earlier value of each field (raw JSON,
+    never re-serialised); `before` is the key's earlier events in offset order."""
+    known: dict[str, msgspec.Raw] = {}
+    for _off, op, a in before:
+        if op == "d" or a is None:
+            known = {}   # the row was deleted: what came before is not its value
+            continue
+        for name, raw in _DECODE_IMAGE(a.encode()).items():
+            if bytes(raw) != _PLACEHOLDER:
+                known[name] = raw
+            # a placeholder in an earlier event: the value before it stands
+    fields = _DECODE_IMAGE(image.encode())
+    if not any(bytes(raw) == _PLACEHOLDER and name in known for name, raw in fields.items()):
+        return image
+    return msgspec.json.encode({name: known[name] if bytes(raw) == _PLACEHOLDER and name in known else raw
+                                for name, raw in fields.items()}).decode()
 
 
 def newest_source_commit(per_partition: list[dict], topics=None) -> datetime | None:
