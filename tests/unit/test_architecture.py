@@ -22,17 +22,18 @@ def _modules(base: Path, package: str) -> dict[str, Path]:
 
 
 def _imports(path: Path, known: dict[str, Path], package: str) -> set[str]:
-    """The known modules a file imports, anywhere in it (a `from a.b import c` of a submodule c is c)."""
+    """The known modules a file imports, anywhere in it (a `from a.b import c` of a submodule c is
+    c and a.b)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            # `from a.b import c`: the submodule a.b.c when c is one (importing a package's
-            # submodule runs its face, as for every submodule: not counted as an import of it)
-            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
-                     for a in node.names]
+            # `from a.b import c`: the submodule a.b.c when c is one, and a.b itself (its face
+            # runs first: an engine importing `from tideline.engines import x` imports the registry)
+            names = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known]
+            names.append(node.module)
         for name in names:
             if not name.startswith(package):
                 continue

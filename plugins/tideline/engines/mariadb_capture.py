@@ -70,9 +70,9 @@ class MariaDbCapture:
         tls = getattr(self, "tls", None)
         if tls is None:
             return {}
-        from tideline.engines import connect_secrets as secrets
+        from tideline.engines.connect_secrets import secrets_dir
         from tideline.core.debezium import connector_name
-        return tls.connector_config(secrets.secrets_dir(), connector_name(cfg))
+        return tls.connector_config(secrets_dir(), connector_name(cfg))
 
     def capture_topics(self, cfg) -> dict[str, dict[str, str]]:
         """The schema history topic: kept forever (the connector rebuilds table schemas from it),
