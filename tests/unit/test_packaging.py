@@ -6,16 +6,19 @@ import zipfile
 from tideline import packaging
 
 
+def from_zip(built, code: str, tmp_path) -> str:
+    """What `code` prints in a fresh interpreter with only the zip `built` (and site-packages) on its path."""
+    return subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, sys.argv[1]); {code}", str(built)],
+                          capture_output=True, text=True, check=True, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}).stdout
+
+
 def test_the_zip_holds_the_whole_package_and_imports_alone(tmp_path):
     built = packaging.library_zip(tmp_path)
     names = set(zipfile.ZipFile(built).namelist())
     assert {"tideline/__init__.py", "tideline/core/copy_text.py", "tideline/load/full_load.py"} <= names
     assert not any("__pycache__" in n for n in names)
     # a fresh interpreter with only the zip (and site-packages) on its path imports it from there
-    out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                          "import tideline.core.copy_text as m; print(m.__file__)", str(built)],
-                         capture_output=True, text=True, check=True, cwd=tmp_path,
-                         env={"PATH": "/usr/bin:/bin"}).stdout
+    out = from_zip(built, "import tideline.core.copy_text as m; print(m.__file__)", tmp_path)
     assert out.strip().startswith(str(built))
 
 
@@ -24,11 +27,8 @@ def test_sql_travels_in_the_zip_and_is_read_from_it(tmp_path):
     SQL packed inside — the DAG's jobs failed when sqlfiles looked for sql/ next to the zip."""
     from tideline import sqlfiles
     built = packaging.library_zip(tmp_path)
-    out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                          "from tideline import sqlfiles as s; print(s.SQL_DIR); print(s.names('state')); "
-                          "print(s.load('state/claim_epoch'), end='')", str(built)],
-                         capture_output=True, text=True, check=True, cwd=tmp_path,
-                         env={"PATH": "/usr/bin:/bin"}).stdout
+    out = from_zip(built, "from tideline import sqlfiles as s; print(s.SQL_DIR); print(s.names('state')); "
+                          "print(s.load('state/claim_epoch'), end='')", tmp_path)
     where, names, text = out.split("\n", 2)
     assert where.startswith(str(built))
     assert names == str(sqlfiles.names("state")) and "001_" in names
@@ -88,9 +88,6 @@ def test_the_target_registry_finds_its_targets_inside_the_zip(tmp_path):
     """The registry discovers the target packages by listing its own package: from a zip too
     (a driver or executor on a cluster imports Tideline only from it)."""
     built = packaging.library_zip(tmp_path)
-    out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                          "from tideline import targets; print(targets.kinds(), targets.target_class('postgres').__module__, "
-                          "targets.__file__)", str(built)],
-                         capture_output=True, text=True, check=True, cwd=tmp_path,
-                         env={"PATH": "/usr/bin:/bin"}).stdout
+    out = from_zip(built, "from tideline import targets; print(targets.kinds(), "
+                          "targets.target_class('postgres').__module__, targets.__file__)", tmp_path)
     assert out.startswith("['iceberg', 'postgres'] tideline.targets.postgres.target ") and str(built) in out

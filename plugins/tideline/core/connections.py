@@ -109,3 +109,12 @@ def get_connection(conn_id: str, environ: Mapping[str, str] | None = None) -> Co
             env_var_name(conn_id),
             "is not set: define the Airflow connection (in the local stack `eval \"$(make -s env)\"` sets it)")])
     return parse_connection(conn_id, value)
+
+
+def check_kind(pipeline: str, side: str, configured: str, conn: Conn, named: str) -> None:
+    """The one rule for a pipeline's source and target: the kind its YAML says (`<side>.kind`) is
+    the truth, and the connection (of kind `named`, by its type) must be one; else an error naming both."""
+    if named != configured:
+        raise ConfigError(f"pipeline {pipeline}", [(f"{side}.kind", (
+            f"is {configured!r}, but connection {conn.conn_id!r} is a {named} connection: set "
+            f"{side}.kind: {named}, or name a {configured} connection"))])

@@ -7,7 +7,7 @@ is checked against it wherever a pipeline's engine is made (`for_pipeline`).
 """
 from __future__ import annotations
 
-from tideline.core.connections import Conn
+from tideline.core.connections import Conn, check_kind
 from tideline.core.errors import ConfigError
 from tideline.engines.base import Snapshot, SourceEngine
 
@@ -38,12 +38,8 @@ def for_source(source: Conn) -> SourceEngine:
 
 def for_pipeline(cfg, source: Conn) -> SourceEngine:
     """The pipeline's engine: the kind its config says (source.kind), the connection checked to be one."""
-    named = kind_of_connection(source)
-    if named != cfg.source.kind:
-        raise ConfigError(f"pipeline {cfg.name}", [("source.kind", (
-            f"is {cfg.source.kind!r}, but connection {source.conn_id!r} is a {named} connection: set "
-            f"source.kind: {named}, or name a {cfg.source.kind} connection"))])
-    return engine_class(named)(source)
+    check_kind(cfg.name, "source", cfg.source.kind, source, kind_of_connection(source))
+    return engine_class(cfg.source.kind)(source)
 
 
 __all__ = ["KINDS", "Snapshot", "SourceEngine", "engine_class", "for_pipeline", "for_source", "kind_of_connection"]

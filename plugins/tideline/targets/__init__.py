@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from tideline.core.connections import Conn
+from tideline.core.connections import Conn, check_kind
 from tideline.core.errors import ConfigError
 from tideline.targets.base import (PROMISES, ApplyRefused, Capabilities, Published, SnapshotLoad, Target,
                                    TargetSpec)
@@ -140,11 +140,7 @@ def kind_of_connection(target: Conn) -> str:
 
 def for_pipeline(cfg, target: Conn) -> Target:
     """The pipeline's target: the kind its config says (target.kind), the connection checked to be one."""
-    named = kind_of_connection(target)
-    if named != cfg.target.kind:
-        raise ConfigError(f"pipeline {cfg.name}", [("target.kind", (
-            f"is {cfg.target.kind!r}, but connection {target.conn_id!r} is a {named} connection: set "
-            f"target.kind: {named}, or name a {cfg.target.kind} connection"))])
+    check_kind(cfg.name, "target", cfg.target.kind, target, kind_of_connection(target))
     return target_class(cfg.target.kind)(target)
 
 
