@@ -36,6 +36,7 @@ from tideline.core.params import STREAM_MODES, actions
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 NONE_FAILED = "none_failed_min_one_success"
+STREAM_TASK_RETRIES = 100_000   # the stream task's own process dying, e.g. with its host: for good
 
 
 def _conn_ids(cfg: PipelineConfig) -> list[str]:
@@ -133,11 +134,11 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             task_id="incremental", job="incremental.py", name=f"tideline-incremental-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--mode", "{{ params.stream_mode }}"],
             trigger_rule=NONE_FAILED,
-            # the stream outlives short database outages by itself; a killed driver or worker, or a
-            # longer outage, is retried soon and evenly (a continuous run's tries add up over its
-            # life: no exponential backoff), then the task fails and the alerts say so
-            retries=20, retry_delay=pendulum.duration(seconds=15), retry_exponential_backoff=False,
-            **spark_submission(cfg, "stream"))
+            # the task outlives any outage and a killed driver itself (core.keep_alive): it fails
+            # only for what a person must fix. Airflow's retries are for the task's own process
+            # dying (its scheduler or host killed): soon and evenly, as often as that happens
+            keep_alive_for=cfg.name, retries=STREAM_TASK_RETRIES, retry_delay=pendulum.duration(seconds=15),
+            retry_exponential_backoff=False, **spark_submission(cfg, "stream"))
         # a re-snapshot's run in this run's mode; after an available_now run that took tables over
         # from a continuous stream, a continuous one again (tasks.restarts_after_stream)
         restart = RestartOperator(

@@ -67,10 +67,14 @@ class RestartOperator(TriggerDagRunOperator):
 class TidelineSparkSubmitOperator(SparkSubmitOperator):
     """SparkSubmitOperator for Tideline's jobs: hands the pipeline's Airflow connections to the job,
     and turns the job's documented exit statuses into Airflow outcomes. Returns {"exit": status}
-    (0, or EXIT_RESNAPSHOT, which the DAG answers by reloading)."""
+    (0, or EXIT_RESNAPSHOT, which the DAG answers by reloading).
+
+    With `keep_alive_for` (a pipeline's name: its stream task) a failure that is not a person's to
+    fix never ends the task: it waits for the parts that do not answer and submits again, for as
+    long as it takes (core.keep_alive), and says so in the state (status, the view, the metrics)."""
 
     def __init__(self, *, pipeline_conn_ids: list[str], job: str, full_load_of: tuple[str, str] | None = None,
-                 **kwargs: Any):
+                 keep_alive_for: str | None = None, **kwargs: Any):
         kwargs.setdefault("application", str(HOME / "spark_jobs" / job))
         kwargs.setdefault("jars", os.environ.get("TIDELINE_SPARK_JARS", ""))
         # env_vars: the job kind's memory settings (SparkSettings.job_env), given by the DAG
@@ -79,8 +83,70 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
         super().__init__(env_vars=env, **kwargs)
         self.pipeline_conn_ids = pipeline_conn_ids
         self.full_load_of = full_load_of   # a full load's (source conn_id, target kind)
+        self.keep_alive_for = keep_alive_for
 
     def execute(self, context) -> dict:
+        return self._keep_alive(context) if self.keep_alive_for else self._submit(context)
+
+    def _keep_alive(self, context) -> dict:
+        """Submits the job until it ends as planned or for a reason a person must fix (core.keep_alive)."""
+        import time
+        from dataclasses import replace
+        from datetime import datetime, timezone
+
+        from tideline.airflow import connections
+        from tideline.airflow.pipelines import get_pipeline
+        from tideline.core import keep_alive
+        from tideline.ops.doctor import unanswered
+        episode = None
+        while True:
+            started = time.monotonic()
+            try:
+                return self._submit(context)
+            except (AirflowSkipException, AirflowFailException):
+                raise
+            except AirflowException as exc:
+                error = str(exc)
+            cfg = get_pipeline(self.keep_alive_for)
+            verdict = keep_alive.after_failure(episode, time.monotonic() - started, datetime.now(timezone.utc),
+                                               unanswered(cfg, connections.get), error)
+            episode = verdict.episode
+            if verdict.action == "give_up":
+                raise AirflowFailException(f"{self.task_id}: {verdict.reason}")
+            self.log.warning("%s: %s — %s", cfg.name, verdict.reason, episode.describe())
+            self._record_wait(cfg, episode)
+            if verdict.action == "retry":
+                time.sleep(verdict.delay_s)
+                continue
+            while episode.waiting_for:   # look again until every part answers, then submit at once
+                time.sleep(verdict.delay_s)
+                parts = unanswered(cfg, connections.get)
+                if parts != list(episode.waiting_for):
+                    episode = replace(episode, waiting_for=tuple(parts))
+                    self.log.warning("%s: %s", cfg.name, episode.describe() if parts else
+                                     "every part answers again: submitting the stream")
+                self._record_wait(cfg, episode)
+
+    def _record_wait(self, cfg, episode) -> None:
+        """The wait in the state, for status, the view and the metrics; while the state database is
+        itself away, only in this task's log (status then says the target does not answer)."""
+        from tideline import state
+        from tideline.airflow import connections
+        try:
+            conn = state.connect(connections.get(cfg.target.conn_id), connect_timeout=10)
+        except state.ERRORS as exc:
+            self.log.warning("the wait is not recorded in the state (its database does not answer: %s)",
+                             str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            return
+        try:
+            state.record_wait(conn, cfg.name, episode.what, episode.since, episode.tries, episode.last_error,
+                              f"{self.dag_id}.{self.task_id}")
+        except state.ERRORS as exc:
+            self.log.warning("the wait is not recorded in the state: %s", exc)
+        finally:
+            conn.close()
+
+    def _submit(self, context) -> dict:
         import tempfile
 
         from tideline.airflow.connections import spark_env

@@ -155,6 +155,46 @@ def run(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection) ->
     return checks
 
 
+def unanswered(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection,
+               timeout_s: int = 10) -> list[str]:
+    """The parts a stream needs that do not answer now, each as '<part> (<conn id>): <error>' —
+    the state database and the target, the source, Kafka, and a Spark master (spark://) — or [].
+    A quick look (seconds), not the doctor's checks: the stream task asks it after its job failed
+    and while it waits (core.keep_alive)."""
+    import socket
+    out = []
+
+    def look(part: str, conn_id: str, probe) -> None:
+        try:
+            probe(resolve(conn_id))
+        except Exception as exc:   # whatever the client raises is the answer: the part is away
+            text = (str(exc).strip() or type(exc).__name__).splitlines()[0][:200]
+            out.append(f"{part} ({conn_id}): {text}")
+
+    def target(conn: Conn) -> None:
+        targets.for_pipeline(cfg, conn).connect(connect_timeout=timeout_s).close()   # its state database
+
+    def source(conn: Conn) -> None:
+        engines.for_pipeline(cfg, conn).connect(autocommit=True, connect_timeout=timeout_s).close()
+
+    def kafka(conn: Conn) -> None:
+        admin_client(conn.kafka_access).list_topics(timeout=timeout_s)
+
+    def spark(conn: Conn) -> None:
+        master = conn.host or ""
+        if master.startswith("spark://"):
+            for hostport in master[len("spark://"):].split(","):
+                host, port = hostport.rsplit(":", 1)
+                socket.create_connection((host, int(port)), timeout=timeout_s).close()
+
+    look("target", cfg.target.conn_id, target)
+    look("source", cfg.source.conn_id, source)
+    if any(t.mode == "cdc" for t in cfg.tables):
+        look("kafka", cfg.kafka.conn_id, kafka)
+    look("spark master", cfg.spark.conn_id, spark)
+    return out
+
+
 def format_checks(checks: list[dc.Check]) -> list[str]:
     lines = []
     for c in checks:

@@ -50,6 +50,11 @@ class TableStatus:
     target_facts: dict | None = None  # the target's own (an Iceberg table's snapshot and files)
     last_maintenance: str | None = None   # "5h ago: data files 480 -> 2, ..." (targets that need it)
     stream_ended: str | None = None   # a streaming table no stream holds now: how the last one ended
+    # the pipeline's, on each of its cdc tables (as capture_error)
+    stream_waiting: str | None = None    # "waiting for <what> since <when> (try n)" (core.keep_alive)
+    stream_waiting_s: float | None = None
+    stream_tries: int | None = None
+    source_error: str | None = None      # the source did not answer (its figures are missing)
 
     @property
     def lag_total(self) -> int:
@@ -81,9 +86,13 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
     target_conn = resolve(cfg.target.conn_id)
     store = targets.for_pipeline(cfg, target_conn)
     target = state.connect(target_conn, connect_timeout)
+    source, source_error = None, None
     try:
         engine = engines.for_pipeline(cfg, resolve(cfg.source.conn_id))
-        source = engine.connect(autocommit=True, connect_timeout=connect_timeout)
+        try:   # a source that is away leaves its figures out: the rest (and why) still shows
+            source = engine.connect(autocommit=True, connect_timeout=connect_timeout)
+        except engine.errors as exc:
+            source_error = f"the source ({cfg.source.conn_id}) does not answer: {_first_line(exc)}"
     except BaseException:
         target.close()
         raise
@@ -93,6 +102,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
         state.migrate(target)
         cov = {c.table: c for c in coverage.check(cfg, target, kafka, [t.name for t in cfg.tables])}
         streams = state.latest_streams(target, cfg.name)
+        wait = state.stream_wait(target, cfg.name)
         for t in cfg.tables:
             st = state.get(target, cfg.name, t.name)
             target.rollback()
@@ -112,7 +122,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
             out.append(TableStatus(
                 t.name, st.phase if st else "new", st.epoch if st else None,
                 store.row_count(target, cfg.target_schema(t.name), t.name, exact_counts),
-                engine.row_count(source, cfg.source_schema(t.name), t.name) if exact_counts else None,
+                engine.row_count(source, cfg.source_schema(t.name), t.name) if exact_counts and source else None,
                 last, lag, headroom, st.last_error if st else None, age, _verify_line(f),
                 headroom_s=c.headroom_s if c else None, covered=not (c and c.gaps), lag_s=lag_s,
                 last_batch_s=f.get("last_batch_s"), events_applied=f.get("events_applied") or 0,
@@ -126,12 +136,21 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 stream_ended=_stream_ended(cfg, st.phase if st else "new", streams.get(t.name))))
         capture = _capture_error(cfg, resolve, out)
         for row in out:
+            row.source_error = source_error
             if cfg.table(row.table).mode == "cdc" and row.phase == "streaming":
                 row.capture_error = capture
+            if cfg.table(row.table).mode == "cdc" and wait is not None:
+                row.stream_waiting, row.stream_waiting_s, row.stream_tries = wait.describe(), wait.waiting_s, wait.tries
     finally:
         target.close()
-        source.close()
+        if source is not None:
+            source.close()
     return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def _stream_ended(cfg: PipelineConfig, phase: str, run: state.StreamRun | None) -> str | None:
@@ -180,8 +199,12 @@ def not_caught_up(cfg: PipelineConfig, rows: list[TableStatus], max_lag: int = 1
 
 def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
     capture = next((r.capture_error for r in rows if r.capture_error), None)
+    waiting = next((r.stream_waiting for r in rows if r.stream_waiting), None)
+    source_error = next((r.source_error for r in rows if r.source_error), None)
     lines = [f"pipeline {cfg.name}  ({datetime.now().strftime('%H:%M:%S')})"
-             + (f"\n  CAPTURE FAILED — no table receives changes: {capture}" if capture else ""),
+             + (f"\n  CAPTURE FAILED — no table receives changes: {capture}" if capture else "")
+             + (f"\n  STREAM {waiting}" if waiting else "")
+             + (f"\n  SOURCE: {source_error}" if source_error else ""),
              f"  {'table':22s} {'phase':17s} {'epoch':>5s} {'target rows':>12s} {'source rows':>12s} "
              f"{'last batch':>14s} {'lag':>7s}  headroom"]
     for r in rows:

@@ -155,6 +155,37 @@ def latest_streams(conn, pipeline: str) -> dict[str, StreamRun]:
     return {t: StreamRun(m, o, d or "", float(e) if e is not None else None) for t, m, o, d, e in rows}
 
 
+@dataclass
+class StreamWait:
+    """A stream task waiting (core.keep_alive) — current while no stream run started since."""
+    waiting_for: str
+    since: Any
+    tries: int
+    last_error: str | None
+    task: str | None
+    waiting_s: float
+
+    def describe(self) -> str:
+        from tideline.core.keep_alive import waiting_line
+        return waiting_line(self.waiting_for, self.since, self.tries)
+
+
+def record_wait(conn, pipeline: str, waiting_for: str, since, tries: int, last_error: str, task: str) -> None:
+    with conn, conn.cursor() as cur:
+        cur.execute(sqlfiles.load("state/record_wait"), {"pipeline": pipeline, "waiting_for": waiting_for,
+                                                         "since": since, "tries": tries,
+                                                         "last_error": last_error, "task": task})
+
+
+def stream_wait(conn, pipeline: str) -> StreamWait | None:
+    """The pipeline's stream wait, if current (see sql/state/stream_wait.sql)."""
+    with conn.cursor() as cur:
+        cur.execute(sqlfiles.load("state/stream_wait"), {"pipeline": pipeline})
+        row = cur.fetchone()
+    conn.rollback()
+    return StreamWait(*row[:5], float(row[5])) if row else None
+
+
 def airflow_task(environ) -> dict | None:
     """The Airflow task instance this process works for: Airflow exports it as AIRFLOW_CTX_* to
     the task's environment, which spark-submit passes on to the driver."""

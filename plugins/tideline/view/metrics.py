@@ -13,6 +13,9 @@ VERIFY_KINDS = ("missing", "extra", "different")
 # name -> help: the documented set (a test checks the endpoint carries every one)
 METRICS = {
     "tideline_pipeline_up": "1 when the pipeline's target, source and Kafka answered, else 0 (see the view for why)",
+    "tideline_stream_waiting_seconds": "seconds the pipeline's stream has been waiting for a part that does not "
+                                       "answer (or to start again after its job failed); 0 when it is not waiting",
+    "tideline_stream_tries": "failed stream submissions in the current wait, 0 when it is not waiting",
     "tideline_table_phase": "1 for the table's current phase (label phase), 0 for the others",
     "tideline_table_epoch": "the table's fencing epoch (rises with every run that takes the table over)",
     "tideline_table_target_rows": "rows in the target table (PostgreSQL's live-row statistic: no count(*) per scrape)",
@@ -41,6 +44,10 @@ class _Collector:
                                       labels=["pipeline", "table"])
         for p in self.pipelines:
             fam["tideline_pipeline_up"].add_metric([p.name], 1.0 if p.state == "ok" else 0.0)
+            if p.state in ("ok", "capture failed"):   # read: a wait (or none) is known
+                fam["tideline_stream_waiting_seconds"].add_metric([p.name], float(p.waiting_s or 0))
+                tries = next((t.stream_tries for t in p.tables if t.stream_tries is not None), 0)
+                fam["tideline_stream_tries"].add_metric([p.name], float(tries if p.waiting else 0))
             for t in p.tables:
                 key = [p.name, t.table]
                 for phase in PHASES:
@@ -67,7 +74,7 @@ class _Collector:
 
 
 def _labels(name: str) -> list[str]:
-    if name == "tideline_pipeline_up":
+    if name in ("tideline_pipeline_up", "tideline_stream_waiting_seconds", "tideline_stream_tries"):
         return ["pipeline"]
     extra = {"tideline_table_phase": ["phase"], "tideline_lag_events": ["partition"],
              "tideline_verify_differences": ["kind"]}.get(name, [])

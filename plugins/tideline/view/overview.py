@@ -27,6 +27,9 @@ class PipelineOverview:
     dag_id: str | None = None
     headroom_alert_s: float | None = None   # headroom under this raises an alert (alerts.headroom_below_hours)
     target: str | None = None               # the target connection id and schema the figures come from
+    waiting: str | None = None              # the stream waits: "waiting for <what> since <when> (try n)"
+    waiting_s: float | None = None
+    notices: list[str] = field(default_factory=list)   # what else a person should know (a source away)
     tables: list[TableStatus] = field(default_factory=list)
 
     def as_json(self) -> dict:
@@ -75,4 +78,8 @@ def _one(cfg: PipelineConfig, connection: Callable[[str], Conn], timeout_s: floa
     capture = next((t.capture_error for t in tables if t.capture_error), None)
     view = _shell(cfg, "capture failed", f"no table receives changes: {capture}") if capture else _shell(cfg, "ok")
     view.tables, view.took_s = tables, round(time.monotonic() - started, 3)
+    waiting = next((t for t in tables if t.stream_waiting), None)
+    if waiting is not None:
+        view.waiting, view.waiting_s = waiting.stream_waiting, waiting.stream_waiting_s
+    view.notices = sorted({t.source_error for t in tables if t.source_error})
     return view

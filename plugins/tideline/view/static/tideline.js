@@ -62,6 +62,9 @@ function renderPipelines(pipelines) {
       p.took_s !== null ? el("span", { class: "muted" }, `read in ${p.took_s}s`) : null);
     const card = el("div", { class: "pipeline", "data-pipeline": p.name, "data-state": p.state }, head);
     if (p.error) card.append(el("p", { class: "problem" }, p.error));
+    // the stream task waits for a part that does not answer (or to start again): it submits by itself
+    if (p.waiting) card.append(el("p", { class: "problem", "data-waiting-s": p.waiting_s }, `Stream ${p.waiting}`));
+    for (const n of p.notices || []) card.append(el("p", { class: "problem" }, n));
     if (p.tables.length) {
       const rows = p.tables.map((t) => {
         const sel = view.selected && view.selected.pipeline === p.name && view.selected.table === t.table;
