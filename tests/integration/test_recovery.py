@@ -474,6 +474,58 @@ def test_target_refuses_connections_for_half_a_minute(streaming_demo):
         _query(SUPER_URL, "SELECT pg_reload_conf()")
 
 
+def _stream_try() -> tuple[str, int]:
+    """The running sync_demo run's stream task: (run id, its Airflow try number)."""
+    [run] = [r["dag_run_id"] for r in _running_runs() if r["conf"].get("stream_mode", "continuous") == "continuous"]
+    ti = stackctl.airflow_api("GET", f"dags/sync_demo/dagRuns/{run}/taskInstances/incremental")
+    return run, ti["try_number"]
+
+
+def test_a_stream_waits_for_a_source_that_does_not_answer_and_streams_again_by_itself(streaming_demo):
+    """The stream's driver dies while the source refuses the stream's role (capture goes on: its
+    replication connection was open before). The stream task does not fail nor spend an Airflow
+    retry: it says what it waits for in the state (status, the view, the metrics), looks again
+    every 15 s, and submits the stream as soon as the source answers (core.keep_alive)."""
+    from tideline.core.config import load_pipeline
+    from tideline.ops.status import pipeline_status
+    cfg = load_pipeline(stackctl.ROOT / "pipelines" / "demo.yaml")
+    env = stackctl.environment()
+    hba = stackctl.VAR / "pg" / "data" / "pg_hba.conf"
+    original = hba.read_text()
+    driver = _live_stream()
+    before = _stream_try()
+    seen = []
+
+    def waiting() -> bool:
+        rows = pipeline_status(cfg, environ=env, exact_counts=False)
+        seen.append(rows[0].stream_waiting)
+        return bool(rows[0].stream_waiting) and all(r.stream_waiting == rows[0].stream_waiting for r in rows
+                                                    if cfg.table(r.table).mode == "cdc")
+
+    def fault():
+        hba.write_text(f"host {stackctl.DATABASES['source']} {stackctl.PG_CDC_USER} 127.0.0.1/32 reject\n" + original)
+        _query(SUPER_URL, "SELECT pg_reload_conf()")
+        os.kill(driver, signal.SIGKILL)
+        _wait(waiting, 240, "status to say the stream waits for the source", every=3)
+        assert seen[-1].startswith(f"waiting for source ({cfg.source.conn_id}): ") and "(try " in seen[-1], seen[-1]
+        rows = pipeline_status(cfg, environ=env, exact_counts=False)   # (status logs in as the stream does)
+        assert rows[0].stream_tries >= 1 and rows[0].source_error.startswith(f"the source ({cfg.source.conn_id}) "
+                                                                             f"does not answer: ")
+        time.sleep(45)   # the outage goes on: it waits, and does not give up
+        assert pipeline_status(cfg, environ=env, exact_counts=False)[0].stream_waiting
+        hba.write_text(original)
+        _query(SUPER_URL, "SELECT pg_reload_conf()")
+    try:
+        _scenario("the source refuses the stream for 1-2 minutes as its driver dies", fault,
+                  "the stream task waited for the source, looking every 15 s, and submitted the stream as soon "
+                  "as it answered: no Airflow retry, no person")
+    finally:
+        hba.write_text(original)
+        _query(SUPER_URL, "SELECT pg_reload_conf()")
+    assert _stream_try() == before, "the stream task failed or was retried by Airflow: it should have waited"
+    assert not pipeline_status(cfg, environ=env, exact_counts=False)[0].stream_waiting
+
+
 def test_full_load_driver_killed_mid_copy(streaming_demo):
     # enough bytes that the reload's COPY lasts a few seconds (~90 MB), in few rows: every row also
     # streams through Debezium and the live stream, and each later digest of the module hashes it

@@ -191,9 +191,10 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
         if code in _TERMINAL:
             raise AirflowFailException(f"{self.task_id}: exit status {code}: {_TERMINAL[code]}: "
                                        f"{why or 'the task log above has the details'}") from exc
-        if why:
-            raise AirflowException(f"{self.task_id}: exit status {code}: {why}") from exc
-        raise exc
+        if code is not None and code < 0:
+            why = why or f"the job was killed (signal {-code})"
+        raise AirflowException(f"{self.task_id}: exit status {code}: "
+                               f"{why or 'the job ended without saying why (the task log above has its output)'}") from exc
 
 
 def alert_sender(cfg):

@@ -134,7 +134,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 last_maintenance=(f"{ago(f['maintain_age_s'])}: {f['maintain_outcome']}, {f['maintain_detail']}"
                                   if f.get("maintain_outcome") else None),
                 stream_ended=_stream_ended(cfg, st.phase if st else "new", streams.get(t.name))))
-        capture = _capture_error(cfg, resolve, out)
+        capture = None if source_error else _capture_error(cfg, resolve, out)   # (it asks the source)
         for row in out:
             row.source_error = source_error
             if cfg.table(row.table).mode == "cdc" and row.phase == "streaming":
