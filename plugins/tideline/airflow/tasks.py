@@ -248,6 +248,7 @@ def watch(pipeline: str) -> dict:
                     send(alerts.STREAM_STALLED, watchdog.describe(cfg.name, table, pending[table], idle,
                                                                   st.last_error, st.raw.get("last_error_at")),
                          subject=table)
+        held = watch_source_hold(cfg, conn, send)
         from tideline.capture.connector import capture_failure
         capture = capture_failure(cfg, connections.get(cfg.connect.conn_id))
         if capture is not None and any(getattr(state.get(conn, cfg.name, t), "phase", None) == "streaming"
@@ -258,7 +259,36 @@ def watch(pipeline: str) -> dict:
         conn.rollback()
     finally:
         conn.close()
-    return {"not_covered": lost, "halted": halted, "stalled": stalled, "capture_failed": capture}
+    return {"not_covered": lost, "halted": halted, "stalled": stalled, "capture_failed": capture,
+            "source_hold": held}
+
+
+def watch_source_hold(cfg, conn, send) -> str | None:
+    """The watch's look at what capture holds on the source (capture.hold): alerts when it retains
+    more than alerts.max_retained_wal_mb, has had no reader for alerts.slot_inactive_minutes, or
+    was invalidated. Returns its line (None: no capture, or the source does not answer — the
+    stalled-stream alert then says what the stream meets)."""
+    from tideline import engines
+    from tideline.capture import hold
+    from tideline.core import capture_hold
+    if not any(t.mode == "cdc" for t in cfg.tables):
+        return None
+    engine = engines.for_pipeline(cfg, connections.get(cfg.source.conn_id))
+    try:
+        source = engine.connect(autocommit=True, connect_timeout=10)
+    except engine.errors as exc:
+        log.warning("%s: what capture holds on the source is not checked: the source does not answer: %s",
+                    cfg.name, exc)
+        return None
+    try:
+        found = hold.look(cfg, engine, source, conn, connections.get(cfg.connect.conn_id))
+    finally:
+        source.close()
+    now = datetime.now(timezone.utc)
+    for event, message in capture_hold.judge(cfg.name, found, now, cfg.alerts.max_retained_wal_mb,
+                                             cfg.alerts.slot_inactive_minutes):
+        send(event, message, subject="source")
+    return found.line(now)
 
 
 def _pipeline_of(dag_id: str) -> str:

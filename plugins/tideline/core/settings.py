@@ -292,3 +292,11 @@ class AlertSettings(_Model):
     stalled_after_minutes: float = Field(default=15, gt=0, description="alert when a table's stream has "
                                                                        "committed nothing for this long while "
                                                                        "Kafka holds events for it")
+    max_retained_wal_mb: float = Field(default=4096, gt=0, description="alert when the pipeline's capture "
+                                                                       "holds more than this much of the source's "
+                                                                       "log (a replication slot's retained WAL, the "
+                                                                       "binlogs kept from the connector's position)")
+    slot_inactive_minutes: float = Field(default=30, gt=0, description="alert when nobody has read the "
+                                                                        "pipeline's replication slot for this long "
+                                                                        "(its connector stopped: the source keeps "
+                                                                        "WAL for it without bound)")

@@ -218,6 +218,12 @@ class SourceEngine(ABC):
         return None
 
     @abstractmethod
+    def capture_hold(self, conn, cfg, stored_position=None):
+        """What the pipeline's capture holds on the source (core.capture_hold.CaptureHold) —
+        a slot's retained WAL, the binlog kept for the connector's position. `stored_position()`
+        gives the connector's stored offsets, for an engine whose position lives in Connect."""
+
+    @abstractmethod
     def lost_capture(self, cfg, client, connector: str) -> str | None:
         """Why changes were missed at the source side (the position capture needs is gone), or None."""
 

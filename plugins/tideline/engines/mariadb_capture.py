@@ -154,6 +154,30 @@ class MariaDbCapture:
         return (f"binlog {missing[0]}, where connector {connector} stopped reading, was purged from the MariaDB "
                 f"source (binlog_expire_logs_seconds or PURGE BINARY LOGS): changes made since were never captured")
 
+    def capture_hold(self, conn, cfg, stored_position=None):
+        """The binlogs the source keeps from the connector's stored position on, and how long at most
+        until expiry purges that position (its file is older than the last event read there)."""
+        import time as clock
+        from tideline.core.capture_hold import CaptureHold
+        from tideline.core.debezium import connector_name
+        holder = f"binlog position of connector {connector_name(cfg)}"
+        stored = (stored_position() if stored_position else None) or {}
+        offsets = [e.get("offset") or {} for e in stored.get("offsets", [])]
+        position = next((o for o in offsets if o.get("file")), None)
+        if position is None:
+            return CaptureHold(holder, missing=True)
+        with conn.cursor() as cur:
+            cur.execute("SHOW BINARY LOGS")
+            logs = [(r[0], int(r[1])) for r in cur.fetchall()]
+            cur.execute("SELECT @@binlog_expire_logs_seconds")
+            expire = int(cur.fetchone()[0] or 0)
+        kept = [(name, size) for name, size in logs if name >= position["file"]]
+        retained = sum(size for _, size in kept) - int(position.get("pos") or 0) if kept else None
+        read_at = position.get("ts_sec")
+        return CaptureHold(holder, retained_bytes=retained,
+                           expires_in_s=(expire - (clock.time() - int(read_at)) if expire and read_at else None),
+                           status="lost" if not kept else None)
+
     def reset_capture(self, cfg) -> None:
         """Nothing on the server holds a position for the connector (unlike a slot)."""
 

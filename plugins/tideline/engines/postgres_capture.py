@@ -158,6 +158,22 @@ class PostgresCapture:
         return (f"replication slot {cfg.slot_name} is inactive for {2 * DISCONNECTED_LOOK_S:.0f} s and more: the "
                 f"connector cannot read the source ({cause})")
 
+    def capture_hold(self, conn, cfg, stored_position=None):
+        """The slot: the WAL it retains (from its restart_lsn), whether a walsender reads it, its
+        wal_status, the server's bound on it, and (PostgreSQL 17+) since when nobody reads it."""
+        from tideline.core.capture_hold import CaptureHold
+        from tideline import sqlfiles
+        holder = f"replication slot {cfg.slot_name}"
+        with conn.cursor() as cur:
+            cur.execute(sqlfiles.load("capture/postgres_slot_hold"), {"slot": cfg.slot_name})
+            row = cur.fetchone()
+        if row is None:
+            return CaptureHold(holder, missing=True)
+        active, status, retained, limit_mb, inactive_since = row
+        return CaptureHold(holder, retained_bytes=int(retained) if retained is not None else None, active=active,
+                           status=status, inactive_since=inactive_since,
+                           limit_bytes=limit_mb * 1024 * 1024 if limit_mb is not None and limit_mb >= 0 else None)
+
     def lost_capture(self, cfg, client, connector: str) -> str | None:
         slot = self.slot_status(cfg)
         if slot is not None and slot[0] != "lost":

@@ -3,6 +3,7 @@ pipeline stands — phase, epoch, rows, last batch, lag per partition, retention
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from dataclasses import dataclass
@@ -13,11 +14,14 @@ from psycopg2.extras import RealDictCursor
 from tideline import engines, sqlfiles, state, targets
 
 from tideline.stream import coverage
+from tideline.core import capture_hold
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import get_connection
 from tideline.core.errors import TidelineError
 from tideline.core.readable import ago
 from tideline.entrypoints import pipelines_dir
+
+log = logging.getLogger("tideline.status")
 
 
 @dataclass
@@ -55,6 +59,10 @@ class TableStatus:
     stream_waiting_s: float | None = None
     stream_tries: int | None = None
     source_error: str | None = None      # the source did not answer (its figures are missing)
+    source_hold: str | None = None       # what capture holds on the source, in a line (core.capture_hold)
+    source_hold_alerts: list[str] | None = None   # how it harms the source (the watch DAG's alerts)
+    source_retained_bytes: int | None = None
+    source_unread_s: float | None = None   # None: read (or no slot); seconds nobody has read the slot
 
     @property
     def lag_total(self) -> int:
@@ -135,10 +143,18 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                                   if f.get("maintain_outcome") else None),
                 stream_ended=_stream_ended(cfg, st.phase if st else "new", streams.get(t.name))))
         capture = None if source_error else _capture_error(cfg, resolve, out)   # (it asks the source)
+        hold = _source_hold(cfg, engine, source, target, resolve) if source is not None else None
         for row in out:
             row.source_error = source_error
             if cfg.table(row.table).mode == "cdc" and row.phase == "streaming":
                 row.capture_error = capture
+            if cfg.table(row.table).mode == "cdc" and hold is not None:
+                found, now = hold
+                row.source_hold, row.source_retained_bytes = found.line(now), found.retained_bytes
+                row.source_unread_s = found.inactive_for_s(now)
+                row.source_hold_alerts = [m for _, m in capture_hold.judge(cfg.name, found, now,
+                                                                           cfg.alerts.max_retained_wal_mb,
+                                                                           cfg.alerts.slot_inactive_minutes)]
             if cfg.table(row.table).mode == "cdc" and wait is not None:
                 row.stream_waiting, row.stream_waiting_s, row.stream_tries = wait.describe(), wait.waiting_s, wait.tries
     finally:
@@ -146,6 +162,20 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
         if source is not None:
             source.close()
     return out
+
+
+def _source_hold(cfg: PipelineConfig, engine, source, target, resolve):
+    """(what capture holds on the source, when looked) — None without capture, or when it cannot
+    be looked at (Connect away, for a source whose position Connect keeps): said in the log."""
+    from tideline.capture import hold
+    if not any(t.mode == "cdc" for t in cfg.tables):
+        return None
+    try:
+        return hold.look(cfg, engine, source, target, resolve(cfg.connect.conn_id)), datetime.now(timezone.utc)
+    except (TidelineError, *engine.errors, *state.ERRORS, OSError) as exc:
+        target.rollback()
+        log.warning("%s: what capture holds on the source was not looked at: %s", cfg.name, _first_line(exc))
+        return None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -204,7 +234,10 @@ def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
     lines = [f"pipeline {cfg.name}  ({datetime.now().strftime('%H:%M:%S')})"
              + (f"\n  CAPTURE FAILED — no table receives changes: {capture}" if capture else "")
              + (f"\n  STREAM {waiting}" if waiting else "")
-             + (f"\n  SOURCE: {source_error}" if source_error else ""),
+             + (f"\n  SOURCE: {source_error}" if source_error else "")
+             + "".join(f"\n  source {line}" for line in sorted({r.source_hold for r in rows if r.source_hold}))
+             + "".join(f"\n  ALERT {m}" for m in next((r.source_hold_alerts for r in rows if r.source_hold_alerts),
+                                                        [])),
              f"  {'table':22s} {'phase':17s} {'epoch':>5s} {'target rows':>12s} {'source rows':>12s} "
              f"{'last batch':>14s} {'lag':>7s}  headroom"]
     for r in rows:

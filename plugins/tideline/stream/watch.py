@@ -162,15 +162,55 @@ class StreamWatch:
             src.close()
         return None
 
+    def check_hold(self, connect) -> ResnapshotRequired | None:
+        """What capture holds on the source (capture.hold: since when nobody reads the slot is kept
+        in the state), and whether the source lost it: a slot the server invalidated
+        (max_slot_wal_keep_size), a binlog purged. Then changes were missed at the source, and no
+        replay can bring them: the run ends for a re-snapshot, and the sync DAG's next run re-creates
+        capture and reloads the tables (capture.connector.recover_lost_capture)."""
+        from tideline.capture import hold
+        from tideline.capture.connector import ConnectClient
+        from tideline.core.debezium import connector_name
+        try:
+            src = self.engine.connect(autocommit=True, connect_timeout=5)
+            try:
+                conn = self.store.connect(connect_timeout=5)
+                try:
+                    found = hold.look(self.cfg, self.engine, src, conn, connect)
+                finally:
+                    conn.close()
+            finally:
+                src.close()
+            if found.status != "lost" and not found.missing:
+                return None
+            why = self.engine.lost_capture(self.cfg, ConnectClient(connect.http_base_url(), timeout=10),
+                                           connector_name(self.cfg))
+        except Exception as exc:   # a part is away: the next look sees it again
+            log.warning("%s: what capture holds on the source was not checked: %s", self.cfg.name, exc)
+            return None
+        if why is None:
+            return None
+        log.error("%s: %s", self.cfg.name, why)
+        for name in self.tables:   # marked first: a crash from here on still leaves them marked
+            if name not in self.halted:
+                self.needs_resnapshot(name, f"capture lost its source position: {why}")
+        return ResnapshotRequired(f"pipeline {self.cfg.name}: {why}. This stream stops; the sync DAG re-creates "
+                                  f"capture and reloads its tables by itself")
+
     def check_capture(self) -> None:
         """A failed connector sends nothing, so the stream would look caught up while the source
         moves on: said in each table's state (last_error, cleared by the next batch) and alerted,
         once per distinct failure."""
         from tideline.capture.connector import capture_failure
         try:
-            failure = capture_failure(self.cfg, get_connection(self.cfg.connect.conn_id, self._environ))
+            connect = get_connection(self.cfg.connect.conn_id, self._environ)
+            failure = capture_failure(self.cfg, connect)
         except Exception as exc:   # no Connect connection given to this job: the watch DAG still checks
             log.debug("capture check skipped: %s", exc)
+            return
+        lost = self.check_hold(connect)
+        if lost is not None:
+            self.stop(lost)
             return
         if failure is None or failure == self._capture_said:
             if failure is None and self._capture_said is not None:

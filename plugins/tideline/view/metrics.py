@@ -16,6 +16,9 @@ METRICS = {
     "tideline_stream_waiting_seconds": "seconds the pipeline's stream has been waiting for a part that does not "
                                        "answer (or to start again after its job failed); 0 when it is not waiting",
     "tideline_stream_tries": "failed stream submissions in the current wait, 0 when it is not waiting",
+    "tideline_source_log_retained_bytes": "bytes of the source's log the pipeline's capture holds (a replication "
+                                          "slot's retained WAL; the binlogs from a MariaDB connector's position)",
+    "tideline_source_log_unread_seconds": "seconds nobody has read the pipeline's replication slot, 0 while read",
     "tideline_table_phase": "1 for the table's current phase (label phase), 0 for the others",
     "tideline_table_epoch": "the table's fencing epoch (rises with every run that takes the table over)",
     "tideline_table_target_rows": "rows in the target table (PostgreSQL's live-row statistic: no count(*) per scrape)",
@@ -33,6 +36,10 @@ METRICS = {
 }
 
 
+PIPELINE_METRICS = ("tideline_pipeline_up", "tideline_stream_waiting_seconds", "tideline_stream_tries",
+                    "tideline_source_log_retained_bytes", "tideline_source_log_unread_seconds")
+
+
 class _Collector:
     def __init__(self, pipelines: list[PipelineOverview]):
         self.pipelines = pipelines
@@ -48,6 +55,10 @@ class _Collector:
                 fam["tideline_stream_waiting_seconds"].add_metric([p.name], float(p.waiting_s or 0))
                 tries = next((t.stream_tries for t in p.tables if t.stream_tries is not None), 0)
                 fam["tideline_stream_tries"].add_metric([p.name], float(tries if p.waiting else 0))
+            held = next((t for t in p.tables if t.source_hold), None)
+            if held is not None:
+                _maybe(fam["tideline_source_log_retained_bytes"], [p.name], held.source_retained_bytes)
+                fam["tideline_source_log_unread_seconds"].add_metric([p.name], float(held.source_unread_s or 0))
             for t in p.tables:
                 key = [p.name, t.table]
                 for phase in PHASES:
@@ -74,7 +85,7 @@ class _Collector:
 
 
 def _labels(name: str) -> list[str]:
-    if name in ("tideline_pipeline_up", "tideline_stream_waiting_seconds", "tideline_stream_tries"):
+    if name in PIPELINE_METRICS:
         return ["pipeline"]
     extra = {"tideline_table_phase": ["phase"], "tideline_lag_events": ["partition"],
              "tideline_verify_differences": ["kind"]}.get(name, [])

@@ -30,6 +30,8 @@ class PipelineOverview:
     waiting: str | None = None              # the stream waits: "waiting for <what> since <when> (try n)"
     waiting_s: float | None = None
     notices: list[str] = field(default_factory=list)   # what else a person should know (a source away)
+    source_hold: str | None = None          # what capture holds on the source (a slot's retained WAL)
+    source_hold_alerts: list[str] = field(default_factory=list)   # ... and how it harms the source
     tables: list[TableStatus] = field(default_factory=list)
 
     def as_json(self) -> dict:
@@ -82,4 +84,7 @@ def _one(cfg: PipelineConfig, connection: Callable[[str], Conn], timeout_s: floa
     if waiting is not None:
         view.waiting, view.waiting_s = waiting.stream_waiting, waiting.stream_waiting_s
     view.notices = sorted({t.source_error for t in tables if t.source_error})
+    held = next((t for t in tables if t.source_hold), None)
+    if held is not None:
+        view.source_hold, view.source_hold_alerts = held.source_hold, list(held.source_hold_alerts or [])
     return view

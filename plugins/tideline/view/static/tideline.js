@@ -65,6 +65,10 @@ function renderPipelines(pipelines) {
     // the stream task waits for a part that does not answer (or to start again): it submits by itself
     if (p.waiting) card.append(el("p", { class: "problem", "data-waiting-s": p.waiting_s }, `Stream ${p.waiting}`));
     for (const n of p.notices || []) card.append(el("p", { class: "problem" }, n));
+    // what capture holds on the source (a slot's retained WAL): a line, and the alerts it raises
+    if (p.source_hold) card.append(el("p", { class: p.source_hold_alerts.length ? "problem" : "muted", "data-source-hold": "" },
+      `Source: ${p.source_hold}`));
+    for (const a of p.source_hold_alerts || []) card.append(el("p", { class: "problem" }, a));
     if (p.tables.length) {
       const rows = p.tables.map((t) => {
         const sel = view.selected && view.selected.pipeline === p.name && view.selected.table === t.table;
