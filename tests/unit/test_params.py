@@ -15,7 +15,7 @@ def test_defaults():
 
 @pytest.mark.parametrize("params,message", [
     ({"resume_halted": "yes"}, "resume_halted must be true or false"),
-    ({"action": "drop"}, "action='drop' is not one of auto, full_reload, repair, validate"),
+    ({"action": "drop"}, "action=.drop. is not one of auto, full_reload, repair, validate, pause, resume"),
     ({"action": "repair", "tables": ["a", "b"], "repair_key_from": "1", "repair_key_to": "2"}, "works on one table"),
     ({"action": "repair", "tables": ["a"], "repair_key_from": "1"}, "needs both repair_key_from and repair_key_to"),
     ({"action": "repair", "tables": ["a"], "repair_time_column": "u"}, "needs all of repair_time_column"),
@@ -83,3 +83,24 @@ def test_an_available_now_run_hands_back_what_a_continuous_stream_held():
     assert hands_back("available_now", ["orders", "items"], held) == ["orders"]
     assert hands_back("continuous", ["orders"], held) == []   # it streams on itself
     assert hands_back("available_now", ["items"], held) == []  # nothing was streamed continuously
+
+
+def test_a_paused_table_keeps_out_of_every_run_until_a_person_resumes_it():
+    phases = {"a": ("streaming", None), "b": ("streaming", None), "c": ("needs_resnapshot", "lost")}
+    plan = plan_tables(CFG, "pause", ["b"], phases)
+    assert (plan["paused"], plan["pause"], plan["stream"], plan["full_load"]) == (["b"], ["b"], ["a"], ["c"])
+    phases["b"] = ("paused", "paused by a person")
+    for action, tables in (("auto", ["a", "b", "c"]), ("full_reload", ["b"]), ("resume", ["a"])):
+        plan = plan_tables(CFG, action, tables, phases)
+        assert plan["paused"] == ["b"] and "b" not in plan["stream"] + plan["full_load"], action
+    plan = plan_tables(CFG, "resume", ["b"], phases)
+    assert (plan["unpause"], plan["paused"], plan["stream"]) == (["b"], [], ["a", "b"])
+    assert plan_tables(CFG, "pause", ["b"], phases)["pause"] == []   # already paused: nothing to fence
+
+
+def test_pause_applies_to_change_stream_tables_only():
+    cfg = parse_pipeline({"name": "shop", "source": {"conn_id": "s"}, "target": {"conn_id": "t"},
+                          "kafka": {"topic_prefix": "p"},
+                          "tables": [{"name": "a"}, {"name": "log", "mode": "batch", "cursor_column": "u"}]}, "x")
+    with pytest.raises(ParamError, match="log is a batch-mode table .pause the batch_shop DAG"):
+        check_sync_params(cfg, {"action": "pause", "tables": ["log"]})

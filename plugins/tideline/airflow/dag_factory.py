@@ -89,7 +89,9 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
                                         "chosen tables from a new snapshot, then stream. repair: re-read from the "
                                         "source what the last validate found different (or the key / update-time "
                                         "range given below, one table); the stream keeps its position. validate: "
-                                        "compare source and target by key ranges, down to the differing rows."),
+                                        "compare source and target by key ranges, down to the differing rows. pause: stop "
+                                        "applying the chosen tables (they keep their position; the others stream "
+                                        "on). resume: stream paused tables again from their position."),
             "tables": Param(table_names, type="array", items={"type": "string", "enum": table_names},
                             title="Tables", description="Tables the action applies to (default: all)"),
             "stream_mode": Param("continuous", enum=list(STREAM_MODES), title="Stream mode",

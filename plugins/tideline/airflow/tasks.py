@@ -84,6 +84,7 @@ def decide(cfg, checked: dict) -> dict:
     if plan["hand_back"]:
         log.warning("%s: a continuous stream holds %s; this available_now run takes them over and, when it has "
                     "applied what Kafka holds, starts a continuous stream again", cfg.name, ", ".join(plan["hand_back"]))
+    _pause_and_resume(cfg, plan, checked)
     if plan["resumed"]:
         conn = state.connect(connections.get(cfg.target.conn_id))
         try:
@@ -104,11 +105,41 @@ def decide(cfg, checked: dict) -> dict:
     for table in plan["refused"]:
         log.error("%s.%s is REFUSED and will not be loaded or streamed until fixed: %s", cfg.name, table,
                   phases[table][1])
+    if not plan["full_load"] and not plan["stream"] and plan["paused"]:
+        log.warning("%s: every table that could stream is paused (%s): nothing streams until one is resumed "
+                    "(action=resume)", cfg.name, ", ".join(plan["paused"]))
+        return plan
     if not plan["full_load"] and not plan["stream"]:
         raise AirflowFailException(f"pipeline {cfg.name}: nothing can run; "
                                    + "; ".join(f"{t} ({phases[t][0]}): {phases[t][1]}"
                                                for t in plan["halted"] + plan["refused"]))
     return plan
+
+
+def _pause_and_resume(cfg, plan: dict, checked: dict) -> None:
+    """Pauses the tables the plan pauses — a new epoch fences the stream that holds them, which
+    stops; this run's stream takes the others over — and resumes those it resumes, from their
+    own position (the coverage sensor checks Kafka still holds it)."""
+    if not plan["pause"] and not plan["unpause"]:
+        return
+    conn = state.connect(connections.get(cfg.target.conn_id))
+    try:
+        for table in list(plan["pause"]):
+            if not state.park(conn, cfg.name, table, "paused", f"paused by {checked.get('run', 'a person')}",
+                              "paused by a person (action=pause): its position is kept; resume it with "
+                              "action=resume before Kafka's retention passes it (the watch DAG warns)"):
+                log.warning("%s.%s was never loaded: there is nothing to pause (an auto run loads it)", cfg.name,
+                            table)
+                plan["paused"].remove(table)
+                plan["pause"].remove(table)
+            else:
+                log.warning("%s.%s PAUSED: the stream that held it stops; the other tables stream on", cfg.name,
+                            table)
+        for table in plan["unpause"]:
+            state.set_phase(conn, cfg.name, table, "streaming", None)
+            log.warning("%s.%s resumed from its own position", cfg.name, table)
+    finally:
+        conn.close()
 
 
 def prepare(pipeline: str, checked: dict) -> dict:
@@ -120,7 +151,10 @@ def prepare(pipeline: str, checked: dict) -> dict:
     return decide(cfg, checked)
 
 
-def branch_after_prepare(plan: dict) -> str:
+def branch_after_prepare(plan: dict) -> str | list[str]:
+    """full_load, or straight to coverage — or nothing more when every table is paused."""
+    if not plan["full_load"] and not plan.get("stream", True):
+        return []
     return "full_load" if plan["full_load"] else "coverage"
 
 

@@ -5,7 +5,8 @@ from tideline.core.config import PipelineConfig
 from tideline.core.names import name_problem
 from tideline.core.errors import TerminalError
 
-ACTIONS = ("auto", "full_reload", "repair", "validate")
+ACTIONS = ("auto", "full_reload", "repair", "validate", "pause", "resume")
+LIFECYCLE_ACTIONS = ("pause", "resume")   # per table; the stream of the others goes on
 VERIFY_ACTIONS = ("repair", "validate")   # built only for a pair that supports verify (core.support)
 
 
@@ -41,6 +42,12 @@ def check_sync_params(cfg: PipelineConfig, params: dict) -> dict:
     resume = params.get("resume_halted", True)
     if not isinstance(resume, bool):
         raise ParamError(f"param resume_halted must be true or false, got {resume!r}")
+    if action in LIFECYCLE_ACTIONS:
+        batch = [t for t in tables if cfg.table(t).mode != "cdc"]
+        if batch:
+            raise ParamError(f"action={action} applies to change-stream tables; {', '.join(batch)} "
+                             f"{'is a batch-mode table' if len(batch) == 1 else 'are batch-mode tables'} (pause "
+                             f"the batch_{cfg.name} DAG in Airflow instead)")
     checked = {"action": action, "tables": tables, "stream_mode": mode, "resume_halted": resume}
     if action == "repair":
         checked["repair"] = _check_repair(cfg, tables, params)
@@ -98,12 +105,25 @@ def plan_tables(cfg: PipelineConfig, action: str, tables: list[str],
     A halted table resumes from its own offsets when a person triggers the run (resume_halted:
     they fixed what its error named; if not, it halts again on the same event and says so)."""
     full_load, stream, halted, refused, resnapshot, resumed, reasons = [], [], [], [], [], [], {}
+    paused, pause, unpause = [], [], []
     for t in cfg.tables:
         if t.mode != "cdc":
             continue
         phase, _error = phases.get(t.name, ("new", None))
         if phase == "refused":   # its shape cannot be carried: nothing is done until the cause is fixed
             refused.append(t.name)
+        elif action == "pause" and t.name in tables:
+            paused.append(t.name)
+            if phase != "paused":
+                pause.append(t.name)
+            reasons[t.name] = "paused by this run: it keeps its position; resume it with action=resume"
+        elif phase == "paused" and not (action == "resume" and t.name in tables):
+            paused.append(t.name)
+            reasons[t.name] = "paused: not streamed until resumed (action=resume)"
+        elif phase == "paused":
+            stream.append(t.name)
+            unpause.append(t.name)
+            reasons[t.name] = "paused, resumed by this run from its own position"
         elif action == "full_reload" and t.name in tables:
             full_load.append(t.name)
             reasons[t.name] = "full reload requested"
@@ -124,7 +144,7 @@ def plan_tables(cfg: PipelineConfig, action: str, tables: list[str],
             stream.append(t.name)
             reasons[t.name] = "loaded: straight to streaming"
     return {"full_load": full_load, "stream": stream, "halted": halted, "refused": refused, "resnapshot": resnapshot,
-            "resumed": resumed, "reasons": reasons}
+            "resumed": resumed, "reasons": reasons, "paused": paused, "pause": pause, "unpause": unpause}
 
 
 def hands_back(stream_mode: str, tables: list[str], held_continuously: set[str]) -> list[str]:

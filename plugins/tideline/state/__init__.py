@@ -228,6 +228,15 @@ def set_partitions(cur, pipeline: str, table: str, tree: dict | None) -> None:
                 (json.dumps(tree) if tree is not None else None, pipeline, table))
 
 
+def park(conn, pipeline: str, table: str, phase: str, owner: str, why: str) -> bool:
+    """Phase 'paused' or 'removed', fencing whatever run holds the table (its position stays).
+    False when the table has no state (never loaded: nothing holds it)."""
+    with conn, conn.cursor() as cur:
+        cur.execute(sqlfiles.load("state/park_table"), {"pipeline": pipeline, "table": table, "phase": phase,
+                                                        "owner": owner, "why": why})
+        return cur.fetchone() is not None
+
+
 def refuse(conn, pipeline: str, table: str, error: str) -> None:
     """In its own transaction: the table is refused (before any work), fenced from running jobs."""
     with conn, conn.cursor() as cur:

@@ -7,7 +7,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from tideline.view.overview import PipelineOverview
 
-PHASES = ("new", "loading", "streaming", "needs_resnapshot", "halted", "batch")
+PHASES = ("new", "loading", "streaming", "needs_resnapshot", "halted", "batch", "refused", "paused", "removed")
 VERIFY_KINDS = ("missing", "extra", "different")
 
 # name -> help: the documented set (a test checks the endpoint carries every one)

@@ -1,0 +1,8 @@
+-- Parks a table in phase 'paused' or 'removed' (core.params, ops.lifecycle): a new epoch fences any
+-- run still holding it, so nothing more is applied; its resume offsets stay (a paused table resumes
+-- from them).
+UPDATE tideline.table_state
+   SET phase = %(phase)s, epoch = epoch + 1, epoch_owner = %(owner)s, last_error = %(why)s, last_error_at = now(),
+       last_error_event = NULL, updated_at = now()
+ WHERE pipeline = %(pipeline)s AND table_name = %(table)s
+RETURNING epoch;
