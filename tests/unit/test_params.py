@@ -15,7 +15,7 @@ def test_defaults():
 
 @pytest.mark.parametrize("params,message", [
     ({"resume_halted": "yes"}, "resume_halted must be true or false"),
-    ({"action": "drop"}, "action=.drop. is not one of auto, full_reload, repair, validate, pause, resume"),
+    ({"action": "drop"}, "action=.drop. is not one of auto, full_reload, repair, validate, pause, resume, decommission"),
     ({"action": "repair", "tables": ["a", "b"], "repair_key_from": "1", "repair_key_to": "2"}, "works on one table"),
     ({"action": "repair", "tables": ["a"], "repair_key_from": "1"}, "needs both repair_key_from and repair_key_to"),
     ({"action": "repair", "tables": ["a"], "repair_time_column": "u"}, "needs all of repair_time_column"),
@@ -104,3 +104,10 @@ def test_pause_applies_to_change_stream_tables_only():
                           "tables": [{"name": "a"}, {"name": "log", "mode": "batch", "cursor_column": "u"}]}, "x")
     with pytest.raises(ParamError, match="log is a batch-mode table .pause the batch_shop DAG"):
         check_sync_params(cfg, {"action": "pause", "tables": ["log"]})
+
+
+def test_decommission_needs_the_pipelines_name_typed():
+    for confirm in (None, "", "sho", "yes"):
+        with pytest.raises(ParamError, match="type the pipeline's name .shop. in param confirm"):
+            check_sync_params(CFG, {"action": "decommission", "confirm": confirm})
+    assert check_sync_params(CFG, {"action": "decommission", "confirm": "shop"})["action"] == "decommission"

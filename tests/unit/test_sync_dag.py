@@ -20,9 +20,9 @@ def downstream(dag, task_id: str) -> set[str]:
 
 
 def test_the_run_goes_params_prepare_load_coverage_stream(dag):
-    assert set(dag.task_ids) == {"check_params", "repair", "validate", "prepare", "full_load", "coverage",
-                                 "resnapshot", "incremental", "restart"}
-    assert downstream(dag, "check_params") == {"prepare", "repair", "validate"}
+    assert set(dag.task_ids) == {"check_params", "repair", "validate", "decommission", "prepare", "full_load",
+                                 "coverage", "resnapshot", "incremental", "restart"}
+    assert downstream(dag, "check_params") == {"prepare", "repair", "validate", "decommission"}
     assert downstream(dag, "prepare") == {"full_load", "coverage"}
     assert downstream(dag, "full_load") == {"coverage"}
     assert downstream(dag, "coverage") == {"incremental", "resnapshot"}
@@ -34,7 +34,8 @@ def test_each_choosing_task_names_only_tasks_right_after_it(dag):
     from tideline.airflow import tasks
     from tideline.core.errors import EXIT_RESNAPSHOT
     choices = {
-        "check_params": [tasks.branch_on_action({"action": a}) for a in ("auto", "full_reload", "repair", "validate")],
+        "check_params": [tasks.branch_on_action({"action": a})
+                         for a in ("auto", "full_reload", "repair", "validate", "pause", "resume", "decommission")],
         "prepare": [tasks.branch_after_prepare({"full_load": f}) for f in ([], ["orders"])],
         "coverage": [tasks.branch_after_coverage(r) for r in ({"resnapshot": []}, {"resnapshot": ["orders"]}, None)],
     }

@@ -91,7 +91,9 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
                                         "range given below, one table); the stream keeps its position. validate: "
                                         "compare source and target by key ranges, down to the differing rows. pause: stop "
                                         "applying the chosen tables (they keep their position; the others stream "
-                                        "on). resume: stream paused tables again from their position."),
+                                        "on). resume: stream paused tables again from their position. "
+                                        "decommission: remove the pipeline for good (connector, slot, topics, "
+                                        "state, DAGs; the target tables stay): type its name in confirm."),
             "tables": Param(table_names, type="array", items={"type": "string", "enum": table_names},
                             title="Tables", description="Tables the action applies to (default: all)"),
             "stream_mode": Param("continuous", enum=list(STREAM_MODES), title="Stream mode",
@@ -100,6 +102,9 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             "resume_halted": Param(True, type="boolean", title="Resume halted tables",
                                    description="Halted tables (see make status) resume streaming from their own "
                                                "offsets: trigger once what their error names is fixed."),
+            "confirm": Param(None, type=["null", "string"], title="Decommission: confirm",
+                             description=f"action=decommission removes this pipeline for good: type its name "
+                                         f"({cfg.name}) here to confirm"),
             "repair_key_from": Param(None, type=["null", "string"], title="Repair: key from",
                                      description="first primary-key value of the range (one-column keys)"),
             "repair_key_to": Param(None, type=["null", "string"], title="Repair: key to",
@@ -117,6 +122,8 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
                                     retries=0)
             validate = PythonOperator(task_id="validate", python_callable=_validate_from_xcom,
                                       op_kwargs={"pipeline": cfg.name}, retries=0)
+        decommission = PythonOperator(task_id="decommission", python_callable=tasks.decommission,
+                                      op_kwargs={"pipeline": cfg.name}, retries=1)
         # retried when a part is briefly away (Connect restarting); a broken part fails it at once
         prepare = BranchingPythonOperator(task_id="prepare", python_callable=_prepare_from_xcom,
                                           op_kwargs={"pipeline": cfg.name}, follow=tasks.branch_after_prepare)
@@ -149,7 +156,7 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
                   "stream_mode": "{{ 'continuous' if (ti.xcom_pull(task_ids='prepare') or {}).get('hand_back') "
                                  "else params.stream_mode }}"},
             wait_for_completion=False)
-        checked >> ([prepare, repair, validate] if cfg.supports("verify") else [prepare])
+        checked >> ([prepare, repair, validate, decommission] if cfg.supports("verify") else [prepare, decommission])
         prepare >> [full_load, coverage]
         full_load >> coverage >> [incremental, resnapshot]
         resnapshot >> incremental >> restart

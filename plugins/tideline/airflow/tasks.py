@@ -172,7 +172,16 @@ def restarts_after_stream(result: dict | None, plan: dict | None = None) -> bool
 
 
 def branch_on_action(checked: dict) -> str:
-    return {"repair": "repair", "validate": "validate"}.get(checked["action"], "prepare")
+    return {"repair": "repair", "validate": "validate", "decommission": "decommission"}.get(checked["action"],
+                                                                                          "prepare")
+
+
+def decommission(pipeline: str) -> list[str]:
+    """The decommission action (ops.lifecycle): what it removed, in words."""
+    from tideline.airflow.pipelines import pipelines_dir
+    from tideline.ops import lifecycle
+    cfg = get_pipeline(pipeline)
+    return lifecycle.decommission(cfg, connections.get, config_path=pipelines_dir() / f"{pipeline}.yaml")
 
 
 def repair(pipeline: str, checked: dict) -> list[dict]:

@@ -111,6 +111,10 @@ class ConnectClient:
             raise ConnectError(f"Kafka Connect {method} {path} answered {resp.status_code}: {message}")
         return resp.json() if resp.content else None
 
+    def names(self) -> list[str]:
+        """Every connector of the cluster."""
+        return self._call("GET", "/connectors") or []
+
     def put_config(self, name: str, config: dict) -> dict:
         return self._call("PUT", f"/connectors/{name}/config", json=config)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from tideline.core import support
 from tideline.core.errors import ConfigError
@@ -76,6 +76,8 @@ class TableConfig(_Model):
 
 class PipelineConfig(_Model):
     name: str
+    # the YAML it was read from (load_pipeline), if any: a running stream stops when it is deleted
+    _loaded_from: Path | None = PrivateAttr(default=None)
     source: SourceEndpoint
     target: TargetEndpoint
     kafka: KafkaSettings
@@ -179,6 +181,10 @@ class PipelineConfig(_Model):
         return list(dict.fromkeys([self.target.schema_] + [self.target_schema(t.name) for t in self.tables]))
 
     @property
+    def loaded_from(self) -> Path | None:
+        return self._loaded_from
+
+    @property
     def slot_name(self) -> str:
         return f"tideline_{self.name}"
 
@@ -260,6 +266,7 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
     config = parse_pipeline(data, str(path), _line_finder(text))
     if config.name != path.stem:
         raise ConfigError(str(path), [("name", f"{config.name!r} must equal the file name {path.stem!r}")])
+    config._loaded_from = path.resolve()
     return config
 
 

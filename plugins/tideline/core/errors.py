@@ -51,6 +51,11 @@ class OrphanedError(TerminalError):
     (tideline.launcher). What it committed stays; the next run resumes from there."""
 
 
+class PipelineRemovedError(TerminalError):
+    """The pipeline's YAML was deleted while its stream ran: the stream stops (what it committed
+    stays); decommission what the pipeline left (ops.lifecycle), or put the YAML back."""
+
+
 class ResnapshotRequired(TerminalError):
     """The target can only be brought in line by a new full load of the table (the DAG does it)."""
 

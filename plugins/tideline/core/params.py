@@ -5,7 +5,7 @@ from tideline.core.config import PipelineConfig
 from tideline.core.names import name_problem
 from tideline.core.errors import TerminalError
 
-ACTIONS = ("auto", "full_reload", "repair", "validate", "pause", "resume")
+ACTIONS = ("auto", "full_reload", "repair", "validate", "pause", "resume", "decommission")
 LIFECYCLE_ACTIONS = ("pause", "resume")   # per table; the stream of the others goes on
 VERIFY_ACTIONS = ("repair", "validate")   # built only for a pair that supports verify (core.support)
 
@@ -48,6 +48,10 @@ def check_sync_params(cfg: PipelineConfig, params: dict) -> dict:
             raise ParamError(f"action={action} applies to change-stream tables; {', '.join(batch)} "
                              f"{'is a batch-mode table' if len(batch) == 1 else 'are batch-mode tables'} (pause "
                              f"the batch_{cfg.name} DAG in Airflow instead)")
+    if action == "decommission" and (params.get("confirm") or "").strip() != cfg.name:
+        raise ParamError(f"action=decommission removes pipeline {cfg.name}'s connector, replication slot, "
+                         f"publication, topics, state and DAGs for good: type the pipeline's name ({cfg.name}) in "
+                         f"param confirm; got {params.get('confirm')!r}")
     checked = {"action": action, "tables": tables, "stream_mode": mode, "resume_halted": resume}
     if action == "repair":
         checked["repair"] = _check_repair(cfg, tables, params)

@@ -14,7 +14,8 @@ from typing import Callable
 from tideline import state
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
-from tideline.core.errors import FencedError, OrphanedError, ResnapshotRequired, TidelineError
+from tideline.core.errors import (FencedError, OrphanedError, PipelineRemovedError, ResnapshotRequired,
+                                   TidelineError)
 from tideline.core.source_shapes import partition_tree_change
 from tideline.launcher import Launcher
 from tideline.ops import alerts
@@ -44,6 +45,7 @@ class StreamWatch:
         self.needs_resnapshot, self.stop = needs_resnapshot, stop
         self._environ = environ
         self._capture_said: str | None = None
+        self._config_missing = 0
         self._trees: dict[str, dict] = {}   # partitioned tables: their partitions as last seen
 
     def run(self, stopped: threading.Event) -> None:
@@ -63,6 +65,10 @@ class StreamWatch:
                 moved = None
             if moved is not None:
                 self.stop(moved)
+                return
+            removed = self.check_config()
+            if removed is not None:
+                self.stop(removed)
                 return
             live = {n: t.epoch for n, t in self.tables.items() if n not in self.halted}
             try:
@@ -161,6 +167,24 @@ class StreamWatch:
         finally:
             src.close()
         return None
+
+    def check_config(self) -> PipelineRemovedError | None:
+        """A pipeline whose YAML was deleted has no DAG left to show or stop its stream: the stream
+        stops itself (within FENCE_CHECK_S), saying why and what to do."""
+        path = self.cfg.loaded_from
+        if path is None or path.exists():
+            self._config_missing = 0
+            return None
+        self._config_missing += 1   # two looks in a row: an editor that saves by delete-and-write is no deletion
+        if self._config_missing < 2:
+            return None
+        removed = PipelineRemovedError(
+            f"pipeline {self.cfg.name}: its config {path} was deleted while its stream ran, so nothing would show or "
+            f"stop this stream: it stops (what it committed stays). Its connector, replication slot and topics stay "
+            f"until removed: python -m tideline.ops.lifecycle orphans lists them and the command that removes "
+            f"them — or put the YAML back and trigger sync_{self.cfg.name}")
+        log.error("%s", removed)
+        return removed
 
     def check_hold(self, connect) -> ResnapshotRequired | None:
         """What capture holds on the source (capture.hold: since when nobody reads the slot is kept

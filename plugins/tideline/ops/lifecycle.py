@@ -1,0 +1,313 @@
+"""A pipeline's end of life, and what a deleted one left behind.
+
+    python -m tideline.ops.lifecycle decommission NAME --confirm NAME
+    python -m tideline.ops.lifecycle orphans
+
+`decommission` takes everything of a pipeline away, in the order that never leaves the source
+harmed: its tables are fenced (a running stream stops at its next look, within seconds), then its
+connector and the connector's stored position and secrets, then what the source holds for it (the
+replication slot — the part that retains WAL — and the publication; its row of the shared
+heartbeat table), its Kafka topics, its state rows, and last its YAML (renamed
+`<name>.yaml.decommissioned`, so its DAGs leave Airflow at the next parse). The target tables
+stay: they are the users' data. The sync DAG's `action=decommission` does the same.
+
+`orphans` lists what Tideline left on Kafka Connect, the sources and Kafka for pipelines whose
+YAML is gone (deleted without decommissioning): connectors, their slots and the WAL those retain,
+their topics — each with the command that removes it. The doctor and status say the same.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from psycopg2 import sql
+
+from tideline import engines, state
+from tideline.core.config import PipelineConfig, load_pipeline, load_pipelines
+from tideline.core.connections import Conn, get_connection
+from tideline.core.debezium import connector_name
+from tideline.core.errors import TerminalError
+from tideline.core.names import topic_name
+from tideline.entrypoints import pipelines_dir
+
+log = logging.getLogger("tideline.lifecycle")
+CONNECTOR_PREFIX = "tideline-"
+RETIRED_SUFFIX = ".decommissioned"
+
+
+class ConfirmationError(TerminalError):
+    """A decommission was asked without the pipeline's name typed as its confirmation."""
+
+
+def check_confirmation(name: str, confirm: str | None) -> None:
+    if (confirm or "").strip() != name:
+        raise ConfirmationError(f"decommissioning pipeline {name} removes its connector, replication slot, "
+                                f"publication, topics, state and DAGs for good: confirm by typing its name "
+                                f"({name!r}) as the confirmation (param confirm / --confirm); got {confirm!r}")
+
+
+def pipeline_topics(cfg: PipelineConfig, engine) -> list[str]:
+    """Every Kafka topic of the pipeline: its tables' change topics, the heartbeat topic, the
+    engine's own (a MariaDB connector's schema history)."""
+    topics = [cfg.topic(t.name) for t in cfg.tables if t.mode == "cdc"]
+    if cfg.source.heartbeat_table:
+        topics.append(topic_name(cfg.kafka.topic_prefix, cfg.source.schema_, cfg.source.heartbeat_table))
+    return topics + list(engine.capture_topics(cfg))
+
+
+def decommission(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection,
+                 config_path: Path | None = None) -> list[str]:
+    """Removes the pipeline (see the module's docstring); returns what it removed, in words.
+    Idempotent: run again after a failure part way, it removes what is left."""
+    from tideline.capture.connector import remove_connector
+    from tideline.engines import connect_secrets
+    from tideline.kafka_offsets import admin_client
+    done: list[str] = []
+    target = state.connect(resolve(cfg.target.conn_id))
+    try:
+        state.migrate(target)
+        with target.cursor() as cur:
+            cur.execute("SELECT table_name FROM tideline.table_state WHERE pipeline = %s", (cfg.name,))
+            tables = [r[0] for r in cur.fetchall()]
+        target.rollback()
+        for table in tables:   # first: a running stream applies nothing more and stops
+            state.park(target, cfg.name, table, "removed", "decommission", "the pipeline is being decommissioned")
+        if tables:
+            done.append(f"fenced {len(tables)} table(s): a running stream stops")
+        remove_connector(cfg, resolve(cfg.connect.conn_id))
+        connect_secrets.remove(connector_name(cfg))
+        done.append(f"connector {connector_name(cfg)} and its stored position")
+        source = resolve(cfg.source.conn_id)
+        engine = engines.for_pipeline(cfg, source)
+        engine.drop_capture(cfg)
+        done.append(f"the source's {engine.position_holder(cfg)} and publication")
+        if cfg.source.heartbeat_table:
+            done.append(_forget_heartbeat(cfg, engine))
+        admin = admin_client(resolve(cfg.kafka.conn_id).kafka_access)
+        present = set(admin.list_topics(timeout=15).topics)
+        topics = [t for t in pipeline_topics(cfg, engine) if t in present]
+        for topic, fut in (admin.delete_topics(topics, operation_timeout=30).items() if topics else ()):
+            fut.result(60)
+        done.append(f"{len(topics)} Kafka topic(s)" + (f": {', '.join(topics)}" if topics else ""))
+        done.append(f"{_delete_state(target, cfg.name)} state row(s)")
+    finally:
+        target.close()
+    if config_path is not None and config_path.exists():
+        retired = config_path.with_name(config_path.name + RETIRED_SUFFIX)
+        config_path.rename(retired)
+        done.append(f"its YAML, now {retired.name} (its DAGs leave Airflow at the next parse)")
+    for line in done:
+        log.warning("%s decommissioned: %s", cfg.name, line)
+    return done
+
+
+def _forget_heartbeat(cfg: PipelineConfig, engine) -> str:
+    """The pipeline's row of the source's heartbeat table (shared by the pipelines of a schema)."""
+    conn = engine.connect(autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            table = ".".join(engine.quote(p) for p in (cfg.source.schema_, cfg.source.heartbeat_table))
+            try:
+                cur.execute(f"DELETE FROM {table} WHERE pipeline = %s", (cfg.name,))
+            except engine.errors as exc:   # never made (capture never ran), or another's to keep
+                return f"heartbeat table {cfg.source.heartbeat_table}: nothing removed ({str(exc).strip()[:200]})"
+    finally:
+        conn.close()
+    return f"its row of the heartbeat table {cfg.source.heartbeat_table} (the table is shared: it stays)"
+
+
+def _delete_state(conn, pipeline: str) -> int:
+    """Every row of the pipeline in the state schema (each state table has a `pipeline` column)."""
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT table_name FROM information_schema.columns WHERE table_schema = 'tideline' "
+                    "AND column_name = 'pipeline' ORDER BY table_name")
+        removed = 0
+        for (name,) in cur.fetchall():
+            cur.execute(sql.SQL("DELETE FROM tideline.{} WHERE pipeline = %s").format(sql.Identifier(name)),
+                        (pipeline,))
+            removed += cur.rowcount
+    return removed
+
+
+# ---------------------------------------------------------------- orphans
+
+@dataclass
+class Orphan:
+    connector: str
+    state: str
+    slot: str | None = None
+    database: str | None = None
+    retained: str | None = None
+    topics: list[str] = field(default_factory=list)
+    publication: str | None = None
+
+    def describe(self) -> str:
+        held = f"; slot {self.slot} on {self.database}" + (f" retains {self.retained}" if self.retained else "") \
+            if self.slot else ""
+        return (f"connector {self.connector} ({self.state}) has no pipeline YAML{held}; {len(self.topics)} topic(s)"
+                f". Remove it: python -m tideline.ops.lifecycle remove-orphan {self.connector} --confirm "
+                f"{self.connector}")
+
+
+def orphans(folder: Path, resolve: Callable[[str], Conn] = get_connection,
+            connect_conn_ids: list[str] | None = None, kafka_conn_id: str | None = None) -> list[Orphan]:
+    """Tideline's connectors on the Kafka Connect clusters the pipelines use (or those named)
+    that belong to no pipeline YAML of `folder`, with their slot and topics."""
+    from tideline.capture.connector import ConnectClient
+    good, _bad = load_pipelines(folder)
+    known = {connector_name(c) for c in good.values()}
+    connects = connect_conn_ids or sorted({c.connect.conn_id for c in good.values()})
+    out = []
+    for conn_id in connects:
+        client = ConnectClient(resolve(conn_id).http_base_url(), timeout=15)
+        for name in client.names():
+            if not name.startswith(CONNECTOR_PREFIX) or name in known:
+                continue
+            config = client.config(name) or {}
+            status = client.status(name) or {}
+            orphan = Orphan(name, (status.get("connector") or {}).get("state", "?"), config.get("slot.name"),
+                            config.get("database.dbname"), publication=config.get("publication.name"))
+            orphan.topics = _topics_of(config, resolve, kafka_conn_id or _kafka_of(good))
+            orphan.retained = _slot_retained(orphan, good, resolve)
+            out.append(orphan)
+    return out
+
+
+def _kafka_of(good: dict[str, PipelineConfig]) -> str | None:
+    return next((c.kafka.conn_id for c in good.values()), None)
+
+
+def _topics_of(config: dict, resolve, kafka_conn_id: str | None) -> list[str]:
+    from tideline.kafka_offsets import admin_client
+    prefix = config.get("topic.prefix")
+    if not prefix or kafka_conn_id is None:
+        return []
+    topics = admin_client(resolve(kafka_conn_id).kafka_access).list_topics(timeout=15).topics
+    return sorted(t for t in topics if t.startswith(prefix + "."))
+
+
+def _slot_retained(orphan: Orphan, good: dict[str, PipelineConfig], resolve) -> str | None:
+    """The WAL the orphan's slot retains, asked through a pipeline whose source is the same database."""
+    from tideline.core.capture_hold import mb
+    if not orphan.slot:
+        return None
+    for cfg in good.values():
+        source = resolve(cfg.source.conn_id)
+        if source.schema != orphan.database or not source.conn_type.startswith("postgres"):
+            continue
+        engine = engines.for_pipeline(cfg, source)
+        conn = engine.connect(autocommit=True, connect_timeout=10)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM "
+                            "pg_replication_slots WHERE slot_name = %s", (orphan.slot,))
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        return mb(row[0]) + " of WAL" if row and row[0] is not None else None
+    return None
+
+
+def remove_orphan(connector: str, folder: Path, resolve: Callable[[str], Conn] = get_connection,
+                  confirm: str | None = None) -> list[str]:
+    """An orphan's connector, slot and publication (through a pipeline on the same source database)
+    and topics. Refused for a connector that still has a pipeline YAML: decommission that."""
+    from tideline.capture.connector import ConnectClient
+    from tideline.kafka_offsets import admin_client
+    check_confirmation(connector, confirm)
+    found = {o.connector: o for o in orphans(folder, resolve)}
+    if connector not in found:
+        raise TerminalError(f"{connector} is not an orphan (it has a pipeline YAML, or no such connector): "
+                            f"decommission its pipeline instead")
+    orphan, good = found[connector], load_pipelines(folder)[0]
+    any_cfg = next(iter(good.values()))
+    client = ConnectClient(resolve(any_cfg.connect.conn_id).http_base_url())
+    client.stop(connector)
+    client.delete_offsets(connector)
+    client.delete(connector)
+    done = [f"connector {connector} and its stored position"]
+    if orphan.slot:
+        for cfg in good.values():
+            source = resolve(cfg.source.conn_id)
+            if source.schema == orphan.database and source.conn_type.startswith("postgres"):
+                conn = engines.for_pipeline(cfg, source).connect(autocommit=True)
+                try:
+                    with conn.cursor() as cur:
+                        _drop_slot(cur, orphan.slot)
+                        if orphan.publication:
+                            cur.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(
+                                sql.Identifier(orphan.publication)))
+                finally:
+                    conn.close()
+                done.append(f"replication slot {orphan.slot}" + (f" and publication {orphan.publication}"
+                                                                  if orphan.publication else ""))
+                break
+    if orphan.topics:
+        admin = admin_client(resolve(any_cfg.kafka.conn_id).kafka_access)
+        for fut in admin.delete_topics(orphan.topics, operation_timeout=30).values():
+            fut.result(60)
+        done.append(f"{len(orphan.topics)} topic(s)")
+    return done
+
+
+def _drop_slot(cur, slot: str, timeout_s: float = 60) -> None:
+    """Drops the slot once the removed connector's walsender has let go of it."""
+    import time
+    deadline = time.monotonic() + timeout_s
+    while True:
+        cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        row = cur.fetchone()
+        if row is None:
+            return
+        if not row[0]:
+            cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            return
+        if time.monotonic() > deadline:
+            raise TerminalError(f"replication slot {slot} is still read {timeout_s:.0f}s after its connector was "
+                                f"removed: something else reads it (pg_stat_replication says what); not dropped")
+        time.sleep(0.5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("decommission", help="remove a pipeline and everything it holds")
+    d.add_argument("pipeline")
+    d.add_argument("--confirm", required=True, help="the pipeline's name again")
+    sub.add_parser("orphans", help="what pipelines deleted without decommissioning left behind")
+    r = sub.add_parser("remove-orphan", help="remove an orphan's connector, slot, publication and topics")
+    r.add_argument("connector")
+    r.add_argument("--confirm", required=True, help="the connector's name again")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    folder = pipelines_dir()
+    try:
+        if args.command == "decommission":
+            check_confirmation(args.pipeline, args.confirm)
+            path = folder / f"{args.pipeline}.yaml"
+            if not path.exists():
+                raise TerminalError(f"no pipeline {args.pipeline} in {folder} (a deleted pipeline's leftovers: "
+                                    f"python -m tideline.ops.lifecycle orphans)")
+            for line in decommission(load_pipeline(path), config_path=path):
+                print(f"removed: {line}")
+        elif args.command == "orphans":
+            found = orphans(folder)
+            for o in found:
+                print(o.describe())
+            if not found:
+                print("no orphans: every Tideline connector belongs to a pipeline YAML")
+        else:
+            for line in remove_orphan(args.connector, folder, confirm=args.confirm):
+                print(f"removed: {line}")
+    except TerminalError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
