@@ -70,7 +70,8 @@ BEGIN
         RAISE EXCEPTION 'permission denied: %.% is not a heartbeat table (pipeline text, beat_at timestamptz)',
             p_schema, p_table USING ERRCODE = 'insufficient_privilege';
     END IF;
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON %I.%I TO %I', p_schema, p_table, session_user);
+    -- DELETE: a decommissioned pipeline removes its own row (ops.lifecycle)
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I.%I TO %I', p_schema, p_table, session_user);
 END $$;
 
 REVOKE ALL ON FUNCTION tideline_dba.publish(text, text[]) FROM PUBLIC;

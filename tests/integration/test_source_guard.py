@@ -9,7 +9,7 @@ import pytest
 
 import stackctl
 from helpers import drop_source, table_digest, wait_until
-from test_dags import airflow_env, make_table, run_dag  # noqa: F401 — fixture
+from test_dags import airflow_env, make_table, run_dag  # noqa: F401,F811 — fixture
 from tideline import state
 from tideline.capture.connector import ConnectClient
 from tideline.core.connections import get_connection

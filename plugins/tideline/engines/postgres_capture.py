@@ -303,5 +303,7 @@ def _use_delegate(cur, tables: list[str]) -> bool:
 
 
 def _may_beat(cur, table: str) -> bool:
-    cur.execute("SELECT has_table_privilege(%s, 'INSERT') AND has_table_privilege(%s, 'UPDATE')", (table, table))
+    # DELETE: decommission removes the pipeline's row (a table granted before it gets it at the next run)
+    cur.execute("SELECT has_table_privilege(%s, 'INSERT') AND has_table_privilege(%s, 'UPDATE') AND "
+                "has_table_privilege(%s, 'DELETE')", (table, table, table))
     return cur.fetchone()[0]

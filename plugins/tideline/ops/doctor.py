@@ -225,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{sum(c.status == dc.WARN for c in checks)} warn, {sum(c.status == dc.FAIL for c in checks)} fail")
         print("\n".join(format_checks(checks)))
         worst = max(worst, int(any(c.status == dc.FAIL for c in checks)))
+    if not args.pipeline:   # what pipelines deleted without decommissioning left on the source and Kafka
+        from tideline.ops.lifecycle import orphan_lines
+        for line in orphan_lines(pipelines_dir(args.pipelines_dir)):
+            print(f"[WARN] {line}")
     return worst
 
 

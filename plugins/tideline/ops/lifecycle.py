@@ -135,6 +135,15 @@ def _delete_state(conn, pipeline: str) -> int:
 
 # ---------------------------------------------------------------- orphans
 
+def orphan_lines(folder: Path, resolve: Callable[[str], Conn] = get_connection) -> list[str]:
+    """The orphans in a line each, for the doctor and status (a Connect or Kafka that does not
+    answer is said, never raised: the rest of the report stands)."""
+    try:
+        return [f"ORPHAN {o.describe()}" for o in orphans(folder, resolve)]
+    except Exception as exc:   # whatever the look met: said in the report, not raised
+        return [f"orphans not checked: {(str(exc).strip() or type(exc).__name__).splitlines()[0][:300]}"]
+
+
 @dataclass
 class Orphan:
     connector: str
@@ -144,6 +153,7 @@ class Orphan:
     retained: str | None = None
     topics: list[str] = field(default_factory=list)
     publication: str | None = None
+    connect: str = ""   # the Connect connection it was found on
 
     def describe(self) -> str:
         held = f"; slot {self.slot} on {self.database}" + (f" retains {self.retained}" if self.retained else "") \
@@ -153,16 +163,31 @@ class Orphan:
                 f"{self.connector}")
 
 
-def orphans(folder: Path, resolve: Callable[[str], Conn] = get_connection,
-            connect_conn_ids: list[str] | None = None, kafka_conn_id: str | None = None) -> list[Orphan]:
-    """Tideline's connectors on the Kafka Connect clusters the pipelines use (or those named)
-    that belong to no pipeline YAML of `folder`, with their slot and topics."""
+@dataclass(frozen=True)
+class Reach:
+    """The connections a look for orphans goes through: by default those the folder's pipelines
+    use (a deleted pipeline's leftovers sit on the same Connect, Kafka and source database)."""
+    connect: list[str]
+    kafka: str | None
+    sources: list[str]
+
+    @classmethod
+    def of(cls, folder: Path, connect: list[str] | None = None, kafka: str | None = None,
+           sources: list[str] | None = None) -> "Reach":
+        good, _bad = load_pipelines(folder)
+        return cls(connect or sorted({c.connect.conn_id for c in good.values()}),
+                   kafka or next((c.kafka.conn_id for c in good.values()), None),
+                   sources or sorted({c.source.conn_id for c in good.values()}))
+
+
+def orphans(folder: Path, resolve: Callable[[str], Conn] = get_connection, reach: Reach | None = None) -> list[Orphan]:
+    """Tideline's connectors on the Kafka Connect clusters of `reach` that belong to no pipeline
+    YAML of `folder`, with their slot, the WAL it retains, and their topics."""
     from tideline.capture.connector import ConnectClient
-    good, _bad = load_pipelines(folder)
-    known = {connector_name(c) for c in good.values()}
-    connects = connect_conn_ids or sorted({c.connect.conn_id for c in good.values()})
+    reach = reach or Reach.of(folder)
+    known = {connector_name(c) for c in load_pipelines(folder)[0].values()}
     out = []
-    for conn_id in connects:
+    for conn_id in reach.connect:
         client = ConnectClient(resolve(conn_id).http_base_url(), timeout=15)
         for name in client.names():
             if not name.startswith(CONNECTOR_PREFIX) or name in known:
@@ -170,15 +195,14 @@ def orphans(folder: Path, resolve: Callable[[str], Conn] = get_connection,
             config = client.config(name) or {}
             status = client.status(name) or {}
             orphan = Orphan(name, (status.get("connector") or {}).get("state", "?"), config.get("slot.name"),
-                            config.get("database.dbname"), publication=config.get("publication.name"))
-            orphan.topics = _topics_of(config, resolve, kafka_conn_id or _kafka_of(good))
-            orphan.retained = _slot_retained(orphan, good, resolve)
+                            config.get("database.dbname"), publication=config.get("publication.name"),
+                            connect=conn_id)
+            orphan.topics = _topics_of(config, resolve, reach.kafka)
+            source = _source_of(orphan, reach, resolve)
+            if source is not None:
+                orphan.retained = _slot_retained(orphan.slot, source)
             out.append(orphan)
     return out
-
-
-def _kafka_of(good: dict[str, PipelineConfig]) -> str | None:
-    return next((c.kafka.conn_id for c in good.values()), None)
 
 
 def _topics_of(config: dict, resolve, kafka_conn_id: str | None) -> list[str]:
@@ -190,67 +214,69 @@ def _topics_of(config: dict, resolve, kafka_conn_id: str | None) -> list[str]:
     return sorted(t for t in topics if t.startswith(prefix + "."))
 
 
-def _slot_retained(orphan: Orphan, good: dict[str, PipelineConfig], resolve) -> str | None:
-    """The WAL the orphan's slot retains, asked through a pipeline whose source is the same database."""
-    from tideline.core.capture_hold import mb
+def _source_of(orphan: Orphan, reach: Reach, resolve) -> Conn | None:
+    """A PostgreSQL connection of `reach` to the database the orphan's slot is on."""
     if not orphan.slot:
         return None
-    for cfg in good.values():
-        source = resolve(cfg.source.conn_id)
-        if source.schema != orphan.database or not source.conn_type.startswith("postgres"):
-            continue
-        engine = engines.for_pipeline(cfg, source)
-        conn = engine.connect(autocommit=True, connect_timeout=10)
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM "
-                            "pg_replication_slots WHERE slot_name = %s", (orphan.slot,))
-                row = cur.fetchone()
-        finally:
-            conn.close()
-        return mb(row[0]) + " of WAL" if row and row[0] is not None else None
+    for conn_id in reach.sources:
+        conn = resolve(conn_id)
+        if conn.conn_type.startswith("postgres") and conn.schema == orphan.database:
+            return conn
     return None
 
 
+def _slot_retained(slot: str, source: Conn) -> str | None:
+    from tideline.core.capture_hold import mb
+    conn = engines.for_source(source).connect(autocommit=True, connect_timeout=10)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM "
+                        "pg_replication_slots WHERE slot_name = %s", (slot,))
+            row = cur.fetchone()
+    finally:
+        conn.close()
+    return mb(row[0]) + " of WAL" if row and row[0] is not None else None
+
+
 def remove_orphan(connector: str, folder: Path, resolve: Callable[[str], Conn] = get_connection,
-                  confirm: str | None = None) -> list[str]:
-    """An orphan's connector, slot and publication (through a pipeline on the same source database)
-    and topics. Refused for a connector that still has a pipeline YAML: decommission that."""
+                  confirm: str | None = None, reach: Reach | None = None) -> list[str]:
+    """An orphan's connector (with its stored position), slot and publication, and topics. Refused
+    for a connector that still has a pipeline YAML: decommission that."""
     from tideline.capture.connector import ConnectClient
     from tideline.kafka_offsets import admin_client
     check_confirmation(connector, confirm)
-    found = {o.connector: o for o in orphans(folder, resolve)}
+    reach = reach or Reach.of(folder)
+    found = {o.connector: o for o in orphans(folder, resolve, reach)}
     if connector not in found:
-        raise TerminalError(f"{connector} is not an orphan (it has a pipeline YAML, or no such connector): "
-                            f"decommission its pipeline instead")
-    orphan, good = found[connector], load_pipelines(folder)[0]
-    any_cfg = next(iter(good.values()))
-    client = ConnectClient(resolve(any_cfg.connect.conn_id).http_base_url())
+        raise TerminalError(f"{connector} is not an orphan on Kafka Connect {', '.join(reach.connect) or '(none)'} "
+                            f"(it has a pipeline YAML in {folder}, or no such connector): decommission its pipeline "
+                            f"instead, or name the connections with --connect/--kafka/--source")
+    orphan = found[connector]
+    source = _source_of(orphan, reach, resolve)
+    if orphan.slot and source is None:
+        raise TerminalError(f"{connector}'s slot {orphan.slot} is on database {orphan.database}, which no source "
+                            f"connection of {', '.join(reach.sources) or '(none)'} reaches: name one with --source")
+    client = ConnectClient(resolve(orphan.connect).http_base_url())
     client.stop(connector)
     client.delete_offsets(connector)
     client.delete(connector)
     done = [f"connector {connector} and its stored position"]
-    if orphan.slot:
-        for cfg in good.values():
-            source = resolve(cfg.source.conn_id)
-            if source.schema == orphan.database and source.conn_type.startswith("postgres"):
-                conn = engines.for_pipeline(cfg, source).connect(autocommit=True)
-                try:
-                    with conn.cursor() as cur:
-                        _drop_slot(cur, orphan.slot)
-                        if orphan.publication:
-                            cur.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(
-                                sql.Identifier(orphan.publication)))
-                finally:
-                    conn.close()
-                done.append(f"replication slot {orphan.slot}" + (f" and publication {orphan.publication}"
-                                                                  if orphan.publication else ""))
-                break
+    if source is not None:
+        conn = engines.for_source(source).connect(autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                _drop_slot(cur, orphan.slot)
+                if orphan.publication:
+                    cur.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(orphan.publication)))
+        finally:
+            conn.close()
+        done.append(f"replication slot {orphan.slot}" + (f" and publication {orphan.publication}"
+                                                          if orphan.publication else ""))
     if orphan.topics:
-        admin = admin_client(resolve(any_cfg.kafka.conn_id).kafka_access)
+        admin = admin_client(resolve(reach.kafka).kafka_access)
         for fut in admin.delete_topics(orphan.topics, operation_timeout=30).values():
             fut.result(60)
-        done.append(f"{len(orphan.topics)} topic(s)")
+        done.append(f"{len(orphan.topics)} topic(s): {', '.join(orphan.topics)}")
     return done
 
 
@@ -278,10 +304,14 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("decommission", help="remove a pipeline and everything it holds")
     d.add_argument("pipeline")
     d.add_argument("--confirm", required=True, help="the pipeline's name again")
-    sub.add_parser("orphans", help="what pipelines deleted without decommissioning left behind")
+    o = sub.add_parser("orphans", help="what pipelines deleted without decommissioning left behind")
     r = sub.add_parser("remove-orphan", help="remove an orphan's connector, slot, publication and topics")
     r.add_argument("connector")
     r.add_argument("--confirm", required=True, help="the connector's name again")
+    for p in (o, r):   # by default, the connections the remaining pipelines use
+        p.add_argument("--connect", action="append", help="Kafka Connect connection id(s) to look on")
+        p.add_argument("--kafka", help="Kafka connection id of the orphans' topics")
+        p.add_argument("--source", action="append", help="source connection id(s) of the orphans' slots")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     folder = pipelines_dir()
@@ -295,13 +325,14 @@ def main(argv: list[str] | None = None) -> int:
             for line in decommission(load_pipeline(path), config_path=path):
                 print(f"removed: {line}")
         elif args.command == "orphans":
-            found = orphans(folder)
+            found = orphans(folder, reach=Reach.of(folder, args.connect, args.kafka, args.source))
             for o in found:
                 print(o.describe())
             if not found:
                 print("no orphans: every Tideline connector belongs to a pipeline YAML")
         else:
-            for line in remove_orphan(args.connector, folder, confirm=args.confirm):
+            for line in remove_orphan(args.connector, folder, confirm=args.confirm,
+                                      reach=Reach.of(folder, args.connect, args.kafka, args.source)):
                 print(f"removed: {line}")
     except TerminalError as exc:
         print(str(exc), file=sys.stderr)

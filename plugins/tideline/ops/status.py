@@ -275,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(render(cfg, pipeline_status(cfg)), flush=True)
             except (TidelineError, *state.ERRORS) as exc:
                 print(f"pipeline {cfg.name}: status unavailable: {exc}", flush=True)
+        if not args.pipeline:
+            from tideline.ops.lifecycle import orphan_lines
+            for line in orphan_lines(pipelines_dir()):
+                print(line, flush=True)
         if not args.watch:
             return 1 if bad else 0
         time.sleep(args.watch)
