@@ -167,3 +167,35 @@ def test_a_deleted_yaml_stops_its_stream_and_its_leftovers_are_listed_and_remove
         if run is not None and run.query is not None and run.query.isActive:
             run.query.stop()
         drop_source(source_db, t)
+
+
+def test_a_table_removed_from_the_yaml_stops_being_captured_and_action_remove_takes_its_topic(
+        airflow_env, source_db, target_db, pipelines, unique_name):
+    a, b = f"{unique_name}_keep", f"{unique_name}_gone"
+    make_table(source_db, a, 50)
+    make_table(source_db, b, 50)
+    try:
+        cfg = pipelines.adopt(pipelines.make([{"name": a}, {"name": b}], partitions=1, create_topics=False))
+        dag = f"sync_{cfg.name}"
+        assert run_dag(dag, stream_mode="available_now")["__run__"] == "success"
+        gone_topic = cfg.topic(b)
+        assert gone_topic in _leftovers(cfg)["topics"]
+        pipelines.make([{"name": a}], partitions=1, create_topics=False)   # the YAML without b
+        states = run_dag(dag, action="remove", drop_target=True, stream_mode="available_now")
+        assert states["__run__"] == "success", states
+        st = state.get(target_db, cfg.name, b)
+        assert st.phase == "removed" and "removed from pipeline" in st.last_error
+        assert gone_topic not in _leftovers(cfg)["topics"] and cfg.topic(a) in _leftovers(cfg)["topics"]
+        published = _source("SELECT tablename FROM pg_publication_tables WHERE pubname = %s", (cfg.publication_name,))
+        assert (b,) not in published and (a,) in published
+        with target_db.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s), to_regclass(%s)", (f'"{cfg.name}"."{b}"', f'"{cfg.name}"."{a}"'))
+            dropped, kept = cur.fetchone()
+        assert dropped is None and kept is not None
+        with source_db.cursor() as cur:   # the table that stays streams on
+            cur.execute(f"UPDATE {a} SET qty = qty + 3")
+        wait_until(lambda: run_dag(dag, stream_mode="available_now")["__run__"] == "success"
+                   and _equal(source_db, target_db, cfg.name, a), 120, "the remaining table to stream on")
+    finally:
+        drop_source(source_db, a)
+        drop_source(source_db, b)

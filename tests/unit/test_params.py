@@ -15,7 +15,7 @@ def test_defaults():
 
 @pytest.mark.parametrize("params,message", [
     ({"resume_halted": "yes"}, "resume_halted must be true or false"),
-    ({"action": "drop"}, "action=.drop. is not one of auto, full_reload, repair, validate, pause, resume, decommission"),
+    ({"action": "drop"}, "action=.drop. is not one of auto, full_reload, repair, validate, pause, resume, remove, decommission"),
     ({"action": "repair", "tables": ["a", "b"], "repair_key_from": "1", "repair_key_to": "2"}, "works on one table"),
     ({"action": "repair", "tables": ["a"], "repair_key_from": "1"}, "needs both repair_key_from and repair_key_to"),
     ({"action": "repair", "tables": ["a"], "repair_time_column": "u"}, "needs all of repair_time_column"),

@@ -35,7 +35,7 @@ def test_each_choosing_task_names_only_tasks_right_after_it(dag):
     from tideline.core.errors import EXIT_RESNAPSHOT
     choices = {
         "check_params": [tasks.branch_on_action({"action": a})
-                         for a in ("auto", "full_reload", "repair", "validate", "pause", "resume", "decommission")],
+                         for a in ("auto", "full_reload", "repair", "validate", "pause", "resume", "remove", "decommission")],
         "prepare": [tasks.branch_after_prepare({"full_load": f}) for f in ([], ["orders"])],
         "coverage": [tasks.branch_after_coverage(r) for r in ({"resnapshot": []}, {"resnapshot": ["orders"]}, None)],
     }

@@ -56,6 +56,9 @@ class DuckTarget(Target):
     def can_create(self, conn, schema):
         return True
 
+    def drop_table(self, schema, table):
+        return False
+
     def row_count(self, conn, schema, table, exact=True):
         return None
 
@@ -152,7 +155,7 @@ def test_dags_follow_the_support_table(monkeypatch):
     assert not lake_from_mariadb.supports("verify") and lake_from_mariadb.supports("maintenance")
     dag = build_sync_dag(lake_from_mariadb)
     assert "repair" not in dag.task_ids and "validate" not in dag.task_ids
-    assert dag.params.get_param("action").schema["enum"] == ["auto", "full_reload", "pause", "resume", "decommission"]
+    assert dag.params.get_param("action").schema["enum"] == ["auto", "full_reload", "pause", "resume", "remove", "decommission"]
     with pytest.raises(ParamError, match="validate needs verify, which is not supported from mariadb into iceberg"):
         check_sync_params(lake_from_mariadb, {"action": "validate"})
     lake = parse_pipeline(pipeline("postgres", "iceberg"), "pipelines/shop.yaml")

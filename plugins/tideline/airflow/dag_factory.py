@@ -91,7 +91,9 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
                                         "range given below, one table); the stream keeps its position. validate: "
                                         "compare source and target by key ranges, down to the differing rows. pause: stop "
                                         "applying the chosen tables (they keep their position; the others stream "
-                                        "on). resume: stream paused tables again from their position. "
+                                        "on). resume: stream paused tables again from their position. remove: "
+                                        "delete the topics of tables removed from the YAML at once (any run stops "
+                                        "their capture; drop_target drops their target tables). "
                                         "decommission: remove the pipeline for good (connector, slot, topics, "
                                         "state, DAGs; the target tables stay): type its name in confirm."),
             "tables": Param(table_names, type="array", items={"type": "string", "enum": table_names},
@@ -102,6 +104,9 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
             "resume_halted": Param(True, type="boolean", title="Resume halted tables",
                                    description="Halted tables (see make status) resume streaming from their own "
                                                "offsets: trigger once what their error names is fixed."),
+            "drop_target": Param(False, type="boolean", title="Remove: drop target tables",
+                                 description="with action=remove: drop the target tables of the tables removed "
+                                             "from the YAML too (by default they stay)"),
             "confirm": Param(None, type=["null", "string"], title="Decommission: confirm",
                              description=f"action=decommission removes this pipeline for good: type its name "
                                          f"({cfg.name}) here to confirm"),

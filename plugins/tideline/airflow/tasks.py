@@ -145,8 +145,11 @@ def _pause_and_resume(cfg, plan: dict, checked: dict) -> None:
 def prepare(pipeline: str, checked: dict) -> dict:
     """The sync run's preparation, in one task: capture in place (ensure_capture), every part
     checked (doctor), then the plan per table (decide). The config is read once for the three."""
+    from tideline.ops import lifecycle
     cfg = get_pipeline(pipeline)
-    ensure_capture(cfg)
+    ensure_capture(cfg)   # capture follows the YAML's tables: a table removed from it is no longer captured
+    lifecycle.remove_tables(cfg, connections.get, delete_topics=checked["action"] == "remove",
+                            drop_target=checked.get("drop_target", False))
     doctor(cfg)
     return decide(cfg, checked)
 

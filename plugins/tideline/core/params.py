@@ -5,7 +5,7 @@ from tideline.core.config import PipelineConfig
 from tideline.core.names import name_problem
 from tideline.core.errors import TerminalError
 
-ACTIONS = ("auto", "full_reload", "repair", "validate", "pause", "resume", "decommission")
+ACTIONS = ("auto", "full_reload", "repair", "validate", "pause", "resume", "remove", "decommission")
 LIFECYCLE_ACTIONS = ("pause", "resume")   # per table; the stream of the others goes on
 VERIFY_ACTIONS = ("repair", "validate")   # built only for a pair that supports verify (core.support)
 
@@ -52,7 +52,15 @@ def check_sync_params(cfg: PipelineConfig, params: dict) -> dict:
         raise ParamError(f"action=decommission removes pipeline {cfg.name}'s connector, replication slot, "
                          f"publication, topics, state and DAGs for good: type the pipeline's name ({cfg.name}) in "
                          f"param confirm; got {params.get('confirm')!r}")
+    drop_target = params.get("drop_target", False)
+    if not isinstance(drop_target, bool):
+        raise ParamError(f"param drop_target must be true or false, got {drop_target!r}")
+    if drop_target and action != "remove":
+        raise ParamError("param drop_target drops the target tables of tables removed from the YAML: it goes with "
+                         "action=remove only")
     checked = {"action": action, "tables": tables, "stream_mode": mode, "resume_halted": resume}
+    if action == "remove":
+        checked["drop_target"] = drop_target
     if action == "repair":
         checked["repair"] = _check_repair(cfg, tables, params)
     return checked

@@ -105,6 +105,50 @@ def decommission(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conne
     return done
 
 
+def remove_tables(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection, delete_topics: bool = False,
+                  drop_target: bool = False) -> list[str]:
+    """The tables of the pipeline's state that its YAML no longer names (their capture stopped
+    when the publication and connector were set to the YAML's tables, before this): each becomes
+    phase 'removed' (fenced: a stream still holding it applies nothing more). With `delete_topics`
+    (action=remove) their topics go at once, else Kafka's retention empties them; with
+    `drop_target` their target tables are dropped, else they stay. Returns what it did, in words."""
+    from tideline import targets
+    from tideline.kafka_offsets import admin_client
+    target = resolve(cfg.target.conn_id)
+    conn = state.connect(target)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT table_name, phase, topic FROM tideline.table_state WHERE pipeline = %s AND "
+                        "NOT table_name = ANY(%s) ORDER BY table_name", (cfg.name, [t.name for t in cfg.tables]))
+            gone = cur.fetchall()
+        conn.rollback()
+        done = []
+        for table, phase, _topic in gone:
+            if phase != "removed":
+                state.park(conn, cfg.name, table, "removed", "removed from the YAML",
+                           f"removed from pipeline {cfg.name}'s YAML: its capture stopped; its target table stays "
+                           f"(trigger sync_{cfg.name} with action=remove and drop_target to drop it)")
+                done.append(f"{table}: removed (its capture stopped)")
+    finally:
+        conn.close()
+    topics = [topic for _t, _p, topic in gone if topic]
+    if delete_topics and topics:
+        admin = admin_client(resolve(cfg.kafka.conn_id).kafka_access)
+        present = set(admin.list_topics(timeout=15).topics)
+        doomed = [t for t in topics if t in present]
+        for fut in (admin.delete_topics(doomed, operation_timeout=30).values() if doomed else ()):
+            fut.result(60)
+        done += [f"topic {t} deleted" for t in doomed]
+    if drop_target:
+        store = targets.for_pipeline(cfg, target)
+        for table, _p, _t in gone:
+            if store.drop_table(cfg.target.schema_, table):
+                done.append(f"target table {cfg.target.schema_}.{table} dropped")
+    for line in done:
+        log.warning("%s: %s", cfg.name, line)
+    return done
+
+
 def _forget_heartbeat(cfg: PipelineConfig, engine) -> str:
     """The pipeline's row of the source's heartbeat table (shared by the pipelines of a schema)."""
     conn = engine.connect(autocommit=True)

@@ -205,6 +205,11 @@ class Target(ABC):
         """Rows in a table: counted, or (exact=False, for views refreshed every few seconds) from the
         target's statistics without a scan. None when it cannot be read (status shows "-")."""
 
+    @abstractmethod
+    def drop_table(self, schema: str, table: str) -> bool:
+        """Drops the synced table (a table removed from its pipeline with drop_target); True when
+        there was one. Only ever asked for by a person, never by itself."""
+
     def table_facts(self, schema: str, table: str) -> dict | None:
         """What status and the view show about a table beyond its rows, in the target's terms (an
         Iceberg table's current snapshot and file counts); None when there is nothing more to say.

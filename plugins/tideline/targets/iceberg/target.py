@@ -268,6 +268,16 @@ class IcebergTarget(Target):
         # pool_pre_ping: a pooled connection the catalog database dropped (a restart) is replaced, not used
         return SqlCatalog(self.catalog, uri=uri, warehouse=self.warehouse, pool_pre_ping="true")
 
+    def drop_table(self, schema: str, table: str) -> bool:
+        """Drops the table from the catalog (its files are left to the warehouse's own cleanup:
+        readers of an older snapshot may still hold them)."""
+        from pyiceberg.exceptions import NoSuchTableError
+        try:
+            self.pyiceberg_catalog().drop_table((schema, table))
+            return True
+        except NoSuchTableError:
+            return False
+
     def iceberg_table(self, schema: str, table: str):
         """The table's newest metadata (PyIceberg), or None."""
         from pyiceberg.exceptions import NoSuchTableError

@@ -58,6 +58,17 @@ class PostgresTarget(Target):
         cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{schema}"."{table}"'})
         return list(cur.fetchall())
 
+    def drop_table(self, schema: str, table: str) -> bool:
+        conn = self.connect()
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute("SELECT to_regclass(%s) IS NOT NULL", (f'"{schema}"."{table}"',))
+                there = cur.fetchone()[0]
+                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))
+            return there
+        finally:
+            conn.close()
+
     def row_count(self, conn, schema: str, table: str, exact: bool = True) -> int | None:
         try:
             with conn.cursor() as cur:
