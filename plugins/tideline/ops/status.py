@@ -63,6 +63,8 @@ class TableStatus:
     source_hold_alerts: list[str] | None = None   # how it harms the source (the watch DAG's alerts)
     source_retained_bytes: int | None = None
     source_unread_s: float | None = None   # None: read (or no slot); seconds nobody has read the slot
+    auto_reloads: int = 0                # times the table was found needing a reload (the DAG reloads it)
+    last_reload: str | None = None       # "2h ago: <cause>"
 
     @property
     def lag_total(self) -> int:
@@ -141,7 +143,9 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 target_facts=store.table_facts(cfg.target_schema(t.name), t.name),
                 last_maintenance=(f"{ago(f['maintain_age_s'])}: {f['maintain_outcome']}, {f['maintain_detail']}"
                                   if f.get("maintain_outcome") else None),
-                stream_ended=_stream_ended(cfg, st.phase if st else "new", streams.get(t.name))))
+                stream_ended=_stream_ended(cfg, st.phase if st else "new", streams.get(t.name)),
+                auto_reloads=st.raw.get("auto_reloads") or 0 if st else 0,
+                last_reload=_reload_line(st, now) if st else None))
         capture = None if source_error else _capture_error(cfg, resolve, out)   # (it asks the source)
         hold = _source_hold(cfg, engine, source, target, resolve) if source is not None else None
         for row in out:
@@ -181,6 +185,13 @@ def _source_hold(cfg: PipelineConfig, engine, source, target, resolve):
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _reload_line(st: state.TableState, now: datetime) -> str | None:
+    at, cause = st.raw.get("last_reload_at"), st.raw.get("last_reload_cause")
+    if at is None:
+        return None
+    return f"{ago((now - at).total_seconds())}: {(cause or 'no cause recorded')[:300]}"
 
 
 def _stream_ended(cfg: PipelineConfig, phase: str, run: state.StreamRun | None) -> str | None:
@@ -257,6 +268,8 @@ def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
             lines.append(f"  {'':22s} last error: {r.error[:1500 if r.phase == 'halted' else 300]}")
         if r.last_verify:
             lines.append(f"  {'':22s} last verify {r.last_verify[:300]}")
+        if r.auto_reloads:
+            lines.append(f"  {'':22s} reloaded by itself {r.auto_reloads}× (last {r.last_reload})")
     return "\n".join(lines)
 
 

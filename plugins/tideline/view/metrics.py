@@ -28,6 +28,8 @@ METRICS = {
                                            "(absent when nothing is pending)",
     "tideline_retention_covered": "0 when Kafka already deleted an event the stream needs (a reload follows)",
     "tideline_events_applied": "change events applied to the table since it was first loaded",
+    "tideline_auto_reloads": "times the table was found needing a reload, which the DAG did by itself (0 where "
+                             "nothing diverged is the goal; its last cause is in the view and make status)",
     "tideline_last_batch_duration_seconds": "duration of the last stream batch that changed the table",
     "tideline_last_batch_age_seconds": "seconds since that batch committed",
     "tideline_load_rows": "rows the table's running full load (or batch run) has stored so far, 0 when none runs",
@@ -40,14 +42,19 @@ PIPELINE_METRICS = ("tideline_pipeline_up", "tideline_stream_waiting_seconds", "
                     "tideline_source_log_retained_bytes", "tideline_source_log_unread_seconds")
 
 
+COUNTERS = ("tideline_events_applied", "tideline_auto_reloads")
+
+
 class _Collector:
     def __init__(self, pipelines: list[PipelineOverview]):
         self.pipelines = pipelines
 
     def collect(self):
         fam = {name: GaugeMetricFamily(name, text, labels=_labels(name)) for name, text in METRICS.items()
-               if name != "tideline_events_applied"}
+               if name not in COUNTERS}
         applied = CounterMetricFamily("tideline_events_applied", METRICS["tideline_events_applied"],
+                                      labels=["pipeline", "table"])
+        reloads = CounterMetricFamily("tideline_auto_reloads", METRICS["tideline_auto_reloads"],
                                       labels=["pipeline", "table"])
         for p in self.pipelines:
             fam["tideline_pipeline_up"].add_metric([p.name], 1.0 if p.state == "ok" else 0.0)
@@ -72,6 +79,7 @@ class _Collector:
                 if t.lag or not t.covered:
                     fam["tideline_retention_covered"].add_metric(key, 1.0 if t.covered else 0.0)
                 applied.add_metric(key, float(t.events_applied))
+                reloads.add_metric(key, float(t.auto_reloads))
                 _maybe(fam["tideline_last_batch_duration_seconds"], key, t.last_batch_s)
                 _maybe(fam["tideline_last_batch_age_seconds"], key, t.last_batch_age_s)
                 fam["tideline_load_rows"].add_metric(key, float(t.load_rows or 0))
@@ -82,6 +90,7 @@ class _Collector:
                     fam["tideline_verify_equal"].add_metric(key, 1.0 if t.verify_outcome == "succeeded" else 0.0)
         yield from fam.values()
         yield applied
+        yield reloads
 
 
 def _labels(name: str) -> list[str]:

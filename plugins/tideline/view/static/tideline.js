@@ -93,7 +93,9 @@ function renderPipelines(pipelines) {
           el("td", { class: "num" }, fmtSecs(t.lag_s)),
           el("td", {}, t.last_batch, t.last_batch_s !== null ? el("span", { class: "muted" }, ` (${fmtSecs(t.last_batch_s)})`) : null),
           el("td", {}, headroomCell(p, t)),
-          el("td", {}, t.last_verify ?? "-"),
+          el("td", {}, t.last_verify ?? "-",
+            t.auto_reloads ? el("div", { class: "muted", "data-auto-reloads": t.auto_reloads },
+              `reloaded by itself ${t.auto_reloads}× (last ${t.last_reload})`) : null),
           el("td", { class: "error" }, t.error ? [t.error_at ? el("div", { class: "muted" }, new Date(t.error_at).toLocaleString()) : null, t.error] : ""));
       });
       card.append(el("table", { class: "grid" },
