@@ -67,12 +67,14 @@ def _leftovers(cfg) -> dict:
 
 
 def test_pause_one_table_while_the_other_streams_then_resume_it_from_its_position(
-        airflow_env, source_db, target_db, pipelines, unique_name):
+        airflow_env, source_db, target_db, pipelines, unique_name, webhook):
     a, b = f"{unique_name}_a", f"{unique_name}_b"
     make_table(source_db, a, 200)
     make_table(source_db, b, 200)
     try:
-        cfg = pipelines.adopt(pipelines.make([{"name": a}, {"name": b}], partitions=1, create_topics=False))
+        cfg = pipelines.adopt(pipelines.make([{"name": a}, {"name": b}], partitions=1, create_topics=False,
+                                             alerts={"webhook_conn_id": "tideline_test_hook",
+                                                     "headroom_below_hours": 100000}))
         dag = f"sync_{cfg.name}"
         assert run_dag(dag, stream_mode="available_now")["__run__"] == "success"
         wait_until(lambda: _equal(source_db, target_db, cfg.name, a) and _equal(source_db, target_db, cfg.name, b)
@@ -91,6 +93,10 @@ def test_pause_one_table_while_the_other_streams_then_resume_it_from_its_positio
         assert not _equal(source_db, target_db, cfg.name, a)
         st = state.get(target_db, cfg.name, a)
         assert st.phase == "paused" and st.resume_offsets == position
+        # the watch says when Kafka's retention takes the paused table's position
+        assert run_dag(f"watch_{cfg.name}")["headroom"] == "success"
+        said = [m["text"] for m in webhook if f"{a} is paused: Kafka's retention deletes its position in" in m["text"]]
+        assert said and "UTC" in said[0] and "action=resume" in said[0], [m["text"] for m in webhook]
         states = run_dag(dag, action="resume", tables=[a], stream_mode="available_now")
         assert states["__run__"] == "success" and states.get("full_load") in ("skipped", None), states
         wait_until(lambda: _equal(source_db, target_db, cfg.name, a)

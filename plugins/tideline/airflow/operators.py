@@ -235,6 +235,7 @@ class CoverageSensor(BaseSensorOperator, Follows):
         plan = context["ti"].xcom_pull(task_ids=self.plan_task_id) or {}
         tables = (plan.get("stream", []) + plan.get("full_load", [])) or [t.name for t in cfg.tables
                                                                            if t.mode == "cdc"]
+        tables += [t for t in plan.get("paused", []) if t not in tables]   # warned when retention nears them
         try:
             kafka = connections.get(cfg.kafka.conn_id).kafka_access
             conn = state.connect(connections.get(cfg.target.conn_id))

@@ -285,7 +285,7 @@ def watch(pipeline: str) -> dict:
             if st is not None and st.phase == "halted":   # waits for a person: said until they act
                 halted.append(table)
                 send(alerts.TABLE_HALTED, f"{table} is HALTED: {st.last_error}", subject=table)
-            elif st is not None and table in pending:
+            elif st is not None and st.phase == "streaming" and table in pending:   # (a paused one waits)
                 progress = max((t for t in (st.raw.get("last_batch_at"), st.raw.get("snapshot_at")) if t),
                                default=None)
                 idle = watchdog.stalled_for(pending[table], progress, now, cfg.alerts.stalled_after_minutes * 60)

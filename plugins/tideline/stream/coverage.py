@@ -63,7 +63,8 @@ def check(cfg: PipelineConfig, target_conn, kafka: KafkaAccess | str, tables: li
     for name in tables:
         st = state.get(target_conn, cfg.name, name)
         target_conn.rollback()
-        if st is None or st.phase != "streaming" or st.resume_offsets is None:
+        # a paused table too: it keeps its position only as long as Kafka keeps its events
+        if st is None or st.phase not in ("streaming", "paused") or st.resume_offsets is None:
             continue
         topic = cfg.topic(name)
         earliest, latest = kafka_offsets.watermarks(kafka, topic)
@@ -85,8 +86,12 @@ def describe_headroom(seconds: float | None) -> str:
         return "caught up (retention cannot take anything the stream needs)"
     if seconds <= 0:
         return "retention is deleting the oldest needed offset now"
-    h, rem = divmod(int(seconds), 3600)
-    return f"the oldest needed offset expires in {h}h{rem // 60:02d}m"
+    return f"the oldest needed offset expires in {hours_minutes(seconds)}"
+
+
+def hours_minutes(seconds: float) -> str:
+    h, rem = divmod(int(max(seconds, 0)), 3600)
+    return f"{h}h{rem // 60:02d}m"
 
 
 def review(cfg: PipelineConfig, target_conn, kafka: KafkaAccess | str, tables: list[str], notify,
@@ -99,6 +104,11 @@ def review(cfg: PipelineConfig, target_conn, kafka: KafkaAccess | str, tables: l
     lost = []
     threshold_s = cfg.alerts.headroom_below_hours * 3600
     for r in (checked if checked is not None else check(cfg, target_conn, kafka, tables)):
+        st = state.get(target_conn, cfg.name, r.table)
+        target_conn.rollback()
+        if st is not None and st.phase == "paused":   # never marked: a person paused it, a person resumes it
+            _warn_paused(cfg, r, notify)
+            continue
         if r.gaps:
             why = "Kafka no longer holds what the stream needs: " + "; ".join(g.describe() for g in r.gaps)
             if mark:
@@ -118,3 +128,24 @@ def review(cfg: PipelineConfig, target_conn, kafka: KafkaAccess | str, tables: l
                                         f"{cfg.alerts.headroom_below_hours:g}h). Start the stream, or raise "
                                         f"the topic's retention.ms", subject=r.table)
     return lost
+
+
+def _warn_paused(cfg: PipelineConfig, r: TableCoverage, notify) -> None:
+    """A paused table keeps its position only as long as Kafka keeps its events: said at every
+    look, with the time retention takes it — resumed after that, the table reloads by itself."""
+    from datetime import datetime, timedelta, timezone
+
+    from tideline.ops import alerts
+    if r.gaps:
+        notify(alerts.HEADROOM_LOW, f"{r.table} is paused and Kafka's retention already deleted events it needs "
+                                    f"({'; '.join(g.describe() for g in r.gaps)}): resuming it (action=resume) "
+                                    f"reloads it from a new snapshot", subject=r.table)
+    elif r.headroom_s is not None:
+        when = datetime.now(timezone.utc) + timedelta(seconds=r.headroom_s)
+        message = (f"{r.table} is paused: Kafka's retention deletes its position in {hours_minutes(r.headroom_s)}"
+                   f" (at {when:%Y-%m-%d %H:%M} UTC; {r.pending:,} events wait). Resume it before then "
+                   f"(sync_{cfg.name}, action=resume), or resuming reloads it")
+        log.warning("%s.%s", cfg.name, message)
+        if r.headroom_s < cfg.alerts.headroom_below_hours * 3600:
+            notify(alerts.HEADROOM_LOW, message, subject=r.table)
+
