@@ -26,6 +26,7 @@ FENCE_CHECK_S = 10.0   # how soon an idle stream notices that a newer run took i
 LAUNCHER_CHECK_S = 5.0  # how soon a stream whose Airflow task died stops
 ORPHAN_EXIT_S = 30.0    # how long such a stream may take to stop before it ends itself hard
 CAPTURE_CHECK_S = 30.0  # how soon a stream says that capture failed (no table receives a change)
+CONNECTOR_RESTART_MAX_S = 300.0   # a connector failing again and again is restarted at most this often
 
 
 def _after(seconds: float, fn: Callable, *args) -> None:
@@ -46,6 +47,7 @@ class StreamWatch:
         self._environ = environ
         self._capture_said: str | None = None
         self._config_missing = 0
+        self._next_restart, self._restart_delay = 0.0, CAPTURE_CHECK_S   # restart_failed_connector
         self._trees: dict[str, dict] = {}   # partitioned tables: their partitions as last seen
 
     def run(self, stopped: threading.Event) -> None:
@@ -221,6 +223,30 @@ class StreamWatch:
         return ResnapshotRequired(f"pipeline {self.cfg.name}: {why}. This stream stops; the sync DAG re-creates "
                                   f"capture and reloads its tables by itself")
 
+    def restart_failed_connector(self, connect, failure: str | None) -> None:
+        """A connector whose task FAILED (Debezium gives up on a source or Kafka away for longer than
+        connect.retry_minutes) captures nothing until restarted: the stream restarts it, at most
+        every CONNECTOR_RESTART_MAX_S once the first tries fail again (a lost source position is
+        not among these: check_hold ends the run for a reload first). The failure stays said and
+        alerted until capture runs."""
+        from tideline.capture.connector import ConnectClient
+        from tideline.core.debezium import connector_name
+        now = time.monotonic()
+        if failure is None or "FAILED" not in failure:
+            self._restart_delay = CAPTURE_CHECK_S
+            return
+        if now < self._next_restart:
+            return
+        try:
+            ConnectClient(connect.http_base_url(), timeout=15).restart(connector_name(self.cfg))
+        except Exception as exc:   # Connect away: the next look tries again
+            log.warning("%s: the failed connector was not restarted: %s", self.cfg.name, exc)
+            return
+        self._next_restart = now + self._restart_delay
+        log.warning("%s: restarted the failed connector %s (next restart no sooner than %.0f s if it fails again)",
+                    self.cfg.name, connector_name(self.cfg), self._restart_delay)
+        self._restart_delay = min(self._restart_delay * 2, CONNECTOR_RESTART_MAX_S)
+
     def check_capture(self) -> None:
         """A failed connector sends nothing, so the stream would look caught up while the source
         moves on: said in each table's state (last_error, cleared by the next batch) and alerted,
@@ -236,6 +262,7 @@ class StreamWatch:
         if lost is not None:
             self.stop(lost)
             return
+        self.restart_failed_connector(connect, failure)
         if failure is None or failure == self._capture_said:
             if failure is None and self._capture_said is not None:
                 log.warning("%s: capture runs again", self.cfg.name)
