@@ -136,7 +136,7 @@ def _bootstrap_mariadb() -> None:
         f"REVOKE ALL PRIVILEGES ON `{MARIADB_DATABASE}`.* FROM '{MARIADB_USER}'@'{HOST}'",
         f"CREATE TABLE IF NOT EXISTS `{MARIADB_DATABASE}`.`tideline_heartbeat` "
         f"(pipeline varchar(200) PRIMARY KEY, beat_at datetime(6) NOT NULL)",
-        f"GRANT SELECT, INSERT, UPDATE ON `{MARIADB_DATABASE}`.`tideline_heartbeat` TO '{MARIADB_USER}'@'{HOST}'",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{MARIADB_DATABASE}`.`tideline_heartbeat` TO '{MARIADB_USER}'@'{HOST}'",
     ])
     if res.returncode != 0:
         raise StackError(f"mariadb: creating its users and database failed: {res.stderr.strip()}")

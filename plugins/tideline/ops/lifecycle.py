@@ -84,7 +84,8 @@ def decommission(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conne
         source = resolve(cfg.source.conn_id)
         engine = engines.for_pipeline(cfg, source)
         engine.drop_capture(cfg)
-        done.append(f"the source's {engine.position_holder(cfg)} and publication")
+        done.append(f"what the source holds for capture ({engine.position_holder(cfg)}; a publication)"
+                    if cfg.source.kind == "postgres" else f"capture's place on the source ({engine.position_holder(cfg)})")
         if cfg.source.heartbeat_table:
             done.append(_forget_heartbeat(cfg, engine))
         admin = admin_client(resolve(cfg.kafka.conn_id).kafka_access)
