@@ -32,7 +32,12 @@ test-contract: setup  ## every target's contract against the real PostgreSQL and
 	@$(PY) -m pytest tests/contract
 
 bench: up         ## benchmarks with their baselines side by side (not part of `make test`)
-	@for b in tests/bench/*.py; do [ -e "$$b" ] || continue; echo "== $$b"; $(PY) "$$b" || exit 1; done
+	@for b in tests/bench/*.py; do [ -e "$$b" ] || continue; [ "$$b" = tests/bench/soak.py ] && continue; \
+	  echo "== $$b"; $(PY) "$$b" || exit 1; done
+
+MINUTES ?= 60
+soak: up          ## the chaos soak: pipelines under faults for MINUTES (default 60; 15 gives >= 10 faults)
+	@cd tests/bench && ../../$(PY) soak.py --minutes $(MINUTES)
 
 env:              ## print the stack's environment: eval "$$(make -s env)"
 	@$(STACK) env
