@@ -15,6 +15,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import psycopg2
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -269,7 +270,8 @@ def test_a_load_shows_as_running_while_it_samples_and_not_after_its_driver_was_k
     """A killed load leaves its run 'running' (the next run of the table closes it): status shows
     its rows only while its samples are fresh."""
     from tideline import state
-    from tideline.ops.status import pipeline_status
+    from tideline.core.connections import get_connection
+    from tideline.ops.status import pipeline_status, render
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{pipelines.name} (id bigint PRIMARY KEY)")
     try:
@@ -280,8 +282,17 @@ def test_a_load_shows_as_running_while_it_samples_and_not_after_its_driver_was_k
         with target_db.cursor() as cur:
             cur.execute("INSERT INTO tideline.load_progress (run_id, at, rows, bytes) VALUES "
                         "(%s, now() - interval '10 seconds', 0, 0), (%s, now(), 50000, 0)", (run_id, run_id))
-        [live] = pipeline_status(cfg, exact_counts=False)
+        # the load's snapshot: a transaction of the source role, open while it reads
+        snapshot = psycopg2.connect(get_connection(cfg.source.conn_id).postgres_dsn())
+        try:
+            snapshot.cursor().execute("SELECT txid_current()")
+            time.sleep(2)
+            [live] = pipeline_status(cfg, exact_counts=False)
+        finally:
+            snapshot.close()
         assert live.load_rows == 50_000 and 4_000 < live.load_rows_per_s < 6_000
+        assert live.source_oldest_xact_s >= 2
+        assert "the oldest transaction it holds on the source is" in render(cfg, [live])
         with target_db.cursor() as cur:   # the driver died: no sample for two minutes
             cur.execute("UPDATE tideline.load_progress SET at = at - interval '2 minutes' WHERE run_id = %s", (run_id,))
         [killed] = pipeline_status(cfg, exact_counts=False)

@@ -217,6 +217,12 @@ class SourceEngine(ABC):
         where the engine cannot tell."""
         return None
 
+    def oldest_transaction_s(self, conn) -> float | None:
+        """Seconds the oldest open transaction of this source role has been open (a full load's
+        snapshot holds one: the source's vacuum cannot pass it), or None when none is open or
+        the engine cannot tell."""
+        return None
+
     @abstractmethod
     def capture_hold(self, conn, cfg, stored_position=None):
         """What the pipeline's capture holds on the source (core.capture_hold.CaptureHold) —

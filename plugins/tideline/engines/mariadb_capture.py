@@ -154,6 +154,19 @@ class MariaDbCapture:
         return (f"binlog {missing[0]}, where connector {connector} stopped reading, was purged from the MariaDB "
                 f"source (binlog_expire_logs_seconds or PURGE BINARY LOGS): changes made since were never captured")
 
+    def oldest_transaction_s(self, conn) -> float | None:
+        """(InnoDB's open transactions of this user; without the PROCESS privilege, None.)"""
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT MAX(TIMESTAMPDIFF(MICROSECOND, t.trx_started, NOW(6))) / 1e6 FROM "
+                            "information_schema.innodb_trx t JOIN information_schema.processlist p "
+                            "ON p.id = t.trx_mysql_thread_id WHERE p.user = SUBSTRING_INDEX(CURRENT_USER(), '@', 1) "
+                            "AND p.id <> CONNECTION_ID()")
+                row = cur.fetchone()
+        except self.errors:
+            return None
+        return float(row[0]) if row and row[0] is not None else None
+
     def capture_hold(self, conn, cfg, stored_position=None):
         """The binlogs the source keeps from the connector's stored position on, and how long at most
         until expiry purges that position (its file is older than the last event read there)."""

@@ -158,6 +158,13 @@ class PostgresCapture:
         return (f"replication slot {cfg.slot_name} is inactive for {2 * DISCONNECTED_LOOK_S:.0f} s and more: the "
                 f"connector cannot read the source ({cause})")
 
+    def oldest_transaction_s(self, conn) -> float | None:
+        with conn.cursor() as cur:
+            cur.execute("SELECT extract(epoch FROM now() - min(xact_start)) FROM pg_stat_activity "
+                        "WHERE usename = current_user AND pid <> pg_backend_pid() AND xact_start IS NOT NULL")
+            row = cur.fetchone()
+        return float(row[0]) if row and row[0] is not None else None
+
     def capture_hold(self, conn, cfg, stored_position=None):
         """The slot: the WAL it retains (from its restart_lsn), whether a walsender reads it, its
         wal_status, the server's bound on it, and (PostgreSQL 17+) since when nobody reads it."""

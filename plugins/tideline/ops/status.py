@@ -18,7 +18,7 @@ from tideline.core import capture_hold
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import get_connection
 from tideline.core.errors import TidelineError
-from tideline.core.readable import ago
+from tideline.core.readable import ago, duration
 from tideline.entrypoints import pipelines_dir
 
 log = logging.getLogger("tideline.status")
@@ -63,6 +63,7 @@ class TableStatus:
     source_hold_alerts: list[str] | None = None   # how it harms the source (the watch DAG's alerts)
     source_retained_bytes: int | None = None
     source_unread_s: float | None = None   # None: read (or no slot); seconds nobody has read the slot
+    source_oldest_xact_s: float | None = None   # while a load runs: the source role's oldest open transaction
     auto_reloads: int = 0                # times the table was found needing a reload (the DAG reloads it)
     last_reload: str | None = None       # "2h ago: <cause>"
 
@@ -148,8 +149,12 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 last_reload=_reload_line(st, now) if st else None))
         capture = None if source_error else _capture_error(cfg, resolve, out)   # (it asks the source)
         hold = _source_hold(cfg, engine, source, target, resolve) if source is not None else None
+        oldest = engine.oldest_transaction_s(source) if source is not None and any(
+            r.load_rows is not None for r in out) else None
         for row in out:
             row.source_error = source_error
+            if row.load_rows is not None:
+                row.source_oldest_xact_s = oldest
             if cfg.table(row.table).mode == "cdc" and row.phase == "streaming":
                 row.capture_error = capture
             if cfg.table(row.table).mode == "cdc" and hold is not None:
@@ -268,6 +273,11 @@ def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
             lines.append(f"  {'':22s} last error: {r.error[:1500 if r.phase == 'halted' else 300]}")
         if r.last_verify:
             lines.append(f"  {'':22s} last verify {r.last_verify[:300]}")
+        if r.load_rows is not None:
+            lines.append(f"  {'':22s} loading: {r.load_rows:,} rows stored"
+                         + (f", {r.load_rows_per_s:,.0f}/s" if r.load_rows_per_s else "")
+                         + (f"; the oldest transaction it holds on the source is {duration(r.source_oldest_xact_s)} old"
+                            if r.source_oldest_xact_s is not None else ""))
         if r.auto_reloads:
             lines.append(f"  {'':22s} reloaded by itself {r.auto_reloads}× (last {r.last_reload})")
     return "\n".join(lines)

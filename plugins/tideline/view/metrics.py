@@ -19,6 +19,9 @@ METRICS = {
     "tideline_source_log_retained_bytes": "bytes of the source's log the pipeline's capture holds (a replication "
                                           "slot's retained WAL; the binlogs from a MariaDB connector's position)",
     "tideline_source_log_unread_seconds": "seconds nobody has read the pipeline's replication slot, 0 while read",
+    "tideline_source_oldest_transaction_seconds": "while a full load runs: the age of the oldest transaction the "
+                                                  "pipeline's source role holds open (the source's vacuum cannot "
+                                                  "pass it)",
     "tideline_table_phase": "1 for the table's current phase (label phase), 0 for the others",
     "tideline_table_epoch": "the table's fencing epoch (rises with every run that takes the table over)",
     "tideline_table_target_rows": "rows in the target table (PostgreSQL's live-row statistic: no count(*) per scrape)",
@@ -39,7 +42,8 @@ METRICS = {
 
 
 PIPELINE_METRICS = ("tideline_pipeline_up", "tideline_stream_waiting_seconds", "tideline_stream_tries",
-                    "tideline_source_log_retained_bytes", "tideline_source_log_unread_seconds")
+                    "tideline_source_log_retained_bytes", "tideline_source_log_unread_seconds",
+                    "tideline_source_oldest_transaction_seconds")
 
 
 COUNTERS = ("tideline_events_applied", "tideline_auto_reloads")
@@ -66,6 +70,9 @@ class _Collector:
             if held is not None:
                 _maybe(fam["tideline_source_log_retained_bytes"], [p.name], held.source_retained_bytes)
                 fam["tideline_source_log_unread_seconds"].add_metric([p.name], float(held.source_unread_s or 0))
+            loading = next((t for t in p.tables if t.source_oldest_xact_s is not None), None)
+            if loading is not None:
+                fam["tideline_source_oldest_transaction_seconds"].add_metric([p.name], loading.source_oldest_xact_s)
             for t in p.tables:
                 key = [p.name, t.table]
                 for phase in PHASES:

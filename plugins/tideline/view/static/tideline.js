@@ -79,7 +79,10 @@ function renderPipelines(pipelines) {
             // the state keeps the table's phase while a load runs (new, or streaming during a reload)
             t.load_rows !== null ? el("div", { class: "muted", "data-load-rows": t.load_rows },
               el("span", { class: "phase phase-loading" }, "loading"),
-              ` ${fmtInt(t.load_rows)} rows stored${t.load_rows_per_s !== null ? `, ${fmtInt(Math.round(t.load_rows_per_s))}/s` : ""}`) : null),
+              ` ${fmtInt(t.load_rows)} rows stored${t.load_rows_per_s !== null ? `, ${fmtInt(Math.round(t.load_rows_per_s))}/s` : ""}`,
+              // the snapshot's transaction holds the source's vacuum back for as long as it is open
+              t.source_oldest_xact_s !== null ? el("div", { "data-oldest-xact-s": t.source_oldest_xact_s },
+                `oldest source transaction ${fmtSecs(t.source_oldest_xact_s)}`) : null) : null),
           el("td", { class: "num" }, t.epoch ?? "-"),
           el("td", { class: "num", title: t.rows_estimated ? "from the target's statistics (no count on every refresh)" : null },
             t.rows_estimated && t.target_rows !== null ? `≈ ${fmtInt(t.target_rows)}` : fmtInt(t.target_rows),
