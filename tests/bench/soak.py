@@ -507,8 +507,11 @@ def main(argv: list[str] | None = None) -> int:
     kinds, chosen = faults(cfgs), []
     started, marker, recoveries, survived = time.monotonic(), MARKER_BASE, [], 0
     long_at = started + args.minutes * 60 * 0.3 if long_outage else None
+    last = time.monotonic()
     while time.monotonic() - started < args.minutes * 60:
-        time.sleep(random.uniform(60, 120))
+        # one fault every 60-120 s, counted from the last one's start (its recovery is within that)
+        time.sleep(max(5.0, random.uniform(60, 120) - (time.monotonic() - last)))
+        last = time.monotonic()
         if long_at is not None and time.monotonic() >= long_at:
             name, fault, long_at = f"Kafka stopped for {long_outage:g} min", lambda: _stop_kafka(long_outage), None
         else:
