@@ -217,6 +217,12 @@ class SourceEngine(ABC):
         where the engine cannot tell."""
         return None
 
+    def current_values(self, conn, schema: str, table: str, key: list[str], keys: list[str],
+                       columns: list[str]) -> dict[int, dict]:
+        """The source rows' current values for change events that left values out (only
+        PostgreSQL's do: an unchanged TOASTed value); see stream.source_fill."""
+        raise NotImplementedError(f"{type(self).__name__}: change events never leave values out here")
+
     def oldest_transaction_s(self, conn) -> float | None:
         """Seconds the oldest open transaction of this source role has been open (a full load's
         snapshot holds one: the source's vacuum cannot pass it), or None when none is open or

@@ -254,6 +254,23 @@ class PostgresEngine(PostgresCapture, SourceEngine):
         return key_range_predicates(shape, [tuple(r) for r in cur.fetchall()])
 
 
+    def current_values(self, conn, schema: str, table: str, key: list[str], keys: list[str],
+                       columns: list[str]) -> dict[int, dict]:
+        """The current values (their text form, as the change events carry them) of `columns` of
+        the rows whose keys are the change events' `keys` (JSON objects), by position in `keys`;
+        a key the table no longer has is absent (stream.source_fill)."""
+        from psycopg2 import sql
+        t = sql.Identifier(schema, table)
+        values = sql.SQL(", ").join(sql.SQL("{}, t.{}::text").format(sql.Literal(c), sql.Identifier(c))
+                                    for c in columns)
+        on = sql.SQL("({}) = ({})").format(sql.SQL(", ").join(sql.SQL("t.{}").format(sql.Identifier(k)) for k in key),
+                                          sql.SQL(", ").join(sql.SQL("r.{}").format(sql.Identifier(k)) for k in key))
+        with conn.cursor() as cur:
+            cur.execute(sql.SQL("SELECT k.n, jsonb_build_object({}) FROM jsonb_array_elements(%s::jsonb) WITH "
+                                "ORDINALITY AS k(key, n) CROSS JOIN LATERAL jsonb_populate_record(NULL::{}, k.key) r "
+                                "JOIN {} t ON {}").format(values, t, t, on), ("[" + ",".join(keys) + "]",))
+            return {int(n) - 1: image for n, image in cur.fetchall()}
+
 def finish_shape(label: str, shape: TableShape, configured_pk, tcfg) -> TableShape:
     """Checks the configured key against the source's and applies the column selection (every engine)."""
     if not shape.columns:

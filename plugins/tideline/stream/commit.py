@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from tideline import state
 from tideline.core import schema_drift
+from tideline.stream.source_fill import fill_from_source
 from tideline.core.batch_events import drop_applied, newest_source_commit
 from tideline.core.change_events import too_large_marker
 from tideline.core.config import PipelineConfig
@@ -142,6 +143,8 @@ class BatchCommitter:
                 log.info("spark batch %d holds only events already applied; skipped", spark_batch_id)
                 return None
             rows = drop_applied(rows, current)
+            # what Debezium left out and the batch cannot fill: the source's row now (stream.source_fill)
+            rows = fill_from_source(rows, self.by_topic, cfg.source_schema, self.engine, self._src)
             figures.skipped = figures.events - sum(_unapplied(r, current) for r in fresh)
             bad_rows = [b for b in bad_rows if b["offset"] >= current[b["topic"]].get(b["partition"], 0)]
             truncates = [t for t in truncates if t["offset"] >= current[t["topic"]].get(t["partition"], 0)]
