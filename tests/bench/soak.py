@@ -108,16 +108,17 @@ def start_pipelines(names: list[str]) -> dict:
     deadline = time.monotonic() + 300
     for name in names:   # the dag-processor parses the new files
         while True:
-            try:
-                stackctl.airflow_api("GET", f"dags/sync_{name}")
-                break
+            try:   # (a DAG of an earlier soak's decommissioned pipeline is stale until parsed again)
+                if not stackctl.airflow_api("GET", f"dags/sync_{name}").get("is_stale"):
+                    break
             except Exception:   # not parsed yet
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"sync_{name} did not appear in Airflow within 300 s")
                 time.sleep(3)
-        stackctl.airflow_api("PATCH", f"dags/sync_{name}", {"is_paused": False})
-        stackctl.airflow_api("POST", f"dags/sync_{name}/dagRuns",
-                             {"logical_date": None, "conf": {"stream_mode": "continuous"}})
+        wait(lambda name=name: stackctl.airflow_api("PATCH", f"dags/sync_{name}", {"is_paused": False}) and
+             stackctl.airflow_api("POST", f"dags/sync_{name}/dagRuns",
+                                  {"logical_date": None, "conf": {"stream_mode": "continuous"}}), 120,
+             f"sync_{name} to take a run")
     for name, cfg in cfgs.items():
         wait(lambda cfg=cfg: phase(cfg) == "streaming" and streaming(cfg), 900, f"{name} to load and stream")
         log(f"{name} streams")
