@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 STACK := $(PY) stack/stackctl.py
 
-.PHONY: setup up down status doctor demo test test-unit test-contract bench clean env
+.PHONY: setup up down status doctor demo test test-unit test-contract bench soak clean env
 
 setup:            ## install PostgreSQL (apt), the venv (PyPI) and the JVM parts (Maven) if missing
 	@bash stack/setup.sh
