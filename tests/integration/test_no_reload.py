@@ -46,7 +46,7 @@ def test_events_of_one_row_folded_into_one_batch_keep_its_unchanged_large_value_
             cur.execute(f"BEGIN; UPDATE public.{t} SET doc = repeat('three', 300000) WHERE id = 3; "
                         f"UPDATE public.{t} SET n = 7 WHERE id = 3; COMMIT")
             # a key change, then an update of the new key: the new row's large values are in no event
-            # and not in the target (Debezium reads them back from the source: core.debezium)
+            # and not in the target (the source's row now gives them: stream.source_fill)
             cur.execute(f"UPDATE public.{t} SET id = 20 WHERE id = 2")
             cur.execute(f"UPDATE public.{t} SET n = 5 WHERE id = 20")
         # every event on Kafka before the stream reads, so they fold into one batch

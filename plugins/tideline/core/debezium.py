@@ -124,15 +124,6 @@ def connector_config(cfg: PipelineConfig, source: Conn) -> dict[str, str]:
         "converters": "pgtext",
         "pgtext.type": TEXT_CONVERTER,
         "include.unknown.datatypes": "true",
-        # An update that leaves a large (TOASTed) value alone carries a placeholder for it: Debezium
-        # reads the row's current value back from the source (one query by key) before it sends the
-        # event. The stream fills what is left from the batch or the target (core.batch_events); a
-        # key change's new row, which neither has, needed this — without it the table reloaded.
-        # NULLs are values, never re-read.
-        "post.processors": "reselector",
-        "reselector.type": "io.debezium.processors.reselect.ReselectColumnsPostProcessor",
-        "reselector.reselect.unavailable.values": "true",
-        "reselector.reselect.null.values": "false",
         **({"heartbeat.action.query": heartbeat_query(cfg)} if cfg.source.heartbeat_table else {}),
     }
 

@@ -263,7 +263,7 @@ def mariadb_privileges(grants: str, heartbeat: str | None = None) -> object:
     more = sorted({f"{p} ON {on}" for privs, on in re.findall(r"GRANT (.+?) ON (\S+) TO ", raw, re.I)
                    for p in (x.strip().upper() for x in privs.split(","))
                    if p in ("ALL PRIVILEGES", "SUPER", "DROP", "DELETE", "INSERT", "UPDATE", "ALTER", "CREATE")
-                   and not (on == heartbeat and p in ("INSERT", "UPDATE"))})
+                   and not (on == heartbeat and p in ("INSERT", "UPDATE", "DELETE"))})   # (DELETE: decommission)
     if more:
         return dc.Check("source", "privileges", dc.WARN, f"the source user also holds {'; '.join(more)}: more than "
                                                          f"capture needs (it only reads)",

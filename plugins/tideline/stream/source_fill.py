@@ -1,19 +1,19 @@
-"""The last word on a value Debezium left out: the source's row now.
+"""What Debezium left out, from the source's row now.
 
-An update that leaves a large (TOASTed) value alone carries a placeholder for it. Debezium reads
-the value back from the source (core.debezium: the reselect post processor), the batch fills
-what an earlier event of the key carried (core.batch_events), the target fills from its own row
-(core.apply_sql). What is still a placeholder after Debezium's reselect is a row the source no
-longer had when Debezium looked: a key changed or deleted again right after. Here, before the
-batch is applied:
+An update that leaves a large (TOASTed) value alone carries a placeholder for it. The batch fills
+what an earlier event of the key carried (core.batch_events); what is left — the key's value
+is in no event of the batch: an update of a row loaded or changed before, the new row of a key
+change — is read from the source's row now, one query per table per batch, before the batch is
+applied (Debezium's own reselect post processor would query once per event, and hands values
+back in its own encodings; this reads them as the text the change events carry, `::text`):
 
-- the source has the key now: its current value stands in. The target may show a newer value a
+- the source has the key: its current value stands in. The target may show a newer value a
   moment early; every later change of that value is an event of its own, so the stream still
   ends where the source is;
-- the source does not have the key: the event is left out of the batch. A later event of the same
-  key (same partition, later offset) deletes it or moves it away, so leaving it out changes
-  nothing the target ends with — where applying it would have meant a row with a value nobody has,
-  a divergence, and a reload of the whole table.
+- the source no longer has the key: the event is left out of the batch. A later event of the
+  same key (same partition, later offset) deletes it or moves it away, so leaving it out changes
+  nothing the target ends with — where applying it would have meant a row with a value nobody
+  has, a divergence, and a reload of the whole table.
 """
 from __future__ import annotations
 
