@@ -48,6 +48,19 @@ def table_digest(conn, schema: str, table: str, order_by: str) -> tuple[int, str
         return cur.fetchone()
 
 
+def query(url: str, sql: str, args=()) -> list:
+    """One statement on its own autocommit connection (e.g. as a database's superuser): its rows."""
+    import psycopg2
+    conn = psycopg2.connect(url)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, args or None)
+            return cur.fetchall() if cur.description else []
+    finally:
+        conn.close()
+
+
 def drop_source(source_db, *tables: str) -> None:
     with source_db.cursor() as cur:
         for t in tables:

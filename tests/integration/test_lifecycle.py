@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 import stackctl
-from helpers import drop_source, start_continuous, table_digest, wait_until
+from helpers import query, drop_source, start_continuous, table_digest, wait_until
 from test_dags import airflow_env, make_table, run_dag  # noqa: F401,F811 — fixture
 from tideline import state
 from tideline.capture.connector import ConnectClient
@@ -27,14 +27,7 @@ SOURCE_SUPER = stackctl.pg_url(stackctl.DATABASES["source"], stackctl.PG_SUPERUS
 
 
 def _source(sql: str, args=()) -> list:
-    conn = psycopg2.connect(SOURCE_SUPER)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args or None)
-            return cur.fetchall()
-    finally:
-        conn.close()
+    return query(SOURCE_SUPER, sql, args)
 
 
 def _equal(source_db, target_db, schema: str, table: str) -> bool:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import time
 
-import psycopg2
 import pytest
 
 import stackctl
-from helpers import drop_source, table_digest, wait_until
+from helpers import query, drop_source, table_digest, wait_until
 from test_dags import airflow_env, make_table, run_dag  # noqa: F401,F811 — fixture
 from tideline import state
 from tideline.capture.connector import ConnectClient
@@ -24,15 +23,8 @@ SUPER_URL = stackctl.pg_url(stackctl.DATABASES["source"], stackctl.PG_SUPERUSER,
 MB = 1024 * 1024
 
 
-def _super(sql: str, args=()):
-    conn = psycopg2.connect(SUPER_URL)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args or None)
-            return cur.fetchall() if cur.description else None
-    finally:
-        conn.close()
+def _super(sql: str, args=()) -> list:
+    return query(SUPER_URL, sql, args)
 
 
 def _slot(name: str) -> tuple:
