@@ -27,6 +27,7 @@ from tideline.core.connections import get_connection
 from tideline.core.errors import SourceError
 from tideline.core.table_shape import copy_into, copy_options, create_table
 from tideline.load.full_load import FullLoad
+from tideline.ops.status import pipeline_status
 from tideline.stream.run import IncrementalRun
 
 DB = stackctl.MARIADB_DATABASE
@@ -322,6 +323,12 @@ def purge_binlogs_the_connector_needs(maria, client, connector: str) -> None:
             time.sleep(0.5)
 
 
+def _binlog_expiry_s(maria) -> int:
+    with maria.cursor() as cur:
+        cur.execute("SELECT @@binlog_expire_logs_seconds")
+        return int(cur.fetchone()[0])
+
+
 def test_sync_dag_reloads_by_itself_after_retention_loss_and_purged_binlogs(airflow_env, stack, maria, target_db,
                                                                             pipelines, unique_name):
     """The seed cases on a MariaDB source, through the sync DAG alone: (1) the stream is stopped,
@@ -380,7 +387,15 @@ def test_sync_dag_reloads_by_itself_after_retention_loss_and_purged_binlogs(airf
             assert time.time() < deadline, "the connector did not stop"
             time.sleep(0.5)
         _exec(maria, f"DELETE FROM `{t}` WHERE id BETWEEN 100 AND 199", f"UPDATE `{t}` SET note = 'missed'")
+        # the binlog headroom of the stopped connector's position: shown, then its loss alerted
+        [row] = pipeline_status(cfg, exact_counts=False)
+        assert row.source_hold.startswith(f"binlog position of connector {name}: retains "), row.source_hold
+        assert "expiry purges its position in at most" in row.source_hold, row.source_hold
+        assert row.source_retained_bytes > 0 and 0 < row.source_expires_in_s <= _binlog_expiry_s(maria)
         purge_binlogs_the_connector_needs(maria, client, name)
+        [row] = pipeline_status(cfg, exact_counts=False)
+        assert any(f"binlog position of connector {name} is gone: the source purged the binlog" in m
+                   and f"trigger sync_{cfg.name}" in m for m in row.source_hold_alerts), row.source_hold_alerts
         states = run_dag(dag_id, stream_mode="available_now")
         assert states["__run__"] == "success" and states["full_load"] == "success", states
         assert full_loads() == 3

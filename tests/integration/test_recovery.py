@@ -595,3 +595,48 @@ def test_watchdog_alerts_when_a_stream_commits_nothing_while_events_wait(
         assert "the target went away" in text and f"trigger sync_{cfg.name}" in text
     finally:
         drop_source(source_db, t)
+
+
+def _stack_processes() -> list[int]:
+    """Every process of the local stack: supervisord and all below it (PostgreSQL, MariaDB,
+    Kafka, Connect, each Airflow part, its task workers and their Spark drivers), and any Spark
+    job or PostgreSQL that runs outside it."""
+    import psutil
+    roots = [stackctl.postgres_pid(), *stackctl.leftover_spark_jobs()]
+    pidfile = stackctl.STACK / "var" / "run" / "supervisord.pid"
+    if stackctl.supervisord_running():
+        roots.append(int(pidfile.read_text().strip()))
+    found: set[int] = set()
+    for pid in filter(None, roots):
+        try:
+            found |= {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
+        except psutil.NoSuchProcess:
+            pass
+    return sorted(found)
+
+
+def test_the_whole_stack_killed_as_a_host_crash_then_make_up_streams_again(streaming_demo):
+    """kill -9 of every process of the stack at once, as a host crash (or an OOM killer's sweep)
+    leaves it, then `make up`, what a boot runs: the pipeline that was streaming streams again
+    with no person acting — its DAG run's stream task is retried by the new scheduler."""
+    import psutil
+    driver = _live_stream()
+    killed: list[int] = []
+
+    def fault():
+        killed.extend(_stack_processes())
+        assert driver in killed and stackctl.postgres_pid() in killed, "the stack's processes were not all found"
+        for pid in killed:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _wait(lambda: not [p for p in killed if psutil.pid_exists(p) and
+                           psutil.Process(p).status() != psutil.STATUS_ZOMBIE], 30, "every stack process to be gone")
+        up = subprocess.run(["make", "up"], cwd=stackctl.STACK.parent, capture_output=True, text=True, timeout=900)
+        assert up.returncode == 0, f"make up after the crash failed:\n{up.stdout}\n{up.stderr}"
+    _scenario("kill -9 of the whole stack, then make up", fault,
+              "make up started every part again; the new scheduler found the stream task dead and retried it; "
+              "the stream resumed from its committed offsets")
+    assert len(killed) > 10
+    _wait(stackctl.airflow_healthy, 180, "every Airflow component healthy again")

@@ -2,7 +2,7 @@
 what to do; an invalidated one says that the DAG reloads by itself."""
 from datetime import datetime, timedelta, timezone
 
-from tideline.core.capture_hold import HOLDER_IDLE, HOLDER_LOST, RETAINED_HIGH, CaptureHold, judge
+from tideline.core.capture_hold import HOLDER_EXPIRING, HOLDER_IDLE, HOLDER_LOST, RETAINED_HIGH, CaptureHold, judge
 
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)
 MB = 1024 * 1024
@@ -42,3 +42,17 @@ def test_a_binlog_position_reads_in_its_own_words():
     assert b.line(NOW) == ("binlog position of connector tideline-shop: retains 3 MB of binlog, expiry purges its "
                            "position in at most 2.0 h")
     assert CaptureHold("replication slot x", missing=True).line(NOW) == "replication slot x: does not exist"
+
+
+def test_a_binlog_position_near_its_expiry_is_alerted_and_a_purged_one_says_it_reloads():
+    near = CaptureHold("binlog position of connector tideline-shop", retained_bytes=3 * MB, expires_in_s=2 * 3600)
+    [(event, message)] = judge("shop", near, NOW, 4096, 30)
+    assert event == HOLDER_EXPIRING and "purges it in at most 2.0 h" in message
+    assert "binlog_expire_logs_seconds" in message and "trigger sync_shop" in message
+    assert "max_slot_wal_keep_size" not in message   # a PostgreSQL setting, not said to a MariaDB source
+    assert judge("shop", CaptureHold("binlog position of connector tideline-shop", expires_in_s=7 * 86400),
+                 NOW, 4096, 30) == []
+    [(event, message)] = judge("shop", CaptureHold("binlog position of connector tideline-shop", status="lost"),
+                               NOW, 4096, 30)
+    assert event == HOLDER_LOST and "the source purged the binlog it is in" in message
+    assert "wal_status" not in message

@@ -30,7 +30,7 @@ class CaptureHold:
             return f"{self.holder}: does not exist"
         parts = []
         if self.retained_bytes is not None:
-            kind = "WAL" if "slot" in self.holder else "binlog"
+            kind = "WAL" if self.is_slot else "binlog"
             parts.append(f"retains {mb(self.retained_bytes)} of {kind}")
         if self.limit_bytes is not None:
             parts.append(f"limit {mb(self.limit_bytes)} (max_slot_wal_keep_size)")
@@ -47,6 +47,10 @@ class CaptureHold:
         if self.expires_in_s is not None:
             parts.append(f"expiry purges its position in at most {self.expires_in_s / 3600:.1f} h")
         return f"{self.holder}: " + ", ".join(parts)
+
+    @property
+    def is_slot(self) -> bool:
+        return "slot" in self.holder
 
     def inactive_for_s(self, now: datetime | None) -> float | None:
         if self.active or self.inactive_since is None or now is None:
@@ -65,6 +69,8 @@ def minutes(seconds: float | None) -> float:
 RETAINED_HIGH = "source_log_retained"
 HOLDER_IDLE = "source_log_unread"
 HOLDER_LOST = "source_log_lost"
+HOLDER_EXPIRING = "source_log_expiring"
+EXPIRY_WARN_S = 6 * 3600   # a MariaDB position this close to its binlog's expiry: a person has hours to act
 
 
 def judge(pipeline: str, hold: CaptureHold, now: datetime, max_retained_mb: float,
@@ -74,14 +80,21 @@ def judge(pipeline: str, hold: CaptureHold, now: datetime, max_retained_mb: floa
     if hold.missing:
         return out
     if hold.status == "lost":
-        out.append((HOLDER_LOST, f"{hold.holder} was invalidated by the source (wal_status lost): the WAL it "
-                                 f"needed is gone and changes were missed. The running stream stops and the sync "
+        how = ("was invalidated by the source (wal_status lost): the WAL it needed is gone" if hold.is_slot else
+               "is gone: the source purged the binlog it is in (binlog expiry or PURGE BINARY LOGS)")
+        out.append((HOLDER_LOST, f"{hold.holder} {how} and changes were missed. The running stream stops and the sync "
                                  f"DAG re-creates capture and reloads the tables by itself; if no stream runs, "
                                  f"trigger sync_{pipeline}"))
     if hold.retained_bytes is not None and hold.retained_bytes > max_retained_mb * 1024 * 1024:
         out.append((RETAINED_HIGH, f"{hold.holder} retains {mb(hold.retained_bytes)} of the source's log (alert "
                                    f"above alerts.max_retained_wal_mb={max_retained_mb:g}). "
                                    + _what_to_do(pipeline, hold)))
+    if hold.status != "lost" and hold.expires_in_s is not None and hold.expires_in_s < EXPIRY_WARN_S:
+        out.append((HOLDER_EXPIRING, f"{hold.holder}: binlog expiry purges it in at most "
+                                     f"{max(hold.expires_in_s, 0) / 3600:.1f} h (alert below "
+                                     f"{EXPIRY_WARN_S // 3600} h), and then the tables reload from a new "
+                                     f"snapshot. " + _what_to_do(pipeline, hold)
+                                     + " To give capture more time, raise binlog_expire_logs_seconds on the source."))
     idle = hold.inactive_for_s(now)
     if idle is not None and idle >= inactive_minutes * 60:
         out.append((HOLDER_IDLE, f"{hold.holder} has had no reader for {minutes(idle):.0f} min (alert after "

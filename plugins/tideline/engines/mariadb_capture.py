@@ -185,11 +185,12 @@ class MariaDbCapture:
             cur.execute("SELECT @@binlog_expire_logs_seconds")
             expire = int(cur.fetchone()[0] or 0)
         kept = [(name, size) for name, size in logs if name >= position["file"]]
-        retained = sum(size for _, size in kept) - int(position.get("pos") or 0) if kept else None
+        purged = position["file"] not in [name for name, _ in logs]   # the newer files do not hold it
+        retained = None if purged else sum(size for _, size in kept) - int(position.get("pos") or 0)
         read_at = position.get("ts_sec")
         return CaptureHold(holder, retained_bytes=retained,
                            expires_in_s=(expire - (clock.time() - int(read_at)) if expire and read_at else None),
-                           status="lost" if not kept else None)
+                           status="lost" if purged else None)
 
     def reset_capture(self, cfg) -> None:
         """Nothing on the server holds a position for the connector (unlike a slot)."""

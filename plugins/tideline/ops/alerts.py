@@ -12,7 +12,7 @@ from typing import Callable
 
 import requests
 
-from tideline.core.capture_hold import HOLDER_IDLE, HOLDER_LOST, RETAINED_HIGH
+from tideline.core.capture_hold import HOLDER_EXPIRING, HOLDER_IDLE, HOLDER_LOST, RETAINED_HIGH
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
 
@@ -29,10 +29,11 @@ TABLE_REFUSED = "table_refused"
 CAPTURE_FAILED = "capture_failed"
 # what capture holds on the source (core.capture_hold judges them)
 SOURCE_LOG_RETAINED, SOURCE_LOG_UNREAD, SOURCE_LOG_LOST = RETAINED_HIGH, HOLDER_IDLE, HOLDER_LOST
+SOURCE_LOG_EXPIRING = HOLDER_EXPIRING
 _LEVEL = {PIPELINE_FAILED: logging.ERROR, TABLE_HALTED: logging.ERROR, TABLE_REFUSED: logging.ERROR,
           CAPTURE_FAILED: logging.ERROR, STREAM_STALLED: logging.ERROR, VERIFY_DIFFERENCES: logging.ERROR, HEADROOM_LOW: logging.WARNING,
           RESNAPSHOT_STARTED: logging.WARNING, RESNAPSHOT_FINISHED: logging.INFO, SOURCE_LOG_RETAINED: logging.ERROR,
-          SOURCE_LOG_UNREAD: logging.ERROR, SOURCE_LOG_LOST: logging.ERROR}
+          SOURCE_LOG_UNREAD: logging.ERROR, SOURCE_LOG_LOST: logging.ERROR, SOURCE_LOG_EXPIRING: logging.WARNING}
 
 
 def webhook_url(conn: Conn) -> str:

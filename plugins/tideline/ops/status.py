@@ -63,6 +63,7 @@ class TableStatus:
     source_hold_alerts: list[str] | None = None   # how it harms the source (the watch DAG's alerts)
     source_retained_bytes: int | None = None
     source_unread_s: float | None = None   # None: read (or no slot); seconds nobody has read the slot
+    source_expires_in_s: float | None = None   # MariaDB: at most this long until binlog expiry purges the position
     source_oldest_xact_s: float | None = None   # while a load runs: the source role's oldest open transaction
     auto_reloads: int = 0                # times the table was found needing a reload (the DAG reloads it)
     last_reload: str | None = None       # "2h ago: <cause>"
@@ -160,7 +161,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
             if cfg.table(row.table).mode == "cdc" and hold is not None:
                 found, now = hold
                 row.source_hold, row.source_retained_bytes = found.line(now), found.retained_bytes
-                row.source_unread_s = found.inactive_for_s(now)
+                row.source_unread_s, row.source_expires_in_s = found.inactive_for_s(now), found.expires_in_s
                 row.source_hold_alerts = [m for _, m in capture_hold.judge(cfg.name, found, now,
                                                                            cfg.alerts.max_retained_wal_mb,
                                                                            cfg.alerts.slot_inactive_minutes)]

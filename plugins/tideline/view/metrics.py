@@ -19,6 +19,8 @@ METRICS = {
     "tideline_source_log_retained_bytes": "bytes of the source's log the pipeline's capture holds (a replication "
                                           "slot's retained WAL; the binlogs from a MariaDB connector's position)",
     "tideline_source_log_unread_seconds": "seconds nobody has read the pipeline's replication slot, 0 while read",
+    "tideline_source_log_expires_seconds": "MariaDB: seconds at most until binlog expiry purges the capture's "
+                                           "position (its binlog headroom)",
     "tideline_source_oldest_transaction_seconds": "while a full load runs: the age of the oldest transaction the "
                                                   "pipeline's source role holds open (the source's vacuum cannot "
                                                   "pass it)",
@@ -43,6 +45,7 @@ METRICS = {
 
 PIPELINE_METRICS = ("tideline_pipeline_up", "tideline_stream_waiting_seconds", "tideline_stream_tries",
                     "tideline_source_log_retained_bytes", "tideline_source_log_unread_seconds",
+                    "tideline_source_log_expires_seconds",
                     "tideline_source_oldest_transaction_seconds")
 
 
@@ -70,6 +73,7 @@ class _Collector:
             if held is not None:
                 _maybe(fam["tideline_source_log_retained_bytes"], [p.name], held.source_retained_bytes)
                 fam["tideline_source_log_unread_seconds"].add_metric([p.name], float(held.source_unread_s or 0))
+                _maybe(fam["tideline_source_log_expires_seconds"], [p.name], held.source_expires_in_s)
             loading = next((t for t in p.tables if t.source_oldest_xact_s is not None), None)
             if loading is not None:
                 fam["tideline_source_oldest_transaction_seconds"].add_metric([p.name], loading.source_oldest_xact_s)
