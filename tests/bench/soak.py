@@ -12,7 +12,8 @@ later of the same row (the batch that folds both). Every 60-120 s one fault, at 
 the Kafka broker, of Kafka Connect, of a stream's Spark driver, of a full load's driver (a reload
 asked for, then killed), of the Airflow scheduler; a PostgreSQL fast restart; a MariaDB restart;
 the targets refusing connections for 60 s; the Iceberg catalog's connections terminated. A run of
-30 minutes or more also has one outage of 20 minutes (Kafka stopped), longer than the old give-up.
+30 minutes or more also has one outage of 20 minutes (Kafka stopped), longer than the old give-up,
+in addition to its minutes of faults (a 60-minute run lasts about 80).
 After each fault a marker row is written to each source; the fault is survived when the markers
 reached every target, and its recovery is the time from the fault's end until then.
 
@@ -508,13 +509,14 @@ def main(argv: list[str] | None = None) -> int:
     kinds, chosen = faults(cfgs), []
     started, marker, recoveries, survived = time.monotonic(), MARKER_BASE, [], 0
     long_at = started + args.minutes * 60 * 0.3 if long_outage else None
-    last = time.monotonic()
-    while time.monotonic() - started < args.minutes * 60:
+    last, deadline = time.monotonic(), started + args.minutes * 60
+    while time.monotonic() < deadline:
         # one fault every 60-120 s, counted from the last one's start (its recovery is within that)
         time.sleep(max(5.0, random.uniform(60, 120) - (time.monotonic() - last)))
         last = time.monotonic()
         if long_at is not None and time.monotonic() >= long_at:
             name, fault, long_at = f"Kafka stopped for {long_outage:g} min", lambda: _stop_kafka(long_outage), None
+            deadline += long_outage * 60   # the long outage comes in addition to the run's minutes of faults
         else:
             name = random.choice(sorted(kinds))
             fault = kinds[name]
