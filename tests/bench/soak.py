@@ -113,9 +113,11 @@ def start_pipelines(names: list[str]) -> dict:
                 if not stackctl.airflow_api("GET", f"dags/sync_{name}").get("is_stale"):
                     break
             except Exception:   # not parsed yet
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"sync_{name} did not appear in Airflow within 300 s")
-                time.sleep(3)
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"sync_{name} did not appear in Airflow within 300 s: see Airflow's import "
+                                   f"errors (a dag-processor started before the code changed needs a restart)")
+            time.sleep(3)
         wait(lambda name=name: stackctl.airflow_api("PATCH", f"dags/sync_{name}", {"is_paused": False}) and
              stackctl.airflow_api("POST", f"dags/sync_{name}/dagRuns",
                                   {"logical_date": None, "conf": {"stream_mode": "continuous"}}), 120,
