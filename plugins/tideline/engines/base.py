@@ -169,6 +169,19 @@ class SourceEngine(ABC):
         """Opens the consistent read on `conn` (kept open until the partitions have read) and
         plans `parts` partitions."""
 
+    # plan_chunks() plans a chunked load (load.chunked): key ranges read each in its own short
+    # transaction instead of one snapshot held for the whole table
+    loads_in_chunks = False
+
+    def plan_chunks(self, conn, shape: TableShape, chunk_rows: int) -> tuple[int | None, list[str]]:
+        """(the table's estimated rows, one key-range predicate per chunk covering the whole key
+        space), in a short transaction of its own; only for a table with a key."""
+        raise NotImplementedError(f"{self.label} sources load in one consistent snapshot")
+
+    def estimate_rows(self, conn, shape: TableShape) -> int | None:
+        """The catalog's estimate of the table's rows (no scan), None when it has none."""
+        return None
+
     # pipe() gives a pipe: a full load's rows never pass through Spark's JVM
     pipes_copy = False
 

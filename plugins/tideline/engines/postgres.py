@@ -239,8 +239,34 @@ class PostgresEngine(PostgresCapture, SourceEngine):
                 "RAISE EXCEPTION 'tideline: partition read is not inside the exported snapshot'; END IF; END $$")
         return Snapshot(snapshot_id, snapshot_at, snapshot_xmin, rows, predicates, init)
 
-    def _partition_predicates(self, cur, shape: TableShape, rows: int, parts: int):
-        parts = max(1, min(parts, -(-rows // MIN_ROWS_PER_PARTITION)))
+    loads_in_chunks = True
+
+    def estimate_rows(self, conn, shape: TableShape) -> int | None:
+        """reltuples over the table's leaf partitions (the table itself when not partitioned)."""
+        with conn.cursor() as cur:
+            cur.execute("SELECT sum(c.reltuples)::bigint, bool_or(c.reltuples < 0) FROM pg_partition_tree(%s::regclass) p "
+                        "JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf",
+                        (sql.Identifier(shape.schema, shape.name).as_string(conn),))
+            total, never_analyzed = cur.fetchone()
+        conn.rollback()
+        return None if total is None or never_analyzed else max(0, int(total))
+
+    def plan_chunks(self, conn, shape: TableShape, chunk_rows: int) -> tuple[int | None, list[str]]:
+        from tideline.core.chunked_load import chunk_count
+        estimate = self.estimate_rows(conn, shape)
+        with conn.cursor() as cur:
+            if estimate is None:   # never analyzed: one count (the plan's only scan)
+                cur.execute(sql.SQL("SELECT count(*) FROM {}").format(shape.qualified()))
+                estimate = cur.fetchone()[0]
+            parts = chunk_count(estimate, chunk_rows)
+            predicates = [p.as_string(conn) for p in self._partition_predicates(cur, shape, estimate, parts,
+                                                                               min_rows=1)]
+        conn.rollback()
+        return estimate, predicates
+
+    def _partition_predicates(self, cur, shape: TableShape, rows: int, parts: int,
+                              min_rows: int = MIN_ROWS_PER_PARTITION):
+        parts = max(1, min(parts, -(-rows // min_rows)))
         if rows == 0 or parts == 1:
             return key_range_predicates(shape, []) if shape.primary_key else ctid_predicates(0, 1)
         if not shape.primary_key:

@@ -85,7 +85,8 @@ class Progress(threading.Thread):
 def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: TableShape, query: str,
                      predicates: list[str], schema: str, table: str, label: str, session_init: str | None = None,
                      started: float | None = None, where: str | None = None, run_id: int | None = None,
-                     snapshot_conn=None) -> list[dict]:
+                     snapshot_conn=None, numbers: list[int] | None = None,
+                     record: tuple[str, dict] | None = None) -> list[dict]:
     """Reads `query` from the source, one Spark task per predicate, and COPYs the rows into
     schema.table of the target (`tgt`, a connection to it, renders the statement); returns each partition's
     figures (partition, rows read, rows copied, seconds, how). Each partition's session runs
@@ -96,11 +97,12 @@ def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: Tab
     sampled into tideline.load_progress while the copy runs. A small table (`snapshot_conn`: the
     connection holding its snapshot, one partition; PostgreSQL) is piped by the driver itself on
     that connection and `tgt`: a Spark job and two more sessions would cost more than its rows
-    (tests/bench/many_tables.py)."""
+    (tests/bench/many_tables.py). A chunked load (load.chunked) numbers its partitions by chunk
+    (`numbers`) and gives each the statement that records it with its rows (`record`)."""
     pipe = engine.pipe(tgt, shape, where, predicates, session_init)
     copy_format = pipe.copy_format if pipe else "text"   # the JDBC path writes COPY text
     copy_sql = store.copy_statement(tgt, schema, table, shape.written_columns, copy_format)
-    if snapshot_conn is not None and pipe is not None and len(predicates) == 1:
+    if snapshot_conn is not None and pipe is not None and len(predicates) == 1 and record is None:
         t0 = time.monotonic()
         if run_id is not None:   # the view charts a load from its first and last sample
             state.record_load_progress(tgt, run_id, 0, 0)
@@ -120,9 +122,12 @@ def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: Tab
         if pipe is not None:
             log.info("%s: piping %d partitions into %s.%s (COPY, %s)", label, len(predicates), schema, table,
                      copy_format)
-            figures = pipe_partitions(spark, list(enumerate(pipe.reads)), progress, lambda where: make_pipe_copier(
-                pipe.source, target_dsn, copy_sql, label, copy_format, where))
+            items = list(zip(numbers if numbers is not None else range(len(pipe.reads)), pipe.reads))
+            figures = pipe_partitions(spark, items, progress, lambda where: make_pipe_copier(
+                pipe.source, target_dsn, copy_sql, label, copy_format, where, record))
         else:
+            if record is not None:
+                raise ValueError(f"{label}: a chunked load needs a source engine with a COPY pipe")
             log.info("%s: copying %d partitions into %s.%s (JDBC)", label, len(predicates), schema, table)
             props = engine.jdbc_properties()
             if session_init:

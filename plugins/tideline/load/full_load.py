@@ -21,10 +21,13 @@ from datetime import datetime
 from tideline import engines, kafka_offsets, state, targets
 
 from tideline.capture import refusals
+from tideline.load import chunked
 from tideline.load.copy_rows import copy_source_rows
+from tideline.state import chunks
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
-from tideline.core.errors import FencedError, SourceError, TidelineError
+from tideline.core.chunked_load import use_chunks
+from tideline.core.errors import FencedError, LoadVerificationError, SourceError, TidelineError
 from tideline.core.settings import CLIENT_COMPILER_ONLY
 from tideline.core.table_shape import TableShape
 from tideline.engines import SourceEngine
@@ -78,7 +81,7 @@ class FullLoad:
     table's snapshot opens — Kafka's end offsets (kafka_offsets.handover) unless given; the target
     contract tests (tests/contract) give a position of their own to run a load without Kafka."""
 
-    def __init__(self, cfg: PipelineConfig, spark, environ=None, handover=None):
+    def __init__(self, cfg: PipelineConfig, spark, environ=None, handover=None, retained=None):
         self.cfg = cfg
         self.spark = spark
         self.source: Conn = get_connection(cfg.source.conn_id, environ)
@@ -91,6 +94,11 @@ class FullLoad:
         self._idle_lock = threading.Lock()
         self.handover = handover or (lambda topic: kafka_offsets.handover(self.kafka.kafka_access, topic,
                                                                           admin=self.kafka_admin))
+        # `retained(topic) -> (topic id, earliest offsets)`: what a chunked load resumed after a
+        # stop is checked against (its stream resumes from offsets taken before its first chunk)
+        self.retained = retained or (lambda topic: (
+            kafka_offsets.topic_id(self.kafka.kafka_access, topic),
+            kafka_offsets.watermarks(self.kafka.kafka_access, topic)[0]))
 
     @property
     def kafka_admin(self):
@@ -199,30 +207,41 @@ class FullLoad:
         started = time.monotonic()
         src, tgt = self._connections()
         schema = cfg.target_schema(table)
-        run_id = shape = None
+        run_id = shape = read = None
         try:
             shape = self.engine.describe(src, cfg.source_schema(table), table, tcfg)
             src.rollback()
+            in_chunks, mode = self._mode(src, shape, tcfg)
             self.store.prepare_schema(tgt, schema, label)
             before = state.get(tgt, cfg.name, table)
             tgt.rollback()
             epoch = state.claim_epoch(tgt, cfg.name, table, run_owner("full_load"), topic)
             why = (f"re-snapshot because: {before.last_error}; " if before is not None
                    and before.phase == "needs_resnapshot" and before.last_error else "")
-            run_id = state.run_start(tgt, cfg.name, table, "full_load", epoch, f"{why}topic {topic}")
-            # 1. the handover position, before the snapshot opens
-            # (the id first: a topic recreated in between reloads, never resumes in the wrong one)
-            topic_id, offsets = self.handover(topic)
+            run_id = state.run_start(tgt, cfg.name, table, "full_load", epoch, f"{why}{mode}; topic {topic}")
+            if in_chunks:   # offsets, plan, then chunks each in its own transaction (load.chunked)
+                read = chunked.open_read(self, src, tgt, shape, table, epoch)
+                snap, offsets, topic_id, why = read.snap, read.offsets, read.topic_id, f"{why}{read.why}; "
+                tree = self.engine.partition_tree(src, cfg.source_schema(table), table)
+                src.rollback()   # no transaction held on the source while the chunks read
+            else:
+                # 1. the handover position, before the snapshot opens
+                # (the id first: a topic recreated in between reloads, never resumes in the wrong one)
+                topic_id, offsets = self.handover(topic)
+                # 2. the consistent read (the engine says how), held open for the whole read
+                snap = self.engine.open_snapshot(src, shape, cfg.spark.parallelism)
+                tree = self.engine.partition_tree(src, cfg.source_schema(table), table)   # as the snapshot sees it
+            state.expect_rows(tgt, run_id, snap.rows if read is None else read.rows_estimate)
             log.info("%s: epoch %d; stream will resume from %s offsets %s", label, epoch, topic, offsets)
-            # 2. the consistent read (the engine says how), held open for the whole read
-            snap = self.engine.open_snapshot(src, shape, cfg.spark.parallelism)
-            tree = self.engine.partition_tree(src, cfg.source_schema(table), table)   # as the snapshot sees it
-            log.info("%s: snapshot %s%s; reading in %d partitions by %s", label, snap.snapshot_id,
+            log.info("%s: %s%s; reading in %d partitions by %s", label,
+                     read.why if read is not None else f"snapshot {snap.snapshot_id}",
                      f" has {snap.rows:,} rows" if snap.rows is not None else "", len(snap.predicates),
                      f"key ({', '.join(shape.primary_key)})" if shape.primary_key else "block range (no key)")
 
             def fill(into: str) -> list[dict]:
                 """The snapshot's rows COPYed into `into` (a target that takes COPY); closes the snapshot."""
+                if read is not None:
+                    return chunked.fill(self, read, src, tgt, shape, schema, into, label, epoch, started, run_id)
                 small = snap.rows is not None and snap.rows <= DRIVER_COPY_MAX_ROWS and len(snap.predicates) == 1
                 figures = copy_source_rows(self.spark, self.engine, self.store, tgt, shape,
                                            self.engine.read_query(src, shape), snap.predicates, schema, into, label,
@@ -237,6 +256,8 @@ class FullLoad:
                                        offsets=offsets, snapshot_id=snap.snapshot_id, snapshot_at=snap.snapshot_at,
                                        snapshot_xmin=snap.position, rows=published.rows, topic_id=topic_id)
                 state.set_partitions(cur, cfg.name, table, tree)
+                if read is not None:
+                    chunks.end(cur, read.load_id, "succeeded")
                 parts = len(snap.predicates)
                 state.run_end(cur, run_id, "succeeded", published.rows,
                               f"{why}{parts} partition{'s' if parts != 1 else ''} ({published.how}), "
@@ -246,15 +267,17 @@ class FullLoad:
             # 3. the target makes the snapshot its rows, atomically, with the state (Target.publish_snapshot)
             published = self.store.publish_snapshot(SnapshotLoad(
                 self.spark, self.engine, src, tgt, shape, snap, schema, label, cfg.name, epoch, offsets, fill=fill,
-                fence=lambda cur: state.check_epoch(cur, cfg.name, table, epoch), record=record))
+                fence=lambda cur: state.check_epoch(cur, cfg.name, table, epoch), record=record,
+                resumed=read is not None and read.resumed))
             secs = time.monotonic() - started
             result = LoadResult(table, published.rows, secs, len(snap.predicates), epoch, offsets)
             log.info("%s: loaded %s rows in %.1fs (%s rows/s; read+copy %.1fs); live table %s; "
                      "stream resumes from %s", label, f"{result.rows:,}", secs, f"{result.rows_per_s:,.0f}",
                      published.copy_secs, published.published, offsets)
         except BaseException as exc:
-            try:
-                self._fail(tgt, table, shape, run_id, exc)
+            try:   # a chunked load keeps its shadow table and chunks for the next run to resume
+                self._fail(tgt, table, shape if read is None or isinstance(exc, LoadVerificationError) else None,
+                           run_id, exc)
             finally:
                 src.close()
                 tgt.close()
@@ -262,9 +285,18 @@ class FullLoad:
         self._give_back(src, tgt)
         return result
 
+    def _mode(self, src, shape: TableShape, tcfg) -> tuple[bool, str]:
+        """(load in chunks?, why): the table's `snapshot` setting, and for `auto` its size (the
+        catalog's estimate); chunks need a key, a source engine and a target that can."""
+        can = (self.engine.loads_in_chunks and self.store.capabilities().chunked_loads
+               and bool(shape.primary_key))
+        estimate = self.engine.estimate_rows(src, shape) if can and tcfg.snapshot == "auto" else None
+        return use_chunks(tcfg.snapshot, estimate, can)
+
     def _fail(self, tgt, table: str, shape: TableShape | None, run_id: int | None, exc: BaseException) -> None:
-        """Leaves live table and state as they were: the target discards what the snapshot left,
-        the error and the run are recorded."""
+        """Leaves live table and state as they were: the target discards what the snapshot left
+        (not given a shape: a chunked load's shadow table is kept to resume), the error and the
+        run are recorded."""
         message = str(exc) if isinstance(exc, TidelineError) else f"{type(exc).__name__}: {exc}"
         log.error("%s.%s: full load failed: %s", self.cfg.name, table, message)
         try:

@@ -18,6 +18,7 @@ from tideline.core import capture_hold
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import get_connection
 from tideline.core.errors import TidelineError
+from tideline.core.load_progress import LoadProgress
 from tideline.core.readable import ago, duration
 from tideline.entrypoints import pipelines_dir
 
@@ -50,6 +51,9 @@ class TableStatus:
     rows_estimated: bool = False     # target_rows from statistics, not counted
     load_rows: int | None = None     # a load running now: rows stored so far...
     load_rows_per_s: float | None = None   # ...and its mean rate since it started copying
+    load_expected: int | None = None       # ...what it expects to store (count or estimate)
+    load_chunks: int | None = None         # a chunked load not finished: its chunks, and those done
+    load_chunks_done: int | None = None
     capture_error: str | None = None  # the pipeline's connector failed: this table receives no change
     target_facts: dict | None = None  # the target's own (an Iceberg table's snapshot and files)
     last_maintenance: str | None = None   # "5h ago: data files 480 -> 2, ..." (targets that need it)
@@ -66,6 +70,14 @@ class TableStatus:
     source_expires_in_s: float | None = None   # MariaDB: at most this long until binlog expiry purges the position
     source_oldest_xact_s: float | None = None   # while a load runs: the source role's oldest open transaction
     auto_reloads: int = 0                # times the table was found needing a reload (the DAG reloads it)
+
+    @property
+    def load_progress(self) -> LoadProgress | None:
+        """The running load's progress (rows of its end, pace, ETA), None when none runs."""
+        if self.load_rows is None:
+            return None
+        return LoadProgress(self.load_rows, self.load_expected, self.load_rows_per_s, self.load_chunks_done,
+                            self.load_chunks, estimated=bool(self.load_chunks))
     last_reload: str | None = None       # "2h ago: <cause>"
 
     @property
@@ -142,6 +154,8 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 verify_outcome=f.get("verify_outcome"), verify_counts=f.get("verify_counts"),
                 rows_estimated=not exact_counts, load_rows=f.get("load_rows"),
                 load_rows_per_s=float(f["load_rows_per_s"]) if f.get("load_rows_per_s") is not None else None,
+                load_expected=f.get("load_expected"), load_chunks=f.get("load_chunks"),
+                load_chunks_done=f.get("load_chunks_done"),
                 target_facts=store.table_facts(cfg.target_schema(t.name), t.name),
                 last_maintenance=(f"{ago(f['maintain_age_s'])}: {f['maintain_outcome']}, {f['maintain_detail']}"
                                   if f.get("maintain_outcome") else None),
@@ -275,10 +289,12 @@ def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
         if r.last_verify:
             lines.append(f"  {'':22s} last verify {r.last_verify[:300]}")
         if r.load_rows is not None:
-            lines.append(f"  {'':22s} loading: {r.load_rows:,} rows stored"
-                         + (f", {r.load_rows_per_s:,.0f}/s" if r.load_rows_per_s else "")
+            lines.append(f"  {'':22s} loading: {r.load_progress.line()}"
                          + (f"; the oldest transaction it holds on the source is {duration(r.source_oldest_xact_s)} old"
                             if r.source_oldest_xact_s is not None else ""))
+        elif r.load_chunks:
+            lines.append(f"  {'':22s} chunked load cut off at chunk {r.load_chunks_done}/{r.load_chunks}: the "
+                         f"next full load resumes it")
         if r.auto_reloads:
             lines.append(f"  {'':22s} reloaded by itself {r.auto_reloads}× (last {r.last_reload})")
     return "\n".join(lines)

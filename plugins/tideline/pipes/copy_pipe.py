@@ -154,10 +154,14 @@ def make_copy_writer(target_dsn: str, copy_sql: str, escape: list[bool], label: 
     return write
 
 
-def make_pipe_copier(source, target_dsn: str, copy_sql: str, label: str, copy_format: str, where: str = ""):
+def make_pipe_copier(source, target_dsn: str, copy_sql: str, label: str, copy_format: str, where: str = "",
+                     record: tuple[str, dict] | None = None):
     """The per-partition function of a piped load: each (partition, read) item's rows from
     `source` (a Pipe's) into the staging table's `COPY … FROM STDIN`, committed. `where` (e.g.
-    "in the driver") goes into each partition's line of figures."""
+    "in the driver") goes into each partition's line of figures. `record` (a chunked load's:
+    statement, params) runs in the same transaction before its commit, with the partition as
+    `chunk`, its `rows` and `seconds`; it must insert one row, or the run was fenced and the
+    partition's rows roll back."""
 
     def copy(items):
         import psycopg2
@@ -167,9 +171,25 @@ def make_pipe_copier(source, target_dsn: str, copy_sql: str, label: str, copy_fo
             tgt = psycopg2.connect(target_dsn, options=SESSION_OPTIONS)
             try:
                 with tgt.cursor() as tcur:
-                    # Durable anyway: the swap commits synchronously after every partition's WAL.
+                    # Durable anyway: the swap commits synchronously after every partition's WAL
+                    # (a chunk's record commits with its rows: a crash loses both or neither).
                     tcur.execute("SET synchronous_commit = off")
                     moved = source.pipe_into(read_sql, tcur, copy_sql)
+                    if record is not None:
+                        statement, params = record
+                        try:
+                            tcur.execute(statement, {**params, "chunk": part, "rows": moved.stored,
+                                                     "seconds": time.monotonic() - started})
+                        except psycopg2.errors.UniqueViolation:   # an earlier attempt of this task committed it
+                            tgt.rollback()
+                            print(f"[tideline] {label} chunk {part} was committed by an earlier attempt of its "
+                                  f"task; this copy of it rolled back", file=sys.stderr, flush=True)
+                            yield {"partition": part, "rows": 0, "copied": 0, "seconds": 0.0, "how": "already done"}
+                            continue
+                        if tcur.rowcount != 1:
+                            raise RuntimeError(f"{label}: chunk {part} was not committed: another run took the "
+                                               f"table over (its fencing epoch is no longer "
+                                               f"{params.get('epoch')}); this run stops")
                 tgt.commit()
             finally:
                 tgt.close()

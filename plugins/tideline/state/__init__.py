@@ -302,6 +302,12 @@ def finish_batch(cur, *, pipeline: str, table: str, epoch: int, cursor: str | No
         raise FencedError(f"{pipeline}.{table}: the state row changed epoch during the batch; nothing committed")
 
 
+def expect_rows(conn, run_id: int, rows: int | None) -> None:
+    """What a running load expects to store (its progress bar's end), committed at once."""
+    with conn, conn.cursor() as cur:
+        cur.execute("UPDATE tideline.runs SET rows_expected = %s WHERE run_id = %s", (rows, run_id))
+
+
 def record_load_progress(conn, run_id: int, rows: int, nbytes: int) -> None:
     """One sample of a running load (the view charts it); one per instant."""
     with conn.cursor() as cur:

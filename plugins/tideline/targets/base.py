@@ -54,6 +54,8 @@ class Capabilities:
     verifies: bool = True      # can be one side of a verify and be repaired from the source
     maintenance: bool = False  # every commit adds files: needs compaction and expiry (a maintain_<name> DAG)
     concurrent_loads: bool = True   # several tables' full loads may run at once in one Spark application
+    chunked_loads: bool = False     # a full load may fill its shadow in chunks over several runs (load.chunked):
+                                    # publish_snapshot keeps the shadow a resumed load (SnapshotLoad.resumed) filled
     batch_events: int = 200_000     # a stream batch's events at most, unless stream.max_offsets_per_trigger says
     batch_mb: float = 128           # ... and their raw records' weight at most, unless stream.max_batch_mb says
     writes_in_jvm: bool = False     # its loads' and stream's writes are Spark jobs (the JVM moves the rows):
@@ -113,6 +115,7 @@ class SnapshotLoad:
     fill: Callable[[str], list[dict]]
     fence: Callable[[object], None]
     record: Callable[[object, "Published"], None]
+    resumed: bool = False   # a chunked load resumed: its shadow holds the chunks earlier runs committed
 
     def verified(self, read: int, stored: int, mismatch: str) -> int:
         """The snapshot's rows, when the rows read and stored agree with it; else the load stops

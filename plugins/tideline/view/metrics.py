@@ -38,6 +38,9 @@ METRICS = {
     "tideline_last_batch_duration_seconds": "duration of the last stream batch that changed the table",
     "tideline_last_batch_age_seconds": "seconds since that batch committed",
     "tideline_load_rows": "rows the table's running full load (or batch run) has stored so far, 0 when none runs",
+    "tideline_load_rows_expected": "rows the table's running full load expects to store (its snapshot's count or, "
+                                   "chunked, the source's estimate); absent when unknown",
+    "tideline_load_eta_seconds": "seconds until the table's running full load ends at its pace; absent when unknown",
     "tideline_verify_differences": "rows the last verify found missing / extra / different (label kind)",
     "tideline_verify_equal": "1 when the last verify found source and target equal, 0 when not",
 }
@@ -94,6 +97,10 @@ class _Collector:
                 _maybe(fam["tideline_last_batch_duration_seconds"], key, t.last_batch_s)
                 _maybe(fam["tideline_last_batch_age_seconds"], key, t.last_batch_age_s)
                 fam["tideline_load_rows"].add_metric(key, float(t.load_rows or 0))
+                load = t.load_progress
+                if load is not None:
+                    _maybe(fam["tideline_load_rows_expected"], key, load.rows_total)
+                    _maybe(fam["tideline_load_eta_seconds"], key, load.eta_s)
                 if t.verify_outcome is not None:
                     counts = t.verify_counts or {}
                     for kind in VERIFY_KINDS:

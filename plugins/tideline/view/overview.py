@@ -40,6 +40,10 @@ class PipelineOverview:
             t["lag_total"] = status.lag_total
             t["lag"] = {str(p): n for p, n in sorted(status.lag.items())}
             t["error_at"] = status.error_at.isoformat() if status.error_at else None
+            load = status.load_progress   # a running load: its bar, line and ETA
+            t["load"] = None if load is None else {"line": load.line(), "fraction": load.fraction,
+                                                   "eta_s": load.eta_s, "chunks": load.chunks,
+                                                   "chunks_done": load.chunks_done}
         return out
 
 

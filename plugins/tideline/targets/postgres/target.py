@@ -93,9 +93,11 @@ class PostgresTarget(Target):
         transaction: readers see the old table or the new one."""
         tgt, shape, schema = load.tgt, load.shape, load.schema
         shadow = shadow_name(shape.name)
-        with tgt, tgt.cursor() as cur:
-            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(shadow)))
-            cur.execute(create_table(shape, schema, shadow))
+        if not load.resumed:   # (a resumed chunked load's shadow holds its earlier chunks)
+            with tgt, tgt.cursor() as cur:
+                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema),
+                                                                       sql.Identifier(shadow)))
+                cur.execute(create_table(shape, schema, shadow))
         started = time.monotonic()
         figures = load.fill(shadow)   # closes the source's snapshot: every partition has read
         copy_secs = time.monotonic() - started
@@ -126,7 +128,9 @@ class PostgresTarget(Target):
         """Key (rejecting duplicates); statistics where nothing else gathers them."""
         with conn.cursor() as cur:
             cur.execute("SET LOCAL maintenance_work_mem = '512MB'")
-            if shape.primary_key:
+            cur.execute("SELECT NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p')",
+                        (sql.Identifier(schema, shadow).as_string(conn),))
+            if shape.primary_key and cur.fetchone()[0]:   # (a resumed load's earlier run may have keyed it)
                 cur.execute(sql.SQL("ALTER TABLE {}.{} ADD CONSTRAINT {} PRIMARY KEY ({})").format(
                     sql.Identifier(schema), sql.Identifier(shadow),
                     sql.Identifier(f"{shadow[:40]}_pk{epoch}"),

@@ -79,7 +79,12 @@ function renderPipelines(pipelines) {
             // the state keeps the table's phase while a load runs (new, or streaming during a reload)
             t.load_rows !== null ? el("div", { class: "muted", "data-load-rows": t.load_rows },
               el("span", { class: "phase phase-loading" }, "loading"),
-              ` ${fmtInt(t.load_rows)} rows stored${t.load_rows_per_s !== null ? `, ${fmtInt(Math.round(t.load_rows_per_s))}/s` : ""}`,
+              ` ${t.load.line}`,
+              // a bar when the load knows its end (a snapshot's count, a chunked load's estimate)
+              t.load.fraction !== null ? el("div", { class: "load-bar", role: "progressbar",
+                "aria-valuemin": 0, "aria-valuemax": 100, "aria-valuenow": Math.round(t.load.fraction * 100),
+                "data-load-fraction": t.load.fraction, "data-load-eta-s": t.load.eta_s },
+                el("div", { class: "load-bar-done", style: `width: ${(t.load.fraction * 100).toFixed(1)}%` })) : null,
               // the snapshot's transaction holds the source's vacuum back for as long as it is open
               t.source_oldest_xact_s !== null ? el("div", { "data-oldest-xact-s": t.source_oldest_xact_s },
                 `oldest source transaction ${fmtSecs(t.source_oldest_xact_s)}`) : null) : null),

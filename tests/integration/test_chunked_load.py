@@ -1,0 +1,161 @@
+"""Chunked full loads: a load read in key-range chunks, each its own short source transaction,
+killed mid-way under writes of every kind, resumes at the first chunk not done without re-reading
+one, and the stream from the offsets taken before the first chunk brings the target to equal the
+source row for row. The source's oldest transaction stays within a chunk's read throughout."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+
+import psycopg2
+import pytest
+
+import stackctl
+from helpers import SOURCE_URL, drop_source, rows_as_text, wait_until
+from test_incremental import spark_submit
+from tideline import state
+from tideline.load.full_load import FullLoad
+from tideline.stream.run import IncrementalRun
+
+pytestmark = pytest.mark.integration
+ROWS, CHUNK = 150_000, 2_000          # 75 chunks
+BIG = "(SELECT string_agg(md5(random()::text || g::text || x::text), '') FROM generate_series(1, 120) x)"
+
+
+class EveryKindOfWrite(threading.Thread):
+    """Changes the table while it loads: inserts, updates, updates of rows whose large value lives
+    out of line (TOAST: their events leave it out), deletes, and key changes that move a row to a
+    chunk read earlier (negative ids: the first range) or later (new high ids: the last range)."""
+
+    def __init__(self, table: str):
+        super().__init__(daemon=True)
+        self.table, self.rng, self.next_id = table, random.Random(55), ROWS * 10 + 1
+        self.stop_event, self.errors, self.done = threading.Event(), [], {}
+
+    def run(self):
+        conn = psycopg2.connect(SOURCE_URL)
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                while not self.stop_event.is_set():
+                    some = self.rng.randrange(1, ROWS) * 10
+                    kind = self.rng.choice(["insert", "update", "toast", "delete", "key_up", "key_down"])
+                    if kind == "insert":
+                        cur.execute(f"INSERT INTO {self.table} VALUES (%s, 1, 'new ✓ 😀', NULL)", (self.next_id,))
+                        self.next_id += 1
+                    elif kind == "update":
+                        cur.execute(f"UPDATE {self.table} SET qty = qty + 1, note = note || '!' WHERE id = %s", (some,))
+                    elif kind == "toast":   # another column of a row with a large value
+                        cur.execute(f"UPDATE {self.table} SET qty = qty + 1 WHERE id = %s", (some - some % 500,))
+                    elif kind == "delete":
+                        cur.execute(f"DELETE FROM {self.table} WHERE id = %s", (some,))
+                    elif kind == "key_up":
+                        cur.execute(f"UPDATE {self.table} SET id = %s WHERE id = %s", (self.next_id, some))
+                        self.next_id += 1
+                    else:
+                        cur.execute(f"UPDATE {self.table} SET id = -id WHERE id = %s", (some,))
+                    self.done[kind] = self.done.get(kind, 0) + cur.rowcount
+                    time.sleep(0.003)
+        except Exception as exc:   # noqa: BLE001 — the test asserts there was none
+            self.errors.append(exc)
+        finally:
+            conn.close()
+
+    def stop(self):
+        self.stop_event.set()
+        self.join(30)
+        assert not self.errors, self.errors
+
+
+class OldestLoadTransaction(threading.Thread):
+    """The age of the oldest transaction Tideline's source role holds, sampled all along."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.stop_event, self.oldest, self.samples = threading.Event(), 0.0, 0
+
+    def run(self):
+        conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"], stackctl.PG_SUPERUSER,
+                                                stackctl.PG_SUPERPASS))
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                while not self.stop_event.wait(0.1):
+                    cur.execute("SELECT coalesce(max(extract(epoch FROM clock_timestamp() - xact_start)), 0) "
+                                "FROM pg_stat_activity WHERE usename = %s AND backend_type = 'client backend' "
+                                "AND xact_start IS NOT NULL AND application_name NOT LIKE 'Debezium%%'",
+                                (stackctl.PG_CDC_USER,))
+                    self.oldest = max(self.oldest, float(cur.fetchone()[0]))
+                    self.samples += 1
+        finally:
+            conn.close()
+
+    def stop(self) -> float:
+        self.stop_event.set()
+        self.join(10)
+        return self.oldest
+
+
+def _chunks(target_db, pipeline: str, table: str) -> dict[int, tuple]:
+    with target_db.cursor() as cur:
+        cur.execute("SELECT c.chunk, c.committed_at, c.epoch FROM tideline.load_chunks c JOIN tideline.chunked_loads l "
+                    "USING (load_id) WHERE l.pipeline = %s AND l.table_name = %s", (pipeline, table))
+        return {chunk: (at, epoch) for chunk, at, epoch in cur.fetchall()}
+
+
+def test_a_chunked_load_killed_under_writes_resumes_without_rereading_a_chunk_and_the_stream_converges(
+        stack, spark, source_db, target_db, pipelines, unique_name):
+    t = f"{unique_name}_chunked"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, qty int NOT NULL, note text, big text)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g * 10, g % 7, 'n' || g || ' ü', CASE WHEN g % 50 = 0 "
+                    f"THEN {BIG} END FROM generate_series(1, {ROWS}) g")
+        cur.execute(f"ANALYZE public.{t}")
+    writes, oldest = EveryKindOfWrite(f"public.{t}"), OldestLoadTransaction()
+    try:
+        cfg = pipelines.make([{"name": t, "snapshot": "chunked", "chunk_rows": CHUNK}], capture=True, partitions=2)
+        oldest.start()
+        writes.start()
+        proc = spark_submit("full_load.py", cfg, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
+        output: list[str] = []
+        threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True).start()
+        wait_until(lambda: len(_chunks(target_db, cfg.name, t)) >= 30 or proc.poll() is not None, 300,
+                   "30 chunks to commit")
+        assert proc.poll() is None, "".join(output)[-3000:]
+        os.killpg(proc.pid, signal.SIGKILL)   # the driver and its executors, mid-load
+        proc.wait(30)
+        before = _chunks(target_db, cfg.name, t)
+        assert len(before) >= 30, len(before)
+        assert state.get(target_db, cfg.name, t) is None or state.get(target_db, cfg.name, t).phase != "streaming"
+
+        # the next run resumes: the chunks done are kept as they were, the rest read
+        [result] = FullLoad(cfg, spark).run([t])
+        after = _chunks(target_db, cfg.name, t)
+        assert all(after[c] == before[c] for c in before), "a chunk done before the kill was read again"
+        with target_db.cursor() as cur:
+            cur.execute("SELECT jsonb_array_length(ranges) FROM tideline.chunked_loads WHERE pipeline = %s", (cfg.name,))
+            [(planned,)] = cur.fetchall()
+            cur.execute("SELECT detail FROM tideline.runs WHERE pipeline = %s AND kind = 'full_load' "
+                        "AND outcome = 'succeeded'", (cfg.name,))
+            [(detail,)] = cur.fetchall()
+        assert len(after) == planned > 60, (len(after), planned)
+        assert f"resumed: {planned - len(before)} of {planned} chunks left" in detail, detail
+        assert result.rows > 0
+        writes.stop()
+        assert all(writes.done.get(k) for k in ("insert", "update", "toast", "delete", "key_up", "key_down")), \
+            writes.done
+        # the stream from the offsets taken before the first chunk: the target equals the source
+        IncrementalRun(cfg, spark, "available_now").run()
+        assert rows_as_text(target_db, unique_name, t, "id") == rows_as_text(source_db, "public", t, "id")
+        st = state.get(target_db, cfg.name, t)
+        assert st.phase == "streaming" and not st.raw["auto_reloads"]
+        held = oldest.stop()
+        assert oldest.samples > 50 and held <= 10, f"the source held a transaction {held:.1f}s"
+        print(f"\n[measure] chunked load: oldest source transaction {held:.2f}s over {oldest.samples} samples")
+    finally:
+        writes.stop_event.set()
+        oldest.stop_event.set()
+        drop_source(source_db, t)
