@@ -12,8 +12,9 @@ from pyiceberg import types as it
 
 import stackctl
 from helpers import catching_up, drop_source, rows_as_text
+from test_dags import airflow_env  # noqa: F401 — fixture
 from tideline import state
-from tideline.core.errors import HaltedError, SourceError
+from tideline.core.errors import HaltedError
 from tideline.load.full_load import FullLoad
 
 pytestmark = pytest.mark.integration
@@ -140,25 +141,40 @@ newline\\N', '   ', '\\N', 'ok', '::1', -1)""")
             cur.execute(f"DROP TYPE IF EXISTS {t}_mood")
 
 
-def test_a_value_iceberg_cannot_hold_stops_the_load_before_its_commit_naming_column_and_key(
-        spark, source_db, pipelines, unique_name, lake):
-    t = f"{unique_name}_inf"
+def test_a_value_iceberg_cannot_hold_halts_only_its_table_naming_column_and_key_while_the_other_loads_and_streams(
+        airflow_env, spark, source_db, pipelines, unique_name, lake):
+    """Found as a new user would: one table's load refused a value (rightly), the whole full_load
+    task failed, and the pipeline's other table was never loaded nor streamed. Now the refused
+    table halts alone, with the column, the key and what to do; the other one loads and streams."""
+    from test_dags import run_dag
+    t, ok = f"{unique_name}_inf", f"{unique_name}_ok"
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, due date, amount numeric(6,2))")
         cur.execute(f"INSERT INTO public.{t} SELECT g, DATE '2020-01-01' + g, g FROM generate_series(1, 1000) g")
         cur.execute(f"UPDATE public.{t} SET due = 'infinity' WHERE id = 777")
+        cur.execute(f"CREATE TABLE public.{ok} (id int PRIMARY KEY, note text)")
+        cur.execute(f"INSERT INTO public.{ok} SELECT g, 'n' || g FROM generate_series(1, 500) g")
     try:
-        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}])
-        with pytest.raises(SourceError) as err:
-            FullLoad(cfg, spark).run([t])
-        assert f"{cfg.name}.{t}: column due holds infinity" in str(err.value) and "key id=777" in str(err.value)
-        assert not lake.pyiceberg_catalog().table_exists((unique_name, t))
+        cfg = pipelines.adopt(iceberg_pipeline(pipelines, unique_name, [{"name": t}, {"name": ok}],
+                                               create_topics=False))
+        states = run_dag(f"sync_{cfg.name}", stream_mode="available_now")
+        assert states["__run__"] == "success" and states["full_load"] == "success", states
         st = state.get(lake.connect(), cfg.name, t)
-        assert st.phase != "streaming" and "column due holds infinity" in st.last_error
-        # fixed at the source, the next load commits, and a reload replaces the rows in one more commit
+        assert st.phase == "halted", st.phase
+        assert f"{cfg.name}.{t}: column due holds infinity" in st.last_error and "key id=777" in st.last_error
+        assert f"action=full_reload and tables=[{t}]" in st.last_error
+        assert not lake.pyiceberg_catalog().table_exists((unique_name, t))
+        assert state.get(lake.connect(), cfg.name, ok).phase == "streaming"
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE public.{ok} SET note = 'streamed ✓' WHERE id <= 10")
+        stream_until_equal(cfg, spark, source_db, lake, [ok])
+        # fixed at the source, a full reload of that table loads it; a later reload replaces its
+        # rows in one more commit
         with source_db.cursor() as cur:
             cur.execute(f"UPDATE public.{t} SET due = '9999-12-31' WHERE id = 777")
-        FullLoad(cfg, spark).run([t])
+        states = run_dag(f"sync_{cfg.name}", stream_mode="available_now", action="full_reload", tables=[t])
+        assert states["__run__"] == "success", states
+        assert state.get(lake.connect(), cfg.name, t).phase == "streaming"
         with source_db.cursor() as cur:
             cur.execute(f"DELETE FROM public.{t} WHERE id > 10")
             cur.execute(f"UPDATE public.{t} SET amount = -amount")
@@ -167,8 +183,7 @@ def test_a_value_iceberg_cannot_hold_stops_the_load_before_its_commit_naming_col
         assert len(table.snapshots()) == 2
         assert back_in_postgres(source_db, t, table) == rows_as_text(source_db, "public", t)
     finally:
-        drop_source(source_db, t)
-
+        drop_source(source_db, t, ok)
 
 
 def test_a_mariadb_table_of_every_type_lands_in_iceberg_as_it_lands_in_postgresql(

@@ -38,6 +38,11 @@ class SourceError(TerminalError):
     """The source database cannot serve the pipeline as configured (privileges, wal_level, missing table)."""
 
 
+class RefusedValue(SourceError):
+    """A value of the source's table that its target cannot hold (named with its column and key):
+    that table halts, alone, until the value is fixed; its pipeline's other tables go on."""
+
+
 class TargetError(TerminalError):
     """The target database cannot take the load (privileges, incompatible existing table)."""
 

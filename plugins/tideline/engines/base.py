@@ -178,6 +178,9 @@ class SourceEngine(ABC):
         space), in a short transaction of its own; only for a table with a key."""
         raise NotImplementedError(f"{self.label} sources load in one consistent snapshot")
 
+    # what each chunk's source session runs first (its own short read; None: nothing)
+    chunk_session_init: str | None = None
+
     def estimate_rows(self, conn, shape: TableShape) -> int | None:
         """The catalog's estimate of the table's rows (no scan), None when it has none."""
         return None

@@ -213,6 +213,28 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
                 "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         return Snapshot(f"gtid {gtid or '(empty)'}", at, gtid or "", None, predicates, init)
 
+    loads_in_chunks = True
+    # each chunk: the exact-text session, its own consistent snapshot for the seconds it reads
+    chunk_session_init = (f"{SESSION_INIT}; SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
+                          "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+
+    def estimate_rows(self, conn, shape: TableShape) -> int | None:
+        """InnoDB's estimate (information_schema.TABLES.TABLE_ROWS), no scan."""
+        with conn.cursor() as cur:
+            cur.execute("SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND "
+                        "TABLE_NAME = %s", (shape.schema, shape.name))
+            row = cur.fetchone()
+        conn.rollback()
+        return int(row[0]) if row and row[0] is not None else None
+
+    def plan_chunks(self, conn, shape: TableShape, chunk_rows: int) -> tuple[int | None, list[str]]:
+        from tideline.core.chunked_load import chunk_count
+        estimate = self.estimate_rows(conn, shape)
+        with conn.cursor() as cur:
+            predicates = self._partition_predicates(conn, cur, shape, chunk_count(estimate, chunk_rows))
+        conn.rollback()
+        return estimate, predicates
+
     def _partition_predicates(self, conn, cur, shape: TableShape, parts: int) -> list[str]:
         """Key ranges of about equal rows: an integer key is cut by value between its smallest and
         largest (two index lookups; uneven keys only make some partitions bigger), any other key

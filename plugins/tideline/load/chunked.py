@@ -98,7 +98,8 @@ def fill(load, read: ChunkedRead, src, tgt, shape: TableShape, schema: str, into
         log.info("%s: reading %d of %d chunks (each its own source transaction)", label, len(pending),
                  len(read.ranges))
         copy_source_rows(load.spark, load.engine, load.store, tgt, shape, load.engine.read_query(src, shape),
-                         [read.ranges[i] for i in pending], schema, into, label, started=started, run_id=run_id,
+                         [read.ranges[i] for i in pending], schema, into, label,
+                         session_init=load.engine.chunk_session_init, started=started, run_id=run_id,
                          numbers=pending, record=record)
     now = chunks.open_load(tgt, cfg.name, shape.name)
     with tgt.cursor() as cur:

@@ -27,7 +27,7 @@ from tideline.state import chunks
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
 from tideline.core.chunked_load import use_chunks
-from tideline.core.errors import FencedError, LoadVerificationError, SourceError, TidelineError
+from tideline.core.errors import FencedError, LoadVerificationError, RefusedValue, SourceError, TidelineError
 from tideline.core.settings import CLIENT_COMPILER_ONLY
 from tideline.core.table_shape import TableShape
 from tideline.engines import SourceEngine
@@ -186,19 +186,31 @@ class FullLoad:
         the others: every load runs to its end, each failure is recorded in its table's state, and
         the first one (in the order asked) is raised — its type sets the job's exit status."""
         at_once = min(self.cfg.spark.tables_at_once if self.store.capabilities().concurrent_loads else 1, len(tables))
+        outcomes: list[tuple[str, BaseException | None, LoadResult | None]] = []
         if at_once <= 1:
-            return [self.load_table(name) for name in tables]
-        log.info("%s: loading %d tables, %d at once", self.cfg.name, len(tables), at_once)
-        with ThreadPoolExecutor(at_once, thread_name_prefix="tideline-load") as pool:
-            futures = [(name, pool.submit(self.load_table, name)) for name in tables]
-            outcomes = [(name, fut.exception(), fut) for name, fut in futures]
-        failed = [(name, exc) for name, exc, _fut in outcomes if exc is not None]
+            for name in tables:
+                try:
+                    outcomes.append((name, None, self.load_table(name)))
+                except Exception as exc:   # noqa: BLE001 — recorded in its table's state, raised below
+                    outcomes.append((name, exc, None))
+        else:
+            log.info("%s: loading %d tables, %d at once", self.cfg.name, len(tables), at_once)
+            with ThreadPoolExecutor(at_once, thread_name_prefix="tideline-load") as pool:
+                futures = [(name, pool.submit(self.load_table, name)) for name in tables]
+                outcomes = [(name, fut.exception(), None if fut.exception() else fut.result())
+                            for name, fut in futures]
+        failed = [(name, exc) for name, exc, _r in outcomes if exc is not None]
+        halted = [name for name, exc in failed if isinstance(exc, RefusedValue)]
+        if halted:   # halted alone (load_table): the others load and stream; the watch DAG alerts
+            log.error("%s: %s HALTED: a value its target cannot hold (see its state); the other tables go on",
+                      self.cfg.name, ", ".join(halted))
+        failed = [(name, exc) for name, exc in failed if name not in halted]
         if failed:
             if len(failed) > 1:
                 log.error("%s: %d of %d tables failed to load: %s", self.cfg.name, len(failed), len(tables),
                           ", ".join(name for name, _exc in failed))
             raise failed[0][1]
-        return [fut.result() for _name, _exc, fut in outcomes]
+        return [r for _name, exc, r in outcomes if r is not None]
 
     def load_table(self, table: str) -> LoadResult:
         cfg, tcfg = self.cfg, self.cfg.table(table)
@@ -278,12 +290,22 @@ class FullLoad:
             try:   # a chunked load keeps its shadow table and chunks for the next run to resume
                 self._fail(tgt, table, shape if read is None or isinstance(exc, LoadVerificationError) else None,
                            run_id, exc)
+                if isinstance(exc, RefusedValue) and run_id is not None:
+                    self._halt(tgt, table, epoch, exc)
             finally:
                 src.close()
                 tgt.close()
             raise
         self._give_back(src, tgt)
         return result
+
+    def _halt(self, tgt, table: str, epoch: int, exc: RefusedValue) -> None:
+        """The table halts with the value's message and what to do: nothing of it is loaded, and it
+        waits for a person (the watch DAG alerts it) while the pipeline's other tables go on."""
+        with tgt, tgt.cursor() as cur:
+            state.halt_in(cur, pipeline=self.cfg.name, table=table, epoch=epoch, event=None,
+                          error=f"full load: {exc} Fix the value at the source, then trigger sync_{self.cfg.name} "
+                                f"with action=full_reload and tables=[{table}].")
 
     def _mode(self, src, shape: TableShape, tcfg) -> tuple[bool, str]:
         """(load in chunks?, why): the table's `snapshot` setting, and for `auto` its size (the

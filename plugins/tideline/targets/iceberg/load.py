@@ -13,7 +13,7 @@ import logging
 import re
 
 from tideline.core import lake_types
-from tideline.core.errors import SourceError
+from tideline.core.errors import RefusedValue
 from tideline.core.table_shape import TableShape
 from tideline.targets.iceberg.snapshots import SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE
 
@@ -73,7 +73,7 @@ def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: 
         except Exception as exc:   # a refused value: Spark wraps the message raise_error gave
             refused = re.search(re.escape(label) + r": column .*?and reload", str(exc))
             if refused:
-                raise SourceError(refused.group(0), table=shape.name) from None
+                raise RefusedValue(refused.group(0), table=shape.name) from None
             raise
     finally:
         spark.conf.set(CHAR_AS_STRING, previous)
