@@ -26,6 +26,7 @@ from tideline.core.errors import LoadVerificationError
 from tideline.core.table_shape import TableShape
 from tideline.engines import Snapshot
 from tideline.load.copy_rows import copy_source_rows
+from tideline import state
 from tideline.state import chunks
 
 log = logging.getLogger("tideline.full_load")
@@ -120,3 +121,11 @@ def fill(load, read: ChunkedRead, src, tgt, shape: TableShape, schema: str, into
              len(read.ranges), len(pending), time.monotonic() - started)
     return [{"partition": i, "rows": n, "copied": n, "seconds": 0.0, "how": "COPY pipe, chunked"}
             for i, n in sorted(done.items())]
+
+
+def staged(cur, read: ChunkedRead, chunks_rows: dict[int, int], epoch: int, run_id: int) -> None:
+    """Chunks a target staged itself (Iceberg), recorded in the transaction that fenced them, with
+    a progress sample of the rows staged so far (the view's bar)."""
+    chunks.record_staged(cur, read.load_id, chunks_rows, epoch)
+    cur.execute("SELECT coalesce(sum(rows), 0) FROM tideline.load_chunks WHERE load_id = %s", (read.load_id,))
+    state.record_load_progress(cur.connection, run_id, cur.fetchone()[0], 0)

@@ -280,7 +280,8 @@ class FullLoad:
             published = self.store.publish_snapshot(SnapshotLoad(
                 self.spark, self.engine, src, tgt, shape, snap, schema, label, cfg.name, epoch, offsets, fill=fill,
                 fence=lambda cur: state.check_epoch(cur, cfg.name, table, epoch), record=record,
-                resumed=read is not None and read.resumed))
+                resumed=read is not None and read.resumed, chunked=read, parallelism=cfg.spark.parallelism,
+                chunk_done=lambda cur, staged: chunked.staged(cur, read, staged, epoch, run_id)))
             secs = time.monotonic() - started
             result = LoadResult(table, published.rows, secs, len(snap.predicates), epoch, offsets)
             log.info("%s: loaded %s rows in %.1fs (%s rows/s; read+copy %.1fs); live table %s; "

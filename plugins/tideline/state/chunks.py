@@ -53,3 +53,11 @@ def abandon_open(conn, pipeline: str, table: str, why: str) -> bool:
         cur.execute("UPDATE tideline.chunked_loads SET ended_at = now(), outcome = 'abandoned', detail = %s "
                     "WHERE pipeline = %s AND table_name = %s AND ended_at IS NULL", (why, pipeline, table))
         return cur.rowcount > 0
+
+
+def record_staged(cur, load_id: int, staged: dict[int, int], epoch: int) -> None:
+    """Chunks a target staged itself (an Iceberg staging table's commits), recorded after the
+    fact in the transaction that fenced their commit; a chunk recorded already stays as it was."""
+    for chunk, rows in sorted(staged.items()):
+        cur.execute("INSERT INTO tideline.load_chunks (load_id, chunk, rows, epoch) VALUES (%s, %s, %s, %s) "
+                    "ON CONFLICT DO NOTHING", (load_id, chunk, rows, epoch))

@@ -116,6 +116,12 @@ class SnapshotLoad:
     fence: Callable[[object], None]
     record: Callable[[object, "Published"], None]
     resumed: bool = False   # a chunked load resumed: its shadow holds the chunks earlier runs committed
+    # a chunked load (load.chunked.ChunkedRead) for a target that stages its chunks itself (not by
+    # COPY: Iceberg), with `chunk_done(cur, {chunk: rows})` recording staged chunks in the state
+    # transaction the target holds, and the chunks it may read at once
+    chunked: object | None = None
+    chunk_done: Callable[[object, dict], None] | None = None
+    parallelism: int = 1
 
     def verified(self, read: int, stored: int, mismatch: str) -> int:
         """The snapshot's rows, when the rows read and stored agree with it; else the load stops

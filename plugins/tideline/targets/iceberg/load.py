@@ -13,7 +13,7 @@ import logging
 import re
 
 from tideline.core import lake_types
-from tideline.core.errors import RefusedValue
+from tideline.core.errors import LoadVerificationError, RefusedValue
 from tideline.core.table_shape import TableShape
 from tideline.targets.iceberg.snapshots import SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE
 
@@ -66,16 +66,106 @@ def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: 
         log.info("%s: writing %d partitions into %s (one Iceberg commit): %s", label, len(snap.predicates),
                  store.table_id(schema, shape.name),
                  ", ".join(f"{c.name} {c.iceberg}{' (exact text)' if c.as_text else ''}" for c in columns))
-        try:
-            store.write_snapshot(spark, df, schema, shape.name, {
-                SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())}),
-                SUMMARY_EPOCH: str(epoch), SUMMARY_PIPELINE: pipeline}, list(shape.columns))
-        except Exception as exc:   # a refused value: Spark wraps the message raise_error gave
-            refused = re.search(re.escape(label) + r": column .*?and reload", str(exc))
-            if refused:
-                raise RefusedValue(refused.group(0), table=shape.name) from None
-            raise
+        _refusing(label, shape, lambda: store.write_snapshot(spark, df, schema, shape.name, {
+            SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())}),
+            SUMMARY_EPOCH: str(epoch), SUMMARY_PIPELINE: pipeline}, list(shape.columns)))
     finally:
         spark.conf.set(CHAR_AS_STRING, previous)
     summary = store.current_summary(schema, shape.name) or {}
     return int(summary.get("total-records", -1))
+
+
+SUMMARY_LOAD, SUMMARY_CHUNKS = "tideline.chunked-load", "tideline.chunks"
+
+
+def staging_name(table: str) -> str:
+    """The Iceberg table a chunked load's chunks are committed into before they go live."""
+    return f"{table}__tl_load"
+
+
+def staged_chunks(store, schema: str, table: str, load_id: int) -> dict[int, int] | None:
+    """The chunks of load `load_id` the staging table's commits hold (chunk -> rows; a commit of
+    several chunks counts its rows on its first): the truth about what is done, whatever the state
+    recorded (a run killed between its Iceberg commit and its state's). None: no staging table."""
+    from pyiceberg.exceptions import NoSuchTableError
+    try:
+        t = store.pyiceberg_catalog().load_table((schema, staging_name(table)))
+    except NoSuchTableError:
+        return None
+    done: dict[int, int] = {}
+    for snap in t.snapshots():
+        summary = dict(snap.summary.additional_properties) if snap.summary else {}
+        if summary.get(SUMMARY_LOAD) == str(load_id):
+            group = json.loads(summary[SUMMARY_CHUNKS])
+            for i, chunk in enumerate(group):
+                done[int(chunk)] = int(summary.get("added-records", 0)) if i == 0 else 0
+    return done
+
+
+def commit_chunks(store, load, chunked, parallelism: int, fence_and_record) -> int:
+    """A chunked load into Iceberg: the chunks not yet staged, `spark.parallelism` at a time (one
+    Spark task each, each its own source transaction), appended to the staging table in one commit
+    per group carrying the load and its chunks in the summary; then the staging table's rows
+    become the table's rows in one commit with the handover offsets and the epoch, and the staging
+    table is dropped. `fence_and_record(chunks_rows)` locks the state row for the group's commit
+    and records its chunks once it landed. Returns the rows of the live commit."""
+    from tideline.targets.iceberg.target import TABLE_PROPERTIES
+    spark, engine, shape, schema, label = load.spark, load.engine, load.shape, load.schema, load.label
+    staging = staging_name(shape.name)
+    done = staged_chunks(store, schema, shape.name, chunked.load_id) if chunked.resumed else None
+    columns = read_columns(engine, shape)
+    props = engine.jdbc_read_properties()
+    if engine.chunk_session_init:
+        props["sessionInitStatement"] = engine.chunk_session_init
+    previous = spark.conf.get(CHAR_AS_STRING, "false")
+    spark.conf.set(CHAR_AS_STRING, "true")
+    try:
+        def read(predicates: list[str]):
+            df = spark.read.jdbc(engine.jdbc_url(), read_query(engine, shape, columns), predicates=predicates,
+                                 properties=props)
+            return df.selectExpr(*lake_types.spark_projection(label, shape, columns))
+        if done is None:   # a new load (or its staging table lost): an empty staging table of the load's shape
+            spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {store.catalog}.`{schema}`")
+            spark.sql(f"DROP TABLE IF EXISTS {store.table_id(schema, staging)}")
+            writer = read(["1=0"]).writeTo(store.table_id(schema, staging)).using("iceberg")
+            for key, value in TABLE_PROPERTIES.items():
+                writer = writer.tableProperty(key, value)
+            writer.create()
+            done = {}
+        pending = [c for c in range(len(chunked.ranges)) if c not in done]
+        fence_and_record(None, {c: n for c, n in done.items()})   # what a killed run staged and never recorded
+        group_size = max(1, parallelism)
+        for start in range(0, len(pending), group_size):
+            group = pending[start:start + group_size]
+            def commit(group=group):
+                _refusing(label, shape, lambda: read([chunked.ranges[c] for c in group]).writeTo(
+                    store.table_id(schema, staging)).option(f"snapshot-property.{SUMMARY_LOAD}", str(chunked.load_id))
+                    .option(f"snapshot-property.{SUMMARY_CHUNKS}", json.dumps(group)).append())
+                summary = store.current_summary(schema, staging) or {}
+                return {c: int(summary.get("added-records", 0)) if i == 0 else 0 for i, c in enumerate(group)}
+            fence_and_record(commit, None)
+            log.info("%s: chunks %s staged (%d of %d)", label, group, start + len(group), len(pending))
+        staged = sum((staged_chunks(store, schema, shape.name, chunked.load_id) or {}).values())
+        store.write_snapshot(spark, spark.table(store.table_id(schema, staging)), schema, shape.name, {
+            SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(load.offsets.items())}),
+            SUMMARY_EPOCH: str(load.epoch), SUMMARY_PIPELINE: load.pipeline}, list(shape.columns))
+    finally:
+        spark.conf.set(CHAR_AS_STRING, previous)
+    landed = int((store.current_summary(schema, shape.name) or {}).get("total-records", -1))
+    if landed != staged:
+        raise LoadVerificationError(f"{label}: the chunks staged {staged:,} rows but the table's commit holds "
+                                    f"{landed:,}; the stream will not start from it. Rerun the full load.")
+    spark.sql(f"DROP TABLE IF EXISTS {store.table_id(schema, staging)}")
+    return landed
+
+
+def _refusing(label: str, shape: TableShape, write) -> None:
+    """Runs a write; a value Iceberg cannot hold (raise_error in the projection) becomes the
+    table's RefusedValue, naming column and key."""
+    try:
+        write()
+    except Exception as exc:   # a refused value: Spark wraps the message raise_error gave
+        refused = re.search(re.escape(label) + r": column .*?and reload", str(exc))
+        if refused:
+            raise RefusedValue(refused.group(0), table=shape.name) from None
+        raise

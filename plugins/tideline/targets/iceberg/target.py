@@ -189,14 +189,21 @@ class IcebergTarget(Target):
         commit to the state's own commit: no newer run can claim the table while this load
         commits, nor between its Iceberg commit and its state. A commit whose rows are not the
         snapshot's is never recorded: the stream does not start from it."""
-        from tideline.targets.iceberg.load import commit_snapshot
+        from tideline.targets.iceberg.load import commit_chunks, commit_snapshot
         tgt = load.tgt
         started = time.monotonic()
-        with tgt.cursor() as cur:
-            load.fence(cur)
-        landed = commit_snapshot(load.spark, load.engine, self, load.src, load.shape, load.snap, load.schema,
-                                 load.label, load.pipeline, load.epoch, load.offsets)
-        load.engine.close_snapshot(load.src)
+        if load.chunked is not None:   # chunks staged commit by commit, then one commit goes live
+            def fence_and_record(commit, staged):
+                with tgt, tgt.cursor() as cur:   # the state row locked while a group commits
+                    load.fence(cur)
+                    load.chunk_done(cur, commit() if commit is not None else staged)
+            landed = commit_chunks(self, load, load.chunked, load.parallelism, fence_and_record)
+        else:
+            with tgt.cursor() as cur:
+                load.fence(cur)
+            landed = commit_snapshot(load.spark, load.engine, self, load.src, load.shape, load.snap, load.schema,
+                                     load.label, load.pipeline, load.epoch, load.offsets)
+            load.engine.close_snapshot(load.src)
         copy_secs = time.monotonic() - started
         rows = load.verified(landed, landed, f"the Iceberg commit holds {landed:,}; the stream will not start from it")
         published = Published(rows, "Spark JDBC -> Iceberg", "committed", copy_secs)
