@@ -102,14 +102,14 @@ def staged_chunks(store, schema: str, table: str, load_id: int) -> dict[int, int
     return done
 
 
-def commit_chunks(store, load, chunked, parallelism: int, fence_and_record) -> int:
+def commit_chunks(store, load, chunked, parallelism: int, properties: dict[str, str], fence_and_record) -> int:
     """A chunked load into Iceberg: the chunks not yet staged, `spark.parallelism` at a time (one
     Spark task each, each its own source transaction), appended to the staging table in one commit
     per group carrying the load and its chunks in the summary; then the staging table's rows
     become the table's rows in one commit with the handover offsets and the epoch, and the staging
     table is dropped. `fence_and_record(chunks_rows)` locks the state row for the group's commit
-    and records its chunks once it landed. Returns the rows of the live commit."""
-    from tideline.targets.iceberg.target import TABLE_PROPERTIES
+    and records its chunks once it landed; the staging table gets the table's `properties`.
+    Returns the rows of the live commit."""
     spark, engine, shape, schema, label = load.spark, load.engine, load.shape, load.schema, load.label
     staging = staging_name(shape.name)
     done = staged_chunks(store, schema, shape.name, chunked.load_id) if chunked.resumed else None
@@ -128,7 +128,7 @@ def commit_chunks(store, load, chunked, parallelism: int, fence_and_record) -> i
             spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {store.catalog}.`{schema}`")
             spark.sql(f"DROP TABLE IF EXISTS {store.table_id(schema, staging)}")
             writer = read(["1=0"]).writeTo(store.table_id(schema, staging)).using("iceberg")
-            for key, value in TABLE_PROPERTIES.items():
+            for key, value in properties.items():
                 writer = writer.tableProperty(key, value)
             writer.create()
             done = {}

@@ -197,7 +197,7 @@ class IcebergTarget(Target):
                 with tgt, tgt.cursor() as cur:   # the state row locked while a group commits
                     load.fence(cur)
                     load.chunk_done(cur, commit() if commit is not None else staged)
-            landed = commit_chunks(self, load, load.chunked, load.parallelism, fence_and_record)
+            landed = commit_chunks(self, load, load.chunked, load.parallelism, TABLE_PROPERTIES, fence_and_record)
         else:
             with tgt.cursor() as cur:
                 load.fence(cur)
