@@ -14,7 +14,8 @@ import psycopg2
 import pytest
 
 import stackctl
-from helpers import SOURCE_URL, drop_source, rows_as_text, wait_until
+from helpers import SOURCE_URL, Writer, drop_source, rows_as_text, wait_until
+from test_mariadb import maria  # noqa: F401,F811 — fixture
 from test_incremental import spark_submit
 from tideline import state
 from tideline.load.full_load import FullLoad
@@ -99,6 +100,36 @@ class OldestLoadTransaction(threading.Thread):
         return self.oldest
 
 
+def _kill_after_chunks(cfg, pipelines, state_db, table: str, at_least: int) -> dict[int, tuple]:
+    """The load as its DAG submits it, kill -9'd (driver and executors) once `at_least` chunks
+    are recorded; returns the chunks recorded then."""
+    proc = spark_submit("full_load.py", cfg, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
+    output: list[str] = []
+    threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True).start()
+    wait_until(lambda: len(_chunks(state_db, cfg.name, table)) >= at_least or proc.poll() is not None, 300,
+               f"{at_least} chunks to commit")
+    assert proc.poll() is None, "".join(output)[-3000:]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    return _chunks(state_db, cfg.name, table)
+
+
+def _resumed(state_db, cfg, table: str, before: dict) -> None:
+    """The next run resumed the load: every chunk done before is as it was (never read again),
+    every planned chunk is done, and the run's history says how many were left."""
+    after = _chunks(state_db, cfg.name, table)
+    assert all(after[c] == before[c] for c in before), "a chunk done before the kill was read again"
+    with state_db.cursor() as cur:
+        cur.execute("SELECT jsonb_array_length(ranges), outcome FROM tideline.chunked_loads WHERE pipeline = %s "
+                    "AND table_name = %s", (cfg.name, table))
+        [(planned, outcome)] = cur.fetchall()
+        cur.execute("SELECT detail FROM tideline.runs WHERE pipeline = %s AND table_name = %s AND kind = 'full_load' "
+                    "AND outcome = 'succeeded'", (cfg.name, table))
+        [(detail,)] = cur.fetchall()
+    assert outcome == "succeeded" and len(after) == planned, (outcome, len(after), planned)
+    assert f"resumed: {planned - len(before)} of {planned} chunks left" in detail, detail
+
+
 def _chunks(target_db, pipeline: str, table: str) -> dict[int, tuple]:
     with target_db.cursor() as cur:
         cur.execute("SELECT c.chunk, c.committed_at, c.epoch FROM tideline.load_chunks c JOIN tideline.chunked_loads l "
@@ -119,30 +150,11 @@ def test_a_chunked_load_killed_under_writes_resumes_without_rereading_a_chunk_an
         cfg = pipelines.make([{"name": t, "snapshot": "chunked", "chunk_rows": CHUNK}], capture=True, partitions=2)
         oldest.start()
         writes.start()
-        proc = spark_submit("full_load.py", cfg, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
-        output: list[str] = []
-        threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True).start()
-        wait_until(lambda: len(_chunks(target_db, cfg.name, t)) >= 30 or proc.poll() is not None, 300,
-                   "30 chunks to commit")
-        assert proc.poll() is None, "".join(output)[-3000:]
-        os.killpg(proc.pid, signal.SIGKILL)   # the driver and its executors, mid-load
-        proc.wait(30)
-        before = _chunks(target_db, cfg.name, t)
-        assert len(before) >= 30, len(before)
+        before = _kill_after_chunks(cfg, pipelines, target_db, t, 30)
         assert state.get(target_db, cfg.name, t) is None or state.get(target_db, cfg.name, t).phase != "streaming"
-
         # the next run resumes: the chunks done are kept as they were, the rest read
         [result] = FullLoad(cfg, spark).run([t])
-        after = _chunks(target_db, cfg.name, t)
-        assert all(after[c] == before[c] for c in before), "a chunk done before the kill was read again"
-        with target_db.cursor() as cur:
-            cur.execute("SELECT jsonb_array_length(ranges) FROM tideline.chunked_loads WHERE pipeline = %s", (cfg.name,))
-            [(planned,)] = cur.fetchall()
-            cur.execute("SELECT detail FROM tideline.runs WHERE pipeline = %s AND kind = 'full_load' "
-                        "AND outcome = 'succeeded'", (cfg.name,))
-            [(detail,)] = cur.fetchall()
-        assert len(after) == planned > 60, (len(after), planned)
-        assert f"resumed: {planned - len(before)} of {planned} chunks left" in detail, detail
+        _resumed(target_db, cfg, t, before)
         assert result.rows > 0
         writes.stop()
         assert all(writes.done.get(k) for k in ("insert", "update", "toast", "delete", "key_up", "key_down")), \
@@ -159,3 +171,58 @@ def test_a_chunked_load_killed_under_writes_resumes_without_rereading_a_chunk_an
         writes.stop_event.set()
         oldest.stop_event.set()
         drop_source(source_db, t)
+
+
+def test_a_chunked_load_into_iceberg_killed_mid_way_resumes_from_its_staged_chunks(
+        spark, source_db, pipelines, unique_name, lake):
+    from test_iceberg import iceberg_pipeline, stream_until_equal
+    from tideline.targets.iceberg.load import staging_name
+    t = f"{unique_name}_lakechunks"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, qty int NOT NULL, note text)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, g % 10, 'n' || g FROM generate_series(1, 40000) g")
+    writer = Writer(f"public.{t}", 40_001, seed=3, pause=0.005, max_id=40_000)
+    state_db = lake.connect(autocommit=True)
+    try:
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t, "snapshot": "chunked", "chunk_rows": 1000}],
+                               capture=True, parallelism=2)
+        writer.start()
+        before = _kill_after_chunks(cfg, pipelines, state_db, t, 6)
+        assert not lake.pyiceberg_catalog().table_exists((unique_name, t)), "nothing is live before the load ends"
+        FullLoad(cfg, spark).run([t])
+        _resumed(state_db, cfg, t, before)
+        assert not lake.pyiceberg_catalog().table_exists((unique_name, staging_name(t)))
+        writer.stop()
+        stream_until_equal(cfg, spark, source_db, lake, [t])
+        assert state.get(state_db, cfg.name, t).phase == "streaming"
+    finally:
+        writer.stop_event.set()
+        state_db.close()
+        drop_source(source_db, t)
+
+
+def test_a_chunked_load_from_mariadb_killed_mid_way_resumes_and_converges(
+        stack, spark, maria, target_db, pipelines, unique_name):
+    from psycopg2 import sql
+    from test_mariadb import DB, _drop, _exec, converge, mariadb_pipeline
+    t, scratch = f"{unique_name}_mchunks", f"{unique_name}_oracle"
+    _exec(maria, f"CREATE TABLE `{t}` (id bigint PRIMARY KEY, qty int NOT NULL, note varchar(400)) "
+                 f"CHARACTER SET utf8mb4",
+          f"INSERT INTO `{t}` (id, qty, note) SELECT seq, seq % 100, CONCAT('row ', seq, ' ü😀') FROM seq_1_to_60000",
+          f"ANALYZE TABLE `{t}`")
+    writer = Writer(f"`{t}`", 60_001, seed=9, pause=0.002, max_id=60_000,
+                    connect=lambda: stackctl.mariadb_connect(DB))
+    try:
+        cfg = mariadb_pipeline(pipelines, [{"name": t, "snapshot": "chunked", "chunk_rows": 1500}], partitions=2,
+                               capture=True)
+        writer.start()
+        before = _kill_after_chunks(cfg, pipelines, target_db, t, 12)
+        FullLoad(cfg, spark).run([t])
+        _resumed(target_db, cfg, t, before)
+        writer.stop()
+        converge(cfg, spark, target_db, [t], scratch)
+    finally:
+        writer.stop_event.set()
+        _drop(maria, t)
+        with target_db.cursor() as cur:
+            cur.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
