@@ -111,6 +111,7 @@ def commit_chunks(store, load, chunked, parallelism: int, properties: dict[str, 
     and records its chunks once it landed; the staging table gets the table's `properties`.
     Returns the rows of the live commit."""
     spark, engine, shape, schema, label = load.spark, load.engine, load.shape, load.schema, load.label
+    store.use(spark)
     staging = staging_name(shape.name)
     done = staged_chunks(store, schema, shape.name, chunked.load_id) if chunked.resumed else None
     columns = read_columns(engine, shape)
