@@ -515,8 +515,8 @@ def test_the_driver_pipes_partitions_while_the_spark_session_starts(spark, sourc
     by_driver = []
     real_copier = copy_rows.make_pipe_copier
 
-    def recording_copier(*args):
-        copy = real_copier(*args)
+    def recording_copier(*args, **kwargs):
+        copy = real_copier(*args, **kwargs)
         if not args[-1]:          # Spark's side: runs in its Python workers
             return copy
 

@@ -124,7 +124,7 @@ def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: Tab
                      copy_format)
             items = list(zip(numbers if numbers is not None else range(len(pipe.reads)), pipe.reads))
             figures = pipe_partitions(spark, items, progress, lambda where: make_pipe_copier(
-                pipe.source, target_dsn, copy_sql, label, copy_format, where, record))
+                pipe.source, target_dsn, copy_sql, label, copy_format, where, record=record))
         else:
             if record is not None:
                 raise ValueError(f"{label}: a chunked load needs a source engine with a COPY pipe")
