@@ -48,7 +48,12 @@ class TargetError(TerminalError):
 
 
 class FencedError(TerminalError):
-    """This run's fencing epoch is stale: a newer run owns the table; this one must stop."""
+    """This run's fencing epoch is stale: a newer run owns the table; this one must stop. `owner`:
+    the run that owns it now, in its own words (load.full_load.run_owner)."""
+
+    def __init__(self, *args, table: str | None = None, owner: str | None = None):
+        super().__init__(*args, table=table)
+        self.owner = owner
 
 
 class OrphanedError(TerminalError):

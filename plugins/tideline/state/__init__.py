@@ -105,7 +105,8 @@ def check_epochs(cur, pipeline: str, epochs: dict[str, int]) -> dict[str, dict[i
         if current != epochs[table]:
             raise FencedError(
                 f"{pipeline}.{table}: this run holds fencing epoch {epochs[table]} but the table's epoch is now "
-                f"{current} (claimed by {owner}). A newer run replaced this one; this run commits nothing and stops.")
+                f"{current} (claimed by {owner}). A newer run replaced this one; this run commits nothing and stops.",
+                table=table, owner=owner)
     return {table: {int(p): int(o) for p, o in (rows[table][2] or {}).items()} for table in epochs}
 
 

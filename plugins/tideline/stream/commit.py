@@ -20,11 +20,12 @@ import pyarrow.compute as pc
 
 from tideline import state
 from tideline.core import schema_drift
+from tideline.stream.handed import hand_over
 from tideline.stream.source_fill import fill_from_source
 from tideline.core.batch_events import drop_applied, newest_source_commit
 from tideline.core.change_events import too_large_marker
 from tideline.core.config import PipelineConfig
-from tideline.core.errors import ResnapshotRequired, SourceError, TidelineError
+from tideline.core.errors import FencedError, ResnapshotRequired, SourceError, TidelineError
 from tideline.core.offsets import merge_committed
 from tideline.core.table_shape import Column, TableShape
 from tideline.targets import ApplyRefused
@@ -68,9 +69,10 @@ class BatchCommitter:
 
     def __init__(self, cfg: PipelineConfig, store, engine, owner: str, tables: dict[str, StreamTable],
                  by_topic: dict[str, StreamTable], halted: dict[str, str],
-                 on_halts: Callable[[dict[str, tuple[str, dict | None]]], None]):
+                 on_halts: Callable[[dict[str, tuple[str, dict | None]]], None], handed: dict[str, str] | None = None):
         self.cfg, self.store, self.engine, self.owner = cfg, store, engine, owner
         self.tables, self.by_topic, self.halted = tables, by_topic, halted
+        self.handed = handed if handed is not None else {}   # tables a full load took over (stream.handed)
         self.on_halts = on_halts   # after the commit: log, alert, and end the run if no table is left
         self._tgt = self._src = None
 
@@ -117,14 +119,24 @@ class BatchCommitter:
         self._tgt = self.store.connect(connect_timeout=10)
         self._src = self.engine.connect(autocommit=True, connect_timeout=10)
 
-    def _commit(self, spark_batch_id, per_partition, bad_rows, truncates, rows: pa.Table,
-                started_at: datetime) -> BatchFigures | None:
+    def _commit(self, *batch) -> BatchFigures | None:
+        """The batch; a table a full load took meanwhile is left to it (stream.handed) and the batch
+        committed again without it (nothing of the refused attempt committed)."""
+        while True:
+            try:
+                return self._commit_once(*batch)
+            except FencedError as exc:
+                if not hand_over(self.cfg.name, self.tables, self.halted, self.handed, exc.table, exc.owner):
+                    raise
+
+    def _commit_once(self, spark_batch_id, per_partition, bad_rows, truncates, rows: pa.Table,
+                     started_at: datetime) -> BatchFigures | None:
         cfg, conn = self.cfg, self._tgt
-        live = {t.topic for t in self.tables.values() if t.name not in self.halted}
+        live = {t.topic for t in self.tables.values() if t.name not in self.halted and t.name not in self.handed}
         per_partition = [r for r in per_partition if r["topic"] in live]   # a halted table keeps its offsets
         bad_rows = [b for b in bad_rows if b["topic"] in live]
         truncates = [t for t in truncates if t["topic"] in live]
-        if self.halted and rows.num_rows:
+        if (self.halted or self.handed) and rows.num_rows:
             rows = rows.filter(pc.is_in(rows.column("topic"), pa.array(sorted(live), pa.string())))
         figures = BatchFigures(events=sum(r["n"] for r in per_partition))
         if not per_partition:

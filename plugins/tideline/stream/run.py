@@ -75,13 +75,14 @@ class IncrementalRun:
         self._tgt = None
         self._src = None
         self.halted: dict[str, str] = {}   # tables halted by this run: name -> why (the others go on)
+        self.handed: dict[str, str] = {}   # tables a full load took over: name -> the load (stream.handed)
         self.history = StreamHistory(cfg, self.store, self.kafka, mode, self.owner)
         # one thread commits batch N to the target while Spark's batch thread reads N+1
         self.handover = BatchHandover(self._commit_and_report, self._batch_failed, self._stop_query)
         self.committer = BatchCommitter(cfg, self.store, self.engine, self.owner, self.tables, self.by_topic,
-                                        self.halted, self._after_halts)
+                                        self.halted, self._after_halts, self.handed)
         self.watch = StreamWatch(cfg, self.store, self.engine, self.tables, self.halted, self._needs_resnapshot,
-                                 self._stop, environ, launcher.current())
+                                 self._stop, environ, launcher.current(), self.handed)
 
     # ------------------------------------------------------------------ start
 

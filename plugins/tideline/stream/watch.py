@@ -14,6 +14,7 @@ from typing import Callable
 from tideline import state
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
+from tideline.stream.handed import hand_over
 from tideline.core.errors import (FencedError, OrphanedError, PipelineRemovedError, ResnapshotRequired,
                                    TidelineError)
 from tideline.core.source_shapes import partition_tree_change
@@ -39,8 +40,9 @@ class StreamWatch:
 
     def __init__(self, cfg: PipelineConfig, store, engine, tables: dict, halted: dict[str, str],
                  needs_resnapshot: Callable[[str, str], None], stop: Callable[[TidelineError], None], environ=None,
-                 launcher: Launcher | None = None):
+                 launcher: Launcher | None = None, handed: dict[str, str] | None = None):
         self.cfg, self.store, self.engine = cfg, store, engine
+        self.handed = handed if handed is not None else {}   # tables a full load took over (stream.handed)
         self.launcher = launcher   # the Airflow task that started the job, if any
         self.tables, self.halted = tables, halted   # the run's own, shared
         self.needs_resnapshot, self.stop = needs_resnapshot, stop
@@ -72,7 +74,7 @@ class StreamWatch:
             if removed is not None:
                 self.stop(removed)
                 return
-            live = {n: t.epoch for n, t in self.tables.items() if n not in self.halted}
+            live = {n: t.epoch for n, t in self.tables.items() if n not in self.halted and n not in self.handed}
             try:
                 conn = self.store.connect(connect_timeout=5)
                 try:
@@ -84,6 +86,8 @@ class StreamWatch:
                     conn.close()
             except self.store.errors:
                 continue   # the target is away: the batch path waits outages out
+            taken = [(n, e, o) for n, e, o in taken
+                     if not hand_over(self.cfg.name, self.tables, self.halted, self.handed, n, o)]
             if taken:
                 name, epoch, owner = taken[0]
                 fenced = FencedError(
