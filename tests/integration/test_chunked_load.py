@@ -226,3 +226,45 @@ def test_a_chunked_load_from_mariadb_killed_mid_way_resumes_and_converges(
         _drop(maria, t)
         with target_db.cursor() as cur:
             cur.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
+
+
+def test_a_table_reloaded_alone_leaves_the_pipelines_other_tables_streaming(
+        spark, source_db, target_db, pipelines, unique_name):
+    """Before, a running stream met the reloaded table's new epoch at its next batch and stopped
+    for every table, for as long as the load took; now it leaves that table to the load and the
+    others stream on, until the reload's own run takes every table over."""
+    from helpers import start_continuous, table_digest
+    from tideline.core.errors import FencedError
+    a, b = f"{unique_name}_reloaded", f"{unique_name}_other"
+    with source_db.cursor() as cur:
+        for t in (a, b):
+            cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, qty int NOT NULL, note text)")
+            cur.execute(f"INSERT INTO public.{t} SELECT g, g % 10, 'n' || g FROM generate_series(1, 3000) g")
+    run = None
+    try:
+        cfg = pipelines.make([{"name": a}, {"name": b}], capture=True, partitions=1,
+                             stream={"trigger_interval_s": 0.5})
+        FullLoad(cfg, spark).run([a, b])
+        run = IncrementalRun(cfg, spark, "continuous")
+        thread, ended = start_continuous(run)
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE public.{a} SET qty = qty + 1 WHERE id <= 100")
+        FullLoad(cfg, spark).run([a])   # the reload of one table, while the stream runs
+        with source_db.cursor() as cur:   # the other table's changes still arrive
+            cur.execute(f"UPDATE public.{b} SET note = note || ' after the reload ✓' WHERE id <= 500")
+            cur.execute(f"DELETE FROM public.{b} WHERE id > 2900")
+        wait_until(lambda: table_digest(target_db, unique_name, b, "id") == table_digest(source_db, "public", b, "id"),
+                   90, "the other table's changes to stream on", every=1)
+        assert thread.is_alive(), ended
+        assert a in run.handed and run.handed[a].startswith("full_load ")
+        # the reload's own run takes every table over: the running stream is fenced and stops
+        IncrementalRun(cfg, spark, "available_now").run()
+        thread.join(60)
+        assert not thread.is_alive() and isinstance(ended.get("exc"), FencedError), ended
+        for t in (a, b):
+            assert rows_as_text(target_db, unique_name, t, "id") == rows_as_text(source_db, "public", t, "id")
+            assert state.get(target_db, cfg.name, t).phase == "streaming"
+    finally:
+        if run is not None and run.query is not None and run.query.isActive:
+            run.query.stop()
+        drop_source(source_db, a, b)
