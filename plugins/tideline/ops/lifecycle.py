@@ -94,6 +94,7 @@ def decommission(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conne
         for topic, fut in (admin.delete_topics(topics, operation_timeout=30).items() if topics else ()):
             fut.result(60)
         done.append(f"{len(topics)} Kafka topic(s)" + (f": {', '.join(topics)}" if topics else ""))
+        done += _drop_leftovers(cfg, resolve, tables)
         done.append(f"{_delete_state(target, cfg.name)} state row(s)")
     finally:
         target.close()
@@ -140,6 +141,7 @@ def remove_tables(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conn
         for fut in (admin.delete_topics(doomed, operation_timeout=30).values() if doomed else ()):
             fut.result(60)
         done += [f"topic {t} deleted" for t in doomed]
+    done += _drop_leftovers(cfg, resolve, [table for table, _p, _t in gone])
     if drop_target:
         store = targets.for_pipeline(cfg, target)
         for table, _p, _t in gone:
@@ -148,6 +150,15 @@ def remove_tables(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conn
     for line in done:
         log.warning("%s: %s", cfg.name, line)
     return done
+
+
+def _drop_leftovers(cfg: PipelineConfig, resolve: Callable[[str], Conn], tables: list[str]) -> list[str]:
+    """The tables chunked loads cut off mid-way left behind (Target.load_leftover): Tideline's own,
+    they go with their table whether or not its target table stays."""
+    from tideline import targets
+    store = targets.for_pipeline(cfg, resolve(cfg.target.conn_id))
+    return [f"{cfg.target.schema_}.{leftover}, a cut-off chunked load's rows" for leftover in
+            filter(None, (store.load_leftover(t) for t in tables)) if store.drop_table(cfg.target.schema_, leftover)]
 
 
 def _forget_heartbeat(cfg: PipelineConfig, engine) -> str:

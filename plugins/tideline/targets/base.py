@@ -219,6 +219,11 @@ class Target(ABC):
         """Drops the synced table (a table removed from its pipeline with drop_target); True when
         there was one. Only ever asked for by a person, never by itself."""
 
+    def load_leftover(self, table: str) -> str | None:
+        """The table a chunked load of `table` cut off mid-way keeps its rows in until it resumes (a
+        shadow, a staging table): Tideline's own, dropped when the table or its pipeline goes."""
+        return None
+
     def table_facts(self, schema: str, table: str) -> dict | None:
         """What status and the view show about a table beyond its rows, in the target's terms (an
         Iceberg table's current snapshot and file counts); None when there is nothing more to say.

@@ -275,6 +275,10 @@ class IcebergTarget(Target):
         # pool_pre_ping: a pooled connection the catalog database dropped (a restart) is replaced, not used
         return SqlCatalog(self.catalog, uri=uri, warehouse=self.warehouse, pool_pre_ping="true")
 
+    def load_leftover(self, table: str) -> str | None:
+        from tideline.targets.iceberg.load import staging_name
+        return staging_name(table)
+
     def drop_table(self, schema: str, table: str) -> bool:
         """Drops the table from the catalog (its files are left to the warehouse's own cleanup:
         readers of an older snapshot may still hold them)."""

@@ -112,6 +112,9 @@ class PostgresTarget(Target):
             load.record(cur, published)
         return published
 
+    def load_leftover(self, table: str) -> str | None:
+        return shadow_name(table)
+
     def discard_snapshot(self, cur, shape: TableShape, schema: str) -> None:
         self.drop_staging(cur, schema, shadow_name(shape.name))
 
