@@ -196,7 +196,7 @@ def forget_pipeline(cur, pipeline: str) -> None:
     """A benchmark pipeline's rows in Tideline's state, so a new run starts from nothing."""
     cur.execute("SELECT to_regclass('tideline.table_state') IS NOT NULL")
     if cur.fetchone()[0]:
-        for t in ("table_state", "runs", "batches", "dead_letters"):
+        for t in ("table_state", "runs", "batches", "dead_letters", "chunked_loads"):
             cur.execute(f"DELETE FROM tideline.{t} WHERE pipeline = %s", (pipeline,))
 
 
@@ -221,12 +221,10 @@ def ensure_topic(topic: str) -> None:
                 raise
 
 
-def run_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "local[2]",
-                  submit_args: tuple[str, ...] = ()) -> tuple[float, float]:
-    """spark-submit of the full load job for `pipeline` (configs in `pipelines`), Spark start-up
-    included: (seconds end to end, peak RSS in MB of the job's process tree — on a cluster, the
-    driver's only; executors run under the workers)."""
-    started = time.monotonic()
+def start_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "local[2]",
+                    submit_args: tuple[str, ...] = ()) -> subprocess.Popen:
+    """spark-submit of the full load job for `pipeline` (configs in `pipelines`), as the sync DAG
+    submits it; its output on the returned process's stdout."""
     from tideline.core.config import load_pipeline
     from tideline.core.connections import get_connection
     from tideline.core.settings import SparkSettings
@@ -242,6 +240,16 @@ def run_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "loca
                              str(ROOT / "spark_jobs" / "full_load.py"), "--pipeline", pipeline,
                              "--pipelines-dir", str(pipelines)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc
+
+
+def run_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "local[2]",
+                  submit_args: tuple[str, ...] = ()) -> tuple[float, float]:
+    """The full load job (start_full_load), Spark start-up included: (seconds end to end, peak RSS
+    in MB of the job's process tree — on a cluster, the driver's only; executors run under the
+    workers)."""
+    started = time.monotonic()
+    proc = start_full_load(pipeline, pipelines, env, master, submit_args)
     rss = PeakRss(proc.pid)
     rss.start()
     out, _ = proc.communicate()
@@ -256,3 +264,59 @@ def run_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "loca
         print(out[-4000:])
         raise SystemExit(f"full load failed with exit status {proc.returncode}")
     return secs, rss.peak / 1e6
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SERVERS = ("postgres", "mariadbd", "mysqld")
+
+
+def server_cpu_s() -> float:
+    """CPU-seconds the database servers' processes (PostgreSQL's, MariaDB's) have used, with their
+    exited children's (a backend that ended counts in its postmaster's)."""
+    total = 0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if comm in SERVERS:
+            total += sum(int(x) for x in rest[11:15])   # utime, stime, cutime, cstime
+    return total / CLK_TCK
+
+
+def children_cpu_s() -> float:
+    """CPU-seconds of this process's children that ended and were waited for (a tool the bench ran:
+    spark-submit's JVM and Python, psql, pgcopydb, pgloader)."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+class CpuMeter:
+    """CPU-seconds per million rows of one timed run, for each side: the tool (every process it
+    ran, waited for) and the database servers (source and target). On a shared machine wall time
+    moves 2x between days; the CPU a run costs moves much less."""
+
+    def __init__(self, what: str, rows: int):
+        self.what, self.rows = what, rows
+
+    def __enter__(self):
+        self.tool0, self.server0 = children_cpu_s(), server_cpu_s()
+        return self
+
+    def __exit__(self, *exc):
+        self.tool = children_cpu_s() - self.tool0
+        self.server = server_cpu_s() - self.server0
+        per_m = 1e6 / max(1, self.rows)
+        self.tool_per_m, self.server_per_m = self.tool * per_m, self.server * per_m
+        if exc[0] is None:
+            print(f"[bench] {self.what}: CPU {self.tool:.1f}s tool + {self.server:.1f}s databases = "
+                  f"{self.total_per_m:.2f} CPU-s per million rows", flush=True)
+        return False
+
+    @property
+    def total_per_m(self) -> float:
+        return self.tool_per_m + self.server_per_m

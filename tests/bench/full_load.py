@@ -15,7 +15,9 @@ digest of `t::text`) before anything is reported. Last line:
 RESULT full_load_rows_per_s=<n> copy_pipe_rows_per_s=<n> ratio=<full_load/copy_pipe> peak_rss_mb=<n>
        parallel_pipe_rows_per_s=<n> parallel_ratio=<full_load/parallel_pipe>
        binary_pipe_rows_per_s=<n> binary_ratio=<full_load/binary_pipe>
-       pgcopydb_rows_per_s=<n> pgcopydb_ratio=<full_load/pgcopydb> same_result=yes
+       pgcopydb_rows_per_s=<n> pgcopydb_ratio=<full_load/pgcopydb>
+       cpu_per_m=<CPU-s per million rows, Tideline's processes and the databases'> pgcopydb_cpu_per_m=<n>
+       pgcopydb_cpu_ratio=<pgcopydb's CPU / Tideline's> same_result=yes
 (same_result: every result's row count and digest equal the source's; a difference stops the bench)
 """
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import checkpoint, db_url, ensure_topic, first_load, run_bench, pg, run_full_load, stackctl
+from benchlib import CpuMeter, checkpoint, db_url, ensure_topic, first_load, run_bench, pg, run_full_load, stackctl
 
 TABLE = "bench_orders"
 PIPELINE = "bench"
@@ -172,7 +174,8 @@ def main() -> int:
         checkpoint()
         print(f"[bench] full load job of {args.rows:,} rows (spark-submit, local[2], {args.parallelism} partitions)",
               flush=True)
-        fl_secs, peak_mb = run_full_load(PIPELINE, Path(tmp), env)
+        with CpuMeter("Tideline's load", args.rows) as fl_cpu:
+            fl_secs, peak_mb = run_full_load(PIPELINE, Path(tmp), env)
     print(f"[bench] full load: {fl_secs:.1f}s end to end, peak RSS {peak_mb:.0f} MB", flush=True)
     check_equal("Tideline's load", f"bench.{TABLE}", table_digest("source", TABLE))
     print("[bench] baseline: psql COPY TO STDOUT | psql COPY FROM STDIN, then the primary key", flush=True)
@@ -187,7 +190,8 @@ def main() -> int:
     print(f"[bench] binary copy pipe: {bin_secs:.1f}s", flush=True)
     print(f"[bench] peer: pgcopydb copy table-data --table-jobs {args.parallelism} --split-tables-larger-than "
           f"220MB, then the key", flush=True)
-    peer_secs = run_pgcopydb(args.parallelism)
+    with CpuMeter("pgcopydb", args.rows) as peer_cpu:
+        peer_secs = run_pgcopydb(args.parallelism)
     print(f"[bench] pgcopydb: {peer_secs:.1f}s", flush=True)
     fl_rate, pipe_rate, par_rate, bin_rate, peer_rate = (args.rows / s for s in (fl_secs, pipe_secs, par_secs,
                                                                                  bin_secs, peer_secs))
@@ -195,7 +199,9 @@ def main() -> int:
           f"ratio={fl_rate / pipe_rate:.2f} peak_rss_mb={peak_mb:.0f} parallel_pipe_rows_per_s={par_rate:.0f} "
           f"parallel_ratio={fl_rate / par_rate:.2f} binary_pipe_rows_per_s={bin_rate:.0f} "
           f"binary_ratio={fl_rate / bin_rate:.2f} pgcopydb_rows_per_s={peer_rate:.0f} "
-          f"pgcopydb_ratio={fl_rate / peer_rate:.2f} same_result=yes")
+          f"pgcopydb_ratio={fl_rate / peer_rate:.2f} cpu_per_m={fl_cpu.total_per_m:.2f} "
+          f"pgcopydb_cpu_per_m={peer_cpu.total_per_m:.2f} pgcopydb_cpu_ratio={peer_cpu.total_per_m / fl_cpu.total_per_m:.2f} "
+          f"same_result=yes")
     return 0
 
 
