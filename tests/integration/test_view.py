@@ -173,8 +173,16 @@ def test_metrics_parse_as_prometheus_text_and_carry_every_documented_metric(demo
     assert "# HELP tideline_lag_seconds" in text
 
 
-def test_the_page_in_a_real_browser_shows_tables_headroom_and_drawn_charts(demo, tmp_path, record_property):
+def test_the_page_in_a_real_browser_shows_tables_headroom_and_drawn_charts(demo, tmp_path, record_property,
+                                                                            target_db):
     from selenium import webdriver
+    from tideline import state
+    # a load of demo.customers in progress (its run, what it expects, two fresh samples): its bar
+    load = state.run_start(target_db, "demo", "customers", "full_load", None, "view test: a load in progress")
+    state.expect_rows(target_db, load, 200_000)
+    with target_db.cursor() as cur:
+        cur.execute("INSERT INTO tideline.load_progress (run_id, at, rows, bytes) VALUES "
+                    "(%s, now() - interval '10 seconds', 0, 0), (%s, now(), 50000, 0)", (load, load))
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
     opts = webdriver.ChromeOptions()
@@ -201,6 +209,9 @@ def test_the_page_in_a_real_browser_shows_tables_headroom_and_drawn_charts(demo,
         tables = [e.get_attribute("data-table") for e in driver.find_elements(By.CSS_SELECTOR, "[data-pipeline=demo] tr[data-table]")]
         from tideline.core.config import load_pipeline
         assert tables == [t.name for t in load_pipeline(ROOT / "pipelines" / "demo.yaml").tables]
+        bar = row.find_element(By.CSS_SELECTOR, ".load-bar[role=progressbar]")
+        assert bar.get_attribute("aria-valuenow") == "25" and float(bar.get_attribute("data-load-eta-s")) > 0
+        assert "50,000 of 200,000 rows stored (25%)" in row.text and "ETA" in row.text
         headroom = row.find_element(By.CSS_SELECTOR, "[data-headroom-s]")
         assert float(headroom.get_attribute("data-headroom-s")) > 0 and headroom.text
         assert "headroom-ok" in headroom.get_attribute("class")   # days of retention: not under the 12 h alert
@@ -217,6 +228,9 @@ def test_the_page_in_a_real_browser_shows_tables_headroom_and_drawn_charts(demo,
         driver.save_screenshot(str(shot))
     finally:
         driver.quit()
+        with target_db.cursor() as cur:
+            cur.execute("UPDATE tideline.runs SET outcome = 'failed', ended_at = now(), detail = detail || ' (ended)' "
+                        "WHERE run_id = %s", (load,))
     record_property("screenshot", str(shot))
     print(f"\nscreenshot of the Tideline view: {shot}")
     for chart, fig in drawn.items():
@@ -291,6 +305,11 @@ def test_a_load_shows_as_running_while_it_samples_and_not_after_its_driver_was_k
         finally:
             snapshot.close()
         assert live.load_rows == 50_000 and 4_000 < live.load_rows_per_s < 6_000
+        assert live.load_progress.fraction is None   # nothing expected recorded: rows and pace only
+        state.expect_rows(target_db, run_id, 200_000)
+        [live] = pipeline_status(cfg, exact_counts=False)
+        assert live.load_progress.fraction == 0.25 and 25 < live.load_progress.eta_s < 40
+        assert "50,000 of 200,000 rows stored (25%)" in render(cfg, [live]) and "ETA" in render(cfg, [live])
         assert live.source_oldest_xact_s >= 2
         assert "the oldest transaction it holds on the source is" in render(cfg, [live])
         with target_db.cursor() as cur:   # the driver died: no sample for two minutes
