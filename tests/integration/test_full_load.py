@@ -383,9 +383,13 @@ def test_copy_pipe_reports_the_side_that_failed_and_stores_nothing(stack, target
 
 
 def test_tables_load_side_by_side_and_one_that_fails_stops_only_itself(spark, source_db, target_db, pipelines,
-                                                                        unique_name):
+                                                                        unique_name, monkeypatch):
     """spark.tables_at_once loads run at the same time in one Spark application; a table whose
-    load fails (its target schema refuses the target role) fails alone, the others land."""
+    load fails (its target schema refuses the target role) fails alone, the others land — and a
+    retry of the Airflow task loads only the one that failed."""
+    for key, value in {"DAG_ID": f"sync_{unique_name}", "DAG_RUN_ID": "manual__retry", "TASK_ID": "full_load",
+                       "TRY_NUMBER": "1"}.items():
+        monkeypatch.setenv(f"AIRFLOW_CTX_{key}", value)
     good = [f"{unique_name}_g{i}" for i in range(5)]
     bad = f"{unique_name}_bad"
     with source_db.cursor() as cur:
@@ -409,6 +413,15 @@ def test_tables_load_side_by_side_and_one_that_fails_stops_only_itself(spark, so
                         "AND a.pipeline = b.pipeline AND b.started_at < a.ended_at AND a.started_at < b.ended_at "
                         "WHERE a.pipeline = %s AND a.kind = 'full_load' AND b.kind = 'full_load'", (cfg.name,))
             assert cur.fetchone()[0] > 0
+        # the task's retry: the tables that landed stay as they are, the failed one is tried again
+        monkeypatch.setenv("AIRFLOW_CTX_TRY_NUMBER", "2")
+        with pytest.raises(TargetError, match="cannot create tables in schema 'information_schema'"):
+            FullLoad(cfg, spark).run([*good[:2], bad, *good[2:]])
+        with target_db.cursor() as cur:
+            cur.execute("SELECT table_name, count(*) FROM tideline.runs WHERE pipeline = %s AND kind = 'full_load' "
+                        "GROUP BY table_name", (cfg.name,))
+            loads = dict(cur.fetchall())
+        assert all(loads[t] == 1 for t in good) and loads.get(bad, 0) <= 2, loads
     finally:
         drop_source(source_db, *good, bad)
 

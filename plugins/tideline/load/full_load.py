@@ -168,6 +168,8 @@ class FullLoad:
                 refused = self.engine.refusals(src, self.cfg, tables)   # again: the source may have changed since
                 state.migrate(tgt)
                 refusals.record(self.cfg, tgt, refused, checked=[])
+                landed = state.loaded_by_task(tgt, self.cfg.name, tables, os.environ)
+                tgt.rollback()
             except BaseException:
                 src.close()
                 tgt.close()
@@ -176,7 +178,10 @@ class FullLoad:
             if refused and len(refused) == len(tables):
                 raise SourceError(f"pipeline {self.cfg.name}: every table to load is refused: "
                                   + "; ".join(refusals.message(self.cfg, r) for r in refused.values()))
-            return self.load_tables([name for name in tables if name not in refused])
+            if landed:   # a retry of the task: what its earlier try loaded stays as it landed
+                log.info("%s: %s loaded by an earlier try of this task: not loaded again", self.cfg.name,
+                         ", ".join(landed))
+            return self.load_tables([name for name in tables if name not in refused and name not in landed])
         finally:
             self.close()
 

@@ -196,6 +196,17 @@ def airflow_task(environ) -> dict | None:
     return {k: v for k, v in ctx.items() if v}
 
 
+def loaded_by_task(conn, pipeline: str, tables: list[str], environ) -> list[str]:
+    """Of `tables`, those an earlier try of this Airflow task loaded (none outside Airflow)."""
+    ctx = airflow_task(environ)
+    if ctx is None or not tables:
+        return []
+    with conn.cursor() as cur:
+        cur.execute(sqlfiles.load("state/loaded_by_task"), {"pipeline": pipeline, "tables": tables, **{
+            k: ctx[k] for k in ("dag_id", "dag_run_id", "task_id")}})
+        return sorted(r[0] for r in cur.fetchall())
+
+
 def run_end(cur, run_id: int, outcome: str, rows: int | None, detail: str, counts: dict | None = None) -> None:
     cur.execute(sqlfiles.load("state/run_end"), {"run_id": run_id, "outcome": outcome, "rows": rows,
                                                  "detail": detail, "counts": json.dumps(counts) if counts else None})
