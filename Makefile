@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 STACK := $(PY) stack/stackctl.py
 
-.PHONY: setup up down status doctor demo test test-unit test-contract bench soak clean env
+.PHONY: help setup up down status doctor demo test test-unit test-contract bench soak docs clean env
 
 setup:            ## install PostgreSQL (apt), the venv (PyPI) and the JVM parts (Maven) if missing
 	@bash stack/setup.sh
@@ -41,6 +41,12 @@ soak: up          ## the chaos soak: pipelines under faults for MINUTES (default
 
 env:              ## print the stack's environment: eval "$$(make -s env)"
 	@$(STACK) env
+
+docs: setup       ## build the docs site into site/ (strict: a broken link fails); open site/index.html
+	@NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --quiet --strict
+
+help:             ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):[^#]*## /  make \1\t/' | expand -t 24
 
 clean: down       ## remove the stack's data and logs (not the installed venv and jars)
 	rm -rf stack/var

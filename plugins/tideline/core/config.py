@@ -19,7 +19,7 @@ from tideline.core.settings import (AlertSettings, ConnectSettings, KafkaSetting
                                     StreamSettings, TargetEndpoint, VerifyConfig, _Model)
 
 class TableConfig(_Model):
-    name: str
+    name: str = Field(description="the source table, as the database spells it")
     schema_: str | None = Field(default=None, alias="schema",
                                 description="the table's source schema (MariaDB: database); default source.schema")
     target_schema: str | None = Field(default=None, description="the target schema it lands in; default "
@@ -29,7 +29,9 @@ class TableConfig(_Model):
     columns: list[str] | None = Field(default=None, description="sync only these columns, plus the key "
                                                                 "(default: all)")
     exclude_columns: list[str] = Field(default_factory=list, description="never sync these columns")
-    mode: Literal["cdc", "batch"] = "cdc"
+    mode: Literal["cdc", "batch"] = Field(default="cdc", description="`cdc`: full load, then the change stream "
+                                                                     "through Debezium; `batch`: the batch_<name> DAG copies "
+                                                                     "rows by cursor_column per data interval")
     snapshot: Literal["auto", "chunked", "consistent"] = Field(
         default="auto", description="how its full load reads the source: `chunked` = key-range chunks, each in its "
                                     "own short transaction, resumable; `consistent` = one snapshot held for the "
@@ -37,8 +39,8 @@ class TableConfig(_Model):
     # at ~290k rows/s a chunk's transaction lasts ~1-2 s; a resumed load re-reads at most the
     # chunks that were being read when it was cut off
     chunk_rows: int = Field(default=250_000, ge=1, description="rows per chunk of a chunked load")
-    cursor_column: str | None = None
-    safety_lag_s: int = Field(default=300, ge=0)
+    cursor_column: str | None = Field(default=None, description="batch mode: a monotonic id or update-time column")
+    safety_lag_s: int = Field(default=300, ge=0, description="batch mode: how far behind now an interval ends, in s")
 
     @field_validator("name")
     @classmethod
@@ -82,20 +84,24 @@ class TableConfig(_Model):
 
 
 class PipelineConfig(_Model):
-    name: str
+    name: str = Field(description="lowercase, digits, _ ; names the DAGs, the slot and the publication "
+                                  "(the file is <name>.yaml)")
     # the YAML it was read from (load_pipeline), if any: a running stream stops when it is deleted
     _loaded_from: Path | None = PrivateAttr(default=None)
-    source: SourceEndpoint
+    source: SourceEndpoint = Field(description="the database the tables are read from")
     target: TargetEndpoint
-    kafka: KafkaSettings
-    connect: ConnectSettings = Field(default_factory=ConnectSettings)
-    spark: SparkSettings = Field(default_factory=SparkSettings)
-    stream: StreamSettings = Field(default_factory=StreamSettings)
+    kafka: KafkaSettings = Field(description="where the changes travel: the change topics")
+    connect: ConnectSettings = Field(default_factory=ConnectSettings, description="Kafka Connect, which runs the "
+                                                                               "pipeline's Debezium connector")
+    spark: SparkSettings = Field(default_factory=SparkSettings, description="how the jobs run on Spark")
+    stream: StreamSettings = Field(default_factory=StreamSettings, description="the change stream's batches")
     batch_schedule: str = Field(default="@daily", description="schedule of the batch_<name> DAG (cron or preset)")
-    verify: VerifyConfig = Field(default_factory=VerifyConfig)
+    verify: VerifyConfig = Field(default_factory=VerifyConfig, description="the verify_<name> DAG: the target "
+                                                                        "compared with the source")
     maintenance: MaintenanceSettings = Field(default_factory=MaintenanceSettings)
-    alerts: AlertSettings = Field(default_factory=AlertSettings)
-    tables: list[TableConfig] = Field(min_length=1)
+    alerts: AlertSettings = Field(default_factory=AlertSettings, description="who hears about what, and when "
+                                                                          "(docs/operations.md lists every alert)")
+    tables: list[TableConfig] = Field(min_length=1, description="the tables the pipeline carries, at least one")
 
     @field_validator("name")
     @classmethod

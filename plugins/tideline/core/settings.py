@@ -16,7 +16,8 @@ class _Model(BaseModel):
 
 class Endpoint(_Model):
     conn_id: str = Field(description="Airflow connection id")
-    schema_: str = Field(default="public", alias="schema")
+    schema_: str = Field(default="public", alias="schema",
+                         description="the source schema of the tables (MariaDB: the database); a table's own overrides it")
 
     @field_validator("schema_")
     @classmethod
@@ -31,7 +32,8 @@ class TargetEndpoint(Endpoint):
                                                       "support table names); the connection must be one")
     conn_id: str = Field(validation_alias=AliasChoices("conn_id", "catalog"),
                          description="Airflow connection id (for iceberg: the catalog's)")
-    schema_: str = Field(default="public", validation_alias=AliasChoices("schema", "namespace"))
+    schema_: str = Field(default="public", validation_alias=AliasChoices("schema", "namespace"),
+                         description="the target schema the tables land in (Iceberg: `namespace`)")
 
     @field_validator("kind")
     @classmethod
@@ -71,11 +73,15 @@ class KafkaSettings(_Model):
     def max_message_bytes(self) -> int:
         return self.max_message_mb * 1024 * 1024
 
-    conn_id: str = "tideline_kafka"
-    topic_prefix: str
-    partitions: int = Field(default=1, ge=1, le=1000)
-    replication_factor: int = Field(default=1, ge=1, le=10)
-    retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=60_000)
+    conn_id: str = Field(default="tideline_kafka", description="Airflow connection of type kafka, extra "
+                                                                "{\"bootstrap.servers\": ...}")
+    topic_prefix: str = Field(description="topics are <prefix>.<source schema>.<table>")
+    partitions: int = Field(default=1, ge=1, le=1000, description="partitions per change topic (created by Tideline; "
+                                                                 "never changed afterwards)")
+    replication_factor: int = Field(default=1, ge=1, le=10, description="replicas per topic; production: 3 "
+                                                                       "(min.insync.replicas is set to 2)")
+    retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=60_000,
+                              description="how long Kafka keeps changes: the longest a stream may stop safely")
     json_schemas: bool = Field(default=False, description="embed Kafka Connect schemas in the change events "
                                                           "(bigger messages; some sinks, e.g. JDBC, need them)")
     durability: Literal["local", "production"] = Field(
@@ -117,7 +123,7 @@ class KafkaSettings(_Model):
 
 
 class ConnectSettings(_Model):
-    conn_id: str = "tideline_connect"
+    conn_id: str = Field(default="tideline_connect", description="Airflow http connection to the Kafka Connect REST API")
     retry_minutes: float = Field(
         default=5.0, gt=0, le=1440,
         description="how long the connector retries a source it loses while streaming (a restart, a "
@@ -156,7 +162,7 @@ KAFKA_CONSUMER_CACHE = 64    # spark.kafka.consumer.cache.capacity's default
 
 
 class SparkSettings(_Model):
-    conn_id: str = "spark_default"
+    conn_id: str = Field(default="spark_default", description="Airflow Spark connection the jobs are submitted with")
     parallelism: int = Field(default=4, ge=1, le=256, description="JDBC partitions per table in a full load")
     tables_at_once: int = Field(
         default=4, ge=1, le=64,
@@ -168,7 +174,7 @@ class SparkSettings(_Model):
                               description="cores a running stream holds on a Spark cluster (its spark.cores.max; "
                                           "loads and batches hold at most `parallelism`): a cluster needs "
                                           "streams x stream_cores + the loads' cores, or a job waits for cores")
-    conf: dict[str, str] = Field(default_factory=dict)
+    conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings for the jobs")
 
     def job_conf(self, kind: str, topic_partitions: int = 0, writes_in_jvm: bool = False) -> dict[str, str]:
         """The Spark settings of one job kind (stream | load | batch), for a target whose writes
@@ -223,7 +229,8 @@ class StreamSettings(_Model):
                                                                       "fewer events per batch when the events are "
                                                                       "big; default the target's (128; an Iceberg "
                                                                       "table's 256)")
-    trigger_interval_s: float = Field(default=1.0, ge=0.1, le=3600)
+    trigger_interval_s: float = Field(default=1.0, ge=0.1, le=3600,
+                                      description="continuous mode: how often a batch starts")
     outage_wait_minutes: float = Field(default=10, ge=0, description="a database that restarts or refuses "
                                                                      "connections is waited out this long by a "
                                                                      "running stream before its task fails")
