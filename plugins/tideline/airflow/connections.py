@@ -1,7 +1,9 @@
-"""Airflow connections -> Tideline's Conn, inside tasks only (never at DAG parse time)."""
+"""Airflow connections -> Tideline's Conn: inside tasks, and for the command lines (never at DAG
+parse time)."""
 from __future__ import annotations
 
 import json
+import os
 
 from tideline.core.connections import Conn, env_var_name
 
@@ -32,3 +34,13 @@ def from_airflow(conn_id: str) -> Conn:
     c = Connection.get_connection_from_secrets(conn_id)
     return Conn(conn_id, c.conn_type or "", c.host, int(c.port) if c.port else None, c.login, c.password,
                 c.schema, c.extra_dejson or {})
+
+
+def for_commands() -> None:
+    """Tideline's command lines (status, doctor, verify, lifecycle) find a connection kept in
+    Airflow — added in its UI or with `airflow connections add` — as its tasks do, when the
+    environment does not define it; on a machine without Airflow configured they keep to the
+    environment."""
+    from tideline.core.connections import look_up_elsewhere
+    if os.environ.get("AIRFLOW_HOME") or os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
+        look_up_elsewhere(from_airflow)

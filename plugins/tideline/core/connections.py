@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from tideline.core.errors import ConfigError
@@ -101,9 +101,29 @@ def parse_connection(conn_id: str, value: str) -> Conn:
                 unquote(parts.path.lstrip("/")) or None, extra)
 
 
+# Where a connection the process environment lacks is looked up next: a command line run on a
+# machine with Airflow sets Airflow's own lookup (its secrets backends and metadata database, so
+# a connection added in Airflow's UI or CLI is found: tideline.airflow.connections.for_commands);
+# None in a Spark job, which gets every connection it needs in its environment.
+_elsewhere: Callable[[str], "Conn"] | None = None
+
+
+def look_up_elsewhere(lookup: Callable[[str], "Conn"] | None) -> None:
+    global _elsewhere
+    _elsewhere = lookup
+
+
 def get_connection(conn_id: str, environ: Mapping[str, str] | None = None) -> Conn:
     env = os.environ if environ is None else environ
     value = env.get(env_var_name(conn_id))
+    if value is None and environ is None and _elsewhere is not None:
+        try:
+            return _elsewhere(conn_id)
+        except Exception as exc:   # noqa: BLE001 — said below, with where it was looked for
+            raise ConfigError(f"connection {conn_id!r}", [(
+                env_var_name(conn_id), f"is not set, and Airflow has no connection {conn_id!r} either "
+                                       f"({type(exc).__name__}: {str(exc).strip()[:200]}): add it in Airflow "
+                                       f"(Admin > Connections, or `airflow connections add`)")]) from None
     if value is None:
         raise ConfigError(f"connection {conn_id!r}", [(
             env_var_name(conn_id),

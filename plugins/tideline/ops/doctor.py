@@ -210,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pipeline", help="one pipeline (default: all)")
     ap.add_argument("--pipelines-dir", default=None)
     args = ap.parse_args(argv)
+    from tideline.airflow.connections import for_commands
+    for_commands()
     good, bad = load_pipelines(pipelines_dir(args.pipelines_dir))
     worst = 0
     for path, err in bad.items():

@@ -11,9 +11,8 @@ heartbeat table), its Kafka topics, its state rows, and last its YAML (renamed
 `<name>.yaml.decommissioned`, so its DAGs leave Airflow at the next parse). The target tables
 stay: they are the users' data. The sync DAG's `action=decommission` does the same.
 
-`orphans` lists what Tideline left on Kafka Connect, the sources and Kafka for pipelines whose
-YAML is gone (deleted without decommissioning): connectors, their slots and the WAL those retain,
-their topics — each with the command that removes it. The doctor and status say the same.
+`orphans` lists what pipelines whose YAML was deleted (not decommissioned) left on Kafka Connect,
+the sources and Kafka — connectors, slots and their WAL, topics — each with the command to remove it.
 """
 from __future__ import annotations
 
@@ -153,8 +152,7 @@ def remove_tables(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conn
 
 
 def _drop_leftovers(cfg: PipelineConfig, resolve: Callable[[str], Conn], tables: list[str]) -> list[str]:
-    """The tables chunked loads cut off mid-way left behind (Target.load_leftover): Tideline's own,
-    they go with their table whether or not its target table stays."""
+    """What cut-off chunked loads left (Target.load_leftover): Tideline's own, dropped in any case."""
     from tideline import targets
     store = targets.for_pipeline(cfg, resolve(cfg.target.conn_id))
     return [f"{cfg.target.schema_}.{leftover}, a cut-off chunked load's rows" for leftover in
@@ -370,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--source", action="append", help="source connection id(s) of the orphans' slots")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from tideline.airflow.connections import for_commands
+    for_commands()
     folder = pipelines_dir()
     try:
         if args.command == "decommission":

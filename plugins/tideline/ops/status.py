@@ -305,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pipeline", help="one pipeline (default: all)")
     ap.add_argument("--watch", type=float, default=0, help="refresh every N seconds")
     args = ap.parse_args(argv)
+    from tideline.airflow.connections import for_commands
+    for_commands()
     good, bad = load_pipelines(pipelines_dir())
     for path, err in bad.items():
         print(f"{err}\n", file=sys.stderr)

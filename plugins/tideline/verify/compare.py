@@ -356,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pipelines-dir", default=None)
     args = ap.parse_args(argv)
     setup_logging()
+    from tideline.airflow.connections import for_commands
+    for_commands()
     try:
         cfg = load_pipeline(pipelines_dir(args.pipelines_dir) / f"{args.pipeline}.yaml")
         tables = [t for t in args.tables.split(",") if t] or [t.name for t in cfg.tables if t.mode == "cdc"]
