@@ -242,6 +242,8 @@ class FullLoad:
                 tree = self.engine.partition_tree(src, cfg.source_schema(table), table)
                 src.rollback()   # no transaction held on the source while the chunks read
             else:
+                if chunks.abandon_open(tgt, cfg.name, table, f"{mode}: a consistent load replaced it"):
+                    log.warning("%s: a chunked load cut off earlier is given up: %s", label, mode)
                 # 1. the handover position, before the snapshot opens
                 # (the id first: a topic recreated in between reloads, never resumes in the wrong one)
                 topic_id, offsets = self.handover(topic)
