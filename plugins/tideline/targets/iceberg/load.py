@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from contextlib import contextmanager
 
 from tideline.core import lake_types
 from tideline.core.errors import LoadVerificationError, RefusedValue
@@ -47,30 +48,40 @@ def read_query(engine, shape: TableShape, columns: list[lake_types.LakeColumn], 
     return engine.keyed_read(shape, selects, where)
 
 
-def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: str, label: str, pipeline: str,
-                    epoch: int, offsets: dict[int, int]) -> int:
-    """Reads the snapshot and commits it as the table's rows; returns the rows the commit holds."""
-    store.use(spark)
+@contextmanager
+def lake_reader(spark, engine, shape: TableShape, label: str, session_init: str | None):
+    """`read(predicates)`: the source's rows of those key ranges as a DataFrame of the lake's
+    columns (core.lake_types), one Spark task per predicate, each session running `session_init`
+    first; with the session set as writing them needs while the block runs."""
     columns = read_columns(engine, shape)
     props = engine.jdbc_read_properties()
-    if snap.session_init:
-        props["sessionInitStatement"] = snap.session_init
+    if session_init:
+        props["sessionInitStatement"] = session_init
     # JDBC's CHAR/VARCHAR columns as plain strings: Spark 4.0's optimizer breaks (SimplifyCasts,
     # PLAN_VALIDATION_FAILED) on the length checks it adds for them when writing a V2 table
     previous = spark.conf.get(CHAR_AS_STRING, "false")
     spark.conf.set(CHAR_AS_STRING, "true")
     try:
-        df = spark.read.jdbc(engine.jdbc_url(), read_query(engine, shape, columns), predicates=snap.predicates,
-                             properties=props)
-        df = df.selectExpr(*lake_types.spark_projection(label, shape, columns))
+        yield lambda predicates: spark.read.jdbc(engine.jdbc_url(), read_query(engine, shape, columns),
+                                                 predicates=predicates, properties=props).selectExpr(
+            *lake_types.spark_projection(label, shape, columns))
+    finally:
+        spark.conf.set(CHAR_AS_STRING, previous)
+
+
+def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: str, label: str, pipeline: str,
+                    epoch: int, offsets: dict[int, int]) -> int:
+    """Reads the snapshot and commits it as the table's rows; returns the rows the commit holds."""
+    store.use(spark)
+    columns = read_columns(engine, shape)
+    with lake_reader(spark, engine, shape, label, snap.session_init) as read:
+        df = read(snap.predicates)
         log.info("%s: writing %d partitions into %s (one Iceberg commit): %s", label, len(snap.predicates),
                  store.table_id(schema, shape.name),
                  ", ".join(f"{c.name} {c.iceberg}{' (exact text)' if c.as_text else ''}" for c in columns))
         _refusing(label, shape, lambda: store.write_snapshot(spark, df, schema, shape.name, {
             SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())}),
             SUMMARY_EPOCH: str(epoch), SUMMARY_PIPELINE: pipeline}, list(shape.columns)))
-    finally:
-        spark.conf.set(CHAR_AS_STRING, previous)
     summary = store.current_summary(schema, shape.name) or {}
     return int(summary.get("total-records", -1))
 
@@ -114,17 +125,7 @@ def commit_chunks(store, load, chunked, parallelism: int, properties: dict[str, 
     store.use(spark)
     staging = staging_name(shape.name)
     done = staged_chunks(store, schema, shape.name, chunked.load_id) if chunked.resumed else None
-    columns = read_columns(engine, shape)
-    props = engine.jdbc_read_properties()
-    if engine.chunk_session_init:
-        props["sessionInitStatement"] = engine.chunk_session_init
-    previous = spark.conf.get(CHAR_AS_STRING, "false")
-    spark.conf.set(CHAR_AS_STRING, "true")
-    try:
-        def read(predicates: list[str]):
-            df = spark.read.jdbc(engine.jdbc_url(), read_query(engine, shape, columns), predicates=predicates,
-                                 properties=props)
-            return df.selectExpr(*lake_types.spark_projection(label, shape, columns))
+    with lake_reader(spark, engine, shape, label, engine.chunk_session_init) as read:
         if done is None:   # a new load (or its staging table lost): an empty staging table of the load's shape
             spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {store.catalog}.`{schema}`")
             spark.sql(f"DROP TABLE IF EXISTS {store.table_id(schema, staging)}")
@@ -150,8 +151,6 @@ def commit_chunks(store, load, chunked, parallelism: int, properties: dict[str, 
         store.write_snapshot(spark, spark.table(store.table_id(schema, staging)), schema, shape.name, {
             SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(load.offsets.items())}),
             SUMMARY_EPOCH: str(load.epoch), SUMMARY_PIPELINE: load.pipeline}, list(shape.columns))
-    finally:
-        spark.conf.set(CHAR_AS_STRING, previous)
     landed = int((store.current_summary(schema, shape.name) or {}).get("total-records", -1))
     if landed != staged:
         raise LoadVerificationError(f"{label}: the chunks staged {staged:,} rows but the table's commit holds "
