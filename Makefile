@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 STACK := $(PY) stack/stackctl.py
 
-.PHONY: help setup up down status doctor demo test test-unit test-contract bench soak docs clean env
+.PHONY: help setup up down status doctor validate demo test test-unit test-contract bench soak docs clean env
 
 setup:            ## install PostgreSQL (apt), the venv (PyPI) and the JVM parts (Maven) if missing
 	@bash stack/setup.sh
@@ -18,6 +18,9 @@ status:           ## health of each part of the stack, then where every pipeline
 
 doctor:           ## check every part each pipeline depends on: pass / warn / fail and what to do
 	@eval "$$($(STACK) env)"; $(PY) -m tideline.ops.doctor
+
+validate: setup   ## check the pipeline YAMLs offline (FILES=... or all in pipelines/): file, line and field of each problem
+	@PYTHONPATH=plugins $(PY) -m tideline.core.config $(FILES)
 
 demo: setup       ## the stack, the demo shop, a live workload, and the sync_demo DAG loading then streaming it
 	@$(PY) stack/demo.py

@@ -248,3 +248,31 @@ def test_tables_of_other_schemas_and_their_target_schemas():
     assert cfg.topic("b").endswith(".eu.b")
     data = with_change(["tables"], [{"name": "a"}, {"name": "a", "schema": "eu"}])
     assert "sync the second in another pipeline" in problems(data)[0][1]
+
+
+def test_a_schedule_airflow_would_refuse_is_refused_when_the_file_is_read_naming_file_line_and_field(tmp_path):
+    path = tmp_path / "nightly.yaml"
+    path.write_text("name: nightly\nsource: {conn_id: s}\ntarget: {conn_id: t}\nkafka: {topic_prefix: p}\n"
+                    "verify:\n  schedule: \"0 25 * * *\"\nbatch_schedule: every day\ntables: [{name: a}]\n")
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(path)
+    text = str(err.value)
+    assert str(path) in text and "verify.schedule" in text and "'0 25 * * *' is not a schedule" in text
+    assert "batch_schedule" in text and "'every day' is not a schedule" in text and "@daily" in text
+    assert "line 6" in text and "line 7" in text, text
+    path.write_text(path.read_text().replace('"0 25 * * *"', "null").replace("every day", "\"@hourly\""))
+    assert load_pipeline(path).batch_schedule == "@hourly"
+
+
+def test_make_validate_checks_files_offline_and_fails_on_an_invalid_one(tmp_path, capsys):
+    from tideline.core.config import main
+    good = tmp_path / "fine.yaml"
+    good.write_text("name: fine\nsource: {conn_id: s}\ntarget: {conn_id: t}\nkafka: {topic_prefix: p}\ntables: [{name: a}]\n")
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("name: broken\nsource: {conn_id: s}\ntarget: {conn_id: t}\nkafka: {topic_prefix: p}\n"
+                   "tables: [{name: a, snapshot: sometimes}]\n")
+    assert main([str(good)]) == 0
+    assert main([str(good), str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert f"ok      {good}: pipeline fine, 1 table(s), postgres -> postgres" in out
+    assert f"INVALID {bad}" in out and "tables[0] (a).snapshot (line 5)" in out and "sometimes" in out, out

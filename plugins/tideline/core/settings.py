@@ -262,12 +262,31 @@ class StreamSettings(_Model):
         return max(1, min(most, int(self.mb_at_most(target_mb) * 1e6 / mean_event_bytes)))
 
 
+SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly",
+                    "@annually")
+
+
+def schedule(value: str | None) -> str | None:
+    """A DAG schedule Airflow takes: one of its presets, or a cron expression of five fields —
+    checked when the YAML is read, so a typo names the file, line and field instead of failing
+    later inside Airflow's own validation of a DAG nobody sees."""
+    if value is None or value in SCHEDULE_PRESETS:
+        return value
+    from croniter import croniter
+    if not croniter.is_valid(value) or len(value.split()) != 5:
+        raise ValueError(f"{value!r} is not a schedule: give a cron expression of five fields (minute hour "
+                         f"day-of-month month day-of-week, e.g. \"0 3 * * *\") or one of {', '.join(SCHEDULE_PRESETS)}")
+    return value
+
+
 class VerifyConfig(_Model):
     schedule: str | None = Field(default="0 3 * * *", description="cron of the verify_<name> DAG (nightly by "
                                                                      "default); null = no scheduled verify")
     tables: list[str] | None = Field(default=None, description="tables to verify (default: every cdc table)")
     repair: bool = Field(default=False, description="repair what the scheduled verify finds, then verify again")
     sample_rows: int = Field(default=100, ge=0, le=100_000, description="differing keys listed per table")
+
+    _schedule = field_validator("schedule")(classmethod(lambda cls, v: schedule(v)))
 
 
 class MaintenanceSettings(_Model):
@@ -283,6 +302,8 @@ class MaintenanceSettings(_Model):
                                                                    "write still committing)")
     target_file_mb: int = Field(default=128, ge=1, le=4096, description="compaction writes data files of about "
                                                                          "this size")
+
+    _schedule = field_validator("schedule")(classmethod(lambda cls, v: schedule(v)))
 
 
 class AlertSettings(_Model):
