@@ -20,7 +20,7 @@ doctor:           ## check every part each pipeline depends on: pass / warn / fa
 	@eval "$$($(STACK) env)"; $(PY) -m tideline.ops.doctor
 
 validate: setup   ## check the pipeline YAMLs offline (FILES=... or all in pipelines/): file, line and field of each problem
-	@PYTHONPATH=plugins $(PY) -m tideline.core.config $(FILES)
+	@PYTHONPATH=plugins $(PY) -m tideline.ops.validate $(FILES)
 
 demo: setup       ## the stack, the demo shop, a live workload, and the sync_demo DAG loading then streaming it
 	@$(PY) stack/demo.py

@@ -265,7 +265,7 @@ def test_a_schedule_airflow_would_refuse_is_refused_when_the_file_is_read_naming
 
 
 def test_make_validate_checks_files_offline_and_fails_on_an_invalid_one(tmp_path, capsys):
-    from tideline.core.config import main
+    from tideline.ops.validate import main
     good = tmp_path / "fine.yaml"
     good.write_text("name: fine\nsource: {conn_id: s}\ntarget: {conn_id: t}\nkafka: {topic_prefix: p}\ntables: [{name: a}]\n")
     bad = tmp_path / "broken.yaml"
