@@ -358,3 +358,33 @@ def test_each_airflow_role_reads_the_view_only_operators_trigger_and_metrics_scr
     assert _status("GET", f"{base}/tideline/metrics", None) == 401
     assert _status("GET", f"{base}/tideline/metrics", scrape + "x") in (401, 403)
     assert _status("GET", f"{base}/tideline/api/pipelines", scrape) in (401, 403)   # the token opens metrics only
+
+
+def test_status_while_kafka_does_not_answer_shows_the_rest_and_says_so(stack, pipelines, source_db, monkeypatch):
+    """Found in the soak's 20-minute Kafka outage: status had nothing to show for the pipeline
+    ("status unavailable"), just when a person looks. Now lag and headroom are unknown, the rest
+    shows, and the KAFKA line says what does not answer."""
+    from tideline import state
+    from tideline.core.connections import get_connection
+    from tideline.ops.status import pipeline_status, render
+    monkeypatch.setenv("AIRFLOW_CONN_TIDELINE_KAFKA_AWAY", json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:9", "socket.connection.setup.timeout.ms": 2000}}))
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{pipelines.name} (id bigint PRIMARY KEY)")
+    try:
+        cfg = pipelines.make([{"name": pipelines.name}], create_topics=False,
+                             kafka={"conn_id": "tideline_kafka_away"})
+        target = state.connect(get_connection(cfg.target.conn_id))
+        try:
+            state.migrate(target)
+            state.claim_epoch(target, cfg.name, pipelines.name, "test", cfg.topic(pipelines.name))
+        finally:
+            target.close()
+        [row] = pipeline_status(cfg, exact_counts=False)
+        assert row.kafka_error.startswith("Kafka (tideline_kafka_away) does not answer")
+        assert row.headroom == "unknown (Kafka away)" and row.phase == "new"
+        text = render(cfg, [row])
+        assert "KAFKA: Kafka (tideline_kafka_away) does not answer" in text and "       ?  unknown (Kafka away)" in text
+    finally:
+        with source_db.cursor() as cur:
+            cur.execute(f"DROP TABLE public.{pipelines.name}")

@@ -17,7 +17,7 @@ from tideline.stream import coverage
 from tideline.core import capture_hold
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import get_connection
-from tideline.core.errors import TidelineError
+from tideline.core.errors import TidelineError, TransientError
 from tideline.core.load_progress import LoadProgress
 from tideline.core.readable import ago, duration
 from tideline.entrypoints import pipelines_dir
@@ -63,6 +63,7 @@ class TableStatus:
     stream_waiting_s: float | None = None
     stream_tries: int | None = None
     source_error: str | None = None      # the source did not answer (its figures are missing)
+    kafka_error: str | None = None       # Kafka did not answer (lag and headroom are missing)
     source_hold: str | None = None       # what capture holds on the source, in a line (core.capture_hold)
     source_hold_alerts: list[str] | None = None   # how it harms the source (the watch DAG's alerts)
     source_retained_bytes: int | None = None
@@ -124,7 +125,12 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
     out = []
     try:
         state.migrate(target)
-        cov = {c.table: c for c in coverage.check(cfg, target, kafka, [t.name for t in cfg.tables])}
+        try:   # Kafka away (an outage the stream waits out): its figures left out, the rest still shows
+            cov = {c.table: c for c in coverage.check(cfg, target, kafka, [t.name for t in cfg.tables])}
+            kafka_error = None
+        except TransientError as exc:
+            target.rollback()
+            cov, kafka_error = {}, f"Kafka ({cfg.kafka.conn_id}) does not answer: {_first_line(exc)}"
         streams = state.latest_streams(target, cfg.name)
         wait = state.stream_wait(target, cfg.name)
         for t in cfg.tables:
@@ -134,7 +140,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
             c = cov.get(t.name)  # streaming tables: lag and headroom from one look at Kafka
             lag = c.lag if c else {}
             headroom = ("NOT COVERED: " + "; ".join(g.describe() for g in c.gaps)) if c and c.gaps else \
-                (coverage.describe_headroom(c.headroom_s) if c else "-")
+                (coverage.describe_headroom(c.headroom_s) if c else "unknown (Kafka away)" if kafka_error else "-")
             now = datetime.now(timezone.utc)
             at = st.raw["last_batch_at"] if st else None
             age = (now - at).total_seconds() if at else None
@@ -159,7 +165,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 target_facts=store.table_facts(cfg.target_schema(t.name), t.name),
                 last_maintenance=(f"{ago(f['maintain_age_s'])}: {f['maintain_outcome']}, {f['maintain_detail']}"
                                   if f.get("maintain_outcome") else None),
-                stream_ended=_stream_ended(cfg, st.phase if st else "new", streams.get(t.name)),
+                stream_ended=_stream_ended(cfg, st.phase if st else "new", streams.get(t.name), wait is not None),
                 auto_reloads=st.raw.get("auto_reloads") or 0 if st else 0,
                 last_reload=_reload_line(st, now) if st else None))
         capture = None if source_error else _capture_error(cfg, resolve, out)   # (it asks the source)
@@ -167,7 +173,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
         oldest = engine.oldest_transaction_s(source) if source is not None and any(
             r.load_rows is not None for r in out) else None
         for row in out:
-            row.source_error = source_error
+            row.source_error, row.kafka_error = source_error, kafka_error
             if row.load_rows is not None:
                 row.source_oldest_xact_s = oldest
             if cfg.table(row.table).mode == "cdc" and row.phase == "streaming":
@@ -214,13 +220,16 @@ def _reload_line(st: state.TableState, now: datetime) -> str | None:
     return f"{ago((now - at).total_seconds())}: {(cause or 'no cause recorded')[:300]}"
 
 
-def _stream_ended(cfg: PipelineConfig, phase: str, run: state.StreamRun | None) -> str | None:
+def _stream_ended(cfg: PipelineConfig, phase: str, run: state.StreamRun | None, waiting: bool = False) -> str | None:
     """For a table in phase streaming that no stream holds now (an available_now run ended, or
-    the stream stopped): how its last stream ended — its phase alone would read as if one ran."""
+    the stream stopped): how its last stream ended — its phase alone would read as if one ran.
+    While its task waits to submit it again (`waiting`), nobody needs to trigger anything."""
     if phase != "streaming" or run is None or run.holds:
         return None
+    then = ("its task submits it again by itself (see STREAM above)" if waiting else
+            f"trigger sync_{cfg.name} to stream on")
     return (f"no stream is running: the last ({run.mode}) ended {ago(run.ended_s)}, {run.outcome} — "
-            f"{run.detail[:200]}; trigger sync_{cfg.name} to stream on")
+            f"{run.detail[:200]}; {then}")
 
 
 def _capture_error(cfg: PipelineConfig, resolve, rows: list[TableStatus]) -> str | None:
@@ -262,10 +271,12 @@ def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
     capture = next((r.capture_error for r in rows if r.capture_error), None)
     waiting = next((r.stream_waiting for r in rows if r.stream_waiting), None)
     source_error = next((r.source_error for r in rows if r.source_error), None)
+    kafka_error = next((r.kafka_error for r in rows if r.kafka_error), None)
     lines = [f"pipeline {cfg.name}  ({datetime.now().strftime('%H:%M:%S')})"
              + (f"\n  CAPTURE FAILED — no table receives changes: {capture}" if capture else "")
              + (f"\n  STREAM {waiting}" if waiting else "")
              + (f"\n  SOURCE: {source_error}" if source_error else "")
+             + (f"\n  KAFKA: {kafka_error}" if kafka_error else "")
              + "".join(f"\n  source {line}" for line in sorted({r.source_hold for r in rows if r.source_hold}))
              + "".join(f"\n  ALERT {m}" for m in next((r.source_hold_alerts for r in rows if r.source_hold_alerts),
                                                         [])),
@@ -275,7 +286,7 @@ def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
         lines.append(f"  {r.table:22s} {r.phase:17s} {str(r.epoch or '-'):>5s} "
                      f"{'-' if r.target_rows is None else f'{r.target_rows:,}':>12s} "
                      f"{'-' if r.source_rows is None else f'{r.source_rows:,}':>12s} {r.last_batch:>14s} "
-                     f"{r.lag_total:>7,}  {r.headroom}")
+                     f"{'?' if r.kafka_error else f'{r.lag_total:,}':>7s}  {r.headroom}")
         if len(r.lag) > 1 and r.lag_total:
             lines.append(f"  {'':22s} lag per partition: {dict(sorted(r.lag.items()))}")
         if r.target_facts and r.target_facts.get("line"):   # the target's own words (Target.table_facts)

@@ -87,7 +87,7 @@ def _one(cfg: PipelineConfig, connection: Callable[[str], Conn], timeout_s: floa
     waiting = next((t for t in tables if t.stream_waiting), None)
     if waiting is not None:
         view.waiting, view.waiting_s = waiting.stream_waiting, waiting.stream_waiting_s
-    view.notices = sorted({t.source_error for t in tables if t.source_error})
+    view.notices = sorted({e for t in tables for e in (t.source_error, t.kafka_error) if e})
     held = next((t for t in tables if t.source_hold), None)
     if held is not None:
         view.source_hold, view.source_hold_alerts = held.source_hold, list(held.source_hold_alerts or [])
