@@ -368,7 +368,7 @@ def test_status_while_kafka_does_not_answer_shows_the_rest_and_says_so(stack, pi
     from tideline.core.connections import get_connection
     from tideline.ops.status import pipeline_status, render
     monkeypatch.setenv("AIRFLOW_CONN_TIDELINE_KAFKA_AWAY", json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:9", "socket.connection.setup.timeout.ms": 2000}}))
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:9"}}))
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{pipelines.name} (id bigint PRIMARY KEY)")
     try:
