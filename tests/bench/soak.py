@@ -329,14 +329,15 @@ def write_marker(kind: str, marker: int) -> None:
             m = stackctl.mariadb_connect(stackctl.MARIADB_DATABASE, autocommit=True)
             try:
                 with m.cursor() as cur:
-                    cur.execute(f"INSERT INTO {TABLE} (id, qty, grp, note, big) VALUES (%s, 0, 0, 'marker', 'm')",
+                    # IGNORE: an insert that committed as the server went down (its reply lost) is tried again
+                    cur.execute(f"INSERT IGNORE INTO {TABLE} (id, qty, grp, note, big) VALUES (%s, 0, 0, 'marker', 'm')",
                                 (marker,))
             finally:
                 m.close()
         else:
             with psycopg2.connect(SOURCE_URL, connect_timeout=3) as conn, conn.cursor() as cur:
-                cur.execute(f"INSERT INTO {TABLE} (id, qty, grp, note, big) VALUES (%s, 0, 0, 'marker', 'm')",
-                            (marker,))
+                cur.execute(f"INSERT INTO {TABLE} (id, qty, grp, note, big) VALUES (%s, 0, 0, 'marker', 'm') "
+                            f"ON CONFLICT DO NOTHING", (marker,))
         return True
     wait(put, 600, f"the {kind} source to take a marker", every=1)
 
