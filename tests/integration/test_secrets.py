@@ -11,11 +11,11 @@ import stat
 import time
 import uuid
 
-import psycopg2
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 import stackctl
+from helpers import query
 from tideline.capture.connector import ConnectClient, drop_capture, ensure_capture
 from tideline.core.connections import get_connection
 from tideline.core.debezium import connector_name
@@ -26,14 +26,7 @@ SUPER = stackctl.pg_url(stackctl.DATABASES["source"], stackctl.PG_SUPERUSER, sta
 
 
 def _super(sql: str, args=()) -> list:
-    conn = psycopg2.connect(SUPER)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args or None)
-            return cur.fetchall() if cur.description else []
-    finally:
-        conn.close()
+    return query(SUPER, sql, args)
 
 
 def _config_topic_values(bootstrap: str, topic: str = "_tideline_connect_configs") -> list[str]:
