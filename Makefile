@@ -52,4 +52,5 @@ help:             ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):[^#]*## /  make \1\t/' | expand -t 24
 
 clean: down       ## remove the stack's data and logs (not the installed venv and jars)
+	for l in stack/var/pg stack/var/mariadb; do if [ -L $$l ]; then rm -rf "$$(readlink $$l)"; fi; done
 	rm -rf stack/var

@@ -103,6 +103,37 @@ class StackError(RuntimeError):
     """A part of the stack failed to start or is unhealthy; the message names part and log."""
 
 
+OUTSIDE_HOMES = Path("/var/lib/tideline")
+
+
+def server_home(name: str, owner: str | None) -> Path:
+    """VAR/<name>: where a server that runs as its own OS user (PostgreSQL, MariaDB under root)
+    keeps its data. A clone in a folder that user cannot enter (root's home is 0700, so
+    `cd ~ && git clone … && make demo`) failed at initdb with "Permission denied"; there the home
+    is a link to /var/lib/tideline/<clone>/<name>, which it can enter (`make clean` removes both).
+    Returns the resolved path: the server itself must never be given one through the link."""
+    import hashlib
+    import pwd
+    import subprocess
+    home = VAR / name
+    VAR.mkdir(parents=True, exist_ok=True)
+    if not owner or home.is_symlink() or subprocess.run(
+            ["runuser", "-u", owner, "--", "test", "-x", str(VAR)], capture_output=True).returncode == 0:
+        return home.resolve()
+    outside = OUTSIDE_HOMES / hashlib.sha1(str(ROOT).encode()).hexdigest()[:12] / name
+    outside.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(outside.parent, 0o755)
+    if home.exists() and not outside.exists():   # made before it moved: the folder goes along
+        shutil.move(str(home), str(outside))
+    outside.mkdir(exist_ok=True)
+    pw = pwd.getpwnam(owner)
+    os.chown(outside, pw.pw_uid, pw.pw_gid)
+    if home.exists():
+        shutil.rmtree(home)
+    home.symlink_to(outside, target_is_directory=True)
+    return outside
+
+
 def log_file(part: str) -> Path:
     return LOGS / f"{part}.log"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from services.base import (DATABASES, HOST, LOGS, PG_CDC_PASS, PG_CDC_USER, PG_PASS, PG_SUPERPASS, PG_SUPERUSER,
                            PG_SYNC_PASS, PG_SYNC_USER, PG_USER, PORTS, ROOT, SECURE, VAR, StackError, pid_alive,
-                           wait_until)
+                           server_home, wait_until)
 from services.supervisor import supervisorctl, supervise, supervised_state
-from services.tls import client_tls, key_copy
+from services.tls import client_tls, server_copies
 
 PG_BIN = Path(os.environ.get("TIDELINE_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -52,17 +52,17 @@ def postgres_healthy() -> bool:
 
 def up_postgres() -> None:
     _ensure_postgres_installed()
-    data = VAR / "pg" / "data"
-    sock = VAR / "pg" / "sock"
     owner = _pg_owner()
+    home = server_home("pg", owner)
+    data, sock = home / "data", home / "sock"
     if not (data / "PG_VERSION").exists():
         data.mkdir(parents=True, exist_ok=True)
         sock.mkdir(parents=True, exist_ok=True)
-        pwfile = VAR / "pg" / "pwfile"
+        pwfile = home / "pwfile"
         pwfile.write_text(PG_SUPERPASS + "\n")
         if owner:
             pw = pwd.getpwnam(owner)
-            for p in (VAR / "pg", data, sock, pwfile):
+            for p in (home, data, sock, pwfile):
                 os.chown(p, pw.pw_uid, pw.pw_gid)
         os.chmod(data, 0o700)
         subprocess.run(_as_pg_owner([str(PG_BIN / "initdb"), "-D", str(data), "-U", PG_SUPERUSER,
@@ -112,10 +112,8 @@ def _write_mode(data: Path, owner: str | None) -> bool:
         with open(conf, "a") as f:
             f.write(f"include_if_exists = '{MODE_CONF}'\n")
     if SECURE:
-        from services.tls import certificates
-        certs = certificates()
-        key = key_copy(owner, data.parent / "server.key")
-        mode = f"ssl = on\nssl_cert_file = '{certs.cert}'\nssl_key_file = '{key}'\nssl_min_protocol_version = 'TLSv1.2'\n"
+        certs = server_copies(owner, data.parent)
+        mode = f"ssl = on\nssl_cert_file = '{certs.cert}'\nssl_key_file = '{certs.key}'\nssl_min_protocol_version = 'TLSv1.2'\n"
     else:
         mode = "ssl = off\n"
     host = "hostssl" if SECURE else "host"

@@ -83,12 +83,17 @@ def client_tls() -> dict[str, str]:
     return {"sslmode": "verify-full", "sslrootcert": str(certificates().ca)}
 
 
-def key_copy(owner: str | None, where: Path) -> Path:
-    """The server key copied for a server that runs as its own OS user (and wants it 0600, its own)."""
+def server_copies(owner: str | None, where: Path) -> Certificates:
+    """The certificate, CA and key copied into a server's own home: a server that runs as its own
+    OS user wants its key 0600 and its own, and may not enter the stack's folder at all (a clone
+    under root's 0700 home: services.base.server_home)."""
     import pwd
-    where.write_bytes(certificates().key.read_bytes())
-    os.chmod(where, 0o600)
-    if owner:
-        pw = pwd.getpwnam(owner)
-        os.chown(where, pw.pw_uid, pw.pw_gid)
-    return where
+    certs = certificates()
+    copies = Certificates(where / "ca.pem", where / "server.pem", where / "server.key", certs.bundle)
+    for src, dst, mode in ((certs.ca, copies.ca, 0o644), (certs.cert, copies.cert, 0o644), (certs.key, copies.key, 0o600)):
+        dst.write_bytes(src.read_bytes())
+        os.chmod(dst, mode)
+        if owner:
+            pw = pwd.getpwnam(owner)
+            os.chown(dst, pw.pw_uid, pw.pw_gid)
+    return copies
