@@ -162,15 +162,22 @@ def run_demo_dag(stack, conf: dict, timeout: float = 420) -> tuple[str, dict, di
     """One sync_demo run through the running api-server and scheduler: (run id, the run, task states)."""
     stack.airflow_api("PATCH", "dags/sync_demo", {"is_paused": False})
     run_id = stack.airflow_api("POST", "dags/sync_demo/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
+    info, tis = wait_for_run(stack, "sync_demo", run_id, timeout)
+    return run_id, info, tis
+
+
+def wait_for_run(stack, dag_id: str, run_id: str, timeout: float = 420) -> tuple[dict, dict[str, str]]:
+    """A DAG run waited for until it ends (or the timeout): (the run, its task states)."""
+    from urllib.parse import quote
+    run = f"dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
     deadline = time.time() + timeout
     while time.time() < deadline:
-        info = stack.airflow_api("GET", f"dags/sync_demo/dagRuns/{run_id}")
+        info = stack.airflow_api("GET", run)
         if info["state"] in ("success", "failed"):
             break
         time.sleep(1)
-    tis = {ti["task_id"]: ti["state"]
-           for ti in stack.airflow_api("GET", f"dags/sync_demo/dagRuns/{run_id}/taskInstances")["task_instances"]}
-    return run_id, info, tis
+    tis = {ti["task_id"]: ti["state"] for ti in stack.airflow_api("GET", f"{run}/taskInstances")["task_instances"]}
+    return info, tis
 
 
 def start_continuous(run, timeout: float = 90) -> tuple[threading.Thread, dict]:

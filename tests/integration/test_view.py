@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import stackctl
-from helpers import run_demo_dag, seed_demo
+from helpers import run_demo_dag, seed_demo, wait_for_run
 from tideline.kafka_offsets import end_offsets
 
 pytestmark = pytest.mark.integration
@@ -77,7 +77,7 @@ def demo(stack):
         _change_customers(source_db, 1)
     finally:
         source_db.close()
-    return {"load_run": load_run, "stream_run": stream_run, "token": _token()}
+    return {"load_run": load_run, "stream_run": stream_run, "token": _token(), "stack": stack}
 
 
 def test_api_shows_every_table_as_tideline_status_does(demo):
@@ -215,6 +215,14 @@ def test_the_page_in_a_real_browser_shows_tables_headroom_and_drawn_charts(demo,
         headroom = row.find_element(By.CSS_SELECTOR, "[data-headroom-s]")
         assert float(headroom.get_attribute("data-headroom-s")) > 0 and headroom.text
         assert "headroom-ok" in headroom.get_attribute("class")   # days of retention: not under the 12 h alert
+        # the selected table's actions, and one done from the page: a validate, as the signed-in user
+        buttons = {b.get_attribute("data-action"): b for b in driver.find_elements(By.CSS_SELECTOR, "#actions button")}
+        assert list(buttons) == ["pause", "full_reload", "validate", "repair"], list(buttons)
+        driver.execute_script("arguments[0].click()", buttons["validate"])
+        result = wait.until(lambda d: d.find_element(By.ID, "action-result").get_attribute("data-dag-run-id")
+                            and d.find_element(By.ID, "action-result"))
+        assert "sync_demo triggered (validate of customers)" in result.text, result.text
+        page_run = result.get_attribute("data-dag-run-id")
         drawn = driver.execute_script("""
             const out = {};
             for (const id of ["chart-events", "chart-lag", "chart-duration", "chart-load", "chart-runs"]) {
@@ -231,6 +239,8 @@ def test_the_page_in_a_real_browser_shows_tables_headroom_and_drawn_charts(demo,
         with target_db.cursor() as cur:
             cur.execute("UPDATE tideline.runs SET outcome = 'failed', ended_at = now(), detail = detail || ' (ended)' "
                         "WHERE run_id = %s", (load,))
+    info, tis = wait_for_run(demo["stack"], "sync_demo", page_run)
+    assert info["state"] == "success" and tis["validate"] == "success", tis
     record_property("screenshot", str(shot))
     print(f"\nscreenshot of the Tideline view: {shot}")
     for chart, fig in drawn.items():
@@ -392,3 +402,47 @@ def test_status_while_kafka_does_not_answer_shows_the_rest_and_says_so(stack, pi
     finally:
         with source_db.cursor() as cur:
             cur.execute(f"DROP TABLE public.{pipelines.name}")
+
+
+def test_an_action_from_the_view_is_a_dag_run_of_the_user_who_asked_and_airflow_decides_who_may(demo, target_db):
+    """The view's actions trigger sync_<p> through Airflow's REST API with the caller's own token:
+    a viewer is refused by Airflow (no run starts), an operator's run carries their name, a note,
+    and the conf the DAG's form would; an action the DAG would refuse is refused before Airflow."""
+    base = f"{stackctl.airflow_url()}/tideline/api/pipelines/demo/tables/customers/actions"
+    verifies = "SELECT count(*) FROM tideline.runs WHERE pipeline = 'demo' AND table_name = 'customers' AND kind = 'verify'"
+    with target_db.cursor() as cur:
+        cur.execute(verifies)
+        verified_before = cur.fetchone()[0]
+    before = {r["dag_run_id"] for r in demo["stack"].airflow_api("GET", "dags/sync_demo/dagRuns?limit=100")["dag_runs"]}
+
+    def post(action: str, user: str):
+        req = urllib.request.Request(f"{base}/{action}", method="POST", data=b"",
+                                     headers={"Authorization": f"Bearer {_user_token(user)}"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    code, body = post("validate", "viewer")
+    assert code == 403 and "Airflow refused to trigger sync_demo" in body["detail"], body
+    code, body = post("drop_everything", "operator")
+    assert code == 422 and "is not one of" in body["detail"] and "validate" in body["detail"], body
+    code, body = post("batch_now", "operator")
+    assert code == 422 and "not a batch-mode table" in body["detail"], body
+    after = {r["dag_run_id"] for r in demo["stack"].airflow_api("GET", "dags/sync_demo/dagRuns?limit=100")["dag_runs"]}
+    assert after == before   # nothing refused started a run
+
+    code, body = post("validate", "operator")
+    assert code == 200 and body["dag_id"] == "sync_demo" and not body["paused"], body
+    run = demo["stack"].airflow_api("GET", f"dags/sync_demo/dagRuns/{urllib.parse.quote(body['dag_run_id'], safe='')}")
+    assert run["conf"] == {"action": "validate", "tables": ["customers"], "resume_halted": False}
+    assert run["triggering_user_name"] == "operator" and run["note"] == "triggered from the Tideline view"
+    info, tis = wait_for_run(demo["stack"], "sync_demo", body["dag_run_id"])
+    assert info["state"] == "success" and tis["validate"] == "success", tis
+    with target_db.cursor() as cur:
+        cur.execute(verifies)
+        assert cur.fetchone()[0] == verified_before + 1
+    [api] = get("api/pipelines?pipeline=demo", demo["token"])
+    batch = next(t for t in api["tables"] if t["table"] == "audit_log")
+    assert [a["action"] for a in batch["actions"]] == ["batch_now"]

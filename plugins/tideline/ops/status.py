@@ -58,6 +58,7 @@ class TableStatus:
     target_facts: dict | None = None  # the target's own (an Iceberg table's snapshot and files)
     last_maintenance: str | None = None   # "5h ago: data files 480 -> 2, ..." (targets that need it)
     stream_ended: str | None = None   # a streaming table no stream holds now: how the last one ended
+    first_batch: str | None = None    # a batch-mode table before its first run: when it comes
     # the pipeline's, on each of its cdc tables (as capture_error)
     stream_waiting: str | None = None    # "waiting for <what> since <when> (try n)" (core.keep_alive)
     stream_waiting_s: float | None = None
@@ -149,8 +150,10 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
             if c is not None:
                 applied = f.get("source_ts_max")
                 lag_s = 0.0 if not sum(lag.values()) else ((now - applied).total_seconds() if applied else None)
+            if t.mode == "batch" and st is None:   # no batch yet: its DAG's schedule brings the first
+                last = "none yet"
             out.append(TableStatus(
-                t.name, st.phase if st else "new", st.epoch if st else None,
+                t.name, st.phase if st else "batch" if t.mode == "batch" else "new", st.epoch if st else None,
                 store.row_count(target, cfg.target_schema(t.name), t.name, exact_counts),
                 engine.row_count(source, cfg.source_schema(t.name), t.name) if exact_counts and source else None,
                 last, lag, headroom, st.last_error if st else None, age, _verify_line(f),
@@ -166,6 +169,9 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 last_maintenance=(f"{ago(f['maintain_age_s'])}: {f['maintain_outcome']}, {f['maintain_detail']}"
                                   if f.get("maintain_outcome") else None),
                 stream_ended=_stream_ended(cfg, st.phase if st else "new", streams.get(t.name), wait is not None),
+                first_batch=(f"no batch has run yet: batch_{cfg.name} runs on its schedule ({cfg.batch_schedule}, "
+                             f"for the interval before); trigger batch_{cfg.name} to run one now"
+                             if t.mode == "batch" and st is None else None),
                 auto_reloads=st.raw.get("auto_reloads") or 0 if st else 0,
                 last_reload=_reload_line(st, now) if st else None))
         capture = None if source_error else _capture_error(cfg, resolve, out)   # (it asks the source)
@@ -291,8 +297,9 @@ def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
             lines.append(f"  {'':22s} lag per partition: {dict(sorted(r.lag.items()))}")
         if r.target_facts and r.target_facts.get("line"):   # the target's own words (Target.table_facts)
             lines.append(f"  {'':22s} {r.target_facts['line']}")
-        if r.stream_ended:
-            lines.append(f"  {'':22s} {r.stream_ended}")
+        for line in (r.stream_ended, r.first_batch):
+            if line:
+                lines.append(f"  {'':22s} {line}")
         if r.last_maintenance:
             lines.append(f"  {'':22s} last maintenance {r.last_maintenance[:300]}")
         if r.error:

@@ -14,7 +14,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from tideline.view import history, metrics, overview
+from tideline.view import actions, history, metrics, overview
 
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
@@ -56,6 +56,38 @@ async def _metrics_user(request: Request):
     return await _user(request)
 
 
+def _table_pipeline(pipeline: str, table: str):
+    """The pipeline's config, for a table it has (404 and 409 that say what is wrong)."""
+    from tideline.core.config import load_pipeline
+    from tideline.core.errors import TidelineError
+    from tideline.core.names import PIPELINE_NAME
+    path = _pipelines_dir() / f"{pipeline}.yaml"
+    if not PIPELINE_NAME.match(pipeline) or not path.is_file():
+        raise HTTPException(404, f"no pipeline {pipeline!r} in {path.parent}")
+    try:
+        cfg = load_pipeline(path)
+    except TidelineError as exc:   # the file is there but invalid: say what is wrong with it
+        raise HTTPException(409, str(exc)) from None
+    if table not in {t.name for t in cfg.tables}:
+        raise HTTPException(404, f"pipeline {pipeline!r} has no table {table!r}")
+    return cfg
+
+
+def _caller_token(request: Request) -> str:
+    """The caller's own Airflow token: the bearer it sent, else the UI's session cookie."""
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+    given = request.headers.get("authorization", "")
+    return given[7:] if given.lower().startswith("bearer ") else request.cookies.get(COOKIE_NAME_JWT_TOKEN, "")
+
+
+def _airflow_url(request: Request) -> str:
+    """Where this api-server answers its own REST API: [api] base_url when set (behind a proxy),
+    else the address the request came in at."""
+    from airflow.configuration import conf
+    base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+    return base or f"{request.url.scheme}://{request.url.netloc}"
+
+
 class _Redirect(Exception):
     def __init__(self, url: str):
         self.url = url
@@ -88,18 +120,7 @@ def create_app() -> FastAPI:
     @app.get("/api/pipelines/{pipeline}/tables/{table}/history", dependencies=[Depends(_user)])
     def table_history(pipeline: str, table: str, window: str = "1h"):
         """One table's stream figures in time buckets, its runs, and its loads' progress."""
-        from tideline.core.config import load_pipeline
-        from tideline.core.names import PIPELINE_NAME
-        from tideline.core.errors import TidelineError
-        path = _pipelines_dir() / f"{pipeline}.yaml"
-        if not PIPELINE_NAME.match(pipeline) or not path.is_file():
-            raise HTTPException(404, f"no pipeline {pipeline!r} in {path.parent}")
-        try:
-            cfg = load_pipeline(path)
-        except TidelineError as exc:   # the file is there but invalid: say what is wrong with it
-            raise HTTPException(409, str(exc)) from None
-        if table not in {t.name for t in cfg.tables}:
-            raise HTTPException(404, f"pipeline {pipeline!r} has no table {table!r}")
+        cfg = _table_pipeline(pipeline, table)
         try:
             history.window(window)
         except ValueError as exc:
@@ -110,6 +131,18 @@ def create_app() -> FastAPI:
             return JSONResponse(status_code=503, content={
                 "detail": f"the target of pipeline {pipeline} ({cfg.target.conn_id}) did not answer: "
                           f"{type(exc).__name__}: {(str(exc).strip() or '-').splitlines()[0]}"})
+
+    @app.post("/api/pipelines/{pipeline}/tables/{table}/actions/{action}", dependencies=[Depends(_user)])
+    async def table_action(pipeline: str, table: str, action: str, request: Request):
+        """Does an action the view offers (view.actions): triggers the pipeline's DAG through
+        Airflow's REST API as the caller, so Airflow checks their right to and logs it."""
+        from tideline.core.params import ParamError
+        cfg = _table_pipeline(pipeline, table)
+        try:
+            dag_id, conf = actions.trigger_request(cfg, table, action)
+        except ParamError as exc:
+            raise HTTPException(422, str(exc)) from None
+        return await actions.trigger(_airflow_url(request), _caller_token(request), dag_id, conf)
 
     @app.get("/metrics", dependencies=[Depends(_metrics_user)])
     def prometheus_metrics():

@@ -12,6 +12,7 @@ from typing import Callable
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import Conn
 from tideline.ops.status import TableStatus, pipeline_status
+from tideline.view.actions import as_json, offered
 
 # Threads of pipelines that overran stay behind until their driver gives up; a bounded pool keeps
 # a hanging target from piling them up request after request.
@@ -33,10 +34,13 @@ class PipelineOverview:
     source_hold: str | None = None          # what capture holds on the source (a slot's retained WAL)
     source_hold_alerts: list[str] = field(default_factory=list)   # ... and how it harms the source
     tables: list[TableStatus] = field(default_factory=list)
+    actions: dict[str, list[dict]] = field(default_factory=dict)   # per table: what a person can do (view.actions)
 
     def as_json(self) -> dict:
         out = asdict(self)
+        actions = out.pop("actions")
         for t, status in zip(out["tables"], self.tables):
+            t["actions"] = actions.get(status.table, [])
             t["lag_total"] = status.lag_total
             t["lag"] = {str(p): n for p, n in sorted(status.lag.items())}
             t["error_at"] = status.error_at.isoformat() if status.error_at else None
@@ -84,6 +88,8 @@ def _one(cfg: PipelineConfig, connection: Callable[[str], Conn], timeout_s: floa
     capture = next((t.capture_error for t in tables if t.capture_error), None)
     view = _shell(cfg, "capture failed", f"no table receives changes: {capture}") if capture else _shell(cfg, "ok")
     view.tables, view.took_s = tables, round(time.monotonic() - started, 3)
+    view.actions = {t.table: as_json(offered(cfg, t.table, t.phase, stream_ended=bool(t.stream_ended)))
+                    for t in tables}
     waiting = next((t for t in tables if t.stream_waiting), None)
     if waiting is not None:
         view.waiting, view.waiting_s = waiting.stream_waiting, waiting.stream_waiting_s

@@ -76,6 +76,8 @@ function renderPipelines(pipelines) {
           onclick: () => select(p.name, t.table) },
           el("td", {}, t.table),
           el("td", {}, el("span", { class: `phase phase-${t.phase}` }, t.phase),
+            // what the phase alone does not say: a stream that ended, a batch table before its first run
+            t.stream_ended || t.first_batch ? el("div", { class: "muted", "data-phase-note": "" }, t.stream_ended || t.first_batch) : null,
             // the state keeps the table's phase while a load runs (new, or streaming during a reload)
             t.load_rows !== null ? el("div", { class: "muted", "data-load-rows": t.load_rows },
               el("span", { class: "phase phase-loading" }, "loading"),
@@ -104,7 +106,11 @@ function renderPipelines(pipelines) {
           el("td", {}, t.last_verify ?? "-",
             t.auto_reloads ? el("div", { class: "muted", "data-auto-reloads": t.auto_reloads },
               `reloaded by itself ${t.auto_reloads}× (last ${t.last_reload})`) : null),
-          el("td", { class: "error" }, t.error ? [t.error_at ? el("div", { class: "muted" }, new Date(t.error_at).toLocaleString()) : null, t.error] : ""));
+          el("td", { class: "error" }, t.error ? [t.error_at ? el("div", { class: "muted" }, new Date(t.error_at).toLocaleString()) : null, t.error,
+            // a halted table: the event it stopped before, where it sits in Kafka
+            t.error_event ? el("div", { class: "event", "data-error-event": t.error_event.offset },
+              `event: topic ${t.error_event.topic} partition ${t.error_event.partition} offset ${t.error_event.offset}` +
+              (t.error_event.key ? `, key ${t.error_event.key}` : "") + (t.error_event.error ? ` — ${t.error_event.error}` : "")) : null] : ""));
       });
       card.append(el("table", { class: "grid" },
         el("thead", {}, el("tr", {}, ["Table", "Phase", "Epoch", "Target rows", "Lag (events)", "Lag", "Last batch",
@@ -181,12 +187,40 @@ function renderRuns(runs) {
     el("tbody", {}, rows));
 }
 
+// The selected table's actions (api/pipelines: view.actions), each a run of the pipeline's DAG
+// triggered as the signed-in user; the answer links to the run in Airflow.
+function renderActions(sel) {
+  const p = (view.pipelines || []).find((x) => x.name === sel.pipeline);
+  const t = p && p.tables.find((x) => x.table === sel.table);
+  const box = document.getElementById("actions");
+  box.replaceChildren(...((t && t.actions) || []).map((a) => el("button", { class: "action", "data-action": a.action,
+    title: a.why, onclick: () => act(sel, a) }, a.label)));
+}
+
+async function act(sel, a) {
+  if (a.confirm && !window.confirm(a.confirm)) return;
+  const out = document.getElementById("action-result");
+  out.className = "notice"; out.replaceChildren(`${a.label}: triggering…`); out.hidden = false;
+  const path = `api/pipelines/${encodeURIComponent(sel.pipeline)}/tables/${encodeURIComponent(sel.table)}/actions/${encodeURIComponent(a.action)}`;
+  try {
+    const r = await fetch(path, { method: "POST", credentials: "same-origin", headers: { Accept: "application/json" } });
+    const body = await r.json().catch(() => ({}));
+    if (!r.ok) throw new Error(typeof body.detail === "string" ? body.detail : `HTTP ${r.status}`);
+    out.className = body.paused ? "problem" : "notice";
+    out.replaceChildren(body.message, " · ", el("a", { href: airflowLink(body.link), target: "_top", "data-run": body.dag_run_id }, "open the run in Airflow"));
+    out.dataset.dagRunId = body.dag_run_id;
+  } catch (e) {
+    out.className = "problem"; out.replaceChildren(`${a.label} was not done: ${e.message}`);
+  }
+}
+
 async function renderDetail() {
   const sel = view.selected;
   if (!sel) return;
   const box = document.getElementById("detail");
   box.hidden = false;
   document.getElementById("detail-title").textContent = `${sel.pipeline}.${sel.table}`;
+  renderActions(sel);
   document.querySelectorAll(".windows button").forEach((b) => b.classList.toggle("active", b.dataset.window === view.window));
   const problem = document.getElementById("detail-problem");
   let h;
