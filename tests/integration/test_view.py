@@ -349,7 +349,7 @@ def _status(method: str, url: str, token: str | None, body: dict | None = None) 
 
 
 def test_each_airflow_role_reads_the_view_only_operators_trigger_and_metrics_scrape_with_a_token(demo):
-    """A real user of each of Airflow's roles: the view and its API are read-only for all of them;
+    """A real user of each of Airflow's roles: all of them read the view and its API;
     triggering a sync (hence full_reload, repair, validate) is Airflow's DAG-run permission, which a
     viewer lacks and an operator has; /tideline/metrics takes the scrape token without a session."""
     base = stackctl.airflow_url()
