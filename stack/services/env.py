@@ -85,7 +85,6 @@ def environment() -> dict[str, str]:
         "AIRFLOW__API__PORT": str(PORTS["airflow"]),
         "AIRFLOW__API__BASE_URL": airflow_url(),
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
-        "AIRFLOW__SCHEDULER__STANDALONE_DAG_PROCESSOR": "True",
         # a task whose worker died (kill -9, OOM) is found and retried after 90 s without a
         # heartbeat, not the default 300 s (heartbeats go every 5 s; 18 missed is not a slow machine)
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "90",

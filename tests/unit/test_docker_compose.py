@@ -17,15 +17,24 @@ def services() -> dict:
     return yaml.safe_load((DOCKER / "docker-compose.yml").read_text())["services"]
 
 
+AIRFLOW_PARTS = {"airflow-api-server": "api-server", "airflow-scheduler": "scheduler",
+                 "airflow-dag-processor": "dag-processor", "airflow-triggerer": "triggerer"}
+
+
 def test_every_service_restarts_by_itself_and_reports_its_health():
     svcs = services()
-    assert set(svcs) >= {"kafka-1", "kafka-2", "kafka-3", "connect", "postgres", "airflow", "spark-master",
-                         "spark-worker-1", "spark-worker-2"}
+    assert set(svcs) >= {"kafka-1", "kafka-2", "kafka-3", "connect", "postgres", "spark-master",
+                         "spark-worker-1", "spark-worker-2", "airflow-init", *AIRFLOW_PARTS}
     for name, svc in svcs.items():
+        if name == "airflow-init":   # one-shot: migrates the metadata database and exits
+            assert svc["restart"] == "no" and svc["command"] == ["db", "migrate"]
+            continue
         assert svc.get("restart") == "unless-stopped", name
         assert svc.get("healthcheck", {}).get("test"), name
-    for name in ("connect", "airflow", "spark-worker-1", "spark-worker-2"):
-        assert all(dep.get("condition") == "service_healthy" for dep in svcs[name]["depends_on"].values()), name
+    for name in ("connect", "spark-worker-1", "spark-worker-2", *AIRFLOW_PARTS):
+        deps = svcs[name]["depends_on"]
+        assert all(dep.get("condition") == ("service_completed_successfully" if d == "airflow-init" else "service_healthy")
+                   for d, dep in deps.items()), name
 
 
 def test_connect_image_builds_the_text_converter_and_both_debezium_plugins():
@@ -36,14 +45,15 @@ def test_connect_image_builds_the_text_converter_and_both_debezium_plugins():
 
 def test_jobs_run_on_the_spark_cluster_and_workers_cannot_see_the_checkout():
     svcs = services()
-    env = svcs["airflow"]["environment"]
+    env = svcs["airflow-scheduler"]["environment"]
     master = "spark://spark-master:7077"
-    conn = json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])
+    conn = json.loads(airflow_env_file()["AIRFLOW_CONN_SPARK_DEFAULT"])
     assert conn["host"] == master and conn["extra"]["deploy-mode"] == "client"
     assert env["TIDELINE_SPARK_MASTER"] == master
     assert "--port 7077" in svcs["spark-master"]["command"][0]
-    # the workers reach the driver in the Airflow container by its hostname
-    assert env["TIDELINE_SPARK_DRIVER_HOST"] == svcs["airflow"]["hostname"]
+    # LocalExecutor: tasks, so the drivers, run in the scheduler's container; workers reach it by name
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert env["TIDELINE_SPARK_DRIVER_HOST"] == svcs["airflow-scheduler"]["hostname"]
     assert env["TIDELINE_SPARK_DRIVER_BIND_ADDRESS"] == "0.0.0.0"
     for worker in ("spark-worker-1", "spark-worker-2"):
         cmd = svcs[worker]["command"][0]
@@ -62,7 +72,79 @@ def test_the_spark_jars_tideline_reads_are_the_ones_the_image_build_produces():
         version = re.sub(r"\$\{([^}]+)\}", lambda m: props[m.group(1)], dep.find("m:version", ns).text)
         wanted.append(f"{artifact}-{version}.jar")
     dockerfile = (DOCKER / "airflow.Dockerfile").read_text()
-    assert "-pl spark" in dockerfile and "COPY --from=jars /lib/spark /opt/tideline/stack/lib/spark" in dockerfile
-    jars = [Path(j) for j in services()["airflow"]["environment"]["TIDELINE_SPARK_JARS"].split(",")]
+    assert "-pl spark,iceberg" in dockerfile and "COPY --from=jars /lib/spark /opt/tideline/stack/lib/spark" in dockerfile
+    jars = [Path(j) for j in services()["airflow-scheduler"]["environment"]["TIDELINE_SPARK_JARS"].split(",")]
     assert all(str(j.parent) == "/opt/tideline/stack/lib/spark" for j in jars)
     assert set(wanted) <= {j.name for j in jars}, (wanted, jars)
+
+
+def test_the_iceberg_runtime_is_built_into_the_image_and_named_to_the_jobs():
+    pom = (ROOT / "stack" / "jvm" / "iceberg" / "pom.xml").read_text()
+    parent = (ROOT / "stack" / "jvm" / "pom.xml").read_text()
+    artifact = re.search(r"<artifactId>(iceberg-spark-runtime[^<]+)</artifactId>", pom).group(1)
+    version = re.search(r"<iceberg.version>([^<]+)</iceberg.version>", parent).group(1)
+    assert "COPY --from=jars /lib/iceberg /opt/tideline/stack/lib/iceberg" in (DOCKER / "airflow.Dockerfile").read_text()
+    env = services()["airflow-scheduler"]["environment"]
+    assert env["TIDELINE_ICEBERG_JARS"] == f"/opt/tideline/stack/lib/iceberg/{artifact}-{version}.jar"
+    # the file warehouse: the driver's container and every executor see the same files
+    for name in ("airflow-scheduler", "spark-worker-1", "spark-worker-2"):
+        assert "lake:/var/lib/tideline/lake" in services()[name]["volumes"], name
+
+
+def airflow_env_file() -> dict[str, str]:
+    return dict(line.split("=", 1) for line in (DOCKER / "airflow.env").read_text().splitlines()
+                if line and not line.startswith("#"))
+
+
+def test_airflow_runs_as_its_four_parts_sharing_one_config_logs_and_pipelines():
+    svcs = services()
+    first = svcs["airflow-api-server"]
+    for name, command in AIRFLOW_PARTS.items():
+        svc = svcs[name]
+        assert svc["command"][0] == command, name
+        assert svc["environment"] == first["environment"], name   # one JWT secret, one database, one config
+        assert "../pipelines:/opt/tideline/pipelines:ro" in svc["volumes"]      # pipelines: not baked into the image
+        assert "airflow-logs:/opt/airflow/logs" in svc["volumes"]             # the api-server serves what tasks wrote
+        assert svc["env_file"][0] == "airflow.env" and svc["env_file"][1] == {"path": ".env", "required": False}
+    env = first["environment"]
+    assert env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "False"      # the scheduled DAGs run
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://airflow-api-server:8080/execution/"
+    assert env["TIDELINE_PIPELINES"] == "/opt/tideline/pipelines"
+    for secret in ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__CORE__FERNET_KEY"):
+        assert ":?" in env[secret], secret   # compose refuses to start without it, naming docker/.env
+    assert "COPY pipelines" not in (DOCKER / "airflow.Dockerfile").read_text()
+
+
+def test_every_airflow_setting_the_deployment_and_the_local_stack_make_is_one_airflow_knows():
+    """A misspelt (or retired) AIRFLOW__SECTION__KEY is ignored by Airflow without a word: each is
+    checked against Airflow's own configuration (section and option)."""
+    from airflow.configuration import conf
+    from services.env import environment
+    known = conf.configuration_description   # Airflow's config.yml: every section and option it reads
+    unknown = []
+    for var in [*services()["airflow-api-server"]["environment"], *environment()]:
+        if var.startswith("AIRFLOW__"):
+            section, key = var[len("AIRFLOW__"):].lower().split("__", 1)
+            if key not in known.get(section, {}).get("options", {}):
+                unknown.append(var)
+    assert unknown == []
+
+
+def test_the_commands_are_airflows_own_and_the_example_connections_parse_as_tideline_reads_them():
+    from airflow.cli.cli_parser import get_parser
+    from tideline.core.connections import parse_connection
+    parser = get_parser()
+    for name, svc in services().items():
+        if name.startswith("airflow-"):
+            parser.parse_args(svc["command"])   # SystemExit on a command Airflow does not have
+    lines = [line.lstrip("#") for line in (DOCKER / ".env.example").read_text().splitlines()]
+    conns = dict(line.split("=", 1) for line in lines if line.startswith("AIRFLOW_CONN_"))
+    conns.update((k, v) for k, v in airflow_env_file().items() if k.startswith("AIRFLOW_CONN_"))
+    assert {"AIRFLOW_CONN_TIDELINE_SOURCE", "AIRFLOW_CONN_TIDELINE_TARGET", "AIRFLOW_CONN_TIDELINE_KAFKA",
+            "AIRFLOW_CONN_TIDELINE_LAKE", "AIRFLOW_CONN_TIDELINE_MARIADB_SOURCE"} <= set(conns)
+    for var, value in conns.items():
+        conn = parse_connection(var[len("AIRFLOW_CONN_"):].lower(), value)
+        if conn.conn_type in ("postgres", "mysql", "iceberg"):
+            assert conn.tls["sslmode"] == "verify-full", var     # TLS, the server's name checked
+        if conn.conn_type == "kafka" and "sasl.username" in conn.extra:
+            assert conn.kafka_access.bootstrap and conn.extra["security.protocol"] == "SASL_SSL"
