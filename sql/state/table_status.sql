@@ -1,6 +1,6 @@
 -- One table's figures beside its state row, for status, the view and the metrics: the last batch
--- that moved it (how long it took, the newest source commit it applied), the last verify and
--- maintenance, and the
+-- that moved it (how long it took, the newest source commit it applied), the last verify,
+-- maintenance and batch run, and the
 -- load running now (rows stored so far, mean rows/s since it started copying). A load's driver
 -- samples every 5 s; a run still marked running whose newest sample is over a minute old was
 -- killed (its row stays 'running' until the next run of the table closes it) and is not shown.
@@ -11,7 +11,9 @@ SELECT s.events_applied, s.last_error_at, s.last_error_event,
        lp.load_rows, lp.load_rows_per_s, lp.load_expected, cl.chunks AS load_chunks,
        cl.chunks_done AS load_chunks_done,
        extract(epoch FROM now() - m.ended_at) AS maintain_age_s, m.outcome AS maintain_outcome,
-       m.detail AS maintain_detail
+       m.detail AS maintain_detail,
+       extract(epoch FROM now() - bt.ended_at) AS batch_run_age_s, bt.outcome AS batch_run_outcome,
+       bt.rows AS batch_run_rows, bt.run_id AS batch_run_id
   FROM tideline.table_state s
   LEFT JOIN tideline.batches b ON b.pipeline = s.pipeline AND b.batch_id = s.last_batch_id
   LEFT JOIN LATERAL (SELECT ended_at, outcome, counts, detail FROM tideline.runs r
@@ -22,6 +24,10 @@ SELECT s.events_applied, s.last_error_at, s.last_error_event,
                       WHERE r.pipeline = s.pipeline AND r.table_name = s.table_name AND r.kind = 'maintenance'
                         AND r.outcome <> 'running'
                       ORDER BY r.run_id DESC LIMIT 1) m ON true
+  LEFT JOIN LATERAL (SELECT run_id, ended_at, outcome, rows FROM tideline.runs r   -- a batch-mode table's last run
+                      WHERE r.pipeline = s.pipeline AND r.table_name = s.table_name AND r.kind = 'batch'
+                        AND r.outcome <> 'running'
+                      ORDER BY r.run_id DESC LIMIT 1) bt ON true
   LEFT JOIN LATERAL (SELECT max(p.rows) AS load_rows,
                             (max(p.rows) - min(p.rows)) / nullif(extract(epoch FROM max(p.at) - min(p.at)), 0)
                                 AS load_rows_per_s,

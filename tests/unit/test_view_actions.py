@@ -67,3 +67,32 @@ def test_the_batch_table_runs_its_batch_dag_and_nothing_else_is_let_through():
         trigger_request(DEMO, "audit_log", "pause")
     with pytest.raises(ParamError, match="is not one of"):
         trigger_request(DEMO, "customers", "drop_everything")
+
+
+def test_a_batch_table_says_its_schedule_its_last_run_and_when_the_next_comes():
+    from datetime import datetime, timezone
+
+    from tideline.core.settings import next_run
+    from tideline.ops.status import _batch_line
+    now = datetime(2026, 11, 29, 6, 40, tzinfo=timezone.utc)
+    assert next_run("@daily", now) == datetime(2026, 11, 30, tzinfo=timezone.utc)
+    assert next_run("15 */6 * * *", now) == datetime(2026, 11, 29, 12, 15, tzinfo=timezone.utc)
+    assert next_run(None, now) is None and next_run("@once", now) is None
+    never = _batch_line(DEMO, {}, now)
+    assert never.startswith(f"batch_demo on {DEMO.batch_schedule}: no batch has run yet; next at 2026-11-30 00:00 UTC")
+    ran = _batch_line(DEMO, {"batch_run_id": 7, "batch_run_age_s": 3600, "batch_run_outcome": "succeeded",
+                             "batch_run_rows": 12345}, now)
+    assert "last run 60m ago: succeeded, 12,345 rows; next at" in ran and "trigger batch_demo" in ran
+
+
+def test_a_repair_from_the_view_takes_a_key_range_as_the_dags_form_does_and_nothing_else():
+    _dag, conf = trigger_request(DEMO, "customers", "repair", {"repair_key_from": "10", "repair_key_to": "20"})
+    assert check_sync_params(DEMO, conf)["repair"] == {"table": "customers", "key_from": "10", "key_to": "20"}
+    _dag, conf = trigger_request(DEMO, "customers", "repair", {"repair_key_from": "", "repair_key_to": None})
+    assert check_sync_params(DEMO, conf)["repair"]["from_verify"] is True   # empty: what the last validate found
+    with pytest.raises(ParamError, match="needs both repair_key_from and repair_key_to"):
+        trigger_request(DEMO, "customers", "repair", {"repair_key_from": "10"})
+    with pytest.raises(ParamError, match="action=pause takes no repair_key_from"):
+        trigger_request(DEMO, "customers", "pause", {"repair_key_from": "10"})
+    with pytest.raises(ParamError, match="takes no tables"):
+        trigger_request(DEMO, "customers", "repair", {"tables": ["orders"]})   # one table: the one clicked

@@ -279,6 +279,17 @@ def schedule(value: str | None) -> str | None:
     return value
 
 
+def next_run(value: str | None, after):
+    """When a schedule (checked by `schedule`) next fires after `after` (an aware datetime, UTC):
+    for a data-interval DAG, when the interval now open is run. None for no schedule or @once."""
+    if value in (None, "@once", "@continuous"):
+        return None
+    from croniter import croniter
+    cron = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@weekly": "0 0 * * 0", "@monthly": "0 0 1 * *",
+            "@quarterly": "0 0 1 */3 *", "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *"}.get(value, value)
+    return croniter(cron, after).get_next(type(after))
+
+
 class VerifyConfig(_Model):
     schedule: str | None = Field(default="0 3 * * *", description="cron of the verify_<name> DAG (nightly by "
                                                                      "default); null = no scheduled verify")

@@ -58,7 +58,7 @@ class TableStatus:
     target_facts: dict | None = None  # the target's own (an Iceberg table's snapshot and files)
     last_maintenance: str | None = None   # "5h ago: data files 480 -> 2, ..." (targets that need it)
     stream_ended: str | None = None   # a streaming table no stream holds now: how the last one ended
-    first_batch: str | None = None    # a batch-mode table before its first run: when it comes
+    batch_line: str | None = None     # a batch-mode table: its schedule, last run and next run
     # the pipeline's, on each of its cdc tables (as capture_error)
     stream_waiting: str | None = None    # "waiting for <what> since <when> (try n)" (core.keep_alive)
     stream_waiting_s: float | None = None
@@ -150,8 +150,8 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
             if c is not None:
                 applied = f.get("source_ts_max")
                 lag_s = 0.0 if not sum(lag.values()) else ((now - applied).total_seconds() if applied else None)
-            if t.mode == "batch" and st is None:   # no batch yet: its DAG's schedule brings the first
-                last = "none yet"
+            if t.mode == "batch":   # a batch table's last is its last batch run, not a stream batch
+                last = f"run #{f['batch_run_id']} {ago(f['batch_run_age_s'])}" if f.get("batch_run_id") else "none yet"
             out.append(TableStatus(
                 t.name, st.phase if st else "batch" if t.mode == "batch" else "new", st.epoch if st else None,
                 store.row_count(target, cfg.target_schema(t.name), t.name, exact_counts),
@@ -169,9 +169,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 last_maintenance=(f"{ago(f['maintain_age_s'])}: {f['maintain_outcome']}, {f['maintain_detail']}"
                                   if f.get("maintain_outcome") else None),
                 stream_ended=_stream_ended(cfg, st.phase if st else "new", streams.get(t.name), wait is not None),
-                first_batch=(f"no batch has run yet: batch_{cfg.name} runs on its schedule ({cfg.batch_schedule}, "
-                             f"for the interval before); trigger batch_{cfg.name} to run one now"
-                             if t.mode == "batch" and st is None else None),
+                batch_line=_batch_line(cfg, f, now) if t.mode == "batch" else None,
                 auto_reloads=st.raw.get("auto_reloads") or 0 if st else 0,
                 last_reload=_reload_line(st, now) if st else None))
         capture = None if source_error else _capture_error(cfg, resolve, out)   # (it asks the source)
@@ -224,6 +222,18 @@ def _reload_line(st: state.TableState, now: datetime) -> str | None:
     if at is None:
         return None
     return f"{ago((now - at).total_seconds())}: {(cause or 'no cause recorded')[:300]}"
+
+
+def _batch_line(cfg: PipelineConfig, f: dict, now: datetime) -> str:
+    """A batch-mode table's schedule, its last run and when the next comes (its DAG runs each
+    interval when the interval closes)."""
+    from tideline.core.settings import next_run
+    nxt = next_run(cfg.batch_schedule, now)
+    last = (f"last run {ago(f['batch_run_age_s'])}: {f['batch_run_outcome']}"
+            + (f", {f['batch_run_rows']:,} rows" if f.get("batch_run_rows") is not None else "")
+            if f.get("batch_run_id") else "no batch has run yet")
+    then = (f"next at {nxt:%Y-%m-%d %H:%M} UTC (in {duration((nxt - now).total_seconds())})" if nxt else "no next run")
+    return f"batch_{cfg.name} on {cfg.batch_schedule}: {last}; {then} — or trigger batch_{cfg.name} to run one now"
 
 
 def _stream_ended(cfg: PipelineConfig, phase: str, run: state.StreamRun | None, waiting: bool = False) -> str | None:
@@ -297,7 +307,7 @@ def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
             lines.append(f"  {'':22s} lag per partition: {dict(sorted(r.lag.items()))}")
         if r.target_facts and r.target_facts.get("line"):   # the target's own words (Target.table_facts)
             lines.append(f"  {'':22s} {r.target_facts['line']}")
-        for line in (r.stream_ended, r.first_batch):
+        for line in (r.stream_ended, r.batch_line):
             if line:
                 lines.append(f"  {'':22s} {line}")
         if r.last_maintenance:

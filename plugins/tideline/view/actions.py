@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from tideline.core.config import PipelineConfig
-from tideline.core.params import check_sync_params
+from tideline.core.params import REPAIR_FIELDS, ParamError, check_sync_params
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,7 @@ class Action:
     label: str               # the button
     why: str                 # its tooltip: what it does
     confirm: str | None = None   # asked before it runs (an action that replaces or stops something)
+    asks: str | None = None      # what the page asks for first ("key_range": a repair's optional range)
 
 
 def offered(cfg: PipelineConfig, table: str, phase: str, stream_ended: bool = False) -> list[Action]:
@@ -49,21 +50,31 @@ def offered(cfg: PipelineConfig, table: str, phase: str, stream_ended: bool = Fa
     if verify and phase in ("streaming", "paused", "halted"):
         out.append(Action("validate", "Validate", f"compare {table} with the source by key ranges, down to the "
                                                   f"rows that differ"))
-        out.append(Action("repair", "Repair", f"re-read from the source what the last validate found different in "
-                                              f"{table}; the stream keeps its position"))
+        out.append(Action("repair", "Repair", f"re-read rows of {table} from the source: a key range you give, or what "
+                                              f"the last validate found different; the stream keeps its position",
+                          asks="key_range"))
     return out
 
 
-def trigger_request(cfg: PipelineConfig, table: str, action: str) -> tuple[str, dict | None]:
+def trigger_request(cfg: PipelineConfig, table: str, action: str, given: dict | None = None) -> tuple[str, dict]:
     """(the DAG to trigger, its conf) for an action on one table, checked as the DAG checks its
-    params (core.params.ParamError when it would refuse them)."""
+    params (core.params.ParamError when it would refuse them). A repair may name a key or
+    update-time range in `given` (the DAG's repair_* params); without one it re-reads what the
+    last validate found."""
+    if action == "batch_now" and given:
+        raise ParamError(f"action=batch_now takes nothing more; got {', '.join(sorted(given))}")
     if action == "batch_now":
         if cfg.table(table).mode != "batch":
-            from tideline.core.params import ParamError
             raise ParamError(f"{cfg.name}.{table} is not a batch-mode table: batch_{cfg.name} does not sync it")
         return f"batch_{cfg.name}", {}
     # resume: a paused table's action=resume; a halted one resumes by resume_halted in the same run
     conf = {"action": action, "tables": [table], "resume_halted": action == "resume"}
+    extra = {k: v for k, v in (given or {}).items() if v not in (None, "")}
+    unknown = sorted(set(extra) - set(REPAIR_FIELDS)) if action == "repair" else sorted(extra)
+    if unknown:
+        raise ParamError(f"action={action} takes no {', '.join(unknown)}"
+                         + (f" (a repair takes {', '.join(REPAIR_FIELDS)})" if action == "repair" else ""))
+    conf.update(extra)
     check_sync_params(cfg, conf)
     return f"sync_{cfg.name}", conf
 

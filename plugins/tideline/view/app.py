@@ -138,8 +138,11 @@ def create_app() -> FastAPI:
         Airflow's REST API as the caller, so Airflow checks their right to and logs it."""
         from tideline.core.params import ParamError
         cfg = _table_pipeline(pipeline, table)
+        given = await request.json() if await request.body() else {}
+        if not isinstance(given, dict):
+            raise HTTPException(422, f"the body must be a JSON object of the action's params, got {given!r}")
         try:
-            dag_id, conf = actions.trigger_request(cfg, table, action)
+            dag_id, conf = actions.trigger_request(cfg, table, action, given)
         except ParamError as exc:
             raise HTTPException(422, str(exc)) from None
         return await actions.trigger(_airflow_url(request), _caller_token(request), dag_id, conf)

@@ -50,6 +50,16 @@ function headroomCell(p, t) {
     title: `alert below ${fmtSecs(p.headroom_alert_s)}` }, t.headroom);
 }
 
+// A halted table's event, as its state keeps it: where it sits in Kafka, and for a value the
+// target refused, the column, the value and the target's SQLSTATE.
+function haltedEvent(ev) {
+  const parts = [["topic", ev.topic], ["partition", ev.partition], ["offset", ev.offset], ["key", ev.key],
+    ["op", ev.op], ["column", ev.column], ["value", ev.value], ["SQLSTATE", ev.sqlstate], ["constraint", ev.constraint]];
+  return el("dl", { class: "event", "data-error-event": ev.offset },
+    parts.filter(([, v]) => v !== null && v !== undefined && v !== "").map(([k, v]) =>
+      [el("dt", {}, k), el("dd", { "data-field": k }, String(v))]));
+}
+
 function renderPipelines(pipelines) {
   const box = document.getElementById("pipelines");
   box.replaceChildren();
@@ -77,7 +87,7 @@ function renderPipelines(pipelines) {
           el("td", {}, t.table),
           el("td", {}, el("span", { class: `phase phase-${t.phase}` }, t.phase),
             // what the phase alone does not say: a stream that ended, a batch table before its first run
-            t.stream_ended || t.first_batch ? el("div", { class: "muted", "data-phase-note": "" }, t.stream_ended || t.first_batch) : null,
+            t.stream_ended || t.batch_line ? el("div", { class: "muted", "data-phase-note": "" }, t.stream_ended || t.batch_line) : null,
             // the state keeps the table's phase while a load runs (new, or streaming during a reload)
             t.load_rows !== null ? el("div", { class: "muted", "data-load-rows": t.load_rows },
               el("span", { class: "phase phase-loading" }, "loading"),
@@ -108,9 +118,7 @@ function renderPipelines(pipelines) {
               `reloaded by itself ${t.auto_reloads}× (last ${t.last_reload})`) : null),
           el("td", { class: "error" }, t.error ? [t.error_at ? el("div", { class: "muted" }, new Date(t.error_at).toLocaleString()) : null, t.error,
             // a halted table: the event it stopped before, where it sits in Kafka
-            t.error_event ? el("div", { class: "event", "data-error-event": t.error_event.offset },
-              `event: topic ${t.error_event.topic} partition ${t.error_event.partition} offset ${t.error_event.offset}` +
-              (t.error_event.key ? `, key ${t.error_event.key}` : "") + (t.error_event.error ? ` — ${t.error_event.error}` : "")) : null] : ""));
+            t.error_event ? haltedEvent(t.error_event) : null] : ""));
       });
       card.append(el("table", { class: "grid" },
         el("thead", {}, el("tr", {}, ["Table", "Phase", "Epoch", "Target rows", "Lag (events)", "Lag", "Last batch",
@@ -199,11 +207,22 @@ function renderActions(sel) {
 
 async function act(sel, a) {
   if (a.confirm && !window.confirm(a.confirm)) return;
+  let params = {};
+  if (a.asks === "key_range") {   // a repair: a key range (from..to), or nothing for what the last validate found
+    const range = window.prompt("Repair which keys? A range as from..to (one-column key), or leave empty to re-read " +
+      "what the last validate found different.", "");
+    if (range === null) return;
+    if (range.trim()) {
+      const [from, to] = range.split("..").map((x) => (x || "").trim());
+      params = { repair_key_from: from, repair_key_to: to };
+    }
+  }
   const out = document.getElementById("action-result");
   out.className = "notice"; out.replaceChildren(`${a.label}: triggering…`); out.hidden = false;
   const path = `api/pipelines/${encodeURIComponent(sel.pipeline)}/tables/${encodeURIComponent(sel.table)}/actions/${encodeURIComponent(a.action)}`;
   try {
-    const r = await fetch(path, { method: "POST", credentials: "same-origin", headers: { Accept: "application/json" } });
+    const r = await fetch(path, { method: "POST", credentials: "same-origin", body: JSON.stringify(params),
+      headers: { Accept: "application/json", "Content-Type": "application/json" } });
     const body = await r.json().catch(() => ({}));
     if (!r.ok) throw new Error(typeof body.detail === "string" ? body.detail : `HTTP ${r.status}`);
     out.className = body.paused ? "problem" : "notice";
