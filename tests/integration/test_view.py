@@ -173,9 +173,36 @@ def test_metrics_parse_as_prometheus_text_and_carry_every_documented_metric(demo
     assert "# HELP tideline_lag_seconds" in text
 
 
+def _signed_in_browser(profile: Path, user: str, password: str):
+    """Headless Chromium signed in to Airflow as `user`, inside the Tideline view's frame (the
+    view's entry in Airflow's navigation), its first refresh done."""
+    from selenium import webdriver
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1600,1800",
+                "--disable-gpu", f"--user-data-dir={profile}"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(options=opts, service=webdriver.ChromeService(executable_path="/usr/bin/chromedriver"))
+    try:
+        wait = WebDriverWait(driver, 60)
+        driver.get(f"{stackctl.airflow_url()}/plugin/tideline")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "input[name=username]"))   # Airflow's login page
+        driver.find_element(By.CSS_SELECTOR, "input[name=username]").send_keys(user)
+        driver.find_element(By.CSS_SELECTOR, "input[name=password]").send_keys(password)
+        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        frame = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "iframe[src*='/tideline/']"))[0]
+        driver.switch_to.frame(frame)
+        wait.until(lambda d: d.execute_script("return !!(window.tideline && window.tideline.history)"))
+    except BaseException:
+        driver.quit()
+        raise
+    return driver
+
+
 def test_the_page_in_a_real_browser_shows_tables_headroom_and_drawn_charts(demo, tmp_path, record_property,
                                                                             target_db):
-    from selenium import webdriver
     from tideline import state
     # a load of demo.customers in progress (its run, what it expects, two fresh samples): its bar
     load = state.run_start(target_db, "demo", "customers", "full_load", None, "view test: a load in progress")
@@ -185,23 +212,10 @@ def test_the_page_in_a_real_browser_shows_tables_headroom_and_drawn_charts(demo,
                     "(%s, now() - interval '10 seconds', 0, 0), (%s, now(), 50000, 0)", (load, load))
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1600,1800",
-                "--disable-gpu", f"--user-data-dir={tmp_path / 'chromium'}"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(options=opts, service=webdriver.ChromeService(executable_path="/usr/bin/chromedriver"))
+    driver = _signed_in_browser(tmp_path / "chromium", stackctl.AIRFLOW_ADMIN, stackctl.AIRFLOW_ADMIN_PASS)
     shot = tmp_path / "tideline-view.png"
     try:
         wait = WebDriverWait(driver, 60)
-        driver.get(f"{stackctl.airflow_url()}/plugin/tideline")   # the view's entry in Airflow's navigation
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "input[name=username]"))   # Airflow's login page
-        driver.find_element(By.CSS_SELECTOR, "input[name=username]").send_keys(stackctl.AIRFLOW_ADMIN)
-        driver.find_element(By.CSS_SELECTOR, "input[name=password]").send_keys(stackctl.AIRFLOW_ADMIN_PASS)
-        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        frame = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "iframe[src*='/tideline/']"))[0]
-        driver.switch_to.frame(frame)
-        wait.until(lambda d: d.execute_script("return !!(window.tideline && window.tideline.history)"))
         row = driver.find_element(By.CSS_SELECTOR, "[data-pipeline=demo] tr[data-table=customers]")
         driver.execute_script("arguments[0].click()", row)
         wait.until(lambda d: d.find_element(By.ID, "detail-title").text == "demo.customers"
@@ -446,3 +460,23 @@ def test_an_action_from_the_view_is_a_dag_run_of_the_user_who_asked_and_airflow_
     [api] = get("api/pipelines?pipeline=demo", demo["token"])
     batch = next(t for t in api["tables"] if t["table"] == "audit_log")
     assert [a["action"] for a in batch["actions"]] == ["batch_now"]
+
+
+def test_a_viewer_in_the_browser_sees_the_actions_refused_by_airflow_and_nothing_runs(demo, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    before = demo["stack"].airflow_api("GET", "dags/sync_demo/dagRuns?limit=100")["total_entries"]
+    _role, password = stackctl.AIRFLOW_USERS["viewer"]
+    driver = _signed_in_browser(tmp_path / "chromium", "viewer", password)
+    try:
+        row = driver.find_element(By.CSS_SELECTOR, "[data-pipeline=demo] tr[data-table=customers]")
+        driver.execute_script("arguments[0].click()", row)
+        wait = WebDriverWait(driver, 60)
+        validate = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#actions button[data-action=validate]"))[0]
+        driver.execute_script("arguments[0].click()", validate)
+        result = wait.until(lambda d: "not done" in d.find_element(By.ID, "action-result").text
+                            and d.find_element(By.ID, "action-result"))
+        assert "Airflow refused to trigger sync_demo" in result.text and "problem" in result.get_attribute("class")
+    finally:
+        driver.quit()
+    assert demo["stack"].airflow_api("GET", "dags/sync_demo/dagRuns?limit=100")["total_entries"] == before
