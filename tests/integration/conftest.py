@@ -24,6 +24,20 @@ import stackctl  # noqa: E402
 logging.getLogger("py4j.clientserver").setLevel(logging.WARNING)
 
 
+@pytest.fixture(autouse=True)
+def outside_any_airflow_task():
+    """Each test starts outside an Airflow task, and leaves no task behind: Airflow's dag.test()
+    (test_batch) exports its task's AIRFLOW_CTX_* into this process's environment and keeps them.
+    A full load run after it then took itself for a retry of that task and skipped the tables
+    "already loaded" (state.loaded_by_task): the reloads of later tests silently did nothing."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW_CTX_")}
+    for key in saved:
+        del os.environ[key]
+    yield
+    for key in [k for k in os.environ if k.startswith("AIRFLOW_CTX_")]:
+        del os.environ[key]
+
+
 def pytest_collection_modifyitems(items):
     """Tests marked `last` after all others, in their order (the log check reads the whole run's logs)."""
     items.sort(key=lambda item: item.get_closest_marker("last") is not None)
