@@ -7,6 +7,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,3 +149,41 @@ def test_the_commands_are_airflows_own_and_the_example_connections_parse_as_tide
             assert conn.tls["sslmode"] == "verify-full", var     # TLS, the server's name checked
         if conn.conn_type == "kafka" and "sasl.username" in conn.extra:
             assert conn.kafka_access.bootstrap and conn.extra["security.protocol"] == "SASL_SSL"
+
+
+def test_the_compose_file_is_valid_compose_and_everything_it_names_exists():
+    """What `docker compose config` would check, without a Docker engine: the file against the
+    Compose specification (compose-spec: unknown keys, wrong values, bad conditions refused), after
+    YAML's merge keys are resolved as Compose resolves them; then what the spec cannot see — every
+    service a dependency names, every named volume a service mounts, every file and folder it
+    takes from the checkout."""
+    from compose_spec import PyCompose
+    data = yaml.safe_load((DOCKER / "docker-compose.yml").read_text())
+    parsed = PyCompose.from_json(json.dumps(data))
+    assert sorted(parsed.service_names()) == sorted(data["services"])
+    volumes = set(data["volumes"])
+    for name, svc in data["services"].items():
+        for dep in svc.get("depends_on", {}):
+            assert dep in data["services"], (name, dep)
+        for mount in svc.get("volumes", []):
+            source = mount.split(":")[0]
+            if source.startswith((".", "/")):
+                assert (DOCKER / source).exists() or source.startswith("/"), (name, source)
+            else:
+                assert source in volumes, (name, source)
+        for env_file in svc.get("env_file", []):
+            path = env_file if isinstance(env_file, str) else env_file["path"]
+            required = isinstance(env_file, str) or env_file.get("required", True)
+            assert not required or (DOCKER / path).is_file(), (name, path)
+        build = svc.get("build")
+        if build:
+            dockerfile = ROOT / build["dockerfile"]
+            assert dockerfile.is_file(), (name, dockerfile)
+            for line in dockerfile.read_text().splitlines():   # COPY sources from the checkout
+                if line.startswith("COPY ") and "--from=" not in line:
+                    for source in line.split()[1:-1]:
+                        assert (ROOT / source).exists(), (dockerfile.name, source)
+    bad = json.loads(json.dumps(data))
+    bad["services"]["connect"]["restart"] = "sometimes"
+    with pytest.raises(ValueError, match="unknown variant `sometimes`"):
+        PyCompose.from_json(json.dumps(bad))
