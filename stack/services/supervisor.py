@@ -116,9 +116,10 @@ def supervise(part: str, command: str, user: str | None = None, stopsignal: str 
     up` after `make down`) leaves it stopped — for what runs only while asked for, like the demo's
     writes."""
     _ensure_supervisord()
+    # a part run as its own OS user starts in `/`: it may not enter the clone (root's 0700 home)
     (SUP_DIR / "programs" / f"{part}.conf").write_text(f"""[program:{part}]
 command={command}
-directory={ROOT}
+directory={"/" if user else ROOT}
 priority={PRIORITY.get(part, 900)}
 autostart={str(autostart).lower()}
 autorestart=true
