@@ -81,3 +81,16 @@ def test_webhook_url_from_an_airflow_http_connection():
 def test_a_halted_table_warns_with_its_error_and_the_way_back():
     c = dc.halted_table("orders", "refused at offset 7")
     assert c.status == dc.WARN and "refused at offset 7" in c.detail and "resume_halted" in c.fix
+
+
+def test_a_topic_or_connector_the_first_run_makes_is_a_warning_before_it_and_a_failure_after():
+    """Found following the tutorial: `make doctor` before the first trigger said FAIL for every
+    topic and the connector — what the first run makes. As for the replication slot: 'not yet'."""
+    from tideline.core.config import parse_pipeline
+    from tideline.core.doctor_checks import FAIL, WARN, connector, topic
+    cfg = parse_pipeline({"name": "p", "source": {"conn_id": "s"}, "target": {"conn_id": "t"},
+                          "kafka": {"topic_prefix": "p"}, "tables": [{"name": "a"}]}, "p.yaml")
+    [before] = topic(cfg, "p.public.a", None, made=False)
+    [after] = topic(cfg, "p.public.a", None)
+    assert (before.status, before.detail) == (WARN, "does not exist yet") and after.status == FAIL
+    assert connector("tideline-p", None, made=False).status == WARN and connector("tideline-p", None).status == FAIL

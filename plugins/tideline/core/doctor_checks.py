@@ -98,11 +98,12 @@ def heartbeat(table: str | None, age_s: float | None) -> Check:
     return Check("source", "heartbeat", PASS, f"last beat {age_s:.0f}s ago in {table}")
 
 
-def topic(cfg: PipelineConfig, name: str, facts: dict | None) -> list[Check]:
+def topic(cfg: PipelineConfig, name: str, facts: dict | None, made: bool = True) -> list[Check]:
     """facts: partitions, replication_factor, min_insync_replicas, unclean_leader_election, retention_ms
-    (None = the topic does not exist)."""
+    (None = the topic does not exist). `made`: the pipeline has streamed, so its topics should exist
+    (before its first run, a missing one is what the first run makes: a warning, as for the slot)."""
     if facts is None:
-        return [Check("kafka", f"topic {name}", FAIL, "does not exist",
+        return [Check("kafka", f"topic {name}", FAIL if made else WARN, "does not exist" if made else "does not exist yet",
                       "run the sync DAG (its prepare task creates the topics with the pipeline's settings)")]
     out = []
     label = f"topic {name}"
@@ -151,10 +152,10 @@ def topic(cfg: PipelineConfig, name: str, facts: dict | None) -> list[Check]:
     return out
 
 
-def connector(name: str, status: dict | None) -> Check:
+def connector(name: str, status: dict | None, made: bool = True) -> Check:
     if status is None:
-        return Check("connect", f"connector {name}", FAIL, "does not exist",
-                     "run the sync DAG (its prepare task creates it)")
+        return Check("connect", f"connector {name}", FAIL if made else WARN,
+                     "does not exist" if made else "does not exist yet", "run the sync DAG (its prepare task creates it)")
     state = status["connector"]["state"]
     tasks = status.get("tasks", [])
     failed = [t for t in tasks if t["state"] == "FAILED"]

@@ -56,9 +56,11 @@ def encryption_checks(source: Conn | None, target: Conn | None, kafka: Conn | No
     return out
 
 
-def kafka_checks(cfg: PipelineConfig, kafka: KafkaAccess | str, skip: set[str] = frozenset()) -> list[dc.Check]:
-    """Each cdc table's topic (but those of `skip`, the refused tables): exists, partitions,
-    replication, min ISR and retention against the pipeline's durability and allowed downtime."""
+def kafka_checks(cfg: PipelineConfig, kafka: KafkaAccess | str, skip: set[str] = frozenset(),
+                 made: bool = True) -> list[dc.Check]:
+    """Each cdc table's topic (but those of `skip`, the refused tables): exists (`made`: the
+    pipeline has streamed, so it should), partitions, replication, min ISR and retention against
+    the pipeline's durability and allowed downtime."""
     admin = admin_client(kafka)
     topics = admin.list_topics(timeout=15).topics
     out = []
@@ -68,7 +70,7 @@ def kafka_checks(cfg: PipelineConfig, kafka: KafkaAccess | str, skip: set[str] =
         name = cfg.topic(t.name)
         meta = topics.get(name)
         if meta is None:
-            out += dc.topic(cfg, name, None)
+            out += dc.topic(cfg, name, None, made)
             continue
         configs = list(admin.describe_configs([ConfigResource("topic", name)]).values())[0].result(15)
         out += dc.topic(cfg, name, {
@@ -143,13 +145,14 @@ def run(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection) ->
         try:
             # a refused table is left out of capture: its topic is never made, and not missed
             refused = {c.table for c in checks if c.table is not None and c.status == dc.FAIL}
-            checks += kafka_checks(cfg, kafka.kafka_access, skip=refused)
+            checks += kafka_checks(cfg, kafka.kafka_access, skip=refused, made=streaming > 0)
         except Exception as exc:
             checks.append(_unreachable("kafka", "brokers", exc))
     if connect is not None and has_cdc:
         try:
             checks.append(dc.connector(connector_name(cfg),
-                                       ConnectClient(connect.http_base_url()).status(connector_name(cfg))))
+                                       ConnectClient(connect.http_base_url()).status(connector_name(cfg)),
+                                       made=streaming > 0))
         except Exception as exc:
             checks.append(_unreachable("connect", "worker", exc))
     return checks
