@@ -303,6 +303,11 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], k
                     log.warning("%s.%s is a batch-mode table: it lags the source by design (rows land per "
                                 "interval), so it is not verified", cfg.name, table)
                     continue
+                st = state.get(state_conn, cfg.name, table)
+                if st is not None and st.phase == "refused":   # found following the tutorial: a raw SQL error
+                    log.warning("%s.%s is refused, not carried (%s): not verified", cfg.name, table,
+                                (st.last_error or "").splitlines()[0][:300] if st.last_error else "see make status")
+                    continue
                 try:
                     report = verifier.run(table)
                 except (*src.errors, *tgt.errors) as exc:
