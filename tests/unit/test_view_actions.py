@@ -96,3 +96,11 @@ def test_a_repair_from_the_view_takes_a_key_range_as_the_dags_form_does_and_noth
         trigger_request(DEMO, "customers", "pause", {"repair_key_from": "10"})
     with pytest.raises(ParamError, match="takes no tables"):
         trigger_request(DEMO, "customers", "repair", {"tables": ["orders"]})   # one table: the one clicked
+
+
+def test_the_answer_says_what_was_triggered_whatever_the_table_is_called():
+    from tideline.view.actions import described
+    # (a table ending in o or f lost its name to str.rstrip(" of") before)
+    assert described({"action": "validate", "tables": ["info"]}) == "validate of info"
+    assert described({"action": "pause", "tables": ["foo", "of"]}) == "pause of foo, of"
+    assert described({}) == "a run"

@@ -61,9 +61,9 @@ def trigger_request(cfg: PipelineConfig, table: str, action: str, given: dict | 
     params (core.params.ParamError when it would refuse them). A repair may name a key or
     update-time range in `given` (the DAG's repair_* params); without one it re-reads what the
     last validate found."""
-    if action == "batch_now" and given:
-        raise ParamError(f"action=batch_now takes nothing more; got {', '.join(sorted(given))}")
     if action == "batch_now":
+        if given:
+            raise ParamError(f"action=batch_now takes nothing more; got {', '.join(sorted(given))}")
         if cfg.table(table).mode != "batch":
             raise ParamError(f"{cfg.name}.{table} is not a batch-mode table: batch_{cfg.name} does not sync it")
         return f"batch_{cfg.name}", {}
@@ -102,11 +102,16 @@ async def trigger(airflow_url: str, token: str, dag_id: str, conf: dict) -> dict
                 "application/json") else answer.text[:300]
             raise HTTPException(answer.status_code, f"Airflow refused to trigger {dag_id}: {detail}")
     run_id, paused = made.json()["dag_run_id"], bool(dag.json().get("is_paused"))
-    what = f"{conf.get('action', 'a run')} of {', '.join(conf.get('tables') or [])}".rstrip(" of")
-    message = (f"{dag_id} triggered ({what}): run {run_id}" +
+    message = (f"{dag_id} triggered ({described(conf)}): run {run_id}" +
                (f". The DAG is PAUSED in Airflow: the run waits until you unpause {dag_id}" if paused else ""))
     return {"dag_id": dag_id, "dag_run_id": run_id, "conf": conf, "paused": paused, "message": message,
             "link": f"dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"}
+
+
+def described(conf: dict) -> str:
+    """What a triggered run does, in words: "validate of orders", or "a run" (a batch DAG's)."""
+    tables = ", ".join(conf.get("tables") or [])
+    return f"{conf.get('action', 'a run')} of {tables}" if tables else conf.get("action", "a run")
 
 
 def as_json(actions: list[Action]) -> list[dict]:
