@@ -123,13 +123,15 @@ def server_home(name: str, owner: str | None) -> Path:
     outside = OUTSIDE_HOMES / hashlib.sha1(str(ROOT).encode()).hexdigest()[:12] / name
     outside.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(outside.parent, 0o755)
-    if home.exists() and not outside.exists():   # made before it moved: the folder goes along
+    if outside.exists():   # no link here to it: left by a clone at this path since removed, never ours
+        print(f"[stack] {name:<9} removing {outside}: left by a removed clone at {ROOT}, not this one's",
+              flush=True)
+        shutil.rmtree(outside)
+    if home.exists():   # made before it moved: the folder goes along
         shutil.move(str(home), str(outside))
     outside.mkdir(exist_ok=True)
     pw = pwd.getpwnam(owner)
     os.chown(outside, pw.pw_uid, pw.pw_gid)
-    if home.exists():
-        shutil.rmtree(home)
     home.symlink_to(outside, target_is_directory=True)
     return outside
 

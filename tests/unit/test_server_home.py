@@ -55,3 +55,24 @@ def test_a_folder_the_server_user_can_enter_keeps_its_home(tmp_path, monkeypatch
     assert base.server_home("mariadb", "mysql") == var / "mariadb"
     assert not (var / "mariadb").is_symlink()
     assert base.server_home("mariadb", None) == var / "mariadb"
+
+
+def test_a_fresh_clone_where_a_removed_one_was_starts_empty(tmp_path, monkeypatch):
+    """`rm -rf ~/tl && git clone … ~/tl && make demo`: the removed clone's files outside (its
+    link went with it) are not this clone's; reusing them gave a PostgreSQL whose state said
+    'streaming' for topics the new Kafka never had."""
+    closed = tmp_path / "home"
+    var = closed / "clone" / "stack" / "var"
+    var.mkdir(parents=True)
+    os.chmod(closed, 0o700)
+    monkeypatch.setattr(base, "VAR", var)
+    monkeypatch.setattr(base, "ROOT", closed / "clone")
+    monkeypatch.setattr(base, "OUTSIDE_HOMES", tmp_path / "outside")
+    home = base.server_home("pg", "postgres")
+    (home / "PG_VERSION").write_text("15")
+    (var / "pg").unlink()                      # the clone removed, a new one at the same path
+
+    again = base.server_home("pg", "postgres")
+
+    assert again == home and (var / "pg").is_symlink()
+    assert list(again.iterdir()) == []

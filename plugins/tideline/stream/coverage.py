@@ -12,6 +12,7 @@ from confluent_kafka.admin import ConfigResource
 from tideline import kafka_offsets, state
 from tideline.core.kafka_access import KafkaAccess, client_config
 from tideline.core.config import PipelineConfig
+from tideline.core.errors import SourceError
 from tideline.core.offsets import Gap, coverage_gaps
 
 log = logging.getLogger("tideline.coverage")
@@ -58,7 +59,11 @@ def _oldest_needed_timestamp_ms(kafka: KafkaAccess | str, topic: str, resume: di
         consumer.close()
 
 
-def check(cfg: PipelineConfig, target_conn, kafka: KafkaAccess | str, tables: list[str]) -> list[TableCoverage]:
+def check(cfg: PipelineConfig, target_conn, kafka: KafkaAccess | str, tables: list[str],
+          strict: bool = True) -> list[TableCoverage]:
+    """Coverage of each streaming or paused table. strict=False (status, the view: they show, they
+    never act) reports a topic that cannot be used (deleted, Kafka's data lost) as that table's gap
+    instead of raising, so one missing topic does not hide every other table's figures."""
     out = []
     for name in tables:
         st = state.get(target_conn, cfg.name, name)
@@ -67,7 +72,13 @@ def check(cfg: PipelineConfig, target_conn, kafka: KafkaAccess | str, tables: li
         if st is None or st.phase not in ("streaming", "paused") or st.resume_offsets is None:
             continue
         topic = cfg.topic(name)
-        earliest, latest = kafka_offsets.watermarks(kafka, topic)
+        try:
+            earliest, latest = kafka_offsets.watermarks(kafka, topic)
+        except SourceError as exc:
+            if strict:
+                raise
+            out.append(TableCoverage(name, [Gap(topic, -1, 0, None, None, str(exc))], {}, None))
+            continue
         gaps = coverage_gaps(topic, st.resume_offsets, earliest, latest, st.raw.get("topic_partitions"),
                              st.raw.get("topic_id"),
                              kafka_offsets.topic_id(kafka, topic) if st.raw.get("topic_id") else None)
