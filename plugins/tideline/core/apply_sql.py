@@ -13,13 +13,14 @@ from __future__ import annotations
 from psycopg2 import sql
 
 from tideline.core.debezium import may_be_unavailable, unavailable_test, value_expr
+from tideline.core.table_extras import DELETED_AT, PREFIX, TableExtras
 from tideline.core.table_shape import Column
 
 STAGE = "tl_stage"
 
 CREATE_STAGE = sql.SQL(
     "CREATE TEMP TABLE {} (tbl text NOT NULL, op \"char\" NOT NULL, key jsonb, after jsonb, "
-    "part int NOT NULL, off bigint NOT NULL) ON COMMIT DROP").format(sql.Identifier(STAGE))
+    "part int NOT NULL, off bigint NOT NULL, ts bigint, pos text) ON COMMIT DROP").format(sql.Identifier(STAGE))
 # A batch of many tables: without it each table's three statements would scan every table's events
 # (tests/bench/many_streams.py, 100 tables: 12-15 s to commit a batch of ~100,000 events; indexed, ~1.5 s for
 # ~50,000).
@@ -30,7 +31,7 @@ RANK_STAGE = sql.SQL(
     "CREATE TEMP TABLE {ranked} ON COMMIT DROP AS SELECT row_number() OVER (ORDER BY part, off) AS i, part, off, "
     "op, key::text AS key FROM {stage} WHERE tbl = %(tbl)s").format(ranked=sql.Identifier(RANKED),
                                                                   stage=sql.Identifier(STAGE))
-COPY_STAGE = sql.SQL("COPY {} (tbl, op, key, after, part, off) FROM STDIN").format(sql.Identifier(STAGE))
+COPY_STAGE = sql.SQL("COPY {} (tbl, op, key, after, part, off, ts, pos) FROM STDIN").format(sql.Identifier(STAGE))
 
 
 def field(doc: str, col: str) -> sql.Composable:
@@ -71,9 +72,30 @@ def _only(only: sql.Composable | None) -> sql.Composable:
     return sql.SQL(" AND {}").format(only) if only is not None else sql.SQL("")
 
 
+_SOURCE_TS = sql.SQL("to_timestamp(s.ts / 1000.0)")
+_METADATA = {"synced_at": sql.SQL("now()"), "op": sql.SQL("s.op::text"), "source_ts": _SOURCE_TS,
+             "source_position": sql.SQL("concat(coalesce(s.pos, '-'), ' kafka ', s.part, ':', s.off)")}
+
+
+def extra_values(extras: TableExtras, deleting: bool) -> list[tuple[str, sql.Composable]]:
+    """(column, value) of the table's extra columns for a staged event (core.table_extras): the
+    metadata from the event, and the soft-delete time — the source's delete time (now() when the
+    event has none) for a delete, NULL for an insert or update (a key inserted again is not deleted)."""
+    out = [(DELETED_AT, sql.SQL("coalesce({}, now())").format(_SOURCE_TS) if deleting else sql.SQL("NULL"))] \
+        if extras.soft_deletes else []
+    return out + [(PREFIX + m, _METADATA[m]) for m in extras.metadata]
+
+
 def delete_sql(schema: str, table: str, columns: list[Column], pk: list[str],
-               only: sql.Composable | None = None) -> sql.Composed:
+               only: sql.Composable | None = None, extras: TableExtras = TableExtras()) -> sql.Composed:
     by_name = {c.name: c for c in columns}
+    if extras.soft_deletes:   # the row stays with its last values, marked deleted
+        sets = sql.SQL(", ").join(sql.SQL("{} = {}").format(sql.Identifier(name), value)
+                                  for name, value in extra_values(extras, deleting=True))
+        return sql.SQL("UPDATE {t} AS t SET {sets} FROM {stage} AS s WHERE s.tbl = {tbl} AND s.op = 'd'{only} "
+                       "AND {match} RETURNING 1").format(
+            t=_target(schema, table), sets=sets, stage=sql.Identifier(STAGE), tbl=sql.Literal(table),
+            only=_only(only), match=_key_match(by_name, pk, "key"))
     return sql.SQL("DELETE FROM {t} AS t USING {stage} AS s WHERE s.tbl = {tbl} AND s.op = 'd'{only} AND {match} "
                    "RETURNING 1").format(
         t=_target(schema, table), stage=sql.Identifier(STAGE), tbl=sql.Literal(table), only=_only(only),
@@ -81,7 +103,7 @@ def delete_sql(schema: str, table: str, columns: list[Column], pk: list[str],
 
 
 def update_sql(schema: str, table: str, columns: list[Column], pk: list[str],
-               only: sql.Composable | None = None) -> sql.Composed:
+               only: sql.Composable | None = None, extras: TableExtras = TableExtras()) -> sql.Composed:
     by_name = {c.name: c for c in columns}
     sets = []
     for c in _written(columns):
@@ -93,6 +115,7 @@ def update_sql(schema: str, table: str, columns: list[Column], pk: list[str],
             new = sql.SQL("CASE WHEN {test} THEN t.{col} ELSE {new} END").format(
                 test=unavailable_test(raw, c.type), col=sql.Identifier(c.name), new=new)
         sets.append(sql.SQL("{} = {}").format(sql.Identifier(c.name), new))
+    sets += [sql.SQL("{} = {}").format(sql.Identifier(name), value) for name, value in extra_values(extras, False)]
     if not sets:  # a table that is all key: nothing to update
         return sql.SQL("SELECT 1 WHERE false")
     return sql.SQL("UPDATE {t} AS t SET {sets} FROM {stage} AS s WHERE s.tbl = {tbl} AND s.op <> 'd'{only} "
@@ -108,12 +131,14 @@ def _missing(schema: str, table: str, columns: list[Column], pk: list[str]) -> s
 
 
 def insert_sql(schema: str, table: str, columns: list[Column], pk: list[str],
-               only: sql.Composable | None = None) -> sql.Composed:
+               only: sql.Composable | None = None, extras: TableExtras = TableExtras()) -> sql.Composed:
     columns = _written(columns)
-    values = [row_value(c) for c in columns]
+    extra = extra_values(extras, deleting=False)
+    values = [row_value(c) for c in columns] + [value for _name, value in extra]
     return sql.SQL("INSERT INTO {t} ({cols}) SELECT {vals} FROM {stage} AS s "
                    "WHERE s.tbl = {tbl} AND s.op <> 'd'{only} AND {missing} RETURNING 1").format(
-        t=_target(schema, table), cols=sql.SQL(", ").join(sql.Identifier(c.name) for c in columns),
+        t=_target(schema, table),
+        cols=sql.SQL(", ").join([sql.Identifier(c.name) for c in columns] + [sql.Identifier(n) for n, _ in extra]),
         vals=sql.SQL(", ").join(values), stage=sql.Identifier(STAGE), tbl=sql.Literal(table), only=_only(only),
         missing=_missing(schema, table, columns, pk))
 
@@ -132,7 +157,7 @@ def unavailable_on_insert_sql(schema: str, table: str, columns: list[Column], pk
 
 
 def apply_statement(schema: str, table: str, columns: list[Column], pk: list[str],
-                    only: sql.Composable | None = None) -> sql.Composed:
+                    only: sql.Composable | None = None, extras: TableExtras = TableExtras()) -> sql.Composed:
     """One table's staged events in one statement: its deletes, updates and inserts as
     data-modifying CTEs, and the first row (part, off, key) unavailable_on_insert_sql finds. A
     stream of 100 tables made four round trips a table of them. All parts see one snapshot, which
@@ -144,5 +169,7 @@ def apply_statement(schema: str, table: str, columns: list[Column], pk: list[str
                    "SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM updated), "
                    "(SELECT count(*) FROM inserted), b.* FROM (SELECT 1) AS one "
                    "LEFT JOIN (SELECT * FROM broken LIMIT 1) AS b ON true").format(
-        broken=unavailable_on_insert_sql(schema, table, columns, pk), delete=delete_sql(schema, table, columns, pk, only),
-        update=update_sql(schema, table, columns, pk, only), insert=insert_sql(schema, table, columns, pk, only))
+        broken=unavailable_on_insert_sql(schema, table, columns, pk),
+        delete=delete_sql(schema, table, columns, pk, only, extras), update=update_sql(schema, table, columns, pk, only,
+                                                                                      extras),
+        insert=insert_sql(schema, table, columns, pk, only, extras))

@@ -40,6 +40,15 @@ class TableConfig(_Model):
     # at ~290k rows/s a chunk's transaction lasts ~1-2 s; a resumed load re-reads at most the
     # chunks that were being read when it was cut off
     chunk_rows: int = Field(default=250_000, ge=1, description="rows per chunk of a chunked load")
+    deletes: Literal["hard", "soft"] = Field(
+        default="hard", description="`hard`: a delete at the source deletes the target row; `soft`: the row stays "
+                                    "with its last values and `_tideline_deleted_at` set to the source's delete "
+                                    "time (a key inserted again clears it). Change-stream tables only")
+    metadata: list[Literal["synced_at", "op", "source_ts", "source_position"]] = Field(
+        default_factory=list, description="change metadata columns added to the target table: `_tideline_synced_at` "
+                                          "(target commit time), `_tideline_op` (c/u/d, r for loaded rows), "
+                                          "`_tideline_source_ts` (source commit time), `_tideline_source_position` "
+                                          "(source log position and Kafka partition:offset). Change-stream tables only")
     cursor_column: str | None = Field(default=None, description="batch mode: a monotonic id or update-time column")
     safety_lag_s: int = Field(default=300, ge=0, description="batch mode: how far behind now an interval ends, in s")
 
@@ -76,6 +85,17 @@ class TableConfig(_Model):
         for key in self.primary_key or []:
             if key in self.exclude_columns:
                 raise ValueError(f"table {self.name!r}: primary key column {key!r} must be synced")
+        if len(set(self.metadata)) != len(self.metadata):
+            raise ValueError(f"table {self.name!r}: metadata lists a column twice: {self.metadata}")
+        if self.mode == "batch" and (self.deletes == "soft" or self.metadata):
+            raise ValueError(f"table {self.name!r} is in batch mode, which copies rows by cursor_column and never "
+                             f"sees a delete or a change's source position: deletes: soft and metadata go with "
+                             f"mode: cdc")
+        from tideline.core.table_extras import TableExtras
+        clash = TableExtras.of(self).collisions(list(self.columns or []) + list(self.primary_key or []))
+        if clash:
+            raise ValueError(f"table {self.name!r}: {', '.join(clash)} is a source column and also a column "
+                             f"Tideline adds (deletes: soft / metadata): drop that option, or rename the source column")
         if self.mode == "batch" and not self.cursor_column:
             raise ValueError(f"table {self.name!r} is in batch mode and needs cursor_column "
                              f"(a monotonic id or update-time column)")
@@ -145,6 +165,10 @@ class PipelineConfig(_Model):
             if name not in cdc:
                 raise ValueError(f"verify.tables names {name!r}, which is not a cdc table of this pipeline "
                                  f"(cdc tables: {', '.join(cdc) or 'none'})")
+        extras = [t.name for t in self.tables if t.deletes == "soft" or t.metadata]
+        refused = support.refusal(self.source.kind, self.target.kind, "extras") if extras else None
+        if refused:
+            raise ValueError(f"tables {', '.join(extras)} ask for deletes: soft or metadata, but {refused}")
         for mode in sorted({t.mode for t in self.tables}):
             refused = support.refusal(self.source.kind, self.target.kind, mode)
             if refused:

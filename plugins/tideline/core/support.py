@@ -12,15 +12,16 @@ Modes:
   batch        batch mode: a cursor column's new rows on a schedule (batch tables, batch_<name>)
   verify       verify_<name> and the sync DAG's validate and repair actions
   maintenance  maintain_<name>: compaction and expiry of a target whose commits add files
+  extras       soft deletes and change-metadata columns (a table's `deletes: soft`, `metadata`)
 """
 from __future__ import annotations
 
-MODES = ("cdc", "batch", "verify", "maintenance")
+MODES = ("cdc", "batch", "verify", "maintenance", "extras")
 
 # (source kind, target kind) -> the modes built and tested for the pair
 SUPPORT: dict[tuple[str, str], frozenset[str]] = {
-    ("postgres", "postgres"): frozenset({"cdc", "batch", "verify"}),
-    ("mariadb", "postgres"): frozenset({"cdc", "batch", "verify"}),
+    ("postgres", "postgres"): frozenset({"cdc", "batch", "verify", "extras"}),
+    ("mariadb", "postgres"): frozenset({"cdc", "batch", "verify", "extras"}),
     ("postgres", "iceberg"): frozenset({"cdc", "verify", "maintenance"}),
     ("mariadb", "iceberg"): frozenset({"cdc", "maintenance"}),   # verify: no MariaDB side in Iceberg's order yet
 }

@@ -325,6 +325,10 @@ class PgDialect:
                  collatable: frozenset[str] = frozenset(), key_text=key_text_cast):
         self.shape, self.schema, self.hash, self.collatable, self.key_text = (shape, schema, hash_expr, collatable,
                                                                              key_text)
+        self.only: sql.Composable | None = None   # rows this side compares at all (a soft-deleted row is not)
+
+    def _of(self, pred: sql.Composable) -> sql.Composable:
+        return pred if self.only is None else sql.SQL("({}) AND ({})").format(pred, self.only)
 
     def range_predicate(self, rng: KeyRange) -> sql.Composable:
         return range_predicate(self.shape, rng, self.collatable)
@@ -350,14 +354,14 @@ class PgDialect:
         """The lowest and highest key (as text) in a range of a one-column key."""
         key = sql.Identifier(self.shape.primary_key[0])
         return sql.SQL("SELECT min({k})::text, max({k})::text FROM {s}.{t} WHERE {p}").format(
-            k=key, s=sql.Identifier(self.schema), t=sql.Identifier(self.shape.name), p=pred)
+            k=key, s=sql.Identifier(self.schema), t=sql.Identifier(self.shape.name), p=self._of(pred))
 
     def fingerprint_query(self, pred: sql.Composable, boundaries: list[tuple[str, ...]] | None = None):
         bucket = bucket_expr(self.shape, boundaries, self.collatable) if boundaries is not None else None
-        return fingerprint_query(self.shape, self.schema, pred, self.hash, bucket)
+        return fingerprint_query(self.shape, self.schema, self._of(pred), self.hash, bucket)
 
     def rows_query(self, pred: sql.Composable) -> sql.Composed:
-        return rows_query(self.shape, self.schema, pred, self.hash, self.key_text)
+        return rows_query(self.shape, self.schema, self._of(pred), self.hash, self.key_text)
 
     def bucket_rows_query(self, pred: sql.Composable, boundaries: list[tuple[str, ...]], buckets: list[int]):
         """Each row of the given sub-ranges (by index, as bucket_expr numbers them): its sub-range,
@@ -365,9 +369,10 @@ class PgDialect:
         bucket = bucket_expr(self.shape, boundaries, self.collatable)
         keys = sql.SQL(", ").join(self.key_text(k) for k in self.shape.primary_key)
         return sql.SQL("SELECT {b}, {k}, {h} FROM {s}.{t} WHERE {p} AND {b} = ANY({l})").format(
-            b=bucket, k=keys, h=self.hash, s=sql.Identifier(self.schema), t=sql.Identifier(self.shape.name), p=pred,
+            b=bucket, k=keys, h=self.hash, s=sql.Identifier(self.schema), t=sql.Identifier(self.shape.name),
+            p=self._of(pred),
             l=sql.Literal(buckets))
 
     def boundaries_query(self, pred: sql.Composable, parts: int, sample_percent: float | None = None):
-        return boundaries_in_range(self.shape, self.schema, pred, parts, self.collatable, sample_percent,
+        return boundaries_in_range(self.shape, self.schema, self._of(pred), parts, self.collatable, sample_percent,
                                    self.key_text)

@@ -29,6 +29,7 @@ from tideline.core.connections import Conn, get_connection
 from tideline.core.chunked_load import use_chunks
 from tideline.core.errors import FencedError, LoadVerificationError, RefusedValue, SourceError, TidelineError
 from tideline.core.settings import CLIENT_COMPILER_ONLY
+from tideline.core.table_extras import TableExtras
 from tideline.core.table_shape import TableShape
 from tideline.engines import SourceEngine
 from tideline.targets import Published, SnapshotLoad, Target
@@ -288,7 +289,8 @@ class FullLoad:
                 self.spark, self.engine, src, tgt, shape, snap, schema, label, cfg.name, epoch, offsets, fill=fill,
                 fence=lambda cur: state.check_epoch(cur, cfg.name, table, epoch), record=record,
                 resumed=read is not None and read.resumed, chunked=read, parallelism=cfg.spark.parallelism,
-                chunk_done=lambda cur, staged: chunked.staged(cur, read, staged, epoch, run_id)))
+                chunk_done=lambda cur, staged: chunked.staged(cur, read, staged, epoch, run_id),
+                extras=TableExtras.of(cfg.table(table))))
             secs = time.monotonic() - started
             result = LoadResult(table, published.rows, secs, len(snap.predicates), epoch, offsets)
             log.info("%s: loaded %s rows in %.1fs (%s rows/s; read+copy %.1fs); live table %s; "

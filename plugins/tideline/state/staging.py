@@ -33,9 +33,11 @@ class ChangeStaging:
         staged = pa.table({"tbl": tables, "op": rows.column("op"), "key": rows.column("key"),
                            "after": rows.column("after"),
                            "part": pc.cast(rows.column("partition"), pa.string()),
-                           "off": pc.cast(rows.column("offset"), pa.string())})
+                           "off": pc.cast(rows.column("offset"), pa.string()),
+                           "ts": pc.cast(rows.column("ts_ms"), pa.string()), "pos": rows.column("position")})
         cur.execute(apply_sql.CREATE_STAGE)
-        stream = CopyStream(staged.to_batches(max_chunksize=50_000), [True, False, True, True, False, False])
+        stream = CopyStream(staged.to_batches(max_chunksize=50_000), [True, False, True, True, False, False, False,
+                                                                      True])
         cur.copy_expert(apply_sql.COPY_STAGE, stream, size=1 << 20)
         if len(topics.dictionary) > 1:   # each table's statements read only its events, not the whole batch's
             cur.execute(apply_sql.INDEX_STAGE)

@@ -27,6 +27,7 @@ from tideline.core.change_events import too_large_marker
 from tideline.core.config import PipelineConfig
 from tideline.core.errors import FencedError, ResnapshotRequired, SourceError, TidelineError
 from tideline.core.offsets import merge_committed
+from tideline.core.table_extras import PREFIX as EXTRAS_PREFIX, TableExtras
 from tideline.core.table_shape import Column, TableShape
 from tideline.targets import ApplyRefused
 from tideline.targets.base import CommitStamp
@@ -239,7 +240,7 @@ class BatchCommitter:
             applied = self.store.apply_changes(cur, self.cfg.name, self.cfg.target_schema(table.name), table.name,
                                                table.topic, table.columns, table.primary_key,
                                                dead_letter=self.cfg.stream.on_bad_message == "dead_letter",
-                                               stamp=stamp)
+                                               stamp=stamp, extras=TableExtras.of(self.cfg.table(table.name)))
         except (schema_drift.SchemaChangeError, SourceError) as exc:   # e.g. a column added that cannot stream
             self.store.undo_table(cur)
             return str(exc), None
@@ -320,6 +321,8 @@ class BatchCommitter:
         out = []
         for n, t, nn, g in self.store.columns(cur, self.cfg.target_schema(table), table):
             src = source.get(n)
+            if src is None and n.startswith(EXTRAS_PREFIX):   # Tideline's own (core.table_extras): not from events
+                continue
             out.append(Column(n, t, nn, generated=g, encoding=src.encoding if src else "pgtext",
                               has_missing=bool(src and src.has_missing),
                               missing_value=src.missing_value if src else None))

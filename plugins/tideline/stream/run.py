@@ -34,6 +34,7 @@ from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.core.errors import (FencedError, HaltedError, ResnapshotRequired, SourceError, TidelineError,
                                   exit_code)
+from tideline.core.table_extras import TableExtras
 from tideline.core.table_shape import Column
 from tideline.load.full_load import run_owner
 from tideline.stream import position
@@ -125,6 +126,10 @@ class IncrementalRun:
                                   f"yet. Add a primary key at the source, or put the table in batch mode.")
             source = {c.name: c for c in shape.columns}
             self.watch.track_partitions(self._src, name, ready[name])
+            added = self.store.ensure_extras(self._tgt, cfg.target_schema(name), name, TableExtras.of(cfg.table(name)))
+            if added:
+                log.info("%s.%s: added %s to the target table (rows not changed since hold NULL there)", cfg.name,
+                         name, ", ".join(added))
             self.tables[name] = StreamTable(name, cfg.topic(name), 0, list(shape.primary_key),
                                             self._target_columns(name, source), source=source)
         if not self.tables:

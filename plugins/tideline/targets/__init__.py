@@ -105,7 +105,8 @@ def target_class(kind: str) -> type[Target]:
 
 
 # a support mode (core.support) and the capability that must promise it
-MODE_NEEDS = {"cdc": "stream", "batch": "batch", "verify": "verifies", "maintenance": "maintenance"}
+MODE_NEEDS = {"cdc": "stream", "batch": "batch", "verify": "verifies", "maintenance": "maintenance",
+              "extras": "table_extras"}
 
 
 def check_support() -> None:

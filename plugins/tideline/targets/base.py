@@ -19,6 +19,7 @@ from tideline.core.connections import Conn
 from tideline.core.errors import LoadVerificationError, TargetError, TidelineError
 from tideline.state.database import StateDatabase
 from tideline.state.staging import ChangeStaging
+from tideline.core.table_extras import TableExtras
 from tideline.core.table_shape import Column, TableShape
 
 
@@ -60,6 +61,8 @@ class Capabilities:
     batch_mb: float = 128           # ... and their raw records' weight at most, unless stream.max_batch_mb says
     writes_in_jvm: bool = False     # its loads' and stream's writes are Spark jobs (the JVM moves the rows):
                                     # the jobs' driver JVM needs its optimizing compiler (core.settings)
+    table_extras: bool = False      # soft deletes and change-metadata columns (core.table_extras): its loads
+                                    # fill them and its stream's apply writes them
 
     def promised(self) -> list[str]:
         """The promises this target makes, by name (keys of PROMISES)."""
@@ -74,6 +77,7 @@ PROMISES: dict[str, tuple[str, ...]] = {
     "batch": ("begin_interval", "ensure_table", "merge_interval", "drop_staging"),
     "verifies": ("verify_side", "range_where", "key_ranges_where"),
     "maintenance": ("maintain",),
+    "table_extras": ("publish_snapshot", "apply_changes"),
 }
 
 
@@ -122,6 +126,7 @@ class SnapshotLoad:
     chunked: object | None = None
     chunk_done: Callable[[object, dict], None] | None = None
     parallelism: int = 1
+    extras: TableExtras = TableExtras()   # soft deletes and metadata columns the table carries (core.table_extras)
 
     def verified(self, read: int, stored: int, mismatch: str) -> int:
         """The snapshot's rows, when the rows read and stored agree with it; else the load stops
@@ -261,17 +266,18 @@ class Target(ABC):
 
     # ---------------------------------------------------------------- repair
     def repair_from_source(self, cur, engine, src, shape: TableShape, schema: str, source_where: str,
-                           target_where: str, delete_missing: bool, label: str) -> tuple[int, int, int]:
+                           target_where: str, delete_missing: bool, label: str,
+                           extras: TableExtras = TableExtras()) -> tuple[int, int, int]:
         """Reads the source's rows matching `source_where` (one consistent read, made now: the
         caller holds the fence) and applies them (apply_repair). A target that stores values in
         another form reads the source its own way. Returns (read, upserted, deleted)."""
         rows = io.BytesIO()
         engine.copy_out(src, shape, source_where, rows)
         rows.seek(0)
-        return self.apply_repair(cur, shape, schema, rows, target_where, delete_missing)
+        return self.apply_repair(cur, shape, schema, rows, target_where, delete_missing, extras)
 
-    def apply_repair(self, cur, shape: TableShape, schema: str, rows, where, delete_missing: bool
-                     ) -> tuple[int, int, int]:
+    def apply_repair(self, cur, shape: TableShape, schema: str, rows, where, delete_missing: bool,
+                     extras: TableExtras = TableExtras()) -> tuple[int, int, int]:
         """The source's rows of a range (COPY text in `rows`) replace the table's rows of that range,
         in the caller's transaction (behind the stream's fence): upsert them and, when the range is
         over the key, delete the table's rows matching `where` that the source no longer has.
@@ -337,11 +343,19 @@ class Target(ABC):
     def end_table(self, cur) -> None:
         self.staging.end_table(cur)
 
+    def ensure_extras(self, conn, schema: str, table: str, extras: TableExtras) -> list[str]:
+        """Before a stream applies a table: the extra columns its config asks for (an option set
+        after the table was loaded) added to the target table, committed; the names added."""
+        if extras:
+            raise self.not_built("soft deletes and metadata columns")
+        return []
+
     def apply_changes(self, cur, pipeline: str, schema: str, table: str, topic: str, columns: list[Column],
-                      primary_key: list[str], dead_letter: bool, stamp: CommitStamp
-                      ) -> tuple[tuple[int, int], int]:
+                      primary_key: list[str], dead_letter: bool, stamp: CommitStamp,
+                      extras: TableExtras = TableExtras()) -> tuple[tuple[int, int], int]:
         """Applies one table's staged changes: ((upserts, deletes), dead letters). Raises
-        ApplyRefused naming the first change the target refuses."""
+        ApplyRefused naming the first change the target refuses. `extras`: the table's soft
+        deletes and metadata columns (core.table_extras)."""
         raise self.not_built("the change stream")
 
     def applied_offsets(self, cur, pipeline: str, schema: str, table: str,

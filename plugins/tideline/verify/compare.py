@@ -21,6 +21,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from psycopg2 import sql
+
 from tideline import engines, kafka_offsets, state, targets
 from tideline.verify.findings import record
 from tideline.core.verify_side import VerifySide
@@ -28,6 +30,7 @@ from tideline.core.kafka_access import KafkaAccess
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import SourceError, TargetError, TidelineError
+from tideline.core.table_extras import DELETED_AT, TableExtras
 from tideline.core.table_shape import TableShape
 from tideline.core import verify_canonical, verify_lake
 from tideline.core.verify_plan import (INTEGER_KEY_TYPES, Candidate, Finding, KeyRange, VerifyReport, classify,
@@ -108,11 +111,19 @@ class TableVerifier:
                               f"{'/'.join(self.tgt.fingerprints)}). The stream's own checks still hold; `make status` "
                               f"compares row counts, and action=full_reload re-copies the table.", table=shape.name)
 
+    def _live_rows_only(self, table: str) -> None:
+        """A table with soft deletes keeps the rows the source deleted: the target compares the
+        rows it holds as existing (core.table_extras), its extra columns never (the shape is the
+        source's)."""
+        if TableExtras.of(self.cfg.table(table)).soft_deletes:
+            self.tgt.dialect.only = sql.SQL("{} IS NULL").format(sql.Identifier(DELETED_AT))
+
     def run(self, table: str) -> VerifyReport:
         started = time.time()
         report = VerifyReport(table)
         shape = self._shape(table)
         self._dialects(shape)
+        self._live_rows_only(table)
         self.shape = shape
         whole = KeyRange()
         (s_count, s_sum), (t_count, t_sum) = self._both(VerifySide.fingerprint, whole)

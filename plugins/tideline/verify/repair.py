@@ -15,6 +15,7 @@ from tideline import engines, state, targets
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import TerminalError
+from tideline.core.table_extras import TableExtras
 from tideline.core.table_shape import TableShape
 
 log = logging.getLogger("tideline.repair")
@@ -70,7 +71,7 @@ def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, 
         _lock_for_repair(cur, cfg.name, table, epoch)
         read, upserted, deleted = store.repair_from_source(
             cur, engine, src, shape, cfg.target_schema(table), source_where, target_where, delete_missing,
-            f"{cfg.name}.{table}")
+            f"{cfg.name}.{table}", TableExtras.of(cfg.table(table)))
         run_id = state.run_start_in(cur, cfg.name, table, "repair", epoch)
         state.run_end(cur, run_id, "succeeded", read,
                       f"{label}: {read} read, {upserted} upserted, {deleted} deleted")

@@ -20,6 +20,7 @@ import time
 from tideline.core import lake_types
 from tideline.core.readable import ago
 from tideline.core.errors import ConfigError, ResnapshotRequired, SchemaChangeError, TargetError
+from tideline.core.table_extras import TableExtras
 from tideline.core.table_shape import Column
 from tideline.targets.base import CommitStamp, Published, SnapshotLoad, Target
 from tideline.targets.iceberg.apply import LakeApply
@@ -166,7 +167,10 @@ class IcebergTarget(Target):
         return IcebergSide(self, label)
 
     def repair_from_source(self, cur, engine, src, shape, schema: str, source_where: str, target_where: str,
-                           delete_missing: bool, label: str) -> tuple[int, int, int]:
+                           delete_missing: bool, label: str, extras: TableExtras = TableExtras()
+                           ) -> tuple[int, int, int]:
+        if extras:
+            raise self.not_built("soft deletes and metadata columns")
         from tideline.targets.iceberg import repair as iceberg_repair
         return iceberg_repair.repair_from_source(self, engine, src, shape, schema, source_where, target_where,
                                                  delete_missing, label)
@@ -324,8 +328,8 @@ class IcebergTarget(Target):
         return {p: max(recorded.get(p, 0), committed.get(p, 0)) for p in recorded.keys() | committed.keys()}
 
     def apply_changes(self, cur, pipeline: str, schema: str, table: str, topic: str, columns: list[Column],
-                      primary_key: list[str], dead_letter: bool, stamp: CommitStamp = None
-                      ) -> tuple[tuple[int, int], int]:
+                      primary_key: list[str], dead_letter: bool, stamp: CommitStamp = None,
+                      extras: TableExtras = TableExtras()) -> tuple[tuple[int, int], int]:
         """One MERGE commit carrying the stamp (iceberg_apply), while the caller holds the fence."""
         apply = LakeApply(self, pipeline, schema, table, topic, columns, primary_key, dead_letter=dead_letter)
         counts = apply.run(cur, stamp)

@@ -19,6 +19,7 @@ from tideline.core import apply_sql
 from tideline.core.apply_failure import FailedEvent, describe, is_deterministic, truncate
 from tideline.core.debezium import UNAVAILABLE, value_expr
 from tideline.core.errors import ResnapshotRequired
+from tideline.core.table_extras import TableExtras
 from tideline.core.table_shape import Column
 from tideline.state.staging import record_dead_letter
 from tideline.targets.base import ApplyRefused
@@ -36,6 +37,7 @@ class TableApply:
     primary_key: list[str]
     dead_letter: bool = False
     dead_lettered: list[FailedEvent] = field(default_factory=list)
+    extras: TableExtras = TableExtras()   # soft deletes and metadata columns (core.table_extras)
 
     def run(self, cur) -> tuple[int, int]:
         """Applies the table's staged events; returns (upserts, deletes). Raises ApplyRefused."""
@@ -99,7 +101,8 @@ class TableApply:
         released with the caller's (the table's), which holds it."""
         try:
             cur.execute(sql.SQL("SAVEPOINT tl_apply; {}").format(
-                apply_sql.apply_statement(self.schema, self.table, self.columns, self.primary_key, only)))
+                apply_sql.apply_statement(self.schema, self.table, self.columns, self.primary_key, only,
+                                          self.extras)))
             deleted, updated, inserted, part, off, key = cur.fetchone()
             if part is not None:
                 raise ResnapshotRequired(

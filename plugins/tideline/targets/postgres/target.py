@@ -10,8 +10,9 @@ from psycopg2 import sql
 
 from tideline import sqlfiles
 from tideline.core import schema_drift
-from tideline.core.errors import TargetError
-from tideline.core.table_shape import Column, TableShape, copy_into, create_table
+from tideline.core.errors import SourceError, TargetError
+from tideline.core.table_extras import DELETED_AT, LOADED_OP, PREFIX, TableExtras
+from tideline.core.table_shape import Column, TableShape, copy_into, create_table, extra_column_sql
 from tideline.targets.postgres import dependents
 from tideline.targets.base import CommitStamp, Published, SnapshotLoad, Target
 from tideline.targets.postgres.apply import TableApply
@@ -92,12 +93,17 @@ class PostgresTarget(Target):
         the snapshot, keyed (rejecting duplicates), then swapped in with the state in one
         transaction: readers see the old table or the new one."""
         tgt, shape, schema = load.tgt, load.shape, load.schema
+        clash = load.extras.collisions(shape.column_names)
+        if clash:
+            raise SourceError(f"{load.label}: the source table has a column named {', '.join(clash)}, which Tideline "
+                              f"adds for deletes: soft / metadata: drop that option for the table, or rename the "
+                              f"source column", table=shape.name)
         shadow = shadow_name(shape.name)
         if not load.resumed:   # (a resumed chunked load's shadow holds its earlier chunks)
             with tgt, tgt.cursor() as cur:
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema),
                                                                        sql.Identifier(shadow)))
-                cur.execute(create_table(shape, schema, shadow))
+                cur.execute(create_table(shape, schema, shadow, extras=load.extras))
         started = time.monotonic()
         figures = load.fill(shadow)   # closes the source's snapshot: every partition has read
         copy_secs = time.monotonic() - started
@@ -108,6 +114,8 @@ class PostgresTarget(Target):
         published = Published(rows, figures[0]["how"], "swapped", copy_secs)
         with tgt, tgt.cursor() as cur:
             load.fence(cur)
+            if load.extras.soft_deletes:
+                self._keep_deleted(cur, shape, schema, shadow, load.label)
             self._swap(cur, shape, schema, shadow, load.label)
             load.record(cur, published)
         return published
@@ -147,6 +155,30 @@ class PostgresTarget(Target):
             if not cur.fetchone()[0]:
                 cur.execute(sql.SQL("ANALYZE {}.{}").format(sql.Identifier(schema), sql.Identifier(shadow)))
 
+    def _keep_deleted(self, cur, shape: TableShape, schema: str, shadow: str, label: str) -> None:
+        """Soft deletes across a re-snapshot: the live table's rows whose key the new snapshot lacks
+        stay, marked deleted (when they were not already, at the time of the swap: the source
+        deleted them since the last change the stream applied). A row is never lost to a reload."""
+        cur.execute("SELECT to_regclass(%s)", (f'"{schema}"."{shape.name}"',))
+        if cur.fetchone()[0] is None:
+            return
+        live_cols = {r[0] for r in self.columns(cur, schema, shape.name)}
+        shadow_cols = [r[0] for r in self.columns(cur, schema, shadow)]
+        carried = [c for c in shadow_cols if c in live_cols and c != DELETED_AT
+                   and c not in {col.name for col in shape.columns if col.generated}]
+        deleted_at = sql.SQL("coalesce(l.{}, now())").format(sql.Identifier(DELETED_AT)) \
+            if DELETED_AT in live_cols else sql.SQL("now()")
+        match = sql.SQL(" AND ").join(sql.SQL("n.{k} = l.{k}").format(k=sql.Identifier(k)) for k in shape.primary_key)
+        cur.execute(sql.SQL("INSERT INTO {s}.{shadow} ({cols}, {d}) SELECT {lcols}, {deleted_at} FROM {s}.{live} l "
+                            "WHERE NOT EXISTS (SELECT FROM {s}.{shadow} n WHERE {match})").format(
+            s=sql.Identifier(schema), shadow=sql.Identifier(shadow), live=sql.Identifier(shape.name),
+            cols=sql.SQL(", ").join(map(sql.Identifier, carried)), d=sql.Identifier(DELETED_AT),
+            lcols=sql.SQL(", ").join(sql.SQL("l.{}").format(sql.Identifier(c)) for c in carried),
+            deleted_at=deleted_at, match=match))
+        if cur.rowcount:
+            log.info("%s: %s rows the new snapshot lacks kept, marked deleted (deletes: soft)", label,
+                     f"{cur.rowcount:,}")
+
     def _swap(self, cur, shape: TableShape, schema: str, shadow: str, label: str) -> None:
         """The shadow replaces the live table, keeping its grants, comment and the views built on it."""
         live = shape.name
@@ -175,22 +207,37 @@ class PostgresTarget(Target):
 
     # ---------------------------------------------------------------- repair
 
-    def apply_repair(self, cur, shape: TableShape, schema: str, rows, where, delete_missing: bool
-                     ) -> tuple[int, int, int]:
+    def apply_repair(self, cur, shape: TableShape, schema: str, rows, where, delete_missing: bool,
+                     extras: TableExtras = TableExtras()) -> tuple[int, int, int]:
+        """Repaired rows are as a load writes them (extras: written now, op r); with soft deletes,
+        the rows the source no longer has are marked deleted, not deleted."""
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in shape.written_columns)
         table = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(shape.name))
+        repaired = {c.name: sql.SQL("NULL") for c in extras.columns} | {
+            PREFIX + "synced_at": sql.SQL("now()"), PREFIX + "op": sql.Literal(LOADED_OP)}
         cur.execute(sql.SQL("CREATE TEMP TABLE tl_repair ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
             cols, table))
         cur.copy_expert(sql.SQL("COPY tl_repair ({}) FROM STDIN").format(cols).as_string(cur.connection), rows)
         read = cur.rowcount
         deleted = 0
         pk = sql.SQL(", ").join(sql.Identifier(k) for k in shape.primary_key)
-        if delete_missing:  # rows gone at the source go from the target too
+        if delete_missing and extras.soft_deletes:   # rows gone at the source stay, marked deleted
+            marks = [sql.SQL("{} = now()").format(sql.Identifier(DELETED_AT))] + [
+                sql.SQL("{} = {}").format(sql.Identifier(c.name), repaired[c.name] if c.name != PREFIX + "op"
+                                          else sql.Literal("d")) for c in extras.columns if c.name != DELETED_AT]
+            cur.execute(sql.SQL("UPDATE {t} SET {m} WHERE ({w}) AND {d} IS NULL AND ({pk}) NOT IN "
+                                "(SELECT {pk} FROM tl_repair)").format(t=table, m=sql.SQL(", ").join(marks),
+                                                                      w=sql.SQL(where), d=sql.Identifier(DELETED_AT),
+                                                                      pk=pk))
+            deleted = cur.rowcount
+        elif delete_missing:  # rows gone at the source go from the target too
             cur.execute(sql.SQL("DELETE FROM {t} WHERE ({w}) AND ({pk}) NOT IN (SELECT {pk} FROM tl_repair)").format(
                 t=table, w=sql.SQL(where), pk=pk))
             deleted = cur.rowcount
-        updates = sql.SQL(", ").join(sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
-                                     for c in shape.written_columns if c not in shape.primary_key)
+        updates = sql.SQL(", ").join([sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
+                                      for c in shape.written_columns if c not in shape.primary_key]
+                                     + [sql.SQL("{} = {}").format(sql.Identifier(c.name), repaired[c.name])
+                                        for c in extras.columns])
         cur.execute(sql.SQL("INSERT INTO {t} ({cols}) SELECT {cols} FROM tl_repair ON CONFLICT ({pk}) DO {u}").format(
             t=table, cols=cols, pk=pk,
             u=sql.SQL("UPDATE SET {}").format(updates) if updates.seq else sql.SQL("NOTHING")))
@@ -235,11 +282,22 @@ class PostgresTarget(Target):
 
     # ---------------------------------------------------------------- stream
 
+    def ensure_extras(self, conn, schema: str, table: str, extras: TableExtras) -> list[str]:
+        """Rows written before the option was set hold NULL in the columns it adds."""
+        with conn, conn.cursor() as cur:
+            have = {r[0] for r in self.columns(cur, schema, table)}
+            added = [c for c in extras.columns if c.name not in have]
+            for c in added:
+                cur.execute(sql.SQL("ALTER TABLE {}.{} ADD COLUMN {}").format(
+                    sql.Identifier(schema), sql.Identifier(table), extra_column_sql(c)))
+        return [c.name for c in added]
+
     def apply_changes(self, cur, pipeline: str, schema: str, table: str, topic: str, columns: list[Column],
-                      primary_key: list[str], dead_letter: bool, stamp: CommitStamp = None
-                      ) -> tuple[tuple[int, int], int]:
+                      primary_key: list[str], dead_letter: bool, stamp: CommitStamp = None,
+                      extras: TableExtras = TableExtras()) -> tuple[tuple[int, int], int]:
         """The stamp's offsets and epoch commit in the caller's transaction, with the state."""
-        apply = TableApply(pipeline, schema, table, topic, columns, primary_key, dead_letter=dead_letter)
+        apply = TableApply(pipeline, schema, table, topic, columns, primary_key, dead_letter=dead_letter,
+                           extras=extras)
         counts = apply.run(cur)
         return counts, len(apply.dead_lettered)
 

@@ -1,0 +1,67 @@
+"""The columns a target table carries beside the source's, for the people who read it: a soft
+delete's time and the change metadata (`deletes: soft`, `metadata: [...]` per table). Pure: which
+columns, their logical types, what a full load fills them with, and the collisions that refuse a
+config. Each target maps the logical types to its own (PostgreSQL: timestamptz/text; Iceberg:
+timestamptz/string)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFIX = "_tideline_"
+DELETED_AT = "_tideline_deleted_at"
+METADATA = ("synced_at", "op", "source_ts", "source_position")
+# op of a row a full load wrote: Debezium's own for a snapshot read
+LOADED_OP = "r"
+
+
+@dataclass(frozen=True)
+class ExtraColumn:
+    name: str
+    kind: str        # "timestamptz" | "text"
+    about: str       # what it holds, for the docs and the reference
+
+    @property
+    def pg_type(self) -> str:
+        return "timestamp with time zone" if self.kind == "timestamptz" else "text"
+
+
+_ABOUT = {
+    "synced_at": ("timestamptz", "when the target committed the row's last change (the load's time for a loaded row)"),
+    "op": ("text", "the last change's operation: c insert, u update, d delete (soft deletes), r read by a full load"),
+    "source_ts": ("timestamptz", "the source's commit time of the last change (NULL for a loaded row)"),
+    "source_position": ("text", "where the last change was: the source's log position (PostgreSQL LSN, MariaDB "
+                                "GTID or binlog file:position) and the Kafka partition:offset it travelled at"),
+}
+
+
+@dataclass(frozen=True)
+class TableExtras:
+    """One table's extra columns: soft deletes and the metadata it asked for, in a fixed order."""
+    soft_deletes: bool = False
+    metadata: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, table_config) -> "TableExtras":
+        return cls(table_config.deletes == "soft", tuple(m for m in METADATA if m in table_config.metadata))
+
+    @property
+    def columns(self) -> list[ExtraColumn]:
+        out = [ExtraColumn(DELETED_AT, "timestamptz", "when the source deleted the row; NULL while it exists")] \
+            if self.soft_deletes else []
+        return out + [ExtraColumn(PREFIX + m, *_ABOUT[m]) for m in self.metadata]
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def __bool__(self) -> bool:
+        return self.soft_deletes or bool(self.metadata)
+
+    def collisions(self, source_columns) -> list[str]:
+        """Source columns named as one of these extra columns: the table cannot carry both."""
+        return sorted(set(self.names) & set(source_columns))
+
+
+def position_text(log_position: str | None, partition: int, offset: int) -> str:
+    """`_tideline_source_position`: the source's log position, then the Kafka partition:offset."""
+    return f"{log_position or '-'} kafka {partition}:{offset}"
