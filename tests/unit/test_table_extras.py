@@ -1,0 +1,123 @@
+"""Soft deletes and change metadata (core.table_extras): what the config accepts and refuses
+(naming the file, the line and the field), the columns a table gets, the source log position
+each event carries, and the apply statements a soft-delete table's batch runs."""
+import json
+
+import pytest
+
+from tideline.core import apply_sql
+from tideline.core.config import load_pipeline, parse_pipeline
+from tideline.core.errors import ConfigError
+from tideline.core.table_extras import DELETED_AT, TableExtras
+from tideline.core.table_shape import Column
+
+BASE = {"name": "shop", "source": {"conn_id": "src", "schema": "public"}, "target": {"conn_id": "tgt"},
+        "kafka": {"topic_prefix": "tl.shop"}}
+
+
+def cfg(*tables, target=None):
+    return parse_pipeline({**BASE, **({"target": target} if target else {}), "tables": list(tables)}, "shop.yaml")
+
+
+def test_a_table_asks_for_soft_deletes_and_metadata_and_gets_its_columns_in_a_fixed_order():
+    c = cfg({"name": "orders", "deletes": "soft", "metadata": ["source_position", "synced_at"]})
+    extras = TableExtras.of(c.table("orders"))
+    assert extras.names == [DELETED_AT, "_tideline_synced_at", "_tideline_source_position"]
+    assert [x.pg_type for x in extras.columns] == ["timestamp with time zone"] * 2 + ["text"]
+    assert not TableExtras.of(cfg({"name": "orders"}).table("orders"))
+
+
+def test_bad_extras_are_refused_when_the_file_is_read_naming_file_line_and_field(tmp_path):
+    path = tmp_path / "shop.yaml"
+    path.write_text("name: shop\nsource: {conn_id: s}\ntarget: {conn_id: t}\nkafka: {topic_prefix: p}\n"
+                    "tables:\n  - name: a\n    deletes: sometimes\n  - name: b\n    metadata: [synced_at, lsn]\n")
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(path)
+    text = str(err.value)
+    assert str(path) in text and "tables[0] (a).deletes" in text and "'hard' or 'soft'" in text
+    assert "tables[1] (b).metadata[1]" in text and "(got 'lsn')" in text
+    assert "line 7" in text and "line 9" in text, text
+
+
+@pytest.mark.parametrize("table, says", [
+    ({"name": "e", "mode": "batch", "cursor_column": "at", "deletes": "soft"}, "never sees a delete"),
+    ({"name": "e", "metadata": ["op", "op"]}, "lists a column twice"),
+    ({"name": "e", "columns": ["id", "_tideline_op"], "metadata": ["op"]}, "_tideline_op is a source column"),
+])
+def test_what_cannot_work_is_refused_with_why(table, says):
+    with pytest.raises(ConfigError) as err:
+        cfg(table)
+    assert says in str(err.value)
+
+
+def test_a_pair_without_them_refuses_them_naming_the_pair():
+    lake = {"kind": "iceberg", "catalog": "lake", "namespace": "shop"}
+    with pytest.raises(ConfigError) as err:
+        cfg({"name": "orders", "deletes": "soft"}, target=lake)
+    assert "extras is not supported from postgres into iceberg" in str(err.value)
+    assert cfg({"name": "orders"}, target=lake)   # the same pipeline without them is fine
+
+
+def test_each_event_carries_its_source_log_position():
+    from tideline.core.change_events import log_position, _Source
+    assert log_position(_Source(lsn=0x16B3748)) == "0/16B3748"
+    assert log_position(_Source(lsn=(5 << 32) + 0xABC)) == "5/ABC"
+    assert log_position(_Source(gtid="0-1-42", file="mariadb-bin.000003", pos=1234)) == "0-1-42"
+    assert log_position(_Source(file="mariadb-bin.000003", pos=1234)) == "mariadb-bin.000003:1234"
+    assert log_position(_Source()) is None and log_position(None) is None
+
+
+def test_decoded_events_keep_the_position_through_the_batch_split():
+    import pyarrow as pa
+    from tideline.core.batch_events import split_batch
+    from tideline.core.change_events import decode_records
+    value = json.dumps({"op": "u", "after": {"id": "1"}, "source": {"ts_ms": 5, "lsn": 4096}}).encode()
+    raw = pa.table({"topic": ["t"], "partition": pa.array([0], pa.int32()), "offset": pa.array([9], pa.int64()),
+                    "key": pa.array([b'{"id":"1"}']), "value": pa.array([value])})
+    rows = split_batch(decode_records(raw.to_batches())).rows.to_pylist()
+    assert [(r["position"], r["ts_ms"]) for r in rows] == [("0/1000", 5)]
+
+
+COLUMNS = [Column("id", "integer", True), Column("note", "text", False)]
+
+
+def rendered(statement) -> str:
+    """psycopg2's Composed as text, without a connection (identifiers and literals quoted simply)."""
+    from psycopg2 import sql
+
+    def walk(part):
+        if isinstance(part, sql.Composed):
+            return "".join(walk(p) for p in part.seq)
+        if isinstance(part, sql.Identifier):
+            return ".".join(f'"{s}"' for s in part.strings)
+        if isinstance(part, sql.Literal):
+            return repr(part.wrapped)
+        return part.string
+    return walk(statement)
+
+
+def test_a_soft_delete_marks_the_row_with_the_source_delete_time_and_keeps_its_values():
+    text = rendered(apply_sql.delete_sql("s", "t", COLUMNS, ["id"], extras=TableExtras(True, ("op",))))
+    assert text.startswith('UPDATE "s"."t" AS t SET "_tideline_deleted_at" = coalesce(to_timestamp(s.ts / 1000.0), now())')
+    assert '"_tideline_op" = s.op::text' in text and "s.op = 'd'" in text and '"note"' not in text
+    assert rendered(apply_sql.delete_sql("s", "t", COLUMNS, ["id"])).startswith('DELETE FROM "s"."t"')
+
+
+def test_an_upsert_clears_the_mark_and_writes_the_metadata_from_the_event():
+    extras = TableExtras(True, ("synced_at", "op", "source_ts", "source_position"))
+    update = rendered(apply_sql.update_sql("s", "t", COLUMNS, ["id"], extras=extras))
+    assert '"_tideline_deleted_at" = NULL' in update and '"_tideline_synced_at" = now()' in update
+    assert '"_tideline_source_ts" = to_timestamp(s.ts / 1000.0)' in update
+    assert "concat(coalesce(s.pos, '-'), ' kafka ', s.part, ':', s.off)" in update
+    insert = rendered(apply_sql.insert_sql("s", "t", COLUMNS, ["id"], extras=extras))
+    assert '("id", "note", "_tideline_deleted_at", "_tideline_synced_at", "_tideline_op", "_tideline_source_ts", ' \
+           '"_tideline_source_position")' in insert
+
+
+def test_the_load_fills_the_extras_by_default_and_the_stage_carries_time_and_position():
+    from tideline.core.table_shape import TableShape, create_table
+    ddl = rendered(create_table(TableShape("public", "t", tuple(COLUMNS), ("id",)), "s", "t",
+                                extras=TableExtras(True, ("synced_at", "op"))))
+    assert ddl.endswith('"_tideline_deleted_at" timestamp with time zone, "_tideline_synced_at" timestamp with '
+                        "time zone DEFAULT now(), \"_tideline_op\" text DEFAULT 'r')")
+    assert "ts bigint, pos text" in rendered(apply_sql.CREATE_STAGE)
