@@ -201,6 +201,19 @@ def start_continuous(run, timeout: float = 90) -> tuple[threading.Thread, dict]:
     return thread, ended
 
 
+def stream_until(cfg, spark, check: Callable[[], object], what: str, timeout: float = 90) -> None:
+    """Applies what Kafka holds (an available_now run) until `check` holds: Debezium is
+    asynchronous, so a target state is reached, not assumed. `what` names it if it never comes."""
+    from tideline.stream.run import IncrementalRun
+    deadline = time.time() + timeout
+    while True:
+        IncrementalRun(cfg, spark, "available_now").run()
+        if check():
+            return
+        assert time.time() < deadline, f"{what}: not within {timeout:.0f}s"
+        time.sleep(1)
+
+
 def catching_up(cfg):
     """`cfg` with its stream's batch size back at the target's default. Tests make batches small
     so their faults land mid-stream; catching up after the faults needs no such limit (a backlog

@@ -11,7 +11,7 @@ import pytest
 from pyiceberg import types as it
 
 import stackctl
-from helpers import catching_up, drop_source, rows_as_text
+from helpers import catching_up, drop_source, rows_as_text, stream_until
 from test_dags import airflow_env  # noqa: F401 — fixture
 from tideline import state
 from tideline.core.errors import HaltedError
@@ -216,15 +216,9 @@ def lake_rows_equal(source_db, lake, schema: str, table: str) -> bool:
 
 def stream_until_equal(cfg, spark, source_db, lake, tables: list[str], timeout: float = 120) -> None:
     """Applies what Kafka holds (availableNow) until each Iceberg table, read by PyIceberg, equals
-    its source table row for row: Debezium is asynchronous, so equality is reached, not assumed."""
-    from tideline.stream.run import IncrementalRun
-    deadline = time.time() + timeout
-    while True:
-        IncrementalRun(cfg, spark, "available_now").run()
-        if all(lake_rows_equal(source_db, lake, cfg.name, t) for t in tables):
-            return
-        assert time.time() < deadline, f"the Iceberg tables did not converge to the source within {timeout}s"
-        time.sleep(1)
+    its source table row for row (helpers.stream_until)."""
+    stream_until(cfg, spark, lambda: all(lake_rows_equal(source_db, lake, cfg.name, t) for t in tables),
+                 "the Iceberg tables to converge to the source", timeout)
 
 
 def stamped_commits(lake, schema: str, table: str) -> list[dict]:

@@ -5,14 +5,12 @@ source row for row (`ROW(...)::text` over the source's columns) with the values 
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
-from helpers import drop_source
+from helpers import drop_source, stream_until
 from tideline.core.table_extras import DELETED_AT
 from tideline.load.full_load import FullLoad
-from tideline.stream.run import IncrementalRun
 from tideline.verify import compare
 
 pytestmark = pytest.mark.integration
@@ -38,17 +36,6 @@ def extras_of(target_db, schema: str, table: str, key: int) -> dict:
                     f"_tideline_source_position, ROW({COLUMNS})::text FROM {schema}.{table} WHERE id = %s", (key,))
         row = cur.fetchone()
     return None if row is None else dict(zip(("deleted_at", "synced_at", "op", "source_ts", "position", "row"), row))
-
-
-def stream_until(cfg, spark, check, what: str, timeout: float = 90) -> None:
-    """Applies what Kafka holds until `check` holds (Debezium is asynchronous)."""
-    deadline = time.time() + timeout
-    while True:
-        IncrementalRun(cfg, spark, "available_now").run()
-        if check():
-            return
-        assert time.time() < deadline, f"{what}: not within {timeout:.0f}s"
-        time.sleep(1)
 
 
 def test_soft_deletes_and_metadata_through_load_stream_resnapshot_verify_and_repair(
