@@ -50,12 +50,11 @@ def test_what_cannot_work_is_refused_with_why(table, says):
     assert says in str(err.value)
 
 
-def test_a_pair_without_them_refuses_them_naming_the_pair():
-    lake = {"kind": "iceberg", "catalog": "lake", "namespace": "shop"}
-    with pytest.raises(ConfigError) as err:
-        cfg({"name": "orders", "deletes": "soft"}, target=lake)
-    assert "extras is not supported from postgres into iceberg" in str(err.value)
-    assert cfg({"name": "orders"}, target=lake)   # the same pipeline without them is fine
+def test_every_pair_carries_them_and_the_config_asks_the_support_table():
+    from tideline.core import support
+    lake = cfg({"name": "orders", "deletes": "soft"}, target={"kind": "iceberg", "catalog": "lake", "namespace": "s"})
+    assert TableExtras.of(lake.table("orders")).soft_deletes and lake.supports("extras")
+    assert all("extras" in modes for modes in support.SUPPORT.values())
 
 
 def test_each_event_carries_its_source_log_position():
@@ -121,3 +120,16 @@ def test_the_load_fills_the_extras_by_default_and_the_stage_carries_time_and_pos
     assert ddl.endswith('"_tideline_deleted_at" timestamp with time zone, "_tideline_synced_at" timestamp with '
                         "time zone DEFAULT now(), \"_tideline_op\" text DEFAULT 'r')")
     assert "ts bigint, pos text" in rendered(apply_sql.CREATE_STAGE)
+
+
+def test_the_iceberg_merge_marks_a_soft_delete_and_writes_the_metadata_like_the_postgres_apply():
+    from tideline.targets.iceberg.apply import LakeApply
+    apply = LakeApply(None, "p", "s", "t", "topic", COLUMNS, ["id"], extras=TableExtras(True, ("op", "source_ts")))
+    merge = apply.merge_sql("lake.s.t", "v")
+    assert ("WHEN MATCHED AND s.__tl_op = 'd' THEN UPDATE SET t.`_tideline_deleted_at` = "
+            "coalesce(timestamp_millis(s.__tl_ts), current_timestamp()), t.`_tideline_op` = s.__tl_op") in merge
+    assert "t.`_tideline_deleted_at` = CAST(NULL AS TIMESTAMP)" in merge and "DELETE" not in merge
+    assert merge.endswith("INSERT (`id`, `note`, `_tideline_deleted_at`, `_tideline_op`, `_tideline_source_ts`) "
+                          "VALUES (s.`id`, s.`note`, CAST(NULL AS TIMESTAMP), s.__tl_op, timestamp_millis(s.__tl_ts))")
+    plain = LakeApply(None, "p", "s", "t", "topic", COLUMNS, ["id"]).merge_sql("lake.s.t", "v")
+    assert "THEN DELETE" in plain and "_tideline" not in plain

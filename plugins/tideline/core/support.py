@@ -22,8 +22,8 @@ MODES = ("cdc", "batch", "verify", "maintenance", "extras")
 SUPPORT: dict[tuple[str, str], frozenset[str]] = {
     ("postgres", "postgres"): frozenset({"cdc", "batch", "verify", "extras"}),
     ("mariadb", "postgres"): frozenset({"cdc", "batch", "verify", "extras"}),
-    ("postgres", "iceberg"): frozenset({"cdc", "verify", "maintenance"}),
-    ("mariadb", "iceberg"): frozenset({"cdc", "maintenance"}),   # verify: no MariaDB side in Iceberg's order yet
+    ("postgres", "iceberg"): frozenset({"cdc", "verify", "maintenance", "extras"}),
+    ("mariadb", "iceberg"): frozenset({"cdc", "maintenance", "extras"}),   # verify: no MariaDB side in Iceberg's order yet
 }
 
 

@@ -24,6 +24,10 @@ class ExtraColumn:
     def pg_type(self) -> str:
         return "timestamp with time zone" if self.kind == "timestamptz" else "text"
 
+    @property
+    def iceberg_type(self) -> str:
+        return "timestamptz" if self.kind == "timestamptz" else "string"
+
 
 _ABOUT = {
     "synced_at": ("timestamptz", "when the target committed the row's last change (the load's time for a loaded row)"),
@@ -65,3 +69,27 @@ class TableExtras:
 def position_text(log_position: str | None, partition: int, offset: int) -> str:
     """`_tideline_source_position`: the source's log position, then the Kafka partition:offset."""
     return f"{log_position or '-'} kafka {partition}:{offset}"
+
+
+# Spark SQL (an Iceberg target): the values of a row written by a load or a repair, and of a row
+# a change event writes (`s.` the MERGE's source view, with the event's op, time and position)
+_SPARK_LOADED = {DELETED_AT: "CAST(NULL AS TIMESTAMP)", PREFIX + "synced_at": "current_timestamp()",
+                 PREFIX + "op": f"'{LOADED_OP}'", PREFIX + "source_ts": "CAST(NULL AS TIMESTAMP)",
+                 PREFIX + "source_position": "CAST(NULL AS STRING)"}
+
+
+def spark_loaded(extras: TableExtras) -> list[tuple[str, str]]:
+    """(column, Spark SQL value) of a row a load or a repair writes."""
+    return [(c.name, _SPARK_LOADED[c.name]) for c in extras.columns]
+
+
+def spark_event(extras: TableExtras, deleting: bool, op: str, ts_ms: str, pos: str, part: str, off: str
+                ) -> list[tuple[str, str]]:
+    """(column, Spark SQL value) of a row a change event writes, from the view's columns named
+    op, ts_ms, pos, part and off: as the PostgreSQL target's apply (core.apply_sql.extra_values)."""
+    source_ts = f"timestamp_millis({ts_ms})"
+    values = {DELETED_AT: f"coalesce({source_ts}, current_timestamp())" if deleting else "CAST(NULL AS TIMESTAMP)",
+              PREFIX + "synced_at": "current_timestamp()", PREFIX + "op": op, PREFIX + "source_ts": source_ts,
+              PREFIX + "source_position": f"concat(coalesce({pos}, '-'), ' kafka ', CAST({part} AS STRING), ':', "
+                                          f"CAST({off} AS STRING))"}
+    return [(c.name, values[c.name]) for c in extras.columns]

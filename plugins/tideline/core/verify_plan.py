@@ -300,16 +300,25 @@ class TextKeyRanges:
     """Key ranges as SQL text for a dialect that renders its key row (`_key_row`) and a row of key
     literals (`_literal_row`): MariaDB's (core.verify_canonical) and Spark's (core.verify_lake)."""
 
+    only: str | None = None   # rows this side compares at all (only_where_null)
+
+    def only_where_null(self, column: str) -> None:
+        """From here on, every predicate it builds holds only rows whose `column` is NULL."""
+        self.only = "`" + column.replace("`", "``") + "` IS NULL"   # MariaDB's and Spark's quoting
+
+    def _of(self, pred: str) -> str:
+        return pred if self.only is None else f"({pred}) AND ({self.only})"
+
     def range_predicate(self, rng: KeyRange) -> str:
         parts = []
         if rng.lo is not None:
             parts.append(f"{self._key_row()} >= {self._literal_row(rng.lo)}")
         if rng.hi is not None:
             parts.append(f"{self._key_row()} < {self._literal_row(rng.hi)}")
-        return " AND ".join(parts) or "TRUE"
+        return self._of(" AND ".join(parts) or "TRUE")
 
     def keys_predicate(self, keys: list[tuple[str, ...]]) -> str:
-        return f"{self._key_row()} IN ({', '.join(self._literal_row(k) for k in keys)})"
+        return self._of(f"{self._key_row()} IN ({', '.join(self._literal_row(k) for k in keys)})")
 
     def bucket_case(self, boundaries: list[tuple[str, ...]]) -> str:
         """Index of the sub-range a row falls in (0 = before the first boundary), as bucket_expr."""
@@ -327,14 +336,18 @@ class PgDialect:
                                                                              key_text)
         self.only: sql.Composable | None = None   # rows this side compares at all (a soft-deleted row is not)
 
+    def only_where_null(self, column: str) -> None:
+        """From here on, every predicate it builds holds only rows whose `column` is NULL."""
+        self.only = sql.SQL("{} IS NULL").format(sql.Identifier(column))
+
     def _of(self, pred: sql.Composable) -> sql.Composable:
         return pred if self.only is None else sql.SQL("({}) AND ({})").format(pred, self.only)
 
     def range_predicate(self, rng: KeyRange) -> sql.Composable:
-        return range_predicate(self.shape, rng, self.collatable)
+        return self._of(range_predicate(self.shape, rng, self.collatable))
 
     def keys_predicate(self, keys: list[tuple[str, ...]]) -> sql.Composable:
-        return keys_predicate(self.shape, keys)
+        return self._of(keys_predicate(self.shape, keys))
 
     def any_range_predicate(self, ranges: list[KeyRange], integer: bool = False) -> sql.Composable:
         """Rows in any of the ranges (an index scan each, where a bucket number is computed per row);
@@ -346,22 +359,22 @@ class PgDialect:
                 parts = ([f"{key} >= {int(r.lo[0])}"] if r.lo is not None else []) + \
                         ([f"{key} < {int(r.hi[0])}"] if r.hi is not None else [])
                 return "(" + (" AND ".join(parts) or "TRUE") + ")"
-            return sql.SQL("(" + " OR ".join(between(r) for r in ranges) + ")")
-        return sql.SQL("({})").format(sql.SQL(" OR ").join(
-            sql.SQL("({})").format(self.range_predicate(r)) for r in ranges))
+            return self._of(sql.SQL("(" + " OR ".join(between(r) for r in ranges) + ")"))
+        return self._of(sql.SQL("({})").format(sql.SQL(" OR ").join(
+            sql.SQL("({})").format(range_predicate(self.shape, r, self.collatable)) for r in ranges)))
 
     def bounds_query(self, pred: sql.Composable) -> sql.Composed:
         """The lowest and highest key (as text) in a range of a one-column key."""
         key = sql.Identifier(self.shape.primary_key[0])
         return sql.SQL("SELECT min({k})::text, max({k})::text FROM {s}.{t} WHERE {p}").format(
-            k=key, s=sql.Identifier(self.schema), t=sql.Identifier(self.shape.name), p=self._of(pred))
+            k=key, s=sql.Identifier(self.schema), t=sql.Identifier(self.shape.name), p=pred)
 
     def fingerprint_query(self, pred: sql.Composable, boundaries: list[tuple[str, ...]] | None = None):
         bucket = bucket_expr(self.shape, boundaries, self.collatable) if boundaries is not None else None
-        return fingerprint_query(self.shape, self.schema, self._of(pred), self.hash, bucket)
+        return fingerprint_query(self.shape, self.schema, pred, self.hash, bucket)
 
     def rows_query(self, pred: sql.Composable) -> sql.Composed:
-        return rows_query(self.shape, self.schema, self._of(pred), self.hash, self.key_text)
+        return rows_query(self.shape, self.schema, pred, self.hash, self.key_text)
 
     def bucket_rows_query(self, pred: sql.Composable, boundaries: list[tuple[str, ...]], buckets: list[int]):
         """Each row of the given sub-ranges (by index, as bucket_expr numbers them): its sub-range,
@@ -370,9 +383,9 @@ class PgDialect:
         keys = sql.SQL(", ").join(self.key_text(k) for k in self.shape.primary_key)
         return sql.SQL("SELECT {b}, {k}, {h} FROM {s}.{t} WHERE {p} AND {b} = ANY({l})").format(
             b=bucket, k=keys, h=self.hash, s=sql.Identifier(self.schema), t=sql.Identifier(self.shape.name),
-            p=self._of(pred),
+            p=pred,
             l=sql.Literal(buckets))
 
     def boundaries_query(self, pred: sql.Composable, parts: int, sample_percent: float | None = None):
-        return boundaries_in_range(self.shape, self.schema, self._of(pred), parts, self.collatable, sample_percent,
+        return boundaries_in_range(self.shape, self.schema, pred, parts, self.collatable, sample_percent,
                                    self.key_text)

@@ -21,8 +21,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from psycopg2 import sql
-
 from tideline import engines, kafka_offsets, state, targets
 from tideline.verify.findings import record
 from tideline.core.verify_side import VerifySide
@@ -116,7 +114,7 @@ class TableVerifier:
         rows it holds as existing (core.table_extras), its extra columns never (the shape is the
         source's)."""
         if TableExtras.of(self.cfg.table(table)).soft_deletes:
-            self.tgt.dialect.only = sql.SQL("{} IS NULL").format(sql.Identifier(DELETED_AT))
+            self.tgt.dialect.only_where_null(DELETED_AT)
 
     def run(self, table: str) -> VerifyReport:
         started = time.time()

@@ -33,6 +33,7 @@ from tideline.core.apply_failure import FailedEvent, describe, is_deterministic,
 from tideline.core.debezium import may_be_unavailable, unavailable_test, value_expr
 from tideline.core.errors import FencedError, ResnapshotRequired, SourceError, TargetError
 from tideline.core.lake_types import spark_ident
+from tideline.core.table_extras import TableExtras, spark_event
 from tideline.core.table_shape import Column
 from tideline.targets.base import ApplyRefused, CommitStamp
 from tideline.targets.iceberg.snapshots import (SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE, stamped_since,
@@ -47,7 +48,7 @@ SESSION = ("SET LOCAL TimeZone = 'UTC'", "SET LOCAL IntervalStyle = 'postgres'",
 _ARROW = {"int": pa.int32(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64(),
           "boolean": pa.bool_(), "string": pa.string(), "binary": pa.binary(), "date": pa.int32(),
           "timestamp": pa.int64(), "timestamptz": pa.int64()}
-OP, PART, OFF, KEY = "__tl_op", "__tl_part", "__tl_off", "__tl_key"
+OP, PART, OFF, KEY, TS, POS = "__tl_op", "__tl_part", "__tl_off", "__tl_key", "__tl_ts", "__tl_pos"
 
 
 def arrow_type(lake: lake_types.LakeColumn) -> pa.DataType:
@@ -90,6 +91,7 @@ class LakeApply:
     primary_key: list[str]
     dead_letter: bool = False
     dead_lettered: list[FailedEvent] = field(default_factory=list)
+    extras: TableExtras = TableExtras()   # soft deletes and metadata columns (core.table_extras)
 
     def __post_init__(self):
         self.lake = [lake_types.lake_column(c) for c in self.columns]
@@ -113,7 +115,7 @@ class LakeApply:
         idx = range(len(self.columns)) if columns is None else columns
         decoded = sql.SQL(", ").join(sql.SQL("{} AS {}").format(self._decoded(self.columns[i]), sql.Identifier(f"c{i}"))
                                      for i in idx)
-        out = ["s.op", "s.part", "s.off", "s.key::text"]
+        out = ["s.op", "s.part", "s.off", "s.key::text", "s.ts", "s.pos"]
         for i in idx:
             lake, value = self.lake[i], f'v."c{i}"'
             refused = f"coalesce(({lake.refuse.replace('{c}', value)}), false)" if lake.refuse else None
@@ -132,7 +134,7 @@ class LakeApply:
         ).as_string(cur)
 
     def _read(self, cur) -> pa.Table:
-        """The table's staged events decoded, in Kafka order (columns OP, PART, OFF, KEY, then c, r
+        """The table's staged events decoded, in Kafka order (columns OP, PART, OFF, KEY, TS, POS, then c, r
         and u of each column: its value, refused, not sent); a value that does not decode is found
         down to its event (ApplyRefused, or a dead letter and the rest read again)."""
         for stmt in SESSION:
@@ -158,10 +160,11 @@ class LakeApply:
         Python (a 258,000-change batch: 2.4 -> ~1 s). NULL is an unquoted empty field, an empty
         string a quoted one; booleans are t/f. Bytes (bytea's hex) and lists (as JSON) are the
         Python-converted exceptions."""
-        names = [OP, PART, OFF, KEY] + [f"{x}{i}" for i in range(len(self.lake)) for x in "cru"]
+        names = [OP, PART, OFF, KEY, TS, POS] + [f"{x}{i}" for i in range(len(self.lake)) for x in "cru"]
         typed = {f"c{i}": arrow_type(lake) for i, lake in enumerate(self.lake)}
         as_text = [n for n, t in typed.items() if pa.types.is_binary(t) or pa.types.is_list(t)]
-        types = {OP: pa.string(), PART: pa.int32(), OFF: pa.int64(), KEY: pa.string()}   # as the CSV is read
+        types = {OP: pa.string(), PART: pa.int32(), OFF: pa.int64(), KEY: pa.string(), TS: pa.int64(),
+                 POS: pa.string()}   # as the CSV is read
         for i in range(len(self.lake)):
             c = f"c{i}"
             types.update({c: pa.string() if c in as_text else typed[c], f"r{i}": pa.bool_(), f"u{i}": pa.bool_()})
@@ -256,20 +259,28 @@ class LakeApply:
 
     # ------------------------------------------------------------------ the MERGE
 
+    def _extras(self, deleting: bool) -> list[tuple[str, str]]:
+        return [(spark_ident(n), v) for n, v in spark_event(self.extras, deleting, f"s.{OP}", f"s.{TS}", f"s.{POS}",
+                                                            f"s.{PART}", f"s.{OFF}")]
+
     def merge_sql(self, table_id: str, view: str) -> str:
-        """Deletes, updates (a value Debezium did not send keeps the table's) and inserts by key."""
+        """Deletes (with soft deletes: marks), updates (a value Debezium did not send keeps the
+        table's) and inserts by key, each writing the table's extra columns from its event."""
         on = " AND ".join(f"t.{spark_ident(k)} <=> s.{spark_ident(k)}" for k in self.primary_key)
         names = [spark_ident(c.name) for c in self.columns]
-        sets = ", ".join(f"t.{n} = CASE WHEN s.`u{i}` THEN t.{n} ELSE s.{n} END" for i, n in enumerate(names)
-                         if self.columns[i].name not in self.primary_key)
-        update = f" WHEN MATCHED THEN UPDATE SET {sets}" if sets else ""
-        return (f"MERGE INTO {table_id} t USING {view} s ON {on} WHEN MATCHED AND s.{OP} = 'd' THEN DELETE{update} "
-                f"WHEN NOT MATCHED AND s.{OP} <> 'd' THEN INSERT ({', '.join(names)}) "
-                f"VALUES ({', '.join('s.' + n for n in names)})")
+        sets = [f"t.{n} = CASE WHEN s.`u{i}` THEN t.{n} ELSE s.{n} END" for i, n in enumerate(names)
+                if self.columns[i].name not in self.primary_key] + [f"t.{n} = {v}" for n, v in self._extras(False)]
+        update = f" WHEN MATCHED THEN UPDATE SET {', '.join(sets)}" if sets else ""
+        delete = ("UPDATE SET " + ", ".join(f"t.{n} = {v}" for n, v in self._extras(True))
+                  if self.extras.soft_deletes else "DELETE")
+        added = self._extras(False)
+        return (f"MERGE INTO {table_id} t USING {view} s ON {on} WHEN MATCHED AND s.{OP} = 'd' THEN {delete}{update} "
+                f"WHEN NOT MATCHED AND s.{OP} <> 'd' THEN INSERT ({', '.join(names + [n for n, _ in added])}) "
+                f"VALUES ({', '.join(['s.' + n for n in names] + [v for _, v in added])})")
 
     def projection(self) -> list[str]:
         """Spark values from the read ones (lake_types), plus the op and the unsent-value flags."""
-        out = [OP, PART, OFF, KEY]
+        out = [OP, PART, OFF, KEY, TS, POS]
         for i, lake in enumerate(self.lake):
             out.append(f"{lake.spark.replace('{v}', f'c{i}')} AS {spark_ident(lake.name)}")
             out.append(f"u{i}")

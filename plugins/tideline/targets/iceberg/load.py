@@ -13,8 +13,11 @@ import logging
 import re
 from contextlib import contextmanager
 
+from pyspark.sql import functions as F
+
 from tideline.core import lake_types
 from tideline.core.errors import LoadVerificationError, RefusedValue
+from tideline.core.table_extras import DELETED_AT, TableExtras, spark_loaded
 from tideline.core.table_shape import TableShape
 from tideline.targets.iceberg.snapshots import SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE
 
@@ -49,11 +52,14 @@ def read_query(engine, shape: TableShape, columns: list[lake_types.LakeColumn], 
 
 
 @contextmanager
-def lake_reader(spark, engine, shape: TableShape, label: str, session_init: str | None):
+def lake_reader(spark, engine, shape: TableShape, label: str, session_init: str | None,
+                extras: TableExtras = TableExtras()):
     """`read(predicates)`: the source's rows of those key ranges as a DataFrame of the lake's
-    columns (core.lake_types), one Spark task per predicate, each session running `session_init`
+    columns (core.lake_types) and the table's extra columns as a load writes them
+    (core.table_extras), one Spark task per predicate, each session running `session_init`
     first; with the session set as writing them needs while the block runs."""
     columns = read_columns(engine, shape)
+    added = [f"{value} AS {lake_types.spark_ident(name)}" for name, value in spark_loaded(extras)]
     props = engine.jdbc_read_properties()
     if session_init:
         props["sessionInitStatement"] = session_init
@@ -64,26 +70,53 @@ def lake_reader(spark, engine, shape: TableShape, label: str, session_init: str 
     try:
         yield lambda predicates: spark.read.jdbc(engine.jdbc_url(), read_query(engine, shape, columns),
                                                  predicates=predicates, properties=props).selectExpr(
-            *lake_types.spark_projection(label, shape, columns))
+            *lake_types.spark_projection(label, shape, columns), *added)
     finally:
         spark.conf.set(CHAR_AS_STRING, previous)
 
 
 def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: str, label: str, pipeline: str,
-                    epoch: int, offsets: dict[int, int]) -> int:
-    """Reads the snapshot and commits it as the table's rows; returns the rows the commit holds."""
+                    epoch: int, offsets: dict[int, int], extras: TableExtras = TableExtras()) -> int:
+    """Reads the snapshot and commits it as the table's rows; returns the rows of the snapshot
+    the commit holds. A table with soft deletes keeps the rows the snapshot lacks, marked deleted:
+    its snapshot goes through the staging table first, so the source is read once."""
     store.use(spark)
     columns = read_columns(engine, shape)
-    with lake_reader(spark, engine, shape, label, snap.session_init) as read:
+    summary = {SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())}),
+               SUMMARY_EPOCH: str(epoch), SUMMARY_PIPELINE: pipeline}
+    keeping = extras.soft_deletes and store.iceberg_table(schema, shape.name) is not None
+    staging = store.table_id(schema, staging_name(shape.name))
+    with lake_reader(spark, engine, shape, label, snap.session_init, extras) as read:
         df = read(snap.predicates)
         log.info("%s: writing %d partitions into %s (one Iceberg commit): %s", label, len(snap.predicates),
                  store.table_id(schema, shape.name),
                  ", ".join(f"{c.name} {c.iceberg}{' (exact text)' if c.as_text else ''}" for c in columns))
-        _refusing(label, shape, lambda: store.write_snapshot(spark, df, schema, shape.name, {
-            SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())}),
-            SUMMARY_EPOCH: str(epoch), SUMMARY_PIPELINE: pipeline}, list(shape.columns)))
-    summary = store.current_summary(schema, shape.name) or {}
-    return int(summary.get("total-records", -1))
+        if keeping:
+            _refusing(label, shape, lambda: df.writeTo(staging).using("iceberg").createOrReplace())
+            df = spark.table(staging)
+        carried = _publish(store, spark, df, schema, shape, summary, keeping, label)
+    if keeping:
+        spark.sql(f"DROP TABLE IF EXISTS {staging}")
+    return int((store.current_summary(schema, shape.name) or {}).get("total-records", -1)) - carried
+
+
+def _publish(store, spark, df, schema: str, shape: TableShape, summary: dict[str, str], keep_deleted: bool,
+             label: str) -> int:
+    """The rows of `df` become the table's in one commit; with `keep_deleted`, with the live
+    table's rows whose key `df` lacks too, marked deleted (their own delete time kept). Returns
+    the rows carried over that way."""
+    carried = 0
+    if keep_deleted:
+        live = spark.table(store.table_id(schema, shape.name))
+        gone = live.join(df.select(*shape.primary_key), list(shape.primary_key), "left_anti")
+        gone = gone.withColumn(DELETED_AT, F.coalesce(F.col(DELETED_AT), F.current_timestamp())
+                               if DELETED_AT in gone.columns else F.current_timestamp())
+        carried = gone.count()
+        df = df.unionByName(gone.select(*[c for c in df.columns if c in gone.columns]), allowMissingColumns=True)
+        if carried:
+            log.info("%s: %s rows the new snapshot lacks kept, marked deleted (deletes: soft)", label, f"{carried:,}")
+    _refusing(label, shape, lambda: store.write_snapshot(spark, df, schema, shape.name, summary, list(shape.columns)))
+    return carried
 
 
 SUMMARY_LOAD, SUMMARY_CHUNKS = "tideline.chunked-load", "tideline.chunks"
@@ -125,7 +158,8 @@ def commit_chunks(store, load, chunked, parallelism: int, properties: dict[str, 
     store.use(spark)
     staging = staging_name(shape.name)
     done = staged_chunks(store, schema, shape.name, chunked.load_id) if chunked.resumed else None
-    with lake_reader(spark, engine, shape, label, engine.chunk_session_init) as read:
+    keeping = load.extras.soft_deletes and store.iceberg_table(schema, shape.name) is not None
+    with lake_reader(spark, engine, shape, label, engine.chunk_session_init, load.extras) as read:
         if done is None:   # a new load (or its staging table lost): an empty staging table of the load's shape
             spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {store.catalog}.`{schema}`")
             spark.sql(f"DROP TABLE IF EXISTS {store.table_id(schema, staging)}")
@@ -148,10 +182,10 @@ def commit_chunks(store, load, chunked, parallelism: int, properties: dict[str, 
             fence_and_record(commit, None)
             log.info("%s: chunks %s staged (%d of %d)", label, group, start + len(group), len(pending))
         staged = sum((staged_chunks(store, schema, shape.name, chunked.load_id) or {}).values())
-        store.write_snapshot(spark, spark.table(store.table_id(schema, staging)), schema, shape.name, {
+        carried = _publish(store, spark, spark.table(store.table_id(schema, staging)), schema, shape, {
             SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(load.offsets.items())}),
-            SUMMARY_EPOCH: str(load.epoch), SUMMARY_PIPELINE: load.pipeline}, list(shape.columns))
-    landed = int((store.current_summary(schema, shape.name) or {}).get("total-records", -1))
+            SUMMARY_EPOCH: str(load.epoch), SUMMARY_PIPELINE: load.pipeline}, keeping, label)
+    landed = int((store.current_summary(schema, shape.name) or {}).get("total-records", -1)) - carried
     if landed != staged:
         raise LoadVerificationError(f"{label}: the chunks staged {staged:,} rows but the table's commit holds "
                                     f"{landed:,}; the stream will not start from it. Rerun the full load.")

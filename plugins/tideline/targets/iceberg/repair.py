@@ -16,6 +16,7 @@ import uuid
 from tideline.core import lake_types, verify_lake
 from tideline.core.errors import SourceError, TargetError
 from tideline.core.lake_types import spark_ident
+from tideline.core.table_extras import DELETED_AT, PREFIX, TableExtras, spark_loaded
 from tideline.core.table_shape import TableShape
 from tideline.targets.iceberg.load import CHAR_AS_STRING, read_columns, read_query
 from tideline.targets.iceberg.apply import commit_with
@@ -52,7 +53,9 @@ def range_where(shape: TableShape, column: str, lo: str, hi: str, as_time: bool)
 
 
 def repair_from_source(target, engine, src, shape: TableShape, schema: str, source_where: str, target_where: str,
-                       delete_missing: bool, label: str) -> tuple[int, int, int]:
+                       delete_missing: bool, label: str, extras: TableExtras = TableExtras()) -> tuple[int, int, int]:
+    """Repaired rows are as a load writes them (core.table_extras); with soft deletes, the rows
+    the source no longer has are marked deleted, not deleted."""
     spark = target.session()
     columns = read_columns(engine, shape)
     previous = spark.conf.get(CHAR_AS_STRING, "false")
@@ -61,7 +64,8 @@ def repair_from_source(target, engine, src, shape: TableShape, schema: str, sour
     try:
         df = spark.read.jdbc(engine.jdbc_url(), read_query(engine, shape, columns, source_where),
                              properties=engine.jdbc_read_properties())
-        rows = df.selectExpr(*lake_types.spark_projection(label, shape, columns)).persist()
+        rows = df.selectExpr(*lake_types.spark_projection(label, shape, columns),
+                             *[f"{v} AS {spark_ident(n)}" for n, v in spark_loaded(extras)]).persist()
         try:
             try:
                 read = rows.count()   # the one read of the source, now, behind the fence
@@ -76,9 +80,14 @@ def repair_from_source(target, engine, src, shape: TableShape, schema: str, sour
             deleted = 0
             gone = ""
             if delete_missing:
-                deleted = spark.sql(f"SELECT count(*) FROM (SELECT * FROM {table_id} WHERE {target_where}) t "
+                live = f" AND {spark_ident(DELETED_AT)} IS NULL" if extras.soft_deletes else ""
+                deleted = spark.sql(f"SELECT count(*) FROM (SELECT * FROM {table_id} WHERE ({target_where}){live}) t "
                                     f"LEFT ANTI JOIN {view} s ON {on}").first()[0]
-                gone = f" WHEN NOT MATCHED BY SOURCE AND ({target_where}) THEN DELETE"
+                marks = ", ".join(f"t.{spark_ident(n)} = {'current_timestamp()' if n == DELETED_AT else v}"
+                                  for n, v in spark_loaded(extras) if n != PREFIX + "op")
+                marks += f", t.{spark_ident(PREFIX + 'op')} = 'd'" if PREFIX + "op" in extras.names else ""
+                gone = (f" WHEN NOT MATCHED BY SOURCE AND ({target_where}){live} THEN "
+                        + (f"UPDATE SET {marks}" if extras.soft_deletes else "DELETE"))
             merge = (f"MERGE INTO {table_id} t USING {view} s ON {on} WHEN MATCHED THEN UPDATE SET * "
                      f"WHEN NOT MATCHED THEN INSERT *{gone}")
             commit_with(spark, {SUMMARY_REPAIR: label}, lambda: spark.sql(merge))

@@ -17,13 +17,13 @@ import logging
 import threading
 import time
 
-from tideline.core import lake_types
 from tideline.core.readable import ago
-from tideline.core.errors import ConfigError, ResnapshotRequired, SchemaChangeError, TargetError
+from tideline.core.errors import ConfigError, TargetError
 from tideline.core.table_extras import TableExtras
 from tideline.core.table_shape import Column
 from tideline.targets.base import CommitStamp, Published, SnapshotLoad, Target
 from tideline.targets.iceberg.apply import LakeApply
+from tideline.targets.iceberg.schema import COLUMNS_PROPERTY, add_extras, columns_property, evolve
 from tideline.targets.iceberg.snapshots import (SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE, newest_stamped,
                                                 summary_of)
 
@@ -31,7 +31,6 @@ log = logging.getLogger("tideline.targets.iceberg")
 
 # the table's columns as the source declares them ([name, type, not null, generated]): how the
 # stream decodes each column's events and what schema drift compares with
-COLUMNS_PROPERTY = "tideline.columns"
 # merge-on-read: a commit of changes writes delete files, not a rewrite of the data files it touches.
 # Format version 3: those deletes are deletion vectors (one bitmap per data file, merged by each
 # commit) instead of position delete files every later MERGE's scan of the table must read and sort:
@@ -169,11 +168,9 @@ class IcebergTarget(Target):
     def repair_from_source(self, cur, engine, src, shape, schema: str, source_where: str, target_where: str,
                            delete_missing: bool, label: str, extras: TableExtras = TableExtras()
                            ) -> tuple[int, int, int]:
-        if extras:
-            raise self.not_built("soft deletes and metadata columns")
         from tideline.targets.iceberg import repair as iceberg_repair
         return iceberg_repair.repair_from_source(self, engine, src, shape, schema, source_where, target_where,
-                                                 delete_missing, label)
+                                                 delete_missing, label, extras)
 
     def range_where(self, conn, shape, column: str, lo: str, hi: str, as_time: bool) -> str:
         from tideline.targets.iceberg import repair as iceberg_repair
@@ -206,7 +203,7 @@ class IcebergTarget(Target):
             with tgt.cursor() as cur:
                 load.fence(cur)
             landed = commit_snapshot(load.spark, load.engine, self, load.src, load.shape, load.snap, load.schema,
-                                     load.label, load.pipeline, load.epoch, load.offsets)
+                                     load.label, load.pipeline, load.epoch, load.offsets, load.extras)
             load.engine.close_snapshot(load.src)
         copy_secs = time.monotonic() - started
         rows = load.verified(landed, landed, f"the Iceberg commit holds {landed:,}; the stream will not start from it")
@@ -302,6 +299,9 @@ class IcebergTarget(Target):
             return None
 
     # ---------------------------------------------------------------- stream
+
+    def ensure_extras(self, conn, schema: str, table: str, extras: TableExtras) -> list[str]:
+        return add_extras(self, schema, table, extras)
     def columns(self, cur, schema: str, table: str) -> list[tuple]:
         """The source's columns the table was written with (its property), in the table's order."""
         t = self.iceberg_table(schema, table)
@@ -331,62 +331,10 @@ class IcebergTarget(Target):
                       primary_key: list[str], dead_letter: bool, stamp: CommitStamp = None,
                       extras: TableExtras = TableExtras()) -> tuple[tuple[int, int], int]:
         """One MERGE commit carrying the stamp (iceberg_apply), while the caller holds the fence."""
-        apply = LakeApply(self, pipeline, schema, table, topic, columns, primary_key, dead_letter=dead_letter)
+        apply = LakeApply(self, pipeline, schema, table, topic, columns, primary_key, dead_letter=dead_letter,
+                          extras=extras)
         counts = apply.run(cur, stamp)
         return counts, len(apply.dead_lettered)
 
     def evolve(self, cur, schema: str, table: str, drift) -> None:
-        """Added columns and Iceberg's type promotions (int to long, float to double, a decimal's
-        precision) in one commit with the columns property (Iceberg's own API in the stream's Spark
-        session: PyIceberg writes no format version 3 metadata); anything else halts the table."""
-        label = f"{schema}.{table}"
-        for c in drift.add:
-            if c.default is not None:
-                raise ResnapshotRequired(
-                    f"table {label}, column {c.name}: added at the source with the default {c.default}, which the "
-                    f"existing rows hold without change events; Tideline does not give an Iceberg table's existing "
-                    f"rows a value without rewriting them, so the table is reloaded by itself.", table=table)
-        promote = []
-        for name, old, new in drift.widen:
-            now = lake_types.iceberg_widening(old, new)
-            if now == "same":
-                continue
-            if now is not None:
-                promote.append((name, now))
-                continue
-            was, wanted = (lake_types.lake_column(Column(name, ty, False)).iceberg for ty in (old, new))
-            raise SchemaChangeError(
-                f"table {label}, column {name}: type changed at the source from {old} to {new}; the Iceberg column "
-                f"({was}) cannot become {wanted} without rewriting its values (Iceberg widens int to long, float "
-                f"to double and a decimal's precision only). The table is HALTED at its last committed batch. To "
-                f"continue: run the sync DAG with action=full_reload for this table.", table=table)
-        t = self.iceberg_table(schema, table)
-        declared = json.loads(t.properties[COLUMNS_PROPERTY])
-        widened = {name: new for name, _old, new in drift.widen}
-        declared = [[n, widened.get(n, ty), nn, g] for n, ty, nn, g in declared] + json.loads(
-            columns_property(list(drift.add)))
-        spark = self.session()
-        jvm = spark.sparkContext._jvm
-        tx = self.java_table(spark, schema, table).newTransaction()
-        update = tx.updateSchema()
-        for c in drift.add:
-            update = update.addColumn(c.name, java_iceberg_type(lake_types.lake_column(c).iceberg, jvm))
-        for name, now in promote:
-            update = update.updateColumn(name, java_iceberg_type(now, jvm))
-        update.commit()
-        tx.updateProperties().set(COLUMNS_PROPERTY, json.dumps(declared)).commit()
-        tx.commitTransaction()
-
-
-def columns_property(columns: list[Column]) -> str:
-    return json.dumps([[c.name, c.type, c.not_null, c.generated] for c in columns])
-
-
-def java_iceberg_type(iceberg: str, jvm):
-    """A lake_types Iceberg type name as a type of Iceberg's Java API (a list's element id is
-    assigned by the schema update)."""
-    types = jvm.org.apache.iceberg.types.Types
-    if iceberg.startswith("list<"):
-        return types.ListType.ofOptional(0, types.fromPrimitiveString(iceberg[5:-1]))
-    return types.fromPrimitiveString(iceberg)
-
+        evolve(self, schema, table, drift)
