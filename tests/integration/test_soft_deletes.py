@@ -106,3 +106,37 @@ def test_soft_deletes_and_metadata_through_load_stream_resnapshot_verify_and_rep
         assert target_rows(target_db, schema, t) == source_rows(source_db, t)
     finally:
         drop_source(source_db, t)
+
+
+def test_soft_deletes_and_metadata_from_mariadb(spark, target_db, pipelines, unique_name, maria):
+    """The same from a MariaDB source: a delete marked with the source's delete time, every change
+    stamped with its binlog position (a GTID, else file:position) and Kafka offset; verify equal."""
+    from test_mariadb import _drop, _exec, mariadb_pipeline
+    t = f"{unique_name}_m"
+    _exec(maria, f"CREATE TABLE {t} (id int PRIMARY KEY, note varchar(50), amount decimal(12,2), "
+                 f"at datetime(6), tags json)",
+          f"INSERT INTO {t} SELECT seq, IF(seq % 5 = 0, NULL, CONCAT('n', seq, ' 😀')), seq * 1.25, "
+          f"'2026-01-01 00:00:00' + INTERVAL seq SECOND, JSON_ARRAY(seq, NULL) FROM seq_1_to_300")
+    try:
+        cfg = mariadb_pipeline(pipelines, [{"name": t, "deletes": "soft", "metadata": ["op", "source_ts",
+                                                                                        "source_position"]}],
+                               capture=True)
+        schema = cfg.target_schema(t)
+        FullLoad(cfg, spark).run([t])
+        _exec(maria, f"UPDATE {t} SET note = 'changed ✓' WHERE id <= 10", f"DELETE FROM {t} WHERE id > 290")
+
+        def marked() -> int:
+            with target_db.cursor() as cur:
+                cur.execute(f"SELECT count(*) FROM {schema}.{t} WHERE {DELETED_AT} IS NOT NULL")
+                return cur.fetchone()[0]
+        stream_until(cfg, spark, lambda: marked() == 10, "the ten deletes to be marked")
+        with target_db.cursor() as cur:
+            cur.execute(f"SELECT count(*) FILTER (WHERE {DELETED_AT} IS NULL), min(_tideline_source_position) "
+                        f"FILTER (WHERE _tideline_op = 'd'), count(*) FILTER (WHERE _tideline_op = 'u') "
+                        f"FROM {schema}.{t}")
+            live, position, updated = cur.fetchone()
+        assert live == 290 and updated == 10
+        assert re.match(r"^(\d+-\d+-\d+|[\w.-]+:\d+) kafka \d+:\d+$", position), position
+        assert compare.main(["--pipeline", cfg.name, "--tables", t, "--pipelines-dir", str(pipelines.dir)]) == 0
+    finally:
+        _drop(maria, t)
