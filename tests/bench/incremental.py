@@ -3,6 +3,7 @@
 sink connector on the same Connect worker, same topic, same run; then end-to-end latency.
 
     .venv/bin/python tests/bench/incremental.py [--events 2000000] [--keys 100000] [--latency-seconds 120]
+                                                [--with-extras]
 
 1. A source table gets ~`events` changes over `keys` keys (inserts, updates, deletes), captured by
    two Debezium connectors from the same transactions: Tideline's pipeline (schemaless JSON, its
@@ -50,6 +51,8 @@ from tideline.spark_session import driver_conf  # noqa: E402
 
 PIPELINE, TABLE = "benchinc", "bench_changes"
 PEER_PIPELINE = "benchpeer"   # same table, events with JSON schemas, for the JDBC sink
+EXTRAS_PIPELINE = "benchext"  # same table and events, into soft deletes and every metadata column (--with-extras)
+EXTRAS = {"deletes": "soft", "metadata": ["synced_at", "op", "source_ts", "source_position"]}
 PEER_SCHEMA = "bench_jdbc_sink"
 PEER = "bench-jdbc-sink"
 JOB_LOG = Path(tempfile.gettempdir()) / "bench-incremental-job.log"   # the availableNow job's whole output
@@ -82,10 +85,11 @@ def reset(cfgs) -> None:
         cur.execute(f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, qty int NOT NULL, note text, "
                     f"amount numeric(12,2), updated_at timestamptz NOT NULL DEFAULT now())")
     with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
-        for schema in (PIPELINE, PEER_PIPELINE, PEER_SCHEMA):
+        for schema in (PIPELINE, PEER_PIPELINE, PEER_SCHEMA, EXTRAS_PIPELINE):
             cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         cur.execute(f"CREATE SCHEMA {PEER_SCHEMA}")
         forget_pipeline(cur, PIPELINE)
+        forget_pipeline(cur, EXTRAS_PIPELINE)
     from confluent_kafka.admin import AdminClient
     admin = AdminClient({"bootstrap.servers": stackctl.kafka_bootstrap()})
     for cfg in cfgs:
@@ -134,14 +138,15 @@ def wait_for_topic(topic: str, at_least: int, timeout: float = 900) -> int:
     raise SystemExit(f"Debezium produced only {last} events to {topic} in {timeout}s")
 
 
-def equal_to_source(schema: str) -> bool:
+def equal_to_source(schema: str, live: str = "true") -> bool:
+    """`live`: the target's rows that count (a soft-delete table keeps its deleted ones, marked)."""
     # id::bigint: the JDBC sink creates its table from the events' schemas, where every column is text
     q = ("SELECT count(*), md5(string_agg(id || ':' || qty || ':' || coalesce(note, '') || ':' || amount, ',' "
-         "ORDER BY id::bigint)) FROM {}")
+         "ORDER BY id::bigint)) FROM {} WHERE {}")
     with closing(pg(stackctl.DATABASES["source"])) as s, closing(pg(stackctl.DATABASES["target"])) as t:
         with s.cursor() as cs, t.cursor() as ct:
-            cs.execute(q.format(TABLE))
-            ct.execute(q.format(f"{schema}.{TABLE}"))
+            cs.execute(q.format(TABLE, "true"))
+            ct.execute(q.format(f"{schema}.{TABLE}", live))
             a, b = cs.fetchone(), ct.fetchone()
     if a != b:
         log(f"  {schema}: source {a} vs target {b}")
@@ -266,35 +271,45 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--latency-seconds", type=float, default=120)
     ap.add_argument("--skip-peer", action="store_true", help="Tideline only (no ratio): for profiling")
+    ap.add_argument("--with-extras", action="store_true",
+                    help="also the same events into a table with soft deletes and every metadata column, "
+                         "submitted alike right after: prints extras_events_per_s and extras_ratio")
     ap.add_argument("--source-block", choices=("slim", "full"), default="full",
                     help="events keep Debezium's whole source block (the default) or only source.ts_ms "
                          "(kafka.source_fields: [ts_ms]), for both Tideline's and the peer's topic")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         pipelines = Path(tmp)
-        for name, schemas in ((PIPELINE, False), (PEER_PIPELINE, True)):
+        sides = ((PIPELINE, False, {}), (PEER_PIPELINE, True, {})) + \
+            (((EXTRAS_PIPELINE, False, EXTRAS),) if args.with_extras else ())
+        for name, schemas, table in sides:
             (pipelines / f"{name}.yaml").write_text(yaml.safe_dump({
                 "name": name, "source": {"conn_id": "tideline_source"},
                 "target": {"conn_id": "tideline_target", "schema": name},
                 "kafka": {"topic_prefix": name, "partitions": 3, "json_schemas": schemas,
                           **({"source_fields": ["ts_ms"]} if args.source_block == "slim" else {})},
-                "tables": [{"name": TABLE}]}))
+                "tables": [{"name": TABLE, **table}]}))
         cfg = load_pipeline(pipelines / f"{PIPELINE}.yaml")
         peer_cfg = load_pipeline(pipelines / f"{PEER_PIPELINE}.yaml")
+        ext_cfg = load_pipeline(pipelines / f"{EXTRAS_PIPELINE}.yaml") if args.with_extras else None
         topic, peer_topic = cfg.topic(TABLE), peer_cfg.topic(TABLE)
-        reset([cfg, peer_cfg])
-        for c in (cfg, peer_cfg):
+        captured = [c for c in (cfg, peer_cfg, ext_cfg) if c is not None]
+        reset(captured)
+        for c in captured:
             ensure_capture(c, get_connection("tideline_kafka"), get_connection("tideline_connect"),
                            get_connection("tideline_source"))
         from tideline.load.full_load import FullLoad
         from tideline.spark_session import get_session
         spark = get_session("bench-full-load")
-        FullLoad(cfg, spark).run([TABLE])   # empty table: the stream starts at offset 0
+        for c in (cfg, ext_cfg):
+            if c is not None:
+                FullLoad(c, spark).run([TABLE])   # empty table: the stream starts at offset 0
         spark.stop()
         log(f"generating ~{args.events:,} changes over {args.keys:,} keys at the source ...")
         made = generate_changes(args.events, args.keys)
         total = wait_for_topic(topic, made)
         peer_total = wait_for_topic(peer_topic, made)
+        ext_total = wait_for_topic(ext_cfg.topic(TABLE), made) if ext_cfg is not None else 0
         with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
             # now, not by autovacuum in the middle of whichever contestant runs first
             cur.execute(f"VACUUM ANALYZE {TABLE}")
@@ -321,6 +336,19 @@ def main() -> int:
         log(f"Tideline: {total:,} events in {apply_secs:.1f}s end to end, peak RSS {rss.peak / 1e6:,.0f} MB "
             f"(PSS {rss.peak_pss / 1e6:,.0f}); {wal_since(wal)}; the job's log: {JOB_LOG}")
 
+        ext_secs = float("nan")
+        if ext_cfg is not None:
+            log(f"Tideline into soft deletes and every metadata column, availableNow ... (checkpoint: {checkpoint():.1f}s)")
+            started = time.monotonic()
+            proc = spark_submit(pipelines, "--mode", "available_now", pipeline=EXTRAS_PIPELINE)
+            out, _ = proc.communicate()
+            ext_secs = time.monotonic() - started
+            if proc.returncode != 0:
+                print(out[-4000:])
+                raise SystemExit(f"the extras job failed with {proc.returncode}")
+            assert equal_to_source(EXTRAS_PIPELINE, "_tideline_deleted_at IS NULL"), "the extras target's live rows differ"
+            log(f"Tideline with extras: {ext_total:,} events in {ext_secs:.1f}s end to end")
+
         sink_secs = float("nan")
         if not args.skip_peer:
             log(f"Debezium JDBC sink (upsert, deletes) on the same topic ... (checkpoint and sync before it: "
@@ -342,7 +370,7 @@ def main() -> int:
                 log(f"latency phase: peak RSS {stream_peak:,.0f} MB (PSS {stream_pss:,.0f})")
         finally:   # idle slots of a finished benchmark would pin the source's WAL for good
             requests.delete(f"{stackctl.connect_url()}/connectors/{PEER}", timeout=30)
-            for c in (cfg, peer_cfg):
+            for c in captured:
                 drop_capture(c, get_connection("tideline_connect"), get_connection("tideline_source"))
     lat.sort()
     p50 = statistics.median(lat) if lat else float("nan")
@@ -354,7 +382,9 @@ def main() -> int:
     peak, peak_pss = max(rss.peak / 1e6, stream_peak), max(rss.peak_pss / 1e6, stream_pss)
     print(f"RESULT apply_events_per_s={apply_rate:.0f} jdbc_sink_events_per_s={sink_rate:.0f} "
           f"ratio={apply_rate / sink_rate:.2f} p50_latency_s={p50:.2f} p95_latency_s={p95:.2f} peak_rss_mb={peak:.0f} "
-          f"p99_latency_s={p99:.2f} peak_pss_mb={peak_pss:.0f}")
+          f"p99_latency_s={p99:.2f} peak_pss_mb={peak_pss:.0f}"
+          + (f" extras_events_per_s={ext_total / ext_secs:.0f} extras_ratio={(ext_total / ext_secs) / apply_rate:.2f}"
+             if ext_cfg is not None else ""))
     return 0
 
 
