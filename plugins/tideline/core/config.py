@@ -49,6 +49,9 @@ class TableConfig(_Model):
                                           "(target commit time), `_tideline_op` (c/u/d, r for loaded rows), "
                                           "`_tideline_source_ts` (source commit time), `_tideline_source_position` "
                                           "(source log position and Kafka partition:offset). Change-stream tables only")
+    partition_by: list[str] = Field(
+        default_factory=list, description="Iceberg targets: the table's partition transforms — a column (identity), "
+                                          "`year(c)`, `month(c)`, `day(c)`, `hour(c)`, `bucket(N, c)`, `truncate(N, c)`")
     cursor_column: str | None = Field(default=None, description="batch mode: a monotonic id or update-time column")
     safety_lag_s: int = Field(default=300, ge=0, description="batch mode: how far behind now an interval ends, in s")
 
@@ -73,6 +76,13 @@ class TableConfig(_Model):
             raise ValueError(f"lists a column twice: {v}")
         return [identifier(c, "primary key column") for c in v]
 
+    @field_validator("partition_by")
+    @classmethod
+    def _partitions(cls, v: list[str]) -> list[str]:
+        from tideline.core import lake_partition
+        lake_partition.check([lake_partition.parse(t) for t in v])
+        return v
+
     @field_validator("columns", "exclude_columns")
     @classmethod
     def _column_names(cls, v):
@@ -91,6 +101,12 @@ class TableConfig(_Model):
             raise ValueError(f"table {self.name!r} is in batch mode, which copies rows by cursor_column and never "
                              f"sees a delete or a change's source position: deletes: soft and metadata go with "
                              f"mode: cdc")
+        from tideline.core.lake_partition import parse
+        for f in map(parse, self.partition_by):
+            if f.column in self.exclude_columns or (self.columns is not None and f.column not in self.columns
+                                                    and f.column not in (self.primary_key or [])):
+                raise ValueError(f"table {self.name!r}: partition_by {f.text} names column {f.column!r}, which the "
+                                 f"table does not sync (columns / exclude_columns)")
         from tideline.core.table_extras import TableExtras
         clash = TableExtras.of(self).collisions(list(self.columns or []) + list(self.primary_key or []))
         if clash:
@@ -165,6 +181,10 @@ class PipelineConfig(_Model):
             if name not in cdc:
                 raise ValueError(f"verify.tables names {name!r}, which is not a cdc table of this pipeline "
                                  f"(cdc tables: {', '.join(cdc) or 'none'})")
+        parted = [t.name for t in self.tables if t.partition_by]
+        refused = support.refusal(self.source.kind, self.target.kind, "partitioning") if parted else None
+        if refused:
+            raise ValueError(f"tables {', '.join(parted)} give partition_by, but {refused}")
         extras = [t.name for t in self.tables if t.deletes == "soft" or t.metadata]
         refused = support.refusal(self.source.kind, self.target.kind, "extras") if extras else None
         if refused:

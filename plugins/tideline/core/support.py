@@ -13,17 +13,18 @@ Modes:
   verify       verify_<name> and the sync DAG's validate and repair actions
   maintenance  maintain_<name>: compaction and expiry of a target whose commits add files
   extras       soft deletes and change-metadata columns (a table's `deletes: soft`, `metadata`)
+  partitioning a table's `partition_by` (the target's own partitioning: Iceberg's transforms)
 """
 from __future__ import annotations
 
-MODES = ("cdc", "batch", "verify", "maintenance", "extras")
+MODES = ("cdc", "batch", "verify", "maintenance", "extras", "partitioning")
 
 # (source kind, target kind) -> the modes built and tested for the pair
 SUPPORT: dict[tuple[str, str], frozenset[str]] = {
     ("postgres", "postgres"): frozenset({"cdc", "batch", "verify", "extras"}),
     ("mariadb", "postgres"): frozenset({"cdc", "batch", "verify", "extras"}),
-    ("postgres", "iceberg"): frozenset({"cdc", "verify", "maintenance", "extras"}),
-    ("mariadb", "iceberg"): frozenset({"cdc", "maintenance", "extras"}),   # verify: no MariaDB side in Iceberg's order yet
+    ("postgres", "iceberg"): frozenset({"cdc", "verify", "maintenance", "extras", "partitioning"}),
+    ("mariadb", "iceberg"): frozenset({"cdc", "maintenance", "extras", "partitioning"}),   # verify: no MariaDB side in Iceberg's order yet
 }
 
 

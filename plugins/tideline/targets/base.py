@@ -63,6 +63,7 @@ class Capabilities:
                                     # the jobs' driver JVM needs its optimizing compiler (core.settings)
     table_extras: bool = False      # soft deletes and change-metadata columns (core.table_extras): its loads
                                     # fill them and its stream's apply writes them
+    partitioning: bool = False      # a table's partition_by (core.lake_partition): its loads create the table so
 
     def promised(self) -> list[str]:
         """The promises this target makes, by name (keys of PROMISES)."""
@@ -78,6 +79,7 @@ PROMISES: dict[str, tuple[str, ...]] = {
     "verifies": ("verify_side", "range_where", "key_ranges_where"),
     "maintenance": ("maintain",),
     "table_extras": ("publish_snapshot", "apply_changes"),
+    "partitioning": ("publish_snapshot",),
 }
 
 
@@ -127,6 +129,7 @@ class SnapshotLoad:
     chunk_done: Callable[[object, dict], None] | None = None
     parallelism: int = 1
     extras: TableExtras = TableExtras()   # soft deletes and metadata columns the table carries (core.table_extras)
+    partition_by: tuple[str, ...] = ()    # its partition transforms (a target that partitions: core.lake_partition)
 
     def verified(self, read: int, stored: int, mismatch: str) -> int:
         """The snapshot's rows, when the rows read and stored agree with it; else the load stops

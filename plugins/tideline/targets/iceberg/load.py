@@ -76,7 +76,8 @@ def lake_reader(spark, engine, shape: TableShape, label: str, session_init: str 
 
 
 def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: str, label: str, pipeline: str,
-                    epoch: int, offsets: dict[int, int], extras: TableExtras = TableExtras()) -> int:
+                    epoch: int, offsets: dict[int, int], extras: TableExtras = TableExtras(),
+                    partition_by: tuple[str, ...] = ()) -> int:
     """Reads the snapshot and commits it as the table's rows; returns the rows of the snapshot
     the commit holds. A table with soft deletes keeps the rows the snapshot lacks, marked deleted:
     its snapshot goes through the staging table first, so the source is read once."""
@@ -94,14 +95,14 @@ def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: 
         if keeping:
             _refusing(label, shape, lambda: df.writeTo(staging).using("iceberg").createOrReplace())
             df = spark.table(staging)
-        carried = _publish(store, spark, df, schema, shape, summary, keeping, label)
+        carried = _publish(store, spark, df, schema, shape, summary, keeping, label, partition_by)
     if keeping:
         spark.sql(f"DROP TABLE IF EXISTS {staging}")
     return int((store.current_summary(schema, shape.name) or {}).get("total-records", -1)) - carried
 
 
 def _publish(store, spark, df, schema: str, shape: TableShape, summary: dict[str, str], keep_deleted: bool,
-             label: str) -> int:
+             label: str, partition_by: tuple[str, ...] = ()) -> int:
     """The rows of `df` become the table's in one commit; with `keep_deleted`, with the live
     table's rows whose key `df` lacks too, marked deleted (their own delete time kept). Returns
     the rows carried over that way."""
@@ -115,7 +116,8 @@ def _publish(store, spark, df, schema: str, shape: TableShape, summary: dict[str
         df = df.unionByName(gone.select(*[c for c in df.columns if c in gone.columns]), allowMissingColumns=True)
         if carried:
             log.info("%s: %s rows the new snapshot lacks kept, marked deleted (deletes: soft)", label, f"{carried:,}")
-    _refusing(label, shape, lambda: store.write_snapshot(spark, df, schema, shape.name, summary, list(shape.columns)))
+    _refusing(label, shape, lambda: store.write_snapshot(spark, df, schema, shape.name, summary, list(shape.columns),
+                                                         partition_by))
     return carried
 
 
@@ -184,7 +186,7 @@ def commit_chunks(store, load, chunked, parallelism: int, properties: dict[str, 
         staged = sum((staged_chunks(store, schema, shape.name, chunked.load_id) or {}).values())
         carried = _publish(store, spark, spark.table(store.table_id(schema, staging)), schema, shape, {
             SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(load.offsets.items())}),
-            SUMMARY_EPOCH: str(load.epoch), SUMMARY_PIPELINE: load.pipeline}, keeping, label)
+            SUMMARY_EPOCH: str(load.epoch), SUMMARY_PIPELINE: load.pipeline}, keeping, label, load.partition_by)
     landed = int((store.current_summary(schema, shape.name) or {}).get("total-records", -1)) - carried
     if landed != staged:
         raise LoadVerificationError(f"{label}: the chunks staged {staged:,} rows but the table's commit holds "

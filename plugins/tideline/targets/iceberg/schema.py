@@ -5,9 +5,10 @@ format version 3 metadata), each in one commit."""
 from __future__ import annotations
 
 import json
+import uuid
 
-from tideline.core import lake_types
-from tideline.core.errors import ResnapshotRequired, SchemaChangeError
+from tideline.core import lake_partition, lake_types
+from tideline.core.errors import ResnapshotRequired, SchemaChangeError, TargetError
 from tideline.core.table_extras import TableExtras
 from tideline.core.table_shape import Column
 
@@ -59,6 +60,36 @@ def evolve(target, schema: str, table: str, drift) -> None:
     update.commit()
     tx.updateProperties().set(COLUMNS_PROPERTY, json.dumps(declared)).commit()
     tx.commitTransaction()
+
+
+def check_partitioning(shape, partition_by: tuple[str, ...], label: str) -> None:
+    """Each transform against its column's Iceberg type (core.lake_partition), before the load
+    reads anything: a misfit names the table, column, type and what the transform takes."""
+    for f in map(lake_partition.parse, partition_by):
+        if f.column not in shape.column_names:
+            raise TargetError(f"{label}: partition_by {f.text} names column {f.column}, which the source table "
+                              f"does not have (it has {', '.join(shape.column_names)})", table=shape.name)
+        misfit = f.misfit(lake_types.lake_column(shape.column(f.column)).iceberg)
+        if misfit:
+            raise TargetError(f"{label}: {misfit}. Change partition_by in the pipeline's YAML.", table=shape.name)
+
+
+def create_partitioned(target, spark, df, schema: str, table: str, summary: dict[str, str],
+                       properties: dict[str, str], partition_by: tuple[str, ...]) -> None:
+    """`df`'s rows as the table's, created or replaced partitioned by `partition_by`, in one
+    commit carrying `summary` (CREATE OR REPLACE TABLE ... AS SELECT, in the stream's commit
+    metadata: targets.iceberg.apply.commit_with)."""
+    from tideline.targets.iceberg.apply import commit_with
+    view = f"tl_snapshot_{uuid.uuid4().hex[:12]}"
+    df.createOrReplaceTempView(view)
+    fields = ", ".join(lake_partition.parse(t).spark_sql() for t in partition_by)
+    props = ", ".join(f"{lake_types.spark_literal(k)} = {lake_types.spark_literal(v)}" for k, v in properties.items())
+    try:
+        commit_with(spark, summary, lambda: spark.sql(
+            f"CREATE OR REPLACE TABLE {target.table_id(schema, table)} USING iceberg PARTITIONED BY ({fields}) "
+            f"TBLPROPERTIES ({props}) AS SELECT * FROM {view}"))
+    finally:
+        spark.catalog.dropTempView(view)
 
 
 def add_extras(target, schema: str, table: str, extras: TableExtras) -> list[str]:

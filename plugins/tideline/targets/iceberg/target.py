@@ -191,6 +191,8 @@ class IcebergTarget(Target):
         commits, nor between its Iceberg commit and its state. A commit whose rows are not the
         snapshot's is never recorded: the stream does not start from it."""
         from tideline.targets.iceberg.load import commit_chunks, commit_snapshot
+        from tideline.targets.iceberg.schema import check_partitioning
+        check_partitioning(load.shape, load.partition_by, load.label)
         tgt = load.tgt
         started = time.monotonic()
         if load.chunked is not None:   # chunks staged commit by commit, then one commit goes live
@@ -203,7 +205,8 @@ class IcebergTarget(Target):
             with tgt.cursor() as cur:
                 load.fence(cur)
             landed = commit_snapshot(load.spark, load.engine, self, load.src, load.shape, load.snap, load.schema,
-                                     load.label, load.pipeline, load.epoch, load.offsets, load.extras)
+                                     load.label, load.pipeline, load.epoch, load.offsets, load.extras,
+                                     load.partition_by)
             load.engine.close_snapshot(load.src)
         copy_secs = time.monotonic() - started
         rows = load.verified(landed, landed, f"the Iceberg commit holds {landed:,}; the stream will not start from it")
@@ -214,14 +217,19 @@ class IcebergTarget(Target):
         return published
 
     def write_snapshot(self, spark, df, schema: str, table: str, summary: dict[str, str],
-                       columns: list[Column]) -> None:
+                       columns: list[Column], partition_by: tuple[str, ...] = ()) -> None:
         """The DataFrame's rows become the table's rows in one commit (created, or replaced with
-        the new schema), whose snapshot summary carries `summary`; the source's `columns` go in
-        the table's properties."""
+        the new schema and partitioning), whose snapshot summary carries `summary`; the source's
+        `columns` go in the table's properties."""
         # the PyIceberg catalog the commit's summary is read from next (current_summary) opens
         # while Spark writes, off the load's critical path (0.4 s: import, SQLAlchemy engine)
         threading.Thread(target=self._open_quietly, daemon=True, name="tideline-pyiceberg-open").start()
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.catalog}.`{schema}`")
+        if partition_by:   # Spark's writer has no truncate transform: the SQL statement takes them all
+            from tideline.targets.iceberg.schema import create_partitioned
+            create_partitioned(self, spark, df, schema, table, summary, {**TABLE_PROPERTIES,
+                               COLUMNS_PROPERTY: columns_property(columns)}, partition_by)
+            return
         writer = df.writeTo(self.table_id(schema, table)).using("iceberg")
         for key, value in {**TABLE_PROPERTIES, COLUMNS_PROPERTY: columns_property(columns)}.items():
             writer = writer.tableProperty(key, value)
