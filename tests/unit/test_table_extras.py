@@ -133,3 +133,37 @@ def test_the_iceberg_merge_marks_a_soft_delete_and_writes_the_metadata_like_the_
                           "VALUES (s.`id`, s.`note`, CAST(NULL AS TIMESTAMP), s.__tl_op, timestamp_millis(s.__tl_ts))")
     plain = LakeApply(None, "p", "s", "t", "topic", COLUMNS, ["id"]).merge_sql("lake.s.t", "v")
     assert "THEN DELETE" in plain and "_tideline" not in plain
+
+
+def test_a_row_filter_parses_in_the_sources_sql_and_runs_on_each_event_in_postgresql():
+    from tideline.core.row_filter import parse
+    f = parse("Status IN ('paid', 'shipped') AND IFNULL(amount, 0) > 10", "mariadb")
+    assert f.columns == ["Status", "amount"] and f.unknown(["id", "status", "amount"]) == []
+    assert f.source_sql() == "Status IN ('paid', 'shipped') AND COALESCE(amount, 0) > 10"
+    assert f.target_sql(["id", "status", "amount"], "v") == 'v."status" IN (\'paid\', \'shipped\') AND COALESCE(v."amount", 0) > 10'
+    assert parse("region <> 'test'", "postgres").unknown(["id", "area"]) == ["region"]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("select 1", "is not a predicate"), ("a = (select max(x) from t)", "subquery is not allowed"),
+    ("t.a = 1", "name the table's columns alone"), ("a = ", "does not parse"), ("1 = 1", "is not a predicate"),
+    ("created_at > now() - interval '1 day'", "changes by itself"), ("d > CURRENT_DATE", "changes by itself"),
+])
+def test_what_is_not_a_row_filter_is_refused_saying_why(text, says):
+    from tideline.core.row_filter import parse
+    with pytest.raises(ValueError, match=says):
+        parse(text, "postgres")
+
+
+def test_the_config_refuses_a_filter_on_a_column_not_synced_or_on_a_batch_table():
+    with pytest.raises(ConfigError, match="row_filter names region, which the table does not sync"):
+        cfg({"name": "orders", "columns": ["id", "status"], "row_filter": "region = 'eu'"})
+    with pytest.raises(ConfigError, match="row_filter goes with mode: cdc"):
+        cfg({"name": "e", "mode": "batch", "cursor_column": "at", "row_filter": "a = 1"})
+    assert cfg({"name": "orders", "row_filter": "status <> 'test'"}).table("orders").row_filter == "status <> 'test'"
+
+
+def test_events_the_filter_does_not_keep_become_deletes_of_their_key_in_the_stage():
+    text = rendered(apply_sql.leave_filter_sql("t", COLUMNS, 'v."note" <> \'x\''))
+    assert text.startswith("UPDATE \"tl_stage\" AS t SET op = 'd' WHERE t.tbl = 't' AND t.op <> 'd'")
+    assert "LATERAL (SELECT " in text and "AND NOT coalesce((v.\"note\" <> 'x'), false)) RETURNING 1" in text

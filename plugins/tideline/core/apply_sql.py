@@ -86,6 +86,21 @@ def extra_values(extras: TableExtras, deleting: bool) -> list[tuple[str, sql.Com
     return out + [(PREFIX + m, _METADATA[m]) for m in extras.metadata]
 
 
+def leave_filter_sql(table: str, columns: list[Column], predicate: str) -> sql.Composed:
+    """A table with a row_filter (core.row_filter): its staged inserts and updates whose new row
+    the filter does not keep become deletes of their key — a row updated out of the filter leaves
+    the target, and one that never was in it is not written. `predicate` is the filter in
+    PostgreSQL over the alias v, whose columns are the event's values decoded as the apply
+    decodes them (NULL and an unknown result count as not kept, as in a WHERE). Returns a row per
+    event turned."""
+    decoded = sql.SQL(", ").join(sql.SQL("{} AS {}").format(row_value(c), sql.Identifier(c.name))
+                                 for c in _written(columns))
+    return sql.SQL("UPDATE {stage} AS t SET op = 'd' WHERE t.tbl = {tbl} AND t.op <> 'd' AND (t.part, t.off) IN ("
+                   "SELECT s.part, s.off FROM {stage} AS s, LATERAL (SELECT {decoded}) AS v "
+                   "WHERE s.tbl = {tbl} AND s.op <> 'd' AND NOT coalesce(({predicate}), false)) RETURNING 1").format(
+        stage=sql.Identifier(STAGE), tbl=sql.Literal(table), decoded=decoded, predicate=sql.SQL(predicate))
+
+
 def delete_sql(schema: str, table: str, columns: list[Column], pk: list[str],
                only: sql.Composable | None = None, extras: TableExtras = TableExtras()) -> sql.Composed:
     by_name = {c.name: c for c in columns}

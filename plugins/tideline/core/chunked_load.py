@@ -43,11 +43,12 @@ def chunk_count(rows_estimate: int | None, chunk_rows: int) -> int:
     return max(1, -(-(rows_estimate or 0) // max(1, chunk_rows)))
 
 
-def shape_digest(shape: TableShape) -> str:
-    """What a chunk's rows look like: the columns read, their types and the key. A load planned
-    for another shape (the table changed while it was stopped) cannot be resumed: its shadow
-    table holds rows of the old shape."""
+def shape_digest(shape: TableShape, row_filter: str | None = None) -> str:
+    """What a chunk's rows look like: the columns read, their types, the key and the rows the
+    table's filter keeps. A load planned for another shape or filter (changed while it was
+    stopped) cannot be resumed: its shadow table holds rows of the old one."""
     text = "|".join(f"{c}:{shape.column(c).type}" for c in shape.written_columns) + "#" + ",".join(shape.primary_key)
+    text += f"#{row_filter}" if row_filter else ""
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

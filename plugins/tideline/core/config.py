@@ -49,6 +49,11 @@ class TableConfig(_Model):
                                           "(target commit time), `_tideline_op` (c/u/d, r for loaded rows), "
                                           "`_tideline_source_ts` (source commit time), `_tideline_source_position` "
                                           "(source log position and Kafka partition:offset). Change-stream tables only")
+    row_filter: str | None = Field(
+        default=None, description="only the rows this SQL predicate over the source's columns holds for, written in "
+                                  "the source's SQL (e.g. `status <> 'test'`): the full load reads by it and the "
+                                  "stream applies it alike — a row updated out of it leaves the target, one updated "
+                                  "into it arrives. Change-stream tables only; on the row's own values (no clock)")
     partition_by: list[str] = Field(
         default_factory=list, description="Iceberg targets: the table's partition transforms — a column (identity), "
                                           "`year(c)`, `month(c)`, `day(c)`, `hour(c)`, `bucket(N, c)`, `truncate(N, c)`")
@@ -185,6 +190,20 @@ class PipelineConfig(_Model):
         refused = support.refusal(self.source.kind, self.target.kind, "partitioning") if parted else None
         if refused:
             raise ValueError(f"tables {', '.join(parted)} give partition_by, but {refused}")
+        from tideline.core import row_filter
+        for t in self.tables:
+            if t.row_filter is None:
+                continue
+            if t.mode != "cdc":
+                raise ValueError(f"table {t.name!r}: row_filter goes with mode: cdc (a batch table copies rows by "
+                                 f"cursor_column)")
+            f = row_filter.parse(t.row_filter, self.source.kind)
+            listed = t.columns if t.columns is not None else None
+            unknown = f.unknown(listed + list(t.primary_key or [])) if listed is not None else \
+                [c for c in f.columns if c in t.exclude_columns]
+            if unknown:
+                raise ValueError(f"table {t.name!r}: row_filter names {', '.join(unknown)}, which the table does not "
+                                 f"sync (columns / exclude_columns)")
         extras = [t.name for t in self.tables if t.deletes == "soft" or t.metadata]
         refused = support.refusal(self.source.kind, self.target.kind, "extras") if extras else None
         if refused:

@@ -306,6 +306,10 @@ class TextKeyRanges:
         """From here on, every predicate it builds holds only rows whose `column` is NULL."""
         self.only = "`" + column.replace("`", "``") + "` IS NULL"   # MariaDB's and Spark's quoting
 
+    def only_rows(self, predicate: str) -> None:
+        """From here on, every predicate it builds holds only rows `predicate` (this database's SQL) keeps."""
+        self.only = f"({predicate})"
+
     def _of(self, pred: str) -> str:
         return pred if self.only is None else f"({pred}) AND ({self.only})"
 
@@ -339,6 +343,10 @@ class PgDialect:
     def only_where_null(self, column: str) -> None:
         """From here on, every predicate it builds holds only rows whose `column` is NULL."""
         self.only = sql.SQL("{} IS NULL").format(sql.Identifier(column))
+
+    def only_rows(self, predicate: str) -> None:
+        """From here on, every predicate it builds holds only rows `predicate` (this database's SQL) keeps."""
+        self.only = sql.SQL("({})").format(sql.SQL(predicate))
 
     def _of(self, pred: sql.Composable) -> sql.Composable:
         return pred if self.only is None else sql.SQL("({}) AND ({})").format(pred, self.only)

@@ -53,6 +53,12 @@ class SourceEngine(ABC):
             conn.rollback()
             return None
 
+    def count_where(self, conn, schema: str, table: str, where: str) -> int:
+        """Rows of a source table matching `where`, in the connection's transaction (a snapshot's)."""
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT count(*) FROM {self.quote(schema)}.{self.quote(table)} WHERE {where}")
+            return cur.fetchone()[0]
+
     @staticmethod
     def quote(name: str) -> str:
         """An identifier quoted for this engine's SQL."""

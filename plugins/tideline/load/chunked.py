@@ -54,7 +54,7 @@ def open_read(load, src, tgt, shape: TableShape, table: str, epoch: int) -> Chun
     """The table's open chunked load taken over by this run (epoch), when it may resume; else a
     new one planned — after the handover offsets are taken."""
     cfg, tcfg = load.cfg, load.cfg.table(table)
-    topic, digest = cfg.topic(table), shape_digest(shape)
+    topic, digest = cfg.topic(table), shape_digest(shape, tcfg.row_filter)
     found: OpenLoad | None = chunks.open_load(tgt, cfg.name, table)
     tgt.rollback()
     over = ""
@@ -81,6 +81,16 @@ def open_read(load, src, tgt, shape: TableShape, table: str, epoch: int) -> Chun
     return ChunkedRead(load_id, _snapshot(load_id, ranges, {}), ranges, {}, offsets, topic_id, estimate, False, why)
 
 
+def kept_rows(cfg, table: str) -> str | None:
+    """The table's row_filter (core.row_filter) in the source's SQL, or None: a read's `where`,
+    inside its scan of the table (the read query's columns are the source's own there)."""
+    tcfg = cfg.table(table)
+    if not tcfg.row_filter:
+        return None
+    from tideline.core.row_filter import RowFilter
+    return RowFilter(tcfg.row_filter, cfg.source.kind).source_sql()
+
+
 def _snapshot(load_id: int, ranges: list[str], done: dict[int, int]) -> Snapshot:
     """The load as the full load records it: no transaction is held, so no snapshot id or count."""
     return Snapshot(f"chunked load {load_id}", datetime.now(timezone.utc), None, None,
@@ -98,10 +108,11 @@ def fill(load, read: ChunkedRead, src, tgt, shape: TableShape, schema: str, into
                                               "epoch": epoch})
         log.info("%s: reading %d of %d chunks (each its own source transaction)", label, len(pending),
                  len(read.ranges))
-        copy_source_rows(load.spark, load.engine, load.store, tgt, shape, load.engine.read_query(src, shape),
+        where = kept_rows(cfg, shape.name)
+        copy_source_rows(load.spark, load.engine, load.store, tgt, shape, load.engine.read_query(src, shape, where),
                          [read.ranges[i] for i in pending], schema, into, label,
                          session_init=load.engine.chunk_session_init, started=started, run_id=run_id,
-                         numbers=pending, record=record)
+                         numbers=pending, record=record, where=where)
     now = chunks.open_load(tgt, cfg.name, shape.name)
     with tgt.cursor() as cur:
         cur.execute(sql.SQL("SELECT count(*) FROM {}.{}").format(sql.Identifier(schema), sql.Identifier(into)))

@@ -230,6 +230,7 @@ class FullLoad:
             shape = self.engine.describe(src, cfg.source_schema(table), table, tcfg)
             src.rollback()
             in_chunks, mode = self._mode(src, shape, tcfg)
+            where = chunked.kept_rows(cfg, table)   # the table's row_filter: every read keeps only its rows
             self.store.prepare_schema(tgt, schema, label)
             before = state.get(tgt, cfg.name, table)
             tgt.rollback()
@@ -250,6 +251,8 @@ class FullLoad:
                 topic_id, offsets = self.handover(topic)
                 # 2. the consistent read (the engine says how), held open for the whole read
                 snap = self.engine.open_snapshot(src, shape, cfg.spark.parallelism)
+                if where is not None and snap.rows is not None:   # the rows the filter keeps, in the snapshot
+                    snap.rows = self.engine.count_where(src, cfg.source_schema(table), table, where)
                 tree = self.engine.partition_tree(src, cfg.source_schema(table), table)   # as the snapshot sees it
             state.expect_rows(tgt, run_id, snap.rows if read is None else read.rows_estimate)
             log.info("%s: epoch %d; stream will resume from %s offsets %s", label, epoch, topic, offsets)
@@ -264,9 +267,9 @@ class FullLoad:
                     return chunked.fill(self, read, src, tgt, shape, schema, into, label, epoch, started, run_id)
                 small = snap.rows is not None and snap.rows <= DRIVER_COPY_MAX_ROWS and len(snap.predicates) == 1
                 figures = copy_source_rows(self.spark, self.engine, self.store, tgt, shape,
-                                           self.engine.read_query(src, shape), snap.predicates, schema, into, label,
-                                           session_init=snap.session_init, started=started, run_id=run_id,
-                                           snapshot_conn=src if small else None)
+                                           self.engine.read_query(src, shape, where), snap.predicates, schema, into,
+                                           label, session_init=snap.session_init, started=started, run_id=run_id,
+                                           snapshot_conn=src if small else None, where=where)
                 self.engine.close_snapshot(src)  # the snapshot may close now: every partition has read
                 return figures
 
@@ -290,7 +293,7 @@ class FullLoad:
                 fence=lambda cur: state.check_epoch(cur, cfg.name, table, epoch), record=record,
                 resumed=read is not None and read.resumed, chunked=read, parallelism=cfg.spark.parallelism,
                 chunk_done=lambda cur, staged: chunked.staged(cur, read, staged, epoch, run_id),
-                extras=TableExtras.of(tcfg), partition_by=tuple(tcfg.partition_by)))
+                extras=TableExtras.of(tcfg), partition_by=tuple(tcfg.partition_by), where=where))
             secs = time.monotonic() - started
             result = LoadResult(table, published.rows, secs, len(snap.predicates), epoch, offsets)
             log.info("%s: loaded %s rows in %.1fs (%s rows/s; read+copy %.1fs); live table %s; "

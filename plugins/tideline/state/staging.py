@@ -43,6 +43,12 @@ class ChangeStaging:
             cur.execute(apply_sql.INDEX_STAGE)
         cur.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(apply_sql.STAGE)))  # temp tables have no stats
 
+    def leave_filter(self, cur, table: str, columns, predicate: str) -> int:
+        """The table's staged upserts its row_filter does not keep, turned into deletes (apply_sql);
+        how many."""
+        cur.execute(apply_sql.leave_filter_sql(table, columns, predicate))
+        return cur.rowcount
+
     def begin_table(self, cur) -> None:
         cur.execute("SAVEPOINT tl_table")
 

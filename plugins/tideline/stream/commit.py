@@ -27,6 +27,7 @@ from tideline.core.change_events import too_large_marker
 from tideline.core.config import PipelineConfig
 from tideline.core.errors import FencedError, ResnapshotRequired, SourceError, TidelineError
 from tideline.core.offsets import merge_committed
+from tideline.core.row_filter import RowFilter
 from tideline.core.table_extras import PREFIX as EXTRAS_PREFIX, TableExtras
 from tideline.core.table_shape import Column, TableShape
 from tideline.targets import ApplyRefused
@@ -237,10 +238,15 @@ class BatchCommitter:
         self.store.begin_table(cur)
         try:
             self._evolve(cur, table, shape)
+            tcfg = self.cfg.table(table.name)
+            if tcfg.row_filter:   # what the filter does not keep leaves the target (core.row_filter)
+                predicate = RowFilter(tcfg.row_filter, self.cfg.source.kind).target_sql(
+                    [c.name for c in table.columns], "v")
+                self.store.leave_filter(cur, table.name, table.columns, predicate)
             applied = self.store.apply_changes(cur, self.cfg.name, self.cfg.target_schema(table.name), table.name,
                                                table.topic, table.columns, table.primary_key,
                                                dead_letter=self.cfg.stream.on_bad_message == "dead_letter",
-                                               stamp=stamp, extras=TableExtras.of(self.cfg.table(table.name)))
+                                               stamp=stamp, extras=TableExtras.of(tcfg))
         except (schema_drift.SchemaChangeError, SourceError) as exc:   # e.g. a column added that cannot stream
             self.store.undo_table(cur)
             return str(exc), None

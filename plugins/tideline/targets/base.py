@@ -130,6 +130,7 @@ class SnapshotLoad:
     parallelism: int = 1
     extras: TableExtras = TableExtras()   # soft deletes and metadata columns the table carries (core.table_extras)
     partition_by: tuple[str, ...] = ()    # its partition transforms (a target that partitions: core.lake_partition)
+    where: str | None = None              # the rows its row_filter keeps, in the source's SQL (a target that reads)
 
     def verified(self, read: int, stored: int, mismatch: str) -> int:
         """The snapshot's rows, when the rows read and stored agree with it; else the load stops
@@ -335,6 +336,10 @@ class Target(ABC):
     def stage_changes(self, cur, rows, table_of_topic: dict[str, str]) -> None:
         """One batch's decoded changes (last image per key), staged for apply_changes."""
         self.staging.stage_changes(cur, rows, table_of_topic)
+
+    def leave_filter(self, cur, table: str, columns: list[Column], predicate: str) -> int:
+        """The staged upserts of `table` its row_filter does not keep become deletes (staging)."""
+        return self.staging.leave_filter(cur, table, columns, predicate)
 
     def begin_table(self, cur) -> None:
         """One table's share of a batch starts: it is kept or undone alone (a halt concerns one table)."""

@@ -28,6 +28,7 @@ from tideline.core.kafka_access import KafkaAccess
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import SourceError, TargetError, TidelineError
+from tideline.core.row_filter import RowFilter
 from tideline.core.table_extras import DELETED_AT, TableExtras
 from tideline.core.table_shape import TableShape
 from tideline.core import verify_canonical, verify_lake
@@ -112,9 +113,12 @@ class TableVerifier:
     def _live_rows_only(self, table: str) -> None:
         """A table with soft deletes keeps the rows the source deleted: the target compares the
         rows it holds as existing (core.table_extras), its extra columns never (the shape is the
-        source's)."""
-        if TableExtras.of(self.cfg.table(table)).soft_deletes:
+        source's). A table with a row_filter: the source compares only the rows it keeps."""
+        tcfg = self.cfg.table(table)
+        if TableExtras.of(tcfg).soft_deletes:
             self.tgt.dialect.only_where_null(DELETED_AT)
+        if tcfg.row_filter:
+            self.src.dialect.only_rows(RowFilter(tcfg.row_filter, self.cfg.source.kind).source_sql())
 
     def run(self, table: str) -> VerifyReport:
         started = time.time()

@@ -15,6 +15,7 @@ from tideline import engines, state, targets
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import TerminalError
+from tideline.core.row_filter import RowFilter
 from tideline.core.table_extras import TableExtras
 from tideline.core.table_shape import TableShape
 
@@ -67,6 +68,8 @@ def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, 
     repair would overwrite it with older rows that no event ever corrects.)"""
     table = shape.name
     epoch = _loaded_epoch(tgt, cfg.name, table)
+    if cfg.table(table).row_filter:   # only the rows the table's filter keeps: the others leave the target
+        source_where = f"({source_where}) AND ({RowFilter(cfg.table(table).row_filter, cfg.source.kind).source_sql()})"
     with tgt, tgt.cursor() as cur:
         _lock_for_repair(cur, cfg.name, table, epoch)
         read, upserted, deleted = store.repair_from_source(

@@ -53,7 +53,7 @@ def read_query(engine, shape: TableShape, columns: list[lake_types.LakeColumn], 
 
 @contextmanager
 def lake_reader(spark, engine, shape: TableShape, label: str, session_init: str | None,
-                extras: TableExtras = TableExtras()):
+                extras: TableExtras = TableExtras(), where: str | None = None):
     """`read(predicates)`: the source's rows of those key ranges as a DataFrame of the lake's
     columns (core.lake_types) and the table's extra columns as a load writes them
     (core.table_extras), one Spark task per predicate, each session running `session_init`
@@ -68,7 +68,7 @@ def lake_reader(spark, engine, shape: TableShape, label: str, session_init: str 
     previous = spark.conf.get(CHAR_AS_STRING, "false")
     spark.conf.set(CHAR_AS_STRING, "true")
     try:
-        yield lambda predicates: spark.read.jdbc(engine.jdbc_url(), read_query(engine, shape, columns),
+        yield lambda predicates: spark.read.jdbc(engine.jdbc_url(), read_query(engine, shape, columns, where),
                                                  predicates=predicates, properties=props).selectExpr(
             *lake_types.spark_projection(label, shape, columns), *added)
     finally:
@@ -77,7 +77,7 @@ def lake_reader(spark, engine, shape: TableShape, label: str, session_init: str 
 
 def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: str, label: str, pipeline: str,
                     epoch: int, offsets: dict[int, int], extras: TableExtras = TableExtras(),
-                    partition_by: tuple[str, ...] = ()) -> int:
+                    partition_by: tuple[str, ...] = (), where: str | None = None) -> int:
     """Reads the snapshot and commits it as the table's rows; returns the rows of the snapshot
     the commit holds. A table with soft deletes keeps the rows the snapshot lacks, marked deleted:
     its snapshot goes through the staging table first, so the source is read once."""
@@ -87,7 +87,7 @@ def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: 
                SUMMARY_EPOCH: str(epoch), SUMMARY_PIPELINE: pipeline}
     keeping = extras.soft_deletes and store.iceberg_table(schema, shape.name) is not None
     staging = store.table_id(schema, staging_name(shape.name))
-    with lake_reader(spark, engine, shape, label, snap.session_init, extras) as read:
+    with lake_reader(spark, engine, shape, label, snap.session_init, extras, where) as read:
         df = read(snap.predicates)
         log.info("%s: writing %d partitions into %s (one Iceberg commit): %s", label, len(snap.predicates),
                  store.table_id(schema, shape.name),
@@ -161,7 +161,7 @@ def commit_chunks(store, load, chunked, parallelism: int, properties: dict[str, 
     staging = staging_name(shape.name)
     done = staged_chunks(store, schema, shape.name, chunked.load_id) if chunked.resumed else None
     keeping = load.extras.soft_deletes and store.iceberg_table(schema, shape.name) is not None
-    with lake_reader(spark, engine, shape, label, engine.chunk_session_init, load.extras) as read:
+    with lake_reader(spark, engine, shape, label, engine.chunk_session_init, load.extras, load.where) as read:
         if done is None:   # a new load (or its staging table lost): an empty staging table of the load's shape
             spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {store.catalog}.`{schema}`")
             spark.sql(f"DROP TABLE IF EXISTS {store.table_id(schema, staging)}")

@@ -206,7 +206,7 @@ class IcebergTarget(Target):
                 load.fence(cur)
             landed = commit_snapshot(load.spark, load.engine, self, load.src, load.shape, load.snap, load.schema,
                                      load.label, load.pipeline, load.epoch, load.offsets, load.extras,
-                                     load.partition_by)
+                                     load.partition_by, load.where)
             load.engine.close_snapshot(load.src)
         copy_secs = time.monotonic() - started
         rows = load.verified(landed, landed, f"the Iceberg commit holds {landed:,}; the stream will not start from it")
