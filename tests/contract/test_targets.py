@@ -43,7 +43,7 @@ class Contract:
     """One kind of target under test: a pipeline of one source table into it, its rows read back
     in one form whatever the target, and everything it made removed afterwards."""
 
-    def __init__(self, kind: str, name: str, spark, source_db):
+    def __init__(self, kind: str, name: str, spark, source_db, table: dict | None = None):
         assert kind in CONNECTIONS, f"target kind {kind!r} is registered: name its test connection in CONNECTIONS"
         self.kind, self.name, self.spark, self.source_db = kind, name, spark, source_db
         self.table = f"{name}_t"
@@ -51,7 +51,7 @@ class Contract:
             "name": name, "source": {"conn_id": "tideline_source", "schema": "public"},
             "target": {"kind": kind, "conn_id": CONNECTIONS[kind], "schema": name},
             "kafka": {"topic_prefix": f"contract.{name}", "partitions": 1},
-            "spark": {"parallelism": 1}, "tables": [{"name": self.table}]}, f"{name}.yaml")
+            "spark": {"parallelism": 1}, "tables": [{"name": self.table, **(table or {})}]}, f"{name}.yaml")
         self.conn = get_connection(CONNECTIONS[kind])
         self.store = targets.for_pipeline(self.cfg, self.conn)
         self.store.use(spark)
@@ -83,6 +83,18 @@ class Contract:
             rows = [(i, n, None if a is None else str(a), t) for i, n, a, t in cur.fetchall()]
         self.state.rollback()
         return rows
+
+    def extras(self) -> dict[int, tuple]:
+        """Each target row's (deleted, op) from its extra columns (core.table_extras)."""
+        schema = self.cfg.target_schema(self.table)
+        if self.kind == "iceberg":
+            rows = self.store.iceberg_table(schema, self.table).scan().to_arrow().to_pylist()
+        else:
+            with self.state.cursor() as cur:
+                cur.execute(f'SELECT * FROM "{schema}"."{self.table}"')
+                rows = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
+            self.state.rollback()
+        return {r["id"]: (r["_tideline_deleted_at"] is not None, r["_tideline_op"]) for r in rows}
 
     def table_state(self):
         st = state.get(self.state, self.cfg.name, self.table)
@@ -293,3 +305,33 @@ def test_the_state_lives_where_the_target_connects_and_a_lost_connection_is_told
     contract.state.commit()
     assert contract.store.lost_connection(psycopg2.OperationalError("server closed the connection unexpectedly"))
     assert not contract.store.lost_connection(psycopg2.errors.InvalidTextRepresentation("bad input"))
+
+
+@pytest.mark.parametrize("kind", _kinds("table_extras"))
+def test_soft_deletes_metadata_and_a_row_filter_through_the_load_and_a_batch(kind, spark, source_db, unique_name):
+    """deletes: soft, metadata and a row_filter (core.table_extras, core.row_filter), alike on every
+    target that has them: the load reads the filter's rows with op r; a batch marks a delete, marks
+    a row updated out of the filter, inserts one updated into it — the live rows equal the
+    source's filtered rows, and a replay changes nothing."""
+    c = Contract(kind, unique_name, spark, source_db, {"deletes": "soft", "metadata": ["op", "source_ts"],
+                                                        "row_filter": "amount IS NULL OR amount >= 0"})
+    try:
+        c.load()
+        assert [r[0] for r in c.target_rows()] == [1, 3, 4] and set(c.extras().values()) == {(False, "r")}
+        committer, halts = c.committer()
+        c.change_source(f"DELETE FROM public.{c.table} WHERE id = 3; UPDATE public.{c.table} SET amount = -5 "
+                        f"WHERE id = 1; UPDATE public.{c.table} SET amount = 2 WHERE id = 2")
+        batch = c.batch([("d", 3, None),
+                         ("u", 1, {"id": 1, "note": "Zoë 😀", "amount": "-5.00", "tags": ["a", None, ""]}),
+                         ("u", 2, {"id": 2, "note": "", "amount": "2.00", "tags": []})])
+        try:
+            assert committer.commit_through_outages(1, *batch, NOW) is not None and not halts
+            marks = c.extras()
+            assert marks[3] == (True, "d") and marks[1] == (True, "d") and marks[2] == (False, "u")
+            live = [r for r in c.target_rows() if not marks[r[0]][0]]
+            assert live == [r for r in c.source_rows() if r[2] is None or float(r[2]) >= 0]
+            assert committer.commit_through_outages(2, *batch, NOW) is None and c.extras() == marks
+        finally:
+            committer.close()
+    finally:
+        c.close()
