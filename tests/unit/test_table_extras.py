@@ -70,11 +70,11 @@ def test_decoded_events_keep_the_position_through_the_batch_split():
     import pyarrow as pa
     from tideline.core.batch_events import split_batch
     from tideline.core.change_events import decode_records
-    value = json.dumps({"op": "u", "after": {"id": "1"}, "source": {"ts_ms": 5, "lsn": 4096}}).encode()
+    value = json.dumps({"op": "u", "after": {"id": "1"}, "source": {"ts_ms": 5, "ts_us": 5123, "lsn": 4096}}).encode()
     raw = pa.table({"topic": ["t"], "partition": pa.array([0], pa.int32()), "offset": pa.array([9], pa.int64()),
                     "key": pa.array([b'{"id":"1"}']), "value": pa.array([value])})
     rows = split_batch(decode_records(raw.to_batches())).rows.to_pylist()
-    assert [(r["position"], r["ts_ms"]) for r in rows] == [("0/1000", 5)]
+    assert [(r["position"], r["ts_us"]) for r in rows] == [("0/1000", 5123)]   # the µs when Debezium gives them
 
 
 COLUMNS = [Column("id", "integer", True), Column("note", "text", False)]
@@ -97,7 +97,7 @@ def rendered(statement) -> str:
 
 def test_a_soft_delete_marks_the_row_with_the_source_delete_time_and_keeps_its_values():
     text = rendered(apply_sql.delete_sql("s", "t", COLUMNS, ["id"], extras=TableExtras(True, ("op",))))
-    assert text.startswith('UPDATE "s"."t" AS t SET "_tideline_deleted_at" = coalesce(to_timestamp(s.ts / 1000.0), now())')
+    assert text.startswith('UPDATE "s"."t" AS t SET "_tideline_deleted_at" = coalesce(to_timestamp(s.ts / 1000000.0), now())')
     assert '"_tideline_op" = s.op::text' in text and "s.op = 'd'" in text and '"note"' not in text
     assert rendered(apply_sql.delete_sql("s", "t", COLUMNS, ["id"])).startswith('DELETE FROM "s"."t"')
 
@@ -106,7 +106,7 @@ def test_an_upsert_clears_the_mark_and_writes_the_metadata_from_the_event():
     extras = TableExtras(True, ("synced_at", "op", "source_ts", "source_position"))
     update = rendered(apply_sql.update_sql("s", "t", COLUMNS, ["id"], extras=extras))
     assert '"_tideline_deleted_at" = NULL' in update and '"_tideline_synced_at" = now()' in update
-    assert '"_tideline_source_ts" = to_timestamp(s.ts / 1000.0)' in update
+    assert '"_tideline_source_ts" = to_timestamp(s.ts / 1000000.0)' in update
     assert "concat(coalesce(s.pos, '-'), ' kafka ', s.part, ':', s.off)" in update
     insert = rendered(apply_sql.insert_sql("s", "t", COLUMNS, ["id"], extras=extras))
     assert '("id", "note", "_tideline_deleted_at", "_tideline_synced_at", "_tideline_op", "_tideline_source_ts", ' \
@@ -127,10 +127,10 @@ def test_the_iceberg_merge_marks_a_soft_delete_and_writes_the_metadata_like_the_
     apply = LakeApply(None, "p", "s", "t", "topic", COLUMNS, ["id"], extras=TableExtras(True, ("op", "source_ts")))
     merge = apply.merge_sql("lake.s.t", "v")
     assert ("WHEN MATCHED AND s.__tl_op = 'd' THEN UPDATE SET t.`_tideline_deleted_at` = "
-            "coalesce(timestamp_millis(s.__tl_ts), current_timestamp()), t.`_tideline_op` = s.__tl_op") in merge
+            "coalesce(timestamp_micros(s.__tl_ts), current_timestamp()), t.`_tideline_op` = s.__tl_op") in merge
     assert "t.`_tideline_deleted_at` = CAST(NULL AS TIMESTAMP)" in merge and "DELETE" not in merge
     assert merge.endswith("INSERT (`id`, `note`, `_tideline_deleted_at`, `_tideline_op`, `_tideline_source_ts`) "
-                          "VALUES (s.`id`, s.`note`, CAST(NULL AS TIMESTAMP), s.__tl_op, timestamp_millis(s.__tl_ts))")
+                          "VALUES (s.`id`, s.`note`, CAST(NULL AS TIMESTAMP), s.__tl_op, timestamp_micros(s.__tl_ts))")
     plain = LakeApply(None, "p", "s", "t", "topic", COLUMNS, ["id"]).merge_sql("lake.s.t", "v")
     assert "THEN DELETE" in plain and "_tideline" not in plain
 

@@ -72,7 +72,7 @@ def _only(only: sql.Composable | None) -> sql.Composable:
     return sql.SQL(" AND {}").format(only) if only is not None else sql.SQL("")
 
 
-_SOURCE_TS = sql.SQL("to_timestamp(s.ts / 1000.0)")
+_SOURCE_TS = sql.SQL("to_timestamp(s.ts / 1000000.0)")   # the stage's time: the source's commit, in µs
 _METADATA = {"synced_at": sql.SQL("now()"), "op": sql.SQL("s.op::text"), "source_ts": _SOURCE_TS,
              "source_position": sql.SQL("concat(coalesce(s.pos, '-'), ' kafka ', s.part, ':', s.off)")}
 

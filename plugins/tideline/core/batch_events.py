@@ -19,7 +19,8 @@ BAD_ROWS_KEPT = 1000
 # A batch's events as core.change_events decodes them from the raw Kafka records.
 EVENT_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                           ("key", pa.string()), ("value", pa.string()), ("op", pa.string()),
-                          ("after", pa.string()), ("ts_ms", pa.int64()), ("position", pa.string()),
+                          ("after", pa.string()), ("ts_ms", pa.int64()), ("ts_us", pa.int64()),
+                          ("position", pa.string()),
                           ("tombstone", pa.bool_()), ("bad", pa.bool_())])
 
 
@@ -28,7 +29,7 @@ class SplitBatch:
     per_partition: list[dict]   # topic, partition, lo, hi, n, bad, truncates, ts_ms
     bad_rows: list[dict]        # topic, partition, offset, key, value (first BAD_ROWS_KEPT, Kafka order)
     truncates: list[dict]       # topic, partition, offset
-    rows: pa.Table              # topic, op, key, after, partition, offset, ts_ms, position: the last good event per key
+    rows: pa.Table              # topic, op, key, after, partition, offset, ts_us, position: the last good event per key
 
 
 def split_batch(events: pa.Table) -> SplitBatch:
@@ -56,7 +57,7 @@ def split_batch(events: pa.Table) -> SplitBatch:
         truncates = found.take(pc.sort_indices(found, sort_keys=order)).to_pylist()
     good = pc.and_(pc.and_(pc.invert(bad), pc.invert(pc.fill_null(events.column("tombstone"), False))),
                    pc.invert(truncate))
-    rows = events.filter(good).select(["topic", "op", "key", "after", "partition", "offset", "ts_ms", "position"])
+    rows = events.filter(good).select(["topic", "op", "key", "after", "partition", "offset", "ts_us", "position"])
     return SplitBatch(per_partition, bad_rows, truncates, fill_unavailable(latest_per_key(rows), rows))
 
 

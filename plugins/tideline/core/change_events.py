@@ -31,6 +31,7 @@ CHUNK_ROWS = 50_000   # records decoded at a time: bounds the Python objects ali
 
 class _Source(msgspec.Struct):
     ts_ms: Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)] | None = None
+    ts_us: Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)] | None = None   # Debezium 2+: to the µs
     lsn: int | None = None          # PostgreSQL: the change's WAL position
     gtid: str | None = None         # MariaDB: the transaction's GTID (when GTIDs are on)...
     file: str | None = None         # ...else its binlog file and position
@@ -93,6 +94,7 @@ def _decode_chunk(batch: pa.RecordBatch) -> pa.RecordBatch:
     afters: list[bytes | None] = [None] * n
     ts: list[int | None] = [None] * n
     where: list[str | None] = [None] * n
+    micros: list[int | None] = [None] * n
     kept: list[str | None] = [None] * n
     tomb = [False] * n
     bad = [False] * n
@@ -113,6 +115,9 @@ def _decode_chunk(batch: pa.RecordBatch) -> pa.RecordBatch:
             after_bytes = bytes(env.after)
         after_bytes = None if after_bytes == b"null" else after_bytes
         ops[i], ts[i], where[i] = op, source.ts_ms if source is not None else None, log_position(source)
+        if source is not None:
+            micros[i] = source.ts_us if source.ts_us is not None else \
+                (source.ts_ms * 1000 if source.ts_ms is not None else None)
         if (op not in OPS or (op != "t" and keys[i] is None)
                 or (op in UPSERT_OPS and (after_bytes is None or not after_bytes.startswith(b"{")))):
             bad[i], kept[i] = True, _text(value)
@@ -126,8 +131,8 @@ def _decode_chunk(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [batch.column("topic").cast(pa.string()), batch.column("partition").cast(pa.int32()),
          batch.column("offset").cast(pa.int64()), pa.array(keys, pa.string()), pa.array(kept, pa.string()),
-         pa.array(ops, pa.string()), after_col, pa.array(ts, pa.int64()), pa.array(where, pa.string()),
-         pa.array(tomb, pa.bool_()), pa.array(bad, pa.bool_())], schema=EVENT_SCHEMA)
+         pa.array(ops, pa.string()), after_col, pa.array(ts, pa.int64()), pa.array(micros, pa.int64()),
+         pa.array(where, pa.string()), pa.array(tomb, pa.bool_()), pa.array(bad, pa.bool_())], schema=EVENT_SCHEMA)
 
 
 def decode_records(batches: Iterable[pa.RecordBatch]) -> pa.Table:

@@ -34,7 +34,7 @@ class ChangeStaging:
                            "after": rows.column("after"),
                            "part": pc.cast(rows.column("partition"), pa.string()),
                            "off": pc.cast(rows.column("offset"), pa.string()),
-                           "ts": pc.cast(rows.column("ts_ms"), pa.string()), "pos": rows.column("position")})
+                           "ts": pc.cast(rows.column("ts_us"), pa.string()), "pos": rows.column("position")})
         cur.execute(apply_sql.CREATE_STAGE)
         stream = CopyStream(staged.to_batches(max_chunksize=50_000), [True, False, True, True, False, False, False,
                                                                       True])
