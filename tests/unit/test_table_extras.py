@@ -167,3 +167,47 @@ def test_events_the_filter_does_not_keep_become_deletes_of_their_key_in_the_stag
     text = rendered(apply_sql.leave_filter_sql("t", COLUMNS, 'v."note" <> \'x\''))
     assert text.startswith("UPDATE \"tl_stage\" AS t SET op = 'd' WHERE t.tbl = 't' AND t.op <> 'd'")
     assert "LATERAL (SELECT " in text and "AND NOT coalesce((v.\"note\" <> 'x'), false)) RETURNING 1" in text
+
+
+def test_history_versions_every_event_of_a_key_and_fills_an_unsent_value_from_the_one_before():
+    import pyarrow as pa
+    from tideline.core.batch_events import split_batch
+    from tideline.core.change_events import decode_records
+
+    def event(off, op, after, us):
+        return {"topic": "h" if off < 10 else "p", "partition": 0, "offset": off, "key": b'{"id":"1"}',
+                "value": json.dumps({"op": op, "after": after, "source": {"ts_ms": us // 1000, "ts_us": us}}).encode()}
+    rows = [event(0, "c", {"id": "1", "big": "x" * 5, "n": "1"}, 1_000_000),
+            event(1, "u", {"id": "1", "big": "__debezium_unavailable_value", "n": "2"}, 2_000_000),
+            event(2, "u", {"id": "1", "big": "__debezium_unavailable_value", "n": "3"}, 3_000_000),
+            event(10, "c", {"id": "1", "n": "1"}, 1), event(11, "u", {"id": "1", "n": "2"}, 2)]
+    raw = pa.Table.from_pylist(rows, schema=pa.schema([("topic", pa.string()), ("partition", pa.int32()),
+                                                       ("offset", pa.int64()), ("key", pa.binary()),
+                                                       ("value", pa.binary())]))
+    split = split_batch(decode_records(raw.to_batches()), versioned=frozenset({"h"}))
+    kept = split.rows.to_pylist()
+    history = [r for r in kept if r["topic"] == "h"]
+    assert [r["offset"] for r in history] == [0, 1, 2] and [r["offset"] for r in kept if r["topic"] == "p"] == [11]
+    assert all(json.loads(r["after"])["big"] == "xxxxx" for r in history)   # each version's value, not a placeholder
+    assert [r["ts_us"] for r in history] == [1_000_000, 2_000_000, 3_000_000]
+
+
+def test_the_history_statement_closes_the_current_version_and_opens_one_per_event():
+    text = rendered(apply_sql.history_statement("s", "t", COLUMNS, ["id"], extras=TableExtras(history=True)))
+    assert "SELECT DISTINCT ON (\"id\", ts)" in text            # one version per key and source transaction
+    assert "WHERE cur.vf IS NULL OR to_timestamp(ev.ts / 1000000.0) > cur.vf" in text   # a replay adds nothing
+    assert "lead(fresh.ts) OVER (PARTITION BY fresh.\"id\" ORDER BY fresh.ts)" in text
+    assert 'SET "_tideline_valid_to" = to_timestamp(f.first / 1000000.0), "_tideline_current" = false' in text
+    assert "s.next_ts IS NULL FROM seq AS s WHERE s.op <> 'd'" in text   # a delete only closes
+
+
+def test_history_is_refused_with_soft_deletes_chunks_a_batch_table_or_a_pair_without_it():
+    for table, says in (({"name": "o", "history": True, "deletes": "soft"}, "drop deletes: soft"),
+                        ({"name": "o", "history": True, "snapshot": "chunked"}, "one consistent snapshot"),
+                        ({"name": "o", "mode": "batch", "cursor_column": "at", "history": True}, "go with mode: cdc")):
+        with pytest.raises(ConfigError, match=says):
+            cfg(table)
+    with pytest.raises(ConfigError, match="history is not supported from mariadb into postgres"):
+        parse_pipeline({**BASE, "source": {"kind": "mariadb", "conn_id": "m", "schema": "shop"},
+                        "tables": [{"name": "o", "history": True}]}, "x.yaml")
+    assert TableExtras.of(cfg({"name": "o", "history": True}).table("o")).key_columns == ["_tideline_valid_from"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from psycopg2 import sql
 
 from tideline.core.debezium import may_be_unavailable, unavailable_test, value_expr
-from tideline.core.table_extras import DELETED_AT, PREFIX, TableExtras
+from tideline.core.table_extras import CURRENT, DELETED_AT, PREFIX, VALID_FROM, VALID_TO, TableExtras
 from tideline.core.table_shape import Column
 
 STAGE = "tl_stage"
@@ -188,3 +188,71 @@ def apply_statement(schema: str, table: str, columns: list[Column], pk: list[str
         delete=delete_sql(schema, table, columns, pk, only, extras), update=update_sql(schema, table, columns, pk, only,
                                                                                       extras),
         insert=insert_sql(schema, table, columns, pk, only, extras))
+
+
+def history_statement(schema: str, table: str, columns: list[Column], pk: list[str],
+                      only: sql.Composable | None = None, extras: TableExtras = TableExtras()) -> sql.Composed:
+    """A history table's (SCD type 2, core.table_extras) staged events in one statement. The stage
+    holds every event of the batch for it, not only the last per key. Per key, in source order:
+    the events of one source transaction count as its last (their commit time is one); events at
+    or before the key's current version's start are already in it (a batch applied again, the
+    full load's overlap: the snapshot's time is a lower bound of what it holds) and add nothing;
+    the current version is closed at the first new event's time, each insert or update opens a
+    version that the key's next event closes, and a delete only closes. A value Debezium did not
+    send (unchanged TOAST) is the current version's. Returns (deletes, 0, versions opened, part,
+    off, key) — part NULL unless an event lacks a value nobody has (see
+    unavailable_on_insert_sql), and then nothing may be committed. (Counted as a plain table's
+    apply counts: deletes, 0, versions opened.)"""
+    by_name = {c.name: c for c in columns}
+    keys = [sql.Identifier(k) for k in pk]
+    key_exprs = [sql.SQL("{} AS {}").format(value_expr(field("key", k), by_name[k].type, by_name[k].encoding),
+                                            sql.Identifier(k)) for k in pk]
+    key_list = sql.SQL(", ").join(keys)
+    on = lambda a, b: sql.SQL(" AND ").join(sql.SQL("{a}.{k} = {b}.{k}").format(a=sql.Identifier(a), b=sql.Identifier(b), k=k)
+                                             for k in keys)
+    ts = sql.SQL("coalesce(s.ts, (extract(epoch FROM now()) * 1000000)::bigint)")
+    at = lambda col: sql.SQL("to_timestamp({} / 1000000.0)").format(col)
+    target = _target(schema, table)
+    written = [c for c in _written(columns)]
+    values = []
+    for c in written:
+        value = row_value(c)
+        if c.name not in pk and may_be_unavailable(c.type, c.encoding):
+            value = sql.SQL("CASE WHEN {test} THEN (SELECT t.{col} FROM {t} AS t WHERE t.{cur} AND {match}) "
+                            "ELSE {value} END").format(
+                test=unavailable_test(field("after", c.name), c.type), col=sql.Identifier(c.name), t=target,
+                cur=sql.Identifier(CURRENT), match=on("t", "s"), value=value)
+        values.append(value)
+    meta = [(n, v) for n, v in extra_values(TableExtras(metadata=extras.metadata), deleting=False)]
+    tests = [unavailable_test(field("after", c.name), c.type) for c in written
+             if c.name not in pk and may_be_unavailable(c.type, c.encoding)]
+    broken = (sql.SQL("SELECT s.part, s.off, s.key::text FROM seq AS s LEFT JOIN cur ON {on} WHERE s.op <> 'd' "
+                      "AND cur.vf IS NULL AND ({tests}) LIMIT 1").format(on=on("s", "cur"),
+                                                                     tests=sql.SQL(" OR ").join(tests))
+              if tests else sql.SQL("SELECT NULL::int, NULL::bigint, NULL::text WHERE false"))
+    return sql.SQL(
+        "WITH ev AS (SELECT DISTINCT ON ({key_list}, ts) {key_exprs}, s.op, s.key, s.after, s.part, s.off, {ts} AS ts, "
+        "s.pos FROM {stage} AS s WHERE s.tbl = {tbl}{only} ORDER BY {key_list}, ts, s.part DESC, s.off DESC), "
+        "cur AS (SELECT {t_keys}, t.{vf} AS vf FROM {target} AS t WHERE t.{cur} AND ({t_keys}) IN "
+        "(SELECT {key_list} FROM ev)), "
+        "fresh AS (SELECT ev.* FROM ev LEFT JOIN cur ON {ev_cur} WHERE cur.vf IS NULL OR {ev_at} > cur.vf), "
+        "seq AS (SELECT fresh.*, lead(fresh.ts) OVER (PARTITION BY {fresh_keys} ORDER BY fresh.ts) AS next_ts "
+        "FROM fresh), "
+        "broken AS ({broken}), "
+        "closed AS (UPDATE {target} AS t SET {vt} = {first_at}, {cur} = false FROM (SELECT {key_list}, min(ts) AS "
+        "first FROM fresh GROUP BY {key_list}) AS f WHERE t.{cur} AND {t_f} RETURNING 1), "
+        "opened AS (INSERT INTO {target} ({cols}) SELECT {vals} FROM seq AS s WHERE s.op <> 'd' RETURNING 1) "
+        "SELECT (SELECT count(*) FROM fresh WHERE op = 'd'), 0::bigint, "   # (closed runs unreferenced, as every
+        "(SELECT count(*) FROM opened), b.* FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM broken LIMIT 1) AS b "
+        "ON true").format(
+        key_list=key_list, key_exprs=sql.SQL(", ").join(key_exprs), ts=ts, stage=sql.Identifier(STAGE),
+        tbl=sql.Literal(table), only=_only(only), target=target, cur=sql.Identifier(CURRENT),
+        vf=sql.Identifier(VALID_FROM), vt=sql.Identifier(VALID_TO),
+        t_keys=sql.SQL(", ").join(sql.SQL("t.{}").format(k) for k in keys), ev_cur=on("ev", "cur"),
+        ev_at=at(sql.SQL("ev.ts")), fresh_keys=sql.SQL(", ").join(sql.SQL("fresh.{}").format(k) for k in keys),
+        broken=broken, first_at=at(sql.SQL("f.first")), t_f=on("t", "f"),
+        cols=sql.SQL(", ").join([sql.Identifier(c.name) for c in written]
+                                + [sql.Identifier(n) for n in (VALID_FROM, VALID_TO, CURRENT)]
+                                + [sql.Identifier(n) for n, _ in meta]),
+        vals=sql.SQL(", ").join(values + [at(sql.SQL("s.ts")), at(sql.SQL("s.next_ts")), sql.SQL("s.next_ts IS NULL")]
+                                + [v for _, v in meta]))

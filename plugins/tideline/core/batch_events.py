@@ -32,7 +32,9 @@ class SplitBatch:
     rows: pa.Table              # topic, op, key, after, partition, offset, ts_us, position: the last good event per key
 
 
-def split_batch(events: pa.Table) -> SplitBatch:
+def split_batch(events: pa.Table, versioned: frozenset[str] = frozenset()) -> SplitBatch:
+    """`versioned`: topics of history tables (SCD2), whose every good event is kept in Kafka order
+    (each a version), not only the last per key."""
     op = events.column("op")
     bad = pc.fill_null(events.column("bad"), True)
     truncate = pc.fill_null(pc.equal(op, "t"), False)
@@ -58,7 +60,29 @@ def split_batch(events: pa.Table) -> SplitBatch:
     good = pc.and_(pc.and_(pc.invert(bad), pc.invert(pc.fill_null(events.column("tombstone"), False))),
                    pc.invert(truncate))
     rows = events.filter(good).select(["topic", "op", "key", "after", "partition", "offset", "ts_us", "position"])
-    return SplitBatch(per_partition, bad_rows, truncates, fill_unavailable(latest_per_key(rows), rows))
+    if not versioned:
+        return SplitBatch(per_partition, bad_rows, truncates, fill_unavailable(latest_per_key(rows), rows))
+    every = pc.is_in(rows.column("topic"), pa.array(sorted(versioned), pa.string()))
+    plain, history = rows.filter(pc.invert(every)), rows.filter(every)
+    return SplitBatch(per_partition, bad_rows, truncates,
+                      pa.concat_tables([fill_unavailable(latest_per_key(plain), plain), fill_chains(history)]))
+
+
+def fill_chains(rows: pa.Table) -> pa.Table:
+    """Every event of a history table's batch, each unchanged-value placeholder filled from the
+    key's earlier events in the batch (fill_unavailable's rule, for each event, not only the last)."""
+    if not rows.num_rows or not pc.any(pc.fill_null(pc.match_substring(rows.column("after"),
+                                                                      "__debezium_unavailable_value"), False)).as_py():
+        return rows
+    rows = rows.take(pc.sort_indices(rows, sort_keys=[("topic", "ascending"), ("key", "ascending"),
+                                                      ("offset", "ascending")]))
+    chains: dict[tuple, list] = {}
+    filled = []
+    for t, k, off, op, a in zip(*(rows.column(c).to_pylist() for c in ("topic", "key", "offset", "op", "after"))):
+        before = chains.setdefault((t, k), [])
+        filled.append(_filled(a, before) if a is not None and "__debezium_unavailable_value" in a else a)
+        before.append((off, op, filled[-1]))
+    return rows.set_column(rows.schema.get_field_index("after"), "after", pa.array(filled, pa.string()))
 
 
 def latest_per_key(rows: pa.Table) -> pa.Table:

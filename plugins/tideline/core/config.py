@@ -49,6 +49,11 @@ class TableConfig(_Model):
                                           "(target commit time), `_tideline_op` (c/u/d, r for loaded rows), "
                                           "`_tideline_source_ts` (source commit time), `_tideline_source_position` "
                                           "(source log position and Kafka partition:offset). Change-stream tables only")
+    history: bool = Field(
+        default=False, description="SCD type 2: one row per version with `_tideline_valid_from`, `_tideline_valid_to` "
+                                   "and `_tideline_current`, keyed by the source key and `_tideline_valid_from`; "
+                                   "versions from the source's commit times; a delete closes the current version. "
+                                   "Loads from one consistent snapshot. Change-stream tables only")
     row_filter: str | None = Field(
         default=None, description="only the rows this SQL predicate over the source's columns holds for, written in "
                                   "the source's SQL (e.g. `status <> 'test'`): the full load reads by it and the "
@@ -102,10 +107,16 @@ class TableConfig(_Model):
                 raise ValueError(f"table {self.name!r}: primary key column {key!r} must be synced")
         if len(set(self.metadata)) != len(self.metadata):
             raise ValueError(f"table {self.name!r}: metadata lists a column twice: {self.metadata}")
-        if self.mode == "batch" and (self.deletes == "soft" or self.metadata):
+        if self.history and self.deletes == "soft":
+            raise ValueError(f"table {self.name!r}: history keeps every version (a delete closes the current one): "
+                             f"drop deletes: soft")
+        if self.history and self.snapshot == "chunked":
+            raise ValueError(f"table {self.name!r}: a history table loads from one consistent snapshot (its first "
+                             f"versions start at one point in time): drop snapshot: chunked")
+        if self.mode == "batch" and (self.deletes == "soft" or self.metadata or self.history):
             raise ValueError(f"table {self.name!r} is in batch mode, which copies rows by cursor_column and never "
-                             f"sees a delete or a change's source position: deletes: soft and metadata go with "
-                             f"mode: cdc")
+                             f"sees a delete or a change's source position: deletes: soft, history and metadata "
+                             f"go with mode: cdc")
         from tideline.core.lake_partition import parse
         for f in map(parse, self.partition_by):
             if f.column in self.exclude_columns or (self.columns is not None and f.column not in self.columns
@@ -204,6 +215,10 @@ class PipelineConfig(_Model):
             if unknown:
                 raise ValueError(f"table {t.name!r}: row_filter names {', '.join(unknown)}, which the table does not "
                                  f"sync (columns / exclude_columns)")
+        versioned = [t.name for t in self.tables if t.history]
+        refused = support.refusal(self.source.kind, self.target.kind, "history") if versioned else None
+        if refused:
+            raise ValueError(f"tables {', '.join(versioned)} ask for history, but {refused}")
         extras = [t.name for t in self.tables if t.deletes == "soft" or t.metadata]
         refused = support.refusal(self.source.kind, self.target.kind, "extras") if extras else None
         if refused:

@@ -1,14 +1,15 @@
 """The columns a target table carries beside the source's, for the people who read it: a soft
-delete's time and the change metadata (`deletes: soft`, `metadata: [...]` per table). Pure: which
-columns, their logical types, what a full load fills them with, and the collisions that refuse a
-config. Each target maps the logical types to its own (PostgreSQL: timestamptz/text; Iceberg:
-timestamptz/string)."""
+delete's time, each version's validity (`history: true`, SCD type 2) and the change metadata
+(`deletes: soft`, `metadata: [...]` per table). Pure: which columns, their logical types, what a
+full load fills them with, and the collisions that refuse a config. Each target maps the logical
+types to its own (PostgreSQL: timestamptz/text/boolean; Iceberg: timestamptz/string/boolean)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 PREFIX = "_tideline_"
 DELETED_AT = "_tideline_deleted_at"
+VALID_FROM, VALID_TO, CURRENT = "_tideline_valid_from", "_tideline_valid_to", "_tideline_current"
 METADATA = ("synced_at", "op", "source_ts", "source_position")
 # op of a row a full load wrote: Debezium's own for a snapshot read
 LOADED_OP = "r"
@@ -17,16 +18,16 @@ LOADED_OP = "r"
 @dataclass(frozen=True)
 class ExtraColumn:
     name: str
-    kind: str        # "timestamptz" | "text"
+    kind: str        # "timestamptz" | "text" | "boolean"
     about: str       # what it holds, for the docs and the reference
 
     @property
     def pg_type(self) -> str:
-        return "timestamp with time zone" if self.kind == "timestamptz" else "text"
+        return {"timestamptz": "timestamp with time zone", "text": "text", "boolean": "boolean"}[self.kind]
 
     @property
     def iceberg_type(self) -> str:
-        return "timestamptz" if self.kind == "timestamptz" else "string"
+        return {"timestamptz": "timestamptz", "text": "string", "boolean": "boolean"}[self.kind]
 
 
 _ABOUT = {
@@ -40,26 +41,41 @@ _ABOUT = {
 
 @dataclass(frozen=True)
 class TableExtras:
-    """One table's extra columns: soft deletes and the metadata it asked for, in a fixed order."""
+    """One table's extra columns: soft deletes or history, and the metadata it asked for, in a
+    fixed order."""
     soft_deletes: bool = False
     metadata: tuple[str, ...] = ()
+    history: bool = False   # SCD type 2: one row per version, keyed by the source key and VALID_FROM
 
     @classmethod
     def of(cls, table_config) -> "TableExtras":
-        return cls(table_config.deletes == "soft", tuple(m for m in METADATA if m in table_config.metadata))
+        return cls(table_config.deletes == "soft", tuple(m for m in METADATA if m in table_config.metadata),
+                   getattr(table_config, "history", False))
 
     @property
     def columns(self) -> list[ExtraColumn]:
         out = [ExtraColumn(DELETED_AT, "timestamptz", "when the source deleted the row; NULL while it exists")] \
             if self.soft_deletes else []
+        if self.history:
+            out += [ExtraColumn(VALID_FROM, "timestamptz", "the source's commit time of the change that made this "
+                                                           "version (the snapshot's time for a loaded row)"),
+                    ExtraColumn(VALID_TO, "timestamptz", "the commit time of the change that ended it; NULL while "
+                                                         "it is the row's current version"),
+                    ExtraColumn(CURRENT, "boolean", "whether this is the row's current version (false once the "
+                                                    "row is deleted at the source)")]
         return out + [ExtraColumn(PREFIX + m, *_ABOUT[m]) for m in self.metadata]
+
+    @property
+    def key_columns(self) -> list[str]:
+        """What the target's key adds to the source's: a version's start, with history."""
+        return [VALID_FROM] if self.history else []
 
     @property
     def names(self) -> list[str]:
         return [c.name for c in self.columns]
 
     def __bool__(self) -> bool:
-        return self.soft_deletes or bool(self.metadata)
+        return self.soft_deletes or bool(self.metadata) or self.history
 
     def collisions(self, source_columns) -> list[str]:
         """Source columns named as one of these extra columns: the table cannot carry both."""

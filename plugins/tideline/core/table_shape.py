@@ -11,7 +11,7 @@ from psycopg2 import sql
 
 from tideline.core.copy_text import needs_escaping
 from tideline.core.errors import SourceError
-from tideline.core.table_extras import LOADED_OP, PREFIX, ExtraColumn, TableExtras
+from tideline.core.table_extras import CURRENT, LOADED_OP, PREFIX, VALID_FROM, ExtraColumn, TableExtras
 
 KEY_ALIAS = "__tl_k{}"
 CTID_ALIAS = "__tl_ctid"
@@ -168,24 +168,29 @@ def ctid_predicates(blocks: int, parts: int) -> list[sql.Composed]:
 
 
 def create_table(shape: TableShape, schema: str, name: str, unlogged: bool = False,
-                 extras: TableExtras = TableExtras()) -> sql.Composed:
+                 extras: TableExtras = TableExtras(), seeded_at=None) -> sql.Composed:
     """CREATE TABLE for the target, faithful to the source's column types, NOT NULLs and generated columns.
     The primary key is added after the load (faster, and it rejects duplicates). `extras` (soft
-    deletes, metadata: core.table_extras) come last, filled by their defaults as the load copies."""
+    deletes, history, metadata: core.table_extras) come last, filled by their defaults as the load
+    copies; a loaded row's version starts at `seeded_at` (the snapshot's time)."""
     cols = [sql.SQL("{} {}{}{}").format(sql.Identifier(c.name), sql.SQL(c.type), generated_clause(c),
                                         sql.SQL(" NOT NULL") if c.not_null else sql.SQL(""))
             for c in shape.columns]
-    cols += [extra_column_sql(c) for c in extras.columns]
+    cols += [extra_column_sql(c, seeded_at) for c in extras.columns]
     return sql.SQL("CREATE {}TABLE {}.{} ({})").format(sql.SQL("UNLOGGED " if unlogged else ""),
                                                       sql.Identifier(schema), sql.Identifier(name),
                                                       sql.SQL(", ").join(cols))
 
 
-def extra_column_sql(c: ExtraColumn) -> sql.Composable:
+def extra_column_sql(c: ExtraColumn, seeded_at=None) -> sql.Composable:
     """An extra column's definition: what a row a load (or a repair) writes holds in it — the time it
-    was written and op `r` (core.table_extras.LOADED_OP); the rest NULL."""
+    was written and op `r` (core.table_extras.LOADED_OP); a current version starting at `seeded_at`
+    (now() without one); the rest NULL."""
+    start = sql.SQL("now()") if seeded_at is None else sql.SQL("{}::timestamptz").format(sql.Literal(seeded_at))
     default = {PREFIX + "synced_at": sql.SQL(" DEFAULT now()"),
-               PREFIX + "op": sql.SQL(" DEFAULT {}").format(sql.Literal(LOADED_OP))}.get(c.name, sql.SQL(""))
+               PREFIX + "op": sql.SQL(" DEFAULT {}").format(sql.Literal(LOADED_OP)),
+               VALID_FROM: sql.SQL(" NOT NULL DEFAULT {}").format(start),
+               CURRENT: sql.SQL(" NOT NULL DEFAULT true")}.get(c.name, sql.SQL(""))
     return sql.SQL("{} {}{}").format(sql.Identifier(c.name), sql.SQL(c.pg_type), default)
 
 

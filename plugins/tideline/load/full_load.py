@@ -325,6 +325,8 @@ class FullLoad:
         catalog's estimate); chunks need a key, a source engine and a target that can."""
         can = (self.engine.loads_in_chunks and self.store.capabilities().chunked_loads
                and bool(shape.primary_key))
+        if tcfg.history:   # its first versions start at one point in time: the snapshot's
+            return False, "history: one consistent snapshot"
         estimate = self.engine.estimate_rows(src, shape) if can and tcfg.snapshot == "auto" else None
         return use_chunks(tcfg.snapshot, estimate, can)
 

@@ -157,8 +157,9 @@ class BatchCommitter:
                 log.info("spark batch %d holds only events already applied; skipped", spark_batch_id)
                 return None
             rows = drop_applied(rows, current)
-            # what Debezium left out and the batch cannot fill: the source's row now (stream.source_fill)
-            rows = fill_from_source(rows, self.by_topic, cfg.source_schema, self.engine, self._src)
+            # what Debezium left out and the batch cannot fill: the source's row now (stream.source_fill);
+            # not a history table's: a version's value is the one before it (its apply reads it there)
+            rows = self._fill_from_source(rows)
             figures.skipped = figures.events - sum(_unapplied(r, current) for r in fresh)
             bad_rows = [b for b in bad_rows if b["offset"] >= current[b["topic"]].get(b["partition"], 0)]
             truncates = [t for t in truncates if t["offset"] >= current[t["topic"]].get(t["partition"], 0)]
@@ -232,6 +233,14 @@ class BatchCommitter:
             return None
         figures.batch_id, figures.end_offsets = batch_id, end_offsets
         return figures
+
+    def _fill_from_source(self, rows: pa.Table) -> pa.Table:
+        versioned = [t.topic for t in self.tables.values() if self.cfg.table(t.name).history]
+        if not versioned or not rows.num_rows:
+            return fill_from_source(rows, self.by_topic, self.cfg.source_schema, self.engine, self._src)
+        every = pc.is_in(rows.column("topic"), pa.array(versioned, pa.string()))
+        return pa.concat_tables([fill_from_source(rows.filter(pc.invert(every)), self.by_topic, self.cfg.source_schema,
+                                                  self.engine, self._src), rows.filter(every)])
 
     def _apply_isolated(self, cur, table: StreamTable, stamp: CommitStamp, shape: TableShape | SourceError):
         """((upserts, deletes), dead letters) — or (why, event) when the table must halt."""

@@ -79,7 +79,8 @@ class IncrementalRun:
         self.handed: dict[str, str] = {}   # tables a full load took over: name -> the load (stream.handed)
         self.history = StreamHistory(cfg, self.store, self.kafka, mode, self.owner)
         # one thread commits batch N to the target while Spark's batch thread reads N+1
-        self.handover = BatchHandover(self._commit_and_report, self._batch_failed, self._stop_query)
+        self.handover = BatchHandover(self._commit_and_report, self._batch_failed, self._stop_query,
+                                      frozenset(cfg.topic(t.name) for t in cfg.tables if t.history))
         self.committer = BatchCommitter(cfg, self.store, self.engine, self.owner, self.tables, self.by_topic,
                                         self.halted, self._after_halts, self.handed)
         self.watch = StreamWatch(cfg, self.store, self.engine, self.tables, self.halted, self._needs_resnapshot,

@@ -106,7 +106,7 @@ def target_class(kind: str) -> type[Target]:
 
 # a support mode (core.support) and the capability that must promise it
 MODE_NEEDS = {"cdc": "stream", "batch": "batch", "verify": "verifies", "maintenance": "maintenance",
-              "extras": "table_extras", "partitioning": "partitioning"}
+              "extras": "table_extras", "partitioning": "partitioning", "history": "history"}
 
 
 def check_support() -> None:

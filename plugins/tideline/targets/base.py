@@ -64,6 +64,7 @@ class Capabilities:
     table_extras: bool = False      # soft deletes and change-metadata columns (core.table_extras): its loads
                                     # fill them and its stream's apply writes them
     partitioning: bool = False      # a table's partition_by (core.lake_partition): its loads create the table so
+    history: bool = False           # a table's history (SCD2, core.table_extras): versions by the source's times
 
     def promised(self) -> list[str]:
         """The promises this target makes, by name (keys of PROMISES)."""
@@ -80,6 +81,7 @@ PROMISES: dict[str, tuple[str, ...]] = {
     "maintenance": ("maintain",),
     "table_extras": ("publish_snapshot", "apply_changes"),
     "partitioning": ("publish_snapshot",),
+    "history": ("publish_snapshot", "apply_changes", "apply_repair"),
 }
 
 

@@ -29,7 +29,7 @@ from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import SourceError, TargetError, TidelineError
 from tideline.core.row_filter import RowFilter
-from tideline.core.table_extras import DELETED_AT, TableExtras
+from tideline.core.table_extras import DELETED_AT, VALID_TO, TableExtras
 from tideline.core.table_shape import TableShape
 from tideline.core import verify_canonical, verify_lake
 from tideline.core.verify_plan import (INTEGER_KEY_TYPES, Candidate, Finding, KeyRange, VerifyReport, classify,
@@ -113,10 +113,13 @@ class TableVerifier:
     def _live_rows_only(self, table: str) -> None:
         """A table with soft deletes keeps the rows the source deleted: the target compares the
         rows it holds as existing (core.table_extras), its extra columns never (the shape is the
-        source's). A table with a row_filter: the source compares only the rows it keeps."""
+        source's); a history table, its current versions (VALID_TO NULL). A table with a
+        row_filter: the source compares only the rows it keeps."""
         tcfg = self.cfg.table(table)
         if TableExtras.of(tcfg).soft_deletes:
             self.tgt.dialect.only_where_null(DELETED_AT)
+        if tcfg.history:   # a version per change: the current ones are the source's rows
+            self.tgt.dialect.only_where_null(VALID_TO)
         if tcfg.row_filter:
             self.src.dialect.only_rows(RowFilter(tcfg.row_filter, self.cfg.source.kind).source_sql())
 

@@ -100,9 +100,9 @@ class TableApply:
         """The savepoint and the table's statement in one round trip. Kept, the savepoint is
         released with the caller's (the table's), which holds it."""
         try:
+            statement = apply_sql.history_statement if self.extras.history else apply_sql.apply_statement
             cur.execute(sql.SQL("SAVEPOINT tl_apply; {}").format(
-                apply_sql.apply_statement(self.schema, self.table, self.columns, self.primary_key, only,
-                                          self.extras)))
+                statement(self.schema, self.table, self.columns, self.primary_key, only, self.extras)))
             deleted, updated, inserted, part, off, key = cur.fetchone()
             if part is not None:
                 raise ResnapshotRequired(

@@ -10,8 +10,8 @@ from psycopg2 import sql
 
 from tideline import sqlfiles
 from tideline.core import schema_drift
-from tideline.core.errors import SourceError, TargetError
-from tideline.core.table_extras import DELETED_AT, LOADED_OP, PREFIX, TableExtras
+from tideline.core.errors import ResnapshotRequired, SourceError, TargetError
+from tideline.core.table_extras import DELETED_AT, LOADED_OP, PREFIX, VALID_FROM, TableExtras
 from tideline.core.table_shape import Column, TableShape, copy_into, create_table, extra_column_sql
 from tideline.targets.postgres import dependents
 from tideline.targets.base import CommitStamp, Published, SnapshotLoad, Target
@@ -103,19 +103,22 @@ class PostgresTarget(Target):
             with tgt, tgt.cursor() as cur:
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema),
                                                                        sql.Identifier(shadow)))
-                cur.execute(create_table(shape, schema, shadow, extras=load.extras))
+                cur.execute(create_table(shape, schema, shadow, extras=load.extras, seeded_at=load.snap.snapshot_at))
         started = time.monotonic()
         figures = load.fill(shadow)   # closes the source's snapshot: every partition has read
         copy_secs = time.monotonic() - started
         read, stored = sum(f["rows"] for f in figures), sum(f["copied"] for f in figures)
         rows = load.verified(read, stored, f"{read:,} were read and {stored:,} stored by COPY; nothing was swapped in")
-        self._seal(tgt, shape, schema, shadow, load.epoch)
+        self._seal(tgt, shape, schema, shadow, load.epoch, load.extras.key_columns)
         tgt.commit()
         published = Published(rows, figures[0]["how"], "swapped", copy_secs)
         with tgt, tgt.cursor() as cur:
             load.fence(cur)
             if load.extras.soft_deletes:
                 self._keep_deleted(cur, shape, schema, shadow, load.label)
+            if load.extras.history:
+                from tideline.targets.postgres.history import keep_history
+                keep_history(self, cur, shape, schema, shadow, load.snap.snapshot_at, load.label)
             self._swap(cur, shape, schema, shadow, load.label)
             load.record(cur, published)
         return published
@@ -135,8 +138,9 @@ class PostgresTarget(Target):
             cur.execute(sqlfiles.load("full_load/stored_so_far"), {"rel": rel})
             return cur.fetchone()
 
-    def _seal(self, conn, shape: TableShape, schema: str, shadow: str, epoch: int) -> None:
-        """Key (rejecting duplicates); statistics where nothing else gathers them."""
+    def _seal(self, conn, shape: TableShape, schema: str, shadow: str, epoch: int, key_extra: list[str] = ()) -> None:
+        """Key (rejecting duplicates; a history table's: the source's and the version's start);
+        statistics where nothing else gathers them."""
         with conn.cursor() as cur:
             cur.execute("SET LOCAL maintenance_work_mem = '512MB'")
             cur.execute("SELECT NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p')",
@@ -145,7 +149,7 @@ class PostgresTarget(Target):
                 cur.execute(sql.SQL("ALTER TABLE {}.{} ADD CONSTRAINT {} PRIMARY KEY ({})").format(
                     sql.Identifier(schema), sql.Identifier(shadow),
                     sql.Identifier(f"{shadow[:40]}_pk{epoch}"),
-                    sql.SQL(", ").join(map(sql.Identifier, shape.primary_key))))
+                    sql.SQL(", ").join(map(sql.Identifier, [*shape.primary_key, *key_extra]))))
             # Statistics: autovacuum analyzes the new table within autovacuum_naptime of the swap
             # (every row it holds counts as a change since it was never analyzed); ANALYZE here put
             # ~9.5 s of CPU on the critical path of tests/bench/many_tables.py's 200-table load (a
@@ -219,6 +223,10 @@ class PostgresTarget(Target):
             cols, table))
         cur.copy_expert(sql.SQL("COPY tl_repair ({}) FROM STDIN").format(cols).as_string(cur.connection), rows)
         read = cur.rowcount
+        if extras.history:   # versions: what differs is closed and opened again, nothing deleted
+            from tideline.targets.postgres.history import repair_history
+            opened, deleted = repair_history(cur, shape, schema, where, delete_missing)
+            return read, opened, deleted
         deleted = 0
         pk = sql.SQL(", ").join(sql.Identifier(k) for k in shape.primary_key)
         if delete_missing and extras.soft_deletes:   # rows gone at the source stay, marked deleted
@@ -283,9 +291,15 @@ class PostgresTarget(Target):
     # ---------------------------------------------------------------- stream
 
     def ensure_extras(self, conn, schema: str, table: str, extras: TableExtras) -> list[str]:
-        """Rows written before the option was set hold NULL in the columns it adds."""
+        """Rows written before the option was set hold NULL in the columns it adds. History set
+        or dropped after the load changes the table's key: the table reloads."""
         with conn, conn.cursor() as cur:
             have = {r[0] for r in self.columns(cur, schema, table)}
+            if have and extras.history != (VALID_FROM in have):
+                raise ResnapshotRequired(f"{schema}.{table}: history was {'set' if extras.history else 'dropped'} "
+                                         f"after the table was loaded; it is reloaded by itself "
+                                         f"({'one version per row' if extras.history else 'one row per key'})",
+                                         table=table)
             added = [c for c in extras.columns if c.name not in have]
             for c in added:
                 cur.execute(sql.SQL("ALTER TABLE {}.{} ADD COLUMN {}").format(
