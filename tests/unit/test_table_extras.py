@@ -211,3 +211,16 @@ def test_history_is_refused_with_soft_deletes_chunks_a_batch_table_or_a_pair_wit
         parse_pipeline({**BASE, "source": {"kind": "mariadb", "conn_id": "m", "schema": "shop"},
                         "tables": [{"name": "o", "history": True}]}, "x.yaml")
     assert TableExtras.of(cfg({"name": "o", "history": True}).table("o")).key_columns == ["_tideline_valid_from"]
+
+
+def test_the_iceberg_history_merge_closes_and_opens_versions_in_one_commit():
+    from tideline.targets.iceberg.apply import LakeApply
+    from tideline.targets.iceberg.history import history_merge_sql
+    apply = LakeApply(None, "p", "s", "t", "topic", COLUMNS, ["id"], extras=TableExtras(history=True))
+    unsent, merge = history_merge_sql(apply, "lake.s.t", "v")
+    assert "WHERE cur.`__tl_vf` IS NULL OR timestamp_micros(v.__tl_ts) > cur.`__tl_vf`" in merge   # replays add nothing
+    assert "ON t.`id` <=> s.`id` AND t.`_tideline_current` AND s.`__tl_action` = 'close'" in merge
+    assert "WHEN MATCHED THEN UPDATE SET t.`_tideline_valid_to` = s.`__tl_to`, t.`_tideline_current` = false" in merge
+    assert "WHEN NOT MATCHED AND s.`__tl_action` = 'open' THEN INSERT (`id`, `note`, `_tideline_valid_from`" in merge
+    assert "CASE WHEN f.`u1` THEN f.`__tl_cur_1` ELSE f.`note` END" in merge   # an unsent value: the current one's
+    assert "f.`__tl_vf` IS NULL" in unsent

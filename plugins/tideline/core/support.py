@@ -26,7 +26,7 @@ SUPPORT: dict[tuple[str, str], frozenset[str]] = {
     # history from MariaDB: its binlog times are whole seconds, too coarse to tell a change the
     # snapshot holds from one after it; telling them by GTID is not built yet
     ("mariadb", "postgres"): frozenset({"cdc", "batch", "verify", "extras"}),
-    ("postgres", "iceberg"): frozenset({"cdc", "verify", "maintenance", "extras", "partitioning"}),
+    ("postgres", "iceberg"): frozenset({"cdc", "verify", "maintenance", "extras", "partitioning", "history"}),
     ("mariadb", "iceberg"): frozenset({"cdc", "maintenance", "extras", "partitioning"}),   # verify: no MariaDB side in Iceberg's order yet
 }
 

@@ -94,9 +94,13 @@ _SPARK_LOADED = {DELETED_AT: "CAST(NULL AS TIMESTAMP)", PREFIX + "synced_at": "c
                  PREFIX + "source_position": "CAST(NULL AS STRING)"}
 
 
-def spark_loaded(extras: TableExtras) -> list[tuple[str, str]]:
-    """(column, Spark SQL value) of a row a load or a repair writes."""
-    return [(c.name, _SPARK_LOADED[c.name]) for c in extras.columns]
+def spark_loaded(extras: TableExtras, seeded_at=None) -> list[tuple[str, str]]:
+    """(column, Spark SQL value) of a row a load or a repair writes: with history, a current version
+    from `seeded_at` (the snapshot's time; now without one)."""
+    start = "current_timestamp()" if seeded_at is None else \
+        f"timestamp_micros({int(seeded_at.timestamp() * 1_000_000)})"
+    values = {**_SPARK_LOADED, VALID_FROM: start, VALID_TO: "CAST(NULL AS TIMESTAMP)", CURRENT: "true"}
+    return [(c.name, values[c.name]) for c in extras.columns]
 
 
 def spark_event(extras: TableExtras, deleting: bool, op: str, ts_us: str, pos: str, part: str, off: str

@@ -81,7 +81,7 @@ PROMISES: dict[str, tuple[str, ...]] = {
     "maintenance": ("maintain",),
     "table_extras": ("publish_snapshot", "apply_changes"),
     "partitioning": ("publish_snapshot",),
-    "history": ("publish_snapshot", "apply_changes", "apply_repair"),
+    "history": ("publish_snapshot", "apply_changes"),
 }
 
 

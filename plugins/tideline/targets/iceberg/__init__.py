@@ -16,7 +16,8 @@ TARGET = TargetSpec(
     kind="iceberg", conn_types=("iceberg",),
     capabilities=Capabilities(holds_state=False, snapshot_publish="commit", copy_in=False, maintenance=True,
                               concurrent_loads=False, batch_events=500_000, batch_mb=256, writes_in_jvm=True,
-                              chunked_loads=True, table_extras=True, partitioning=True),
+                              chunked_loads=True, table_extras=True, partitioning=True,
+                              history=True),
     implementation="tideline.targets.iceberg.target:IcebergTarget",
     description="Iceberg tables of a JDBC catalog: one commit per snapshot and per batch, offsets in its summary",
     jars_env="TIDELINE_ICEBERG_JARS")   # Iceberg's Spark runtime, fetched by `make setup`

@@ -48,7 +48,7 @@ SESSION = ("SET LOCAL TimeZone = 'UTC'", "SET LOCAL IntervalStyle = 'postgres'",
 _ARROW = {"int": pa.int32(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64(),
           "boolean": pa.bool_(), "string": pa.string(), "binary": pa.binary(), "date": pa.int32(),
           "timestamp": pa.int64(), "timestamptz": pa.int64()}
-OP, PART, OFF, KEY, TS, POS = "__tl_op", "__tl_part", "__tl_off", "__tl_key", "__tl_ts", "__tl_pos"
+OP, PART, OFF, KEY, TS, POS, NT = "__tl_op", "__tl_part", "__tl_off", "__tl_key", "__tl_ts", "__tl_pos", "__tl_next"
 
 
 def arrow_type(lake: lake_types.LakeColumn) -> pa.DataType:
@@ -92,6 +92,7 @@ class LakeApply:
     dead_letter: bool = False
     dead_lettered: list[FailedEvent] = field(default_factory=list)
     extras: TableExtras = TableExtras()   # soft deletes and metadata columns (core.table_extras)
+    EVENT_COLUMNS = (OP, PART, OFF, KEY, TS, POS, NT)   # the change view's own columns, before the values
 
     def __post_init__(self):
         self.lake = [lake_types.lake_column(c) for c in self.columns]
@@ -115,7 +116,7 @@ class LakeApply:
         idx = range(len(self.columns)) if columns is None else columns
         decoded = sql.SQL(", ").join(sql.SQL("{} AS {}").format(self._decoded(self.columns[i]), sql.Identifier(f"c{i}"))
                                      for i in idx)
-        out = ["s.op", "s.part", "s.off", "s.key::text", "s.ts", "s.pos"]
+        out = ["s.op", "s.part", "s.off", "s.key::text", "s.ts", "s.pos", "s.next_ts"]
         for i in idx:
             lake, value = self.lake[i], f'v."c{i}"'
             refused = f"coalesce(({lake.refuse.replace('{c}', value)}), false)" if lake.refuse else None
@@ -129,9 +130,21 @@ class LakeApply:
                        else "false")
         return sql.SQL("SELECT {out} FROM {stage} s, LATERAL (SELECT {decoded}) v WHERE s.tbl = {tbl}{where} "
                        "ORDER BY s.part, s.off").format(
-            out=sql.SQL(", ".join(out)), stage=sql.Identifier(apply_sql.STAGE), decoded=decoded,
+            out=sql.SQL(", ".join(out)), stage=self._events(), decoded=decoded,
             tbl=sql.Literal(self.table), where=sql.SQL(" AND {}").format(where) if where is not None else sql.SQL("")
         ).as_string(cur)
+
+    def _events(self) -> sql.Composable:
+        """The table's staged events: each with the time of the key's next one (next_ts); a
+        history table's one per key and source transaction (its last), every event of the batch
+        staged for it (core.batch_events)."""
+        stage = sql.Identifier(apply_sql.STAGE)
+        if not self.extras.history:
+            return sql.SQL("(SELECT *, NULL::bigint AS next_ts FROM {})").format(stage)
+        return sql.SQL("(SELECT d.*, lead(d.ts) OVER (PARTITION BY d.key ORDER BY d.ts) AS next_ts FROM "
+                       "(SELECT DISTINCT ON (s.key, s.ts) s.* FROM {stage} s WHERE s.tbl = {tbl} "
+                       "ORDER BY s.key, s.ts, s.part DESC, s.off DESC) d)").format(
+            stage=stage, tbl=sql.Literal(self.table))
 
     def _read(self, cur) -> pa.Table:
         """The table's staged events decoded, in Kafka order (columns OP, PART, OFF, KEY, TS, POS, then c, r
@@ -160,11 +173,11 @@ class LakeApply:
         Python (a 258,000-change batch: 2.4 -> ~1 s). NULL is an unquoted empty field, an empty
         string a quoted one; booleans are t/f. Bytes (bytea's hex) and lists (as JSON) are the
         Python-converted exceptions."""
-        names = [OP, PART, OFF, KEY, TS, POS] + [f"{x}{i}" for i in range(len(self.lake)) for x in "cru"]
+        names = [OP, PART, OFF, KEY, TS, POS, NT] + [f"{x}{i}" for i in range(len(self.lake)) for x in "cru"]
         typed = {f"c{i}": arrow_type(lake) for i, lake in enumerate(self.lake)}
         as_text = [n for n, t in typed.items() if pa.types.is_binary(t) or pa.types.is_list(t)]
         types = {OP: pa.string(), PART: pa.int32(), OFF: pa.int64(), KEY: pa.string(), TS: pa.int64(),
-                 POS: pa.string()}   # as the CSV is read
+                 POS: pa.string(), NT: pa.int64()}   # as the CSV is read
         for i in range(len(self.lake)):
             c = f"c{i}"
             types.update({c: pa.string() if c in as_text else typed[c], f"r{i}": pa.bool_(), f"u{i}": pa.bool_()})
@@ -280,7 +293,7 @@ class LakeApply:
 
     def projection(self) -> list[str]:
         """Spark values from the read ones (lake_types), plus the op and the unsent-value flags."""
-        out = [OP, PART, OFF, KEY, TS, POS]
+        out = [OP, PART, OFF, KEY, TS, POS, NT]
         for i, lake in enumerate(self.lake):
             out.append(f"{lake.spark.replace('{v}', f'c{i}')} AS {spark_ident(lake.name)}")
             out.append(f"u{i}")
@@ -312,16 +325,21 @@ class LakeApply:
                               table=self.table)
         table_id, view = target.table_id(*key), self.view_name()
         spark.createDataFrame(changes).selectExpr(*self.projection()).createOrReplaceTempView(view)
+        if self.extras.history:   # versions, not rows (targets.iceberg.history)
+            from tideline.targets.iceberg.history import history_merge_sql
+            unsent, merge = history_merge_sql(self, table_id, view)
+        else:
+            unsent, merge = self.unsent_on_insert_sql(table_id, view), self.merge_sql(table_id, view)
         try:
             if any(pc.any(changes.column(f"u{i}")).as_py() for i in range(len(self.columns))):
-                for part, off, k in spark.sql(self.unsent_on_insert_sql(table_id, view)).collect():
+                for part, off, k in spark.sql(unsent).collect():
                     raise ResnapshotRequired(
                         f"{self.label}: the change at partition {part} offset {off} (key {k}) updates a row the "
                         f"Iceberg table does not have, and Debezium did not send its unchanged large values; the "
                         f"table has diverged from the source and is reloaded.", table=self.table)
             commit_with(spark, {SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(stamp.offsets.items())}),
                                 SUMMARY_EPOCH: str(stamp.epoch), SUMMARY_PIPELINE: stamp.pipeline},
-                        lambda: spark.sql(self.merge_sql(table_id, view)))
+                        lambda: spark.sql(merge))
         finally:
             spark.catalog.dropTempView(view)
         t = target.iceberg_table(*key)

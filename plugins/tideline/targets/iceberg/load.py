@@ -53,13 +53,13 @@ def read_query(engine, shape: TableShape, columns: list[lake_types.LakeColumn], 
 
 @contextmanager
 def lake_reader(spark, engine, shape: TableShape, label: str, session_init: str | None,
-                extras: TableExtras = TableExtras(), where: str | None = None):
+                extras: TableExtras = TableExtras(), where: str | None = None, seeded_at=None):
     """`read(predicates)`: the source's rows of those key ranges as a DataFrame of the lake's
     columns (core.lake_types) and the table's extra columns as a load writes them
     (core.table_extras), one Spark task per predicate, each session running `session_init`
     first; with the session set as writing them needs while the block runs."""
     columns = read_columns(engine, shape)
-    added = [f"{value} AS {lake_types.spark_ident(name)}" for name, value in spark_loaded(extras)]
+    added = [f"{value} AS {lake_types.spark_ident(name)}" for name, value in spark_loaded(extras, seeded_at)]
     props = engine.jdbc_read_properties()
     if session_init:
         props["sessionInitStatement"] = session_init
@@ -85,9 +85,9 @@ def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: 
     columns = read_columns(engine, shape)
     summary = {SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())}),
                SUMMARY_EPOCH: str(epoch), SUMMARY_PIPELINE: pipeline}
-    keeping = extras.soft_deletes and store.iceberg_table(schema, shape.name) is not None
+    keeping = (extras.soft_deletes or extras.history) and store.iceberg_table(schema, shape.name) is not None
     staging = store.table_id(schema, staging_name(shape.name))
-    with lake_reader(spark, engine, shape, label, snap.session_init, extras, where) as read:
+    with lake_reader(spark, engine, shape, label, snap.session_init, extras, where, snap.snapshot_at) as read:
         df = read(snap.predicates)
         log.info("%s: writing %d partitions into %s (one Iceberg commit): %s", label, len(snap.predicates),
                  store.table_id(schema, shape.name),
@@ -95,19 +95,25 @@ def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: 
         if keeping:
             _refusing(label, shape, lambda: df.writeTo(staging).using("iceberg").createOrReplace())
             df = spark.table(staging)
-        carried = _publish(store, spark, df, schema, shape, summary, keeping, label, partition_by)
+        carried = _publish(store, spark, df, schema, shape, summary, keeping, label, partition_by,
+                           snap.snapshot_at if extras.history else None)
     if keeping:
         spark.sql(f"DROP TABLE IF EXISTS {staging}")
     return int((store.current_summary(schema, shape.name) or {}).get("total-records", -1)) - carried
 
 
 def _publish(store, spark, df, schema: str, shape: TableShape, summary: dict[str, str], keep_deleted: bool,
-             label: str, partition_by: tuple[str, ...] = ()) -> int:
+             label: str, partition_by: tuple[str, ...] = (), versions_at=None) -> int:
     """The rows of `df` become the table's in one commit; with `keep_deleted`, with the live
-    table's rows whose key `df` lacks too, marked deleted (their own delete time kept). Returns
-    the rows carried over that way."""
+    table's rows whose key `df` lacks too, marked deleted (their own delete time kept); a history
+    table's (`versions_at`: the snapshot's time), with the live table's versions
+    (targets.iceberg.history). Returns the rows carried over that way."""
     carried = 0
-    if keep_deleted:
+    if keep_deleted and versions_at is not None:
+        from tideline.targets.iceberg.history import keep_versions
+        df, carried = keep_versions(spark, spark.table(store.table_id(schema, shape.name)), df, shape, versions_at,
+                                    label)
+    elif keep_deleted:
         live = spark.table(store.table_id(schema, shape.name))
         gone = live.join(df.select(*shape.primary_key), list(shape.primary_key), "left_anti")
         gone = gone.withColumn(DELETED_AT, F.coalesce(F.col(DELETED_AT), F.current_timestamp())

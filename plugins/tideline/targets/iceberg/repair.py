@@ -56,6 +56,10 @@ def repair_from_source(target, engine, src, shape: TableShape, schema: str, sour
                        delete_missing: bool, label: str, extras: TableExtras = TableExtras()) -> tuple[int, int, int]:
     """Repaired rows are as a load writes them (core.table_extras); with soft deletes, the rows
     the source no longer has are marked deleted, not deleted."""
+    if extras.history:
+        raise TargetError(f"{label}: a repair of an Iceberg history table is not built yet (it would overwrite "
+                          f"versions); run action=full_reload for the table, which keeps every version",
+                          table=shape.name)
     spark = target.session()
     columns = read_columns(engine, shape)
     previous = spark.conf.get(CHAR_AS_STRING, "false")

@@ -9,7 +9,7 @@ import uuid
 
 from tideline.core import lake_partition, lake_types
 from tideline.core.errors import ResnapshotRequired, SchemaChangeError, TargetError
-from tideline.core.table_extras import TableExtras
+from tideline.core.table_extras import VALID_FROM, TableExtras
 from tideline.core.table_shape import Column
 
 COLUMNS_PROPERTY = "tideline.columns"   # the source's columns as the table carries them (table property)
@@ -97,6 +97,9 @@ def add_extras(target, schema: str, table: str, extras: TableExtras) -> list[str
     rows written before hold NULL in them. The names added."""
     t = target.iceberg_table(schema, table)
     have = {f.name for f in t.schema().fields} if t is not None else None
+    if have and extras.history != (VALID_FROM in have):
+        raise ResnapshotRequired(f"{schema}.{table}: history was {'set' if extras.history else 'dropped'} after the "
+                                 f"table was loaded; it is reloaded by itself", table=table)
     added = [c for c in extras.columns if have is not None and c.name not in have]
     if added:
         spark = target.session()
