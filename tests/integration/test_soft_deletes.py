@@ -355,3 +355,64 @@ def test_history_in_iceberg_read_with_pyiceberg(spark, source_db, pipelines, uni
         assert compare.main(["--pipeline", cfg.name, "--tables", t, "--pipelines-dir", str(pipelines.dir)]) == 0
     finally:
         drop_source(source_db, t)
+
+
+def test_history_through_kill_9_of_the_stream_at_random_moments_has_no_version_twice(
+        spark, source_db, target_db, pipelines, unique_name):
+    """A writer changes the source (inserts, updates, deletes, key changes) while the stream of a
+    history table is killed with SIGKILL five times at random moments, some mid-commit: afterwards
+    the current versions equal the source, each key's versions follow each other without gap or
+    overlap, and no version repeats the one before it (a replayed event would)."""
+    import os
+    import random
+    import signal
+    import time
+
+    from helpers import Writer, catching_up
+    from test_incremental import batches, make_items, spark_submit
+    t = f"{unique_name}_hk"
+    make_items(source_db, t, 2_000)
+    writer = Writer(f"public.{t}", 2_001, seed=7, pause=0.002)
+    rng = random.Random(11)
+    schema = None
+    try:
+        cfg = pipelines.make([{"name": t, "history": True}], partitions=2, capture=True,
+                             stream={"max_offsets_per_trigger": 300, "trigger_interval_s": 0.5})
+        schema = cfg.target_schema(t)
+        FullLoad(cfg, spark).run([t])
+        writer.start()
+        for _ in range(5):
+            proc = spark_submit("incremental.py", cfg, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
+            start, deadline = len(batches(target_db, cfg.name)), time.time() + 120
+            while time.time() < deadline and len(batches(target_db, cfg.name)) == start:
+                assert proc.poll() is None, proc.stdout.read()[-3000:]
+                time.sleep(0.2)
+            time.sleep(rng.uniform(0.0, 1.5))
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        writer.stop()
+        live = f"SELECT ROW(id, qty, note, price)::text FROM {{}} WHERE {{}} ORDER BY id"
+        stream_until(catching_up(cfg), spark, lambda: _rows(target_db, live.format(f"{schema}.{t}", "_tideline_current"))
+                     == _rows(source_db, live.format(f"public.{t}", "true")), "the current versions to equal the source")
+        with target_db.cursor() as cur:
+            cur.execute(f"""
+                SELECT count(*) FILTER (WHERE next_from IS NOT NULL AND _tideline_valid_to IS DISTINCT FROM next_from),
+                       count(*) FILTER (WHERE next_from IS NOT NULL AND _tideline_valid_from > '-infinity'
+                                        AND (qty, note, price) IS NOT DISTINCT FROM (nqty, nnote, nprice)
+                                        AND _tideline_valid_from > (SELECT min(_tideline_valid_from) FROM {schema}.{t})),
+                       count(*) FILTER (WHERE _tideline_current AND _tideline_valid_to IS NOT NULL), count(*)
+                  FROM (SELECT *, lead(_tideline_valid_from) OVER w AS next_from, lead(qty) OVER w AS nqty,
+                               lead(note) OVER w AS nnote, lead(price) OVER w AS nprice
+                          FROM {schema}.{t} WINDOW w AS (PARTITION BY id ORDER BY _tideline_valid_from)) v""")
+            gaps, repeated, open_closed, total = cur.fetchone()
+        assert (gaps, repeated, open_closed) == (0, 0, 0), (gaps, repeated, open_closed, total)
+        assert total > 2_000 + writer.count // 2   # versions, not rows
+    finally:
+        writer.stop_event.set()
+        drop_source(source_db, t)
+
+
+def _rows(conn, query: str) -> list[str]:
+    with conn.cursor() as cur:
+        cur.execute(query)
+        return [r[0] for r in cur.fetchall()]
