@@ -391,13 +391,13 @@ def test_history_through_kill_9_of_the_stream_at_random_moments_has_no_version_t
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
         writer.stop()
-        live = f"SELECT ROW(id, qty, note, price)::text FROM {{}} WHERE {{}} ORDER BY id"
+        live = "SELECT ROW(id, qty, note, price)::text FROM {} WHERE {} ORDER BY id"
         stream_until(catching_up(cfg), spark, lambda: _rows(target_db, live.format(f"{schema}.{t}", "_tideline_current"))
                      == _rows(source_db, live.format(f"public.{t}", "true")), "the current versions to equal the source")
         with target_db.cursor() as cur:
             cur.execute(f"""
                 SELECT count(*) FILTER (WHERE next_from IS NOT NULL AND _tideline_valid_to IS DISTINCT FROM next_from),
-                       count(*) FILTER (WHERE next_from IS NOT NULL AND _tideline_valid_from > '-infinity'
+                       count(*) FILTER (WHERE next_from IS NOT NULL
                                         AND (qty, note, price) IS NOT DISTINCT FROM (nqty, nnote, nprice)
                                         AND _tideline_valid_from > (SELECT min(_tideline_valid_from) FROM {schema}.{t})),
                        count(*) FILTER (WHERE _tideline_current AND _tideline_valid_to IS NOT NULL), count(*)
