@@ -50,7 +50,7 @@ def history_merge_sql(apply, table_id: str, view: str) -> tuple[str, str]:
     keys = [spark_ident(k) for k in apply.primary_key]
     names = [spark_ident(c.name) for c in apply.columns]
     on = lambda a, b: " AND ".join(f"{a}.{k} <=> {b}.{k}" for k in keys)   # noqa: E731
-    fresh = (f"SELECT v.*, cur.`__tl_vf` FROM {view} v LEFT JOIN (SELECT {', '.join(keys)}, {spark_ident(VALID_FROM)} "
+    fresh = (f"SELECT v.*, cur.`__tl_vf`, {', '.join(f'cur.`__tl_cur_{i}`' for i in range(len(names)))} FROM {view} v LEFT JOIN (SELECT {', '.join(keys)}, {spark_ident(VALID_FROM)} "
              f"AS `__tl_vf`, {', '.join(f'{n} AS `__tl_cur_{i}`' for i, n in enumerate(names))} FROM {table_id} "
              f"WHERE {spark_ident(CURRENT)}) cur ON {on('v', 'cur')} "
              f"WHERE cur.`__tl_vf` IS NULL OR timestamp_micros(v.{TS}) > cur.`__tl_vf`")
