@@ -177,7 +177,8 @@ class PostgresTarget(Target):
                             "WHERE NOT EXISTS (SELECT FROM {s}.{shadow} n WHERE {match})").format(
             s=sql.Identifier(schema), shadow=sql.Identifier(shadow), live=sql.Identifier(shape.name),
             cols=sql.SQL(", ").join(map(sql.Identifier, carried)), d=sql.Identifier(DELETED_AT),
-            lcols=sql.SQL(", ").join(sql.SQL("l.{}").format(sql.Identifier(c)) for c in carried),
+            lcols=sql.SQL(", ").join(sql.SQL("'d'") if c == PREFIX + "op" else sql.SQL("l.{}").format(sql.Identifier(c))
+                                     for c in carried),
             deleted_at=deleted_at, match=match))
         if cur.rowcount:
             log.info("%s: %s rows the new snapshot lacks kept, marked deleted (deletes: soft)", label,
