@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from tideline.core import lake_types
 from tideline.core.errors import LoadVerificationError, RefusedValue
-from tideline.core.table_extras import DELETED_AT, TableExtras, spark_loaded
+from tideline.core.table_extras import DELETED_AT, PREFIX, TableExtras, spark_loaded
 from tideline.core.table_shape import TableShape
 from tideline.targets.iceberg.snapshots import SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE
 
@@ -118,6 +118,8 @@ def _publish(store, spark, df, schema: str, shape: TableShape, summary: dict[str
         gone = live.join(df.select(*shape.primary_key), list(shape.primary_key), "left_anti")
         gone = gone.withColumn(DELETED_AT, F.coalesce(F.col(DELETED_AT), F.current_timestamp())
                                if DELETED_AT in gone.columns else F.current_timestamp())
+        if PREFIX + "op" in gone.columns:
+            gone = gone.withColumn(PREFIX + "op", F.lit("d"))
         carried = gone.count()
         df = df.unionByName(gone.select(*[c for c in df.columns if c in gone.columns]), allowMissingColumns=True)
         if carried:
