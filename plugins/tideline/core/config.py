@@ -136,6 +136,19 @@ class TableConfig(_Model):
         return self
 
 
+def _check_row_filter(t: TableConfig, source_kind: str) -> None:
+    """A table's row_filter parses in its source's SQL and names only columns the table syncs."""
+    from tideline.core import row_filter
+    if t.mode != "cdc":
+        raise ValueError(f"table {t.name!r}: row_filter goes with mode: cdc (a batch table copies rows by cursor_column)")
+    f = row_filter.parse(t.row_filter, source_kind)
+    unknown = (f.unknown(t.columns + list(t.primary_key or [])) if t.columns is not None
+               else [c for c in f.columns if c in t.exclude_columns])
+    if unknown:
+        raise ValueError(f"table {t.name!r}: row_filter names {', '.join(unknown)}, which the table does not sync "
+                         f"(columns / exclude_columns)")
+
+
 class PipelineConfig(_Model):
     name: str = Field(description="lowercase, digits, _ ; names the DAGs, the slot and the publication "
                                   "(the file is <name>.yaml)")
@@ -197,32 +210,18 @@ class PipelineConfig(_Model):
             if name not in cdc:
                 raise ValueError(f"verify.tables names {name!r}, which is not a cdc table of this pipeline "
                                  f"(cdc tables: {', '.join(cdc) or 'none'})")
-        parted = [t.name for t in self.tables if t.partition_by]
-        refused = support.refusal(self.source.kind, self.target.kind, "partitioning") if parted else None
-        if refused:
-            raise ValueError(f"tables {', '.join(parted)} give partition_by, but {refused}")
-        from tideline.core import row_filter
+        # what a table asks of its target, refused for a pair without it (core.support)
+        for mode, asks, what in (("partitioning", lambda t: t.partition_by, "give partition_by"),
+                                 ("history", lambda t: t.history, "ask for history"),
+                                 ("extras", lambda t: t.deletes == "soft" or t.metadata,
+                                  "ask for deletes: soft or metadata")):
+            named = [t.name for t in self.tables if asks(t)]
+            refused = support.refusal(self.source.kind, self.target.kind, mode) if named else None
+            if refused:
+                raise ValueError(f"tables {', '.join(named)} {what}, but {refused}")
         for t in self.tables:
-            if t.row_filter is None:
-                continue
-            if t.mode != "cdc":
-                raise ValueError(f"table {t.name!r}: row_filter goes with mode: cdc (a batch table copies rows by "
-                                 f"cursor_column)")
-            f = row_filter.parse(t.row_filter, self.source.kind)
-            listed = t.columns if t.columns is not None else None
-            unknown = f.unknown(listed + list(t.primary_key or [])) if listed is not None else \
-                [c for c in f.columns if c in t.exclude_columns]
-            if unknown:
-                raise ValueError(f"table {t.name!r}: row_filter names {', '.join(unknown)}, which the table does not "
-                                 f"sync (columns / exclude_columns)")
-        versioned = [t.name for t in self.tables if t.history]
-        refused = support.refusal(self.source.kind, self.target.kind, "history") if versioned else None
-        if refused:
-            raise ValueError(f"tables {', '.join(versioned)} ask for history, but {refused}")
-        extras = [t.name for t in self.tables if t.deletes == "soft" or t.metadata]
-        refused = support.refusal(self.source.kind, self.target.kind, "extras") if extras else None
-        if refused:
-            raise ValueError(f"tables {', '.join(extras)} ask for deletes: soft or metadata, but {refused}")
+            if t.row_filter is not None:
+                _check_row_filter(t, self.source.kind)
         for mode in sorted({t.mode for t in self.tables}):
             refused = support.refusal(self.source.kind, self.target.kind, mode)
             if refused:
