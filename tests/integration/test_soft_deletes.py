@@ -416,3 +416,88 @@ def _rows(conn, query: str) -> list[str]:
     with conn.cursor() as cur:
         cur.execute(query)
         return [r[0] for r in cur.fetchall()]
+
+
+def test_a_change_log_holds_every_event_once_through_kill_9_and_a_reload(
+        spark, source_db, target_db, pipelines, unique_name):
+    """changelog: true — `<table>__changes` gets every change event (inserts, each of several
+    updates, deletes; op, key, before and after image, source time and position) exactly once:
+    the stream killed with SIGKILL at random moments and a reload (whose stream replays Kafka's
+    overlap) add no event twice, and every Kafka offset of the topic from the load on is there."""
+    import os
+    import random
+    import signal
+    import time
+
+    from helpers import Writer, catching_up
+    from test_incremental import batches, make_items, spark_submit
+    from tideline.kafka_offsets import end_offsets
+    t = f"{unique_name}_cl"
+    make_items(source_db, t, 500)
+    writer = Writer(f"public.{t}", 501, seed=3, pause=0.002)
+    rng = random.Random(5)
+    try:
+        cfg = pipelines.make([{"name": t, "changelog": True}], partitions=2, capture=True,
+                             stream={"max_offsets_per_trigger": 200, "trigger_interval_s": 0.5})
+        schema = cfg.target_schema(t)
+        [loaded] = FullLoad(cfg, spark).run([t])
+        writer.start()
+        for _ in range(3):
+            proc = spark_submit("incremental.py", cfg, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
+            start, deadline = len(batches(target_db, cfg.name)), time.time() + 120
+            while time.time() < deadline and len(batches(target_db, cfg.name)) == start:
+                assert proc.poll() is None, proc.stdout.read()[-3000:]
+                time.sleep(0.2)
+            time.sleep(rng.uniform(0.0, 1.5))
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        FullLoad(cfg, spark).run([t])   # a reload: its stream replays from offsets the log already holds
+        writer.stop()
+        live = "SELECT ROW(id, qty, note, price)::text FROM {} ORDER BY id"
+        stream_until(catching_up(cfg), spark, lambda: _rows(target_db, live.format(f"{schema}.{t}"))
+                     == _rows(source_db, live.format(f"public.{t}")), "the table to equal the source")
+        ends = end_offsets(pipelines.bootstrap(), cfg.topic(t))
+        with target_db.cursor() as cur:
+            cur.execute(f"SELECT _tideline_partition, count(*), count(DISTINCT _tideline_offset), min(_tideline_offset), "
+                        f"max(_tideline_offset) FROM {schema}.{t}__changes GROUP BY 1 ORDER BY 1")
+            per_partition = cur.fetchall()
+            cur.execute(f"SELECT count(*) FILTER (WHERE _tideline_op = 'd' AND before IS NULL), "
+                        f"count(*) FILTER (WHERE _tideline_op <> 'd' AND after IS NULL), "
+                        f"count(*) FILTER (WHERE _tideline_source_ts IS NULL) FROM {schema}.{t}__changes")
+            assert cur.fetchone() == (0, 0, 0)
+        for part, n, distinct, first, last in per_partition:
+            assert n == distinct, "an event logged twice"
+            # every offset from the load's position to the end (heartbeats of other topics aside)
+            assert first == loaded.offsets.get(part, 0) and last == ends[part] - 1 and n == last - first + 1, \
+                (part, n, first, last, loaded.offsets, ends)
+    finally:
+        writer.stop_event.set()
+        drop_source(source_db, t)
+
+
+def test_a_change_log_in_iceberg_read_with_pyiceberg(spark, source_db, pipelines, unique_name, lake):
+    from test_iceberg import iceberg_pipeline
+    t = f"{unique_name}_lcl"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, note text)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, 'v0' FROM generate_series(1, 10) g")
+    try:
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t, "changelog": True}], capture=True)
+        FullLoad(cfg, spark).run([t])
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE public.{t} SET note = 'v1' WHERE id = 1")
+            cur.execute(f"UPDATE public.{t} SET note = 'v2' WHERE id = 1")
+            cur.execute(f"DELETE FROM public.{t} WHERE id = 2")
+
+        def logged() -> list[dict]:
+            table = lake.iceberg_table(unique_name, f"{t}__changes")
+            return [] if table is None else sorted(table.scan().to_arrow().to_pylist(),
+                                                   key=lambda r: (r["_tideline_partition"], r["_tideline_offset"]))
+        stream_until(cfg, spark, lambda: len(logged()) >= 3, "the three events to be logged in Iceberg")
+        IncrementalRun(cfg, spark, "available_now").run()   # again: nothing more
+        rows = logged()
+        assert [(r["_tideline_op"], json.loads(r["after"])["note"] if r["after"] else None) for r in rows
+                if json.loads(r["key"])["id"] in ("1", 1)] == [("u", "v1"), ("u", "v2")]
+        assert len(rows) == 3 and [r["_tideline_op"] for r in rows].count("d") == 1
+    finally:
+        drop_source(source_db, t)

@@ -224,3 +224,35 @@ def test_the_iceberg_history_merge_closes_and_opens_versions_in_one_commit():
     assert "WHEN NOT MATCHED AND s.`__tl_action` = 'open' THEN INSERT (`id`, `note`, `_tideline_valid_from`" in merge
     assert "CASE WHEN f.`u1` THEN f.`__tl_cur_1` ELSE f.`note` END" in merge   # an unsent value: the current one's
     assert "f.`__tl_vf` IS NULL" in unsent
+
+
+def test_a_change_log_keeps_every_event_with_its_before_image_and_only_for_its_tables():
+    import pyarrow as pa
+    from tideline.core.batch_events import split_batch
+    from tideline.core.change_events import decode_records
+
+    def event(topic, off, op, before, after):
+        return {"topic": topic, "partition": 0, "offset": off, "key": b'{"id":"1"}',
+                "value": json.dumps({"op": op, "before": before, "after": after, "source": {"ts_us": off}}).encode()}
+    raw = pa.Table.from_pylist([event("logged", 0, "c", None, {"id": "1", "n": "a"}),
+                                event("logged", 1, "u", {"id": "1", "n": "a"}, {"id": "1", "n": "b"}),
+                                event("logged", 2, "d", {"id": "1"}, None),
+                                event("plain", 0, "u", {"id": "1"}, {"id": "1", "n": "x"})],
+                               schema=pa.schema([("topic", pa.string()), ("partition", pa.int32()),
+                                                 ("offset", pa.int64()), ("key", pa.binary()), ("value", pa.binary())]))
+    split = split_batch(decode_records(raw.to_batches(), keep_before=frozenset({"logged"})),
+                        logged=frozenset({"logged"}))
+    log = split.log.to_pylist()
+    assert [(r["op"], r["offset"]) for r in log] == [("c", 0), ("u", 1), ("d", 2)]   # every event, in order
+    assert json.loads(log[1]["before"]) == {"id": "1", "n": "a"} and json.loads(log[2]["before"]) == {"id": "1"}
+    assert [r["topic"] for r in split.rows.to_pylist()] == ["logged", "plain"]        # the tables: last per key
+    assert split_batch(decode_records(raw.to_batches())).log is None
+
+
+def test_the_change_log_appends_each_staged_event_once_keyed_by_its_kafka_position():
+    create = rendered(apply_sql.create_change_log_sql("s", "t__changes"))
+    assert "PRIMARY KEY (_tideline_topic, _tideline_partition, _tideline_offset)" in create
+    append = rendered(apply_sql.append_change_log_sql("s", "t__changes", "t"))
+    assert append.endswith("WHERE s.tbl = 't' ORDER BY s.part, s.off ON CONFLICT DO NOTHING")
+    with pytest.raises(ConfigError, match="changelog and metadata go with mode: cdc"):
+        cfg({"name": "e", "mode": "batch", "cursor_column": "at", "changelog": True})

@@ -31,6 +31,14 @@ RANK_STAGE = sql.SQL(
     "CREATE TEMP TABLE {ranked} ON COMMIT DROP AS SELECT row_number() OVER (ORDER BY part, off) AS i, part, off, "
     "op, key::text AS key FROM {stage} WHERE tbl = %(tbl)s").format(ranked=sql.Identifier(RANKED),
                                                                   stage=sql.Identifier(STAGE))
+# A change log's events (core.table_extras.CHANGE_LOG): every event of the batch, not only the last per key.
+LOG_STAGE = "tl_log"
+CREATE_LOG_STAGE = sql.SQL(
+    "CREATE TEMP TABLE {} (tbl text NOT NULL, topic text NOT NULL, op \"char\" NOT NULL, key jsonb, before jsonb, "
+    "after jsonb, part int NOT NULL, off bigint NOT NULL, ts bigint, pos text) ON COMMIT DROP").format(
+    sql.Identifier(LOG_STAGE))
+COPY_LOG_STAGE = sql.SQL("COPY {} (tbl, topic, op, key, before, after, part, off, ts, pos) FROM STDIN").format(
+    sql.Identifier(LOG_STAGE))
 COPY_STAGE = sql.SQL("COPY {} (tbl, op, key, after, part, off, ts, pos) FROM STDIN").format(sql.Identifier(STAGE))
 
 
@@ -256,3 +264,25 @@ def history_statement(schema: str, table: str, columns: list[Column], pk: list[s
                                 + [sql.Identifier(n) for n, _ in meta]),
         vals=sql.SQL(", ").join(values + [at(sql.SQL("s.ts")), at(sql.SQL("s.next_ts")), sql.SQL("s.next_ts IS NULL")]
                                 + [v for _, v in meta]))
+
+
+def create_change_log_sql(schema: str, table: str) -> sql.Composed:
+    """A table's change log (core.table_extras.CHANGE_LOG), keyed by where each event was in Kafka."""
+    from tideline.core.table_extras import CHANGE_LOG
+    types = {"text": "text", "timestamptz": "timestamp with time zone", "int": "integer", "bigint": "bigint",
+             "json": "jsonb"}
+    return sql.SQL("CREATE TABLE IF NOT EXISTS {t} ({cols}, PRIMARY KEY (_tideline_topic, _tideline_partition, "
+                   "_tideline_offset))").format(
+        t=_target(schema, table), cols=sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(types[k]))
+                                                          for n, k in CHANGE_LOG))
+
+
+def append_change_log_sql(schema: str, log_table: str, table: str) -> sql.Composed:
+    """The staged events of `table` appended to its change log; an event already there (the same
+    topic, partition and offset: Kafka's overlap after a reload) is not appended again."""
+    return sql.SQL("INSERT INTO {t} (_tideline_op, _tideline_source_ts, _tideline_source_position, _tideline_synced_at, "
+                   "_tideline_topic, _tideline_partition, _tideline_offset, key, before, after) "
+                   "SELECT s.op::text, to_timestamp(s.ts / 1000000.0), concat(coalesce(s.pos, '-'), ' kafka ', s.part, "
+                   "':', s.off), now(), s.topic, s.part, s.off, s.key, s.before, s.after FROM {stage} AS s "
+                   "WHERE s.tbl = {tbl} ORDER BY s.part, s.off ON CONFLICT DO NOTHING").format(
+        t=_target(schema, log_table), stage=sql.Identifier(LOG_STAGE), tbl=sql.Literal(table))

@@ -19,7 +19,7 @@ BAD_ROWS_KEPT = 1000
 # A batch's events as core.change_events decodes them from the raw Kafka records.
 EVENT_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                           ("key", pa.string()), ("value", pa.string()), ("op", pa.string()),
-                          ("after", pa.string()), ("ts_ms", pa.int64()), ("ts_us", pa.int64()),
+                          ("before", pa.string()), ("after", pa.string()), ("ts_ms", pa.int64()), ("ts_us", pa.int64()),
                           ("position", pa.string()),
                           ("tombstone", pa.bool_()), ("bad", pa.bool_())])
 
@@ -30,11 +30,14 @@ class SplitBatch:
     bad_rows: list[dict]        # topic, partition, offset, key, value (first BAD_ROWS_KEPT, Kafka order)
     truncates: list[dict]       # topic, partition, offset
     rows: pa.Table              # topic, op, key, after, partition, offset, ts_us, position: the last good event per key
+    log: pa.Table | None = None  # every good event of the tables with a change log, with its before image
 
 
-def split_batch(events: pa.Table, versioned: frozenset[str] = frozenset()) -> SplitBatch:
+def split_batch(events: pa.Table, versioned: frozenset[str] = frozenset(),
+                logged: frozenset[str] = frozenset()) -> SplitBatch:
     """`versioned`: topics of history tables (SCD2), whose every good event is kept in Kafka order
-    (each a version), not only the last per key."""
+    (each a version), not only the last per key; `logged`: topics of tables with a change log,
+    whose every good event also goes to `log`."""
     op = events.column("op")
     bad = pc.fill_null(events.column("bad"), True)
     truncate = pc.fill_null(pc.equal(op, "t"), False)
@@ -59,13 +62,17 @@ def split_batch(events: pa.Table, versioned: frozenset[str] = frozenset()) -> Sp
         truncates = found.take(pc.sort_indices(found, sort_keys=order)).to_pylist()
     good = pc.and_(pc.and_(pc.invert(bad), pc.invert(pc.fill_null(events.column("tombstone"), False))),
                    pc.invert(truncate))
+    log = None
+    if logged:
+        log = events.filter(pc.and_(good, pc.is_in(events.column("topic"), pa.array(sorted(logged), pa.string())))) \
+            .select(["topic", "op", "key", "before", "after", "partition", "offset", "ts_us", "position"])
     rows = events.filter(good).select(["topic", "op", "key", "after", "partition", "offset", "ts_us", "position"])
     if not versioned:
-        return SplitBatch(per_partition, bad_rows, truncates, fill_unavailable(latest_per_key(rows), rows))
+        return SplitBatch(per_partition, bad_rows, truncates, fill_unavailable(latest_per_key(rows), rows), log)
     every = pc.is_in(rows.column("topic"), pa.array(sorted(versioned), pa.string()))
     plain, history = rows.filter(pc.invert(every)), rows.filter(every)
     return SplitBatch(per_partition, bad_rows, truncates,
-                      pa.concat_tables([fill_unavailable(latest_per_key(plain), plain), fill_chains(history)]))
+                      pa.concat_tables([fill_unavailable(latest_per_key(plain), plain), fill_chains(history)]), log)
 
 
 def fill_chains(rows: pa.Table) -> pa.Table:

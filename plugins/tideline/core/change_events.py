@@ -52,6 +52,7 @@ def log_position(source: _Source | None) -> str | None:
 
 class _Change(msgspec.Struct):
     op: str | None = None
+    before: msgspec.Raw = _NULL   # kept only for a table with a change log (decode_records' keep_before)
     after: msgspec.Raw = _NULL
     source: _Source | None = None
 
@@ -87,7 +88,7 @@ def _key(raw: bytes | None) -> str | None:
     return None if payload == b"null" else _text(payload)
 
 
-def _decode_chunk(batch: pa.RecordBatch) -> pa.RecordBatch:
+def _decode_chunk(batch: pa.RecordBatch, keep_before: frozenset[str] = frozenset()) -> pa.RecordBatch:
     keys = [_key(k) for k in batch.column("key").to_pylist()]
     n = len(keys)
     ops: list[str | None] = [None] * n
@@ -95,6 +96,8 @@ def _decode_chunk(batch: pa.RecordBatch) -> pa.RecordBatch:
     ts: list[int | None] = [None] * n
     where: list[str | None] = [None] * n
     micros: list[int | None] = [None] * n
+    befores: list[str | None] = [None] * n
+    topics = batch.column("topic").to_pylist() if keep_before else None
     kept: list[str | None] = [None] * n
     tomb = [False] * n
     bad = [False] * n
@@ -123,6 +126,9 @@ def _decode_chunk(batch: pa.RecordBatch) -> pa.RecordBatch:
             bad[i], kept[i] = True, _text(value)
             continue
         afters[i] = after_bytes
+        if topics is not None and topics[i] in keep_before:
+            raw = bytes(inner.before) if inner is not None and bytes(inner.before) != b"null" else bytes(env.before)
+            befores[i] = None if raw == b"null" else raw.decode("utf-8", "replace")
     after_col = pa.array(afters, pa.binary())
     try:
         after_col = after_col.cast(pa.string())
@@ -131,11 +137,12 @@ def _decode_chunk(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [batch.column("topic").cast(pa.string()), batch.column("partition").cast(pa.int32()),
          batch.column("offset").cast(pa.int64()), pa.array(keys, pa.string()), pa.array(kept, pa.string()),
-         pa.array(ops, pa.string()), after_col, pa.array(ts, pa.int64()), pa.array(micros, pa.int64()),
+         pa.array(ops, pa.string()), pa.array(befores, pa.string()), after_col, pa.array(ts, pa.int64()),
+         pa.array(micros, pa.int64()),
          pa.array(where, pa.string()), pa.array(tomb, pa.bool_()), pa.array(bad, pa.bool_())], schema=EVENT_SCHEMA)
 
 
-def decode_records(batches: Iterable[pa.RecordBatch]) -> pa.Table:
+def decode_records(batches: Iterable[pa.RecordBatch], keep_before: frozenset[str] = frozenset()) -> pa.Table:
     """Raw Kafka records (RECORD_COLUMNS, key and value as binary; other columns are ignored) ->
     events (batch_events.EVENT_SCHEMA). The record batches are taken as they come (a Spark job's
     task results as its tasks finish): each is decoded and let go before the next is taken, so
@@ -144,7 +151,7 @@ def decode_records(batches: Iterable[pa.RecordBatch]) -> pa.Table:
     for batch in batches:
         batch = batch.select(list(RECORD_COLUMNS))
         for start in range(0, batch.num_rows, CHUNK_ROWS):
-            decoded.append(_decode_chunk(batch.slice(start, CHUNK_ROWS)))
+            decoded.append(_decode_chunk(batch.slice(start, CHUNK_ROWS), keep_before))
     return pa.Table.from_batches(decoded, schema=EVENT_SCHEMA)
 
 

@@ -54,6 +54,10 @@ class TableConfig(_Model):
                                    "and `_tideline_current`, keyed by the source key and `_tideline_valid_from`; "
                                    "versions from the source's commit times; a delete closes the current version. "
                                    "Loads from one consistent snapshot. Change-stream tables only")
+    changelog: bool = Field(
+        default=False, description="keep an append-only `<table>__changes` beside the table: every change event "
+                                   "(op, key, before and after image, source time and position, Kafka partition "
+                                   "and offset), each exactly once. Change-stream tables only")
     row_filter: str | None = Field(
         default=None, description="only the rows this SQL predicate over the source's columns holds for, written in "
                                   "the source's SQL (e.g. `status <> 'test'`): the full load reads by it and the "
@@ -113,10 +117,10 @@ class TableConfig(_Model):
         if self.history and self.snapshot == "chunked":
             raise ValueError(f"table {self.name!r}: a history table loads from one consistent snapshot (its first "
                              f"versions start at one point in time): drop snapshot: chunked")
-        if self.mode == "batch" and (self.deletes == "soft" or self.metadata or self.history):
+        if self.mode == "batch" and (self.deletes == "soft" or self.metadata or self.history or self.changelog):
             raise ValueError(f"table {self.name!r} is in batch mode, which copies rows by cursor_column and never "
-                             f"sees a delete or a change's source position: deletes: soft, history and metadata "
-                             f"go with mode: cdc")
+                             f"sees a delete or a change's source position: deletes: soft, history, changelog and "
+                             f"metadata go with mode: cdc")
         from tideline.core.lake_partition import parse
         for f in map(parse, self.partition_by):
             if f.column in self.exclude_columns or (self.columns is not None and f.column not in self.columns
@@ -213,8 +217,8 @@ class PipelineConfig(_Model):
         # what a table asks of its target, refused for a pair without it (core.support)
         for mode, asks, what in (("partitioning", lambda t: t.partition_by, "give partition_by"),
                                  ("history", lambda t: t.history, "ask for history"),
-                                 ("extras", lambda t: t.deletes == "soft" or t.metadata,
-                                  "ask for deletes: soft or metadata")):
+                                 ("extras", lambda t: t.deletes == "soft" or t.metadata or t.changelog,
+                                  "ask for deletes: soft, metadata or a changelog")):
             named = [t.name for t in self.tables if asks(t)]
             refused = support.refusal(self.source.kind, self.target.kind, mode) if named else None
             if refused:

@@ -46,11 +46,12 @@ class TableExtras:
     soft_deletes: bool = False
     metadata: tuple[str, ...] = ()
     history: bool = False   # SCD type 2: one row per version, keyed by the source key and VALID_FROM
+    changelog: bool = False   # every event in <table>__changes beside it (CHANGES_SUFFIX)
 
     @classmethod
     def of(cls, table_config) -> "TableExtras":
         return cls(table_config.deletes == "soft", tuple(m for m in METADATA if m in table_config.metadata),
-                   getattr(table_config, "history", False))
+                   getattr(table_config, "history", False), getattr(table_config, "changelog", False))
 
     @property
     def columns(self) -> list[ExtraColumn]:
@@ -75,11 +76,23 @@ class TableExtras:
         return [c.name for c in self.columns]
 
     def __bool__(self) -> bool:
-        return self.soft_deletes or bool(self.metadata) or self.history
+        return self.soft_deletes or bool(self.metadata) or self.history or self.changelog
 
     def collisions(self, source_columns) -> list[str]:
         """Source columns named as one of these extra columns: the table cannot carry both."""
         return sorted(set(self.names) & set(source_columns))
+
+
+CHANGES_SUFFIX = "__changes"
+# a change log's columns (besides Tideline's): what each event was, where it came from, when it landed
+CHANGE_LOG = (("_tideline_op", "text"), ("_tideline_source_ts", "timestamptz"), ("_tideline_source_position", "text"),
+              ("_tideline_synced_at", "timestamptz"), ("_tideline_topic", "text"), ("_tideline_partition", "int"),
+              ("_tideline_offset", "bigint"), ("key", "json"), ("before", "json"), ("after", "json"))
+
+
+def changes_table(table: str) -> str:
+    """The change log beside `table`."""
+    return table + CHANGES_SUFFIX
 
 
 def position_text(log_position: str | None, partition: int, offset: int) -> str:

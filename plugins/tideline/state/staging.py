@@ -43,6 +43,20 @@ class ChangeStaging:
             cur.execute(apply_sql.INDEX_STAGE)
         cur.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(apply_sql.STAGE)))  # temp tables have no stats
 
+    def stage_log(self, cur, log: pa.Table, table_of_topic: dict[str, str]) -> None:
+        """Every event of the batch for the tables with a change log, in its own temporary table."""
+        topics = pc.dictionary_encode(log.column("topic").combine_chunks())
+        names = pa.array([table_of_topic[t] for t in topics.dictionary.to_pylist()], pa.string())
+        staged = pa.table({"tbl": pc.take(names, topics.indices), "topic": log.column("topic"), "op": log.column("op"),
+                           "key": log.column("key"), "before": log.column("before"), "after": log.column("after"),
+                           "part": pc.cast(log.column("partition"), pa.string()),
+                           "off": pc.cast(log.column("offset"), pa.string()),
+                           "ts": pc.cast(log.column("ts_us"), pa.string()), "pos": log.column("position")})
+        cur.execute(apply_sql.CREATE_LOG_STAGE)
+        stream = CopyStream(staged.to_batches(max_chunksize=50_000), [True, True, False, True, True, True, False, False,
+                                                                      False, True])
+        cur.copy_expert(apply_sql.COPY_LOG_STAGE, stream, size=1 << 20)
+
     def leave_filter(self, cur, table: str, columns, predicate: str) -> int:
         """The table's staged upserts its row_filter does not keep, turned into deletes (apply_sql);
         how many."""

@@ -46,9 +46,11 @@ class ReadBatch:
     read_s: float
 
 
-def read_batch(df, spark_batch_id: int, versioned: frozenset[str] = frozenset()) -> ReadBatch | None:
+def read_batch(df, spark_batch_id: int, versioned: frozenset[str] = frozenset(),
+               logged: frozenset[str] = frozenset()) -> ReadBatch | None:
     """One Spark job reads the batch's raw records; the driver decodes them as its tasks hand them
-    over. None when empty. `versioned`: topics of history tables (every event kept)."""
+    over. None when empty. `versioned`: topics of history tables (every event kept); `logged`:
+    topics of tables with a change log (every event logged, with its before image)."""
     started, started_at = time.monotonic(), datetime.now(timezone.utc)
     context, ranges = df.sparkSession.sparkContext, kafka_range_sizes(df)
     tasks = read_tasks(ranges, context.defaultParallelism, TASK_EVENTS)
@@ -60,12 +62,13 @@ def read_batch(df, spark_batch_id: int, versioned: frozenset[str] = frozenset())
     context.setLocalProperty(CODEGEN_FACTORY_MODE, "NO_CODEGEN" if interpreted(ranges) else None)
     try:
         with closing(arrow_batches(records)) as batches:   # closed at once if the decode fails
-            events = decode_records(batches)
+            events = decode_records(batches, keep_before=logged)
     finally:
         context.setLocalProperty(CODEGEN_FACTORY_MODE, None)
     if not events.num_rows:
         return None
-    return ReadBatch(spark_batch_id, split_batch(events, versioned), started, started_at, time.monotonic() - started)
+    return ReadBatch(spark_batch_id, split_batch(events, versioned, logged), started, started_at,
+                     time.monotonic() - started)
 
 
 def arrow_batches(df) -> Iterator[pa.RecordBatch]:
@@ -145,15 +148,17 @@ class BatchHandover:
     commit failure also calls `stop_query` — an idle stream would never call back to hear of it."""
 
     def __init__(self, commit: Callable[[ReadBatch], None], failed: Callable[[BaseException], None],
-                 stop_query: Callable[[], None], versioned: frozenset[str] = frozenset()):
+                 stop_query: Callable[[], None], versioned: frozenset[str] = frozenset(),
+                 logged: frozenset[str] = frozenset()):
         self._commit, self._failed, self._stop_query = commit, failed, stop_query
         self._versioned = versioned   # history tables' topics: every event is a version (core.batch_events)
+        self._logged = logged         # change-log tables' topics: every event is logged
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tideline-commit")
         self._inflight: Future | None = None
 
     def __call__(self, df, spark_batch_id: int) -> None:
         try:
-            read = read_batch(df, spark_batch_id, self._versioned)
+            read = read_batch(df, spark_batch_id, self._versioned, self._logged)
             self.wait()
             if read is not None:
                 self._inflight = self._thread.submit(self._run_commit, read)

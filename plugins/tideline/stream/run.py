@@ -80,7 +80,8 @@ class IncrementalRun:
         self.history = StreamHistory(cfg, self.store, self.kafka, mode, self.owner)
         # one thread commits batch N to the target while Spark's batch thread reads N+1
         self.handover = BatchHandover(self._commit_and_report, self._batch_failed, self._stop_query,
-                                      frozenset(cfg.topic(t.name) for t in cfg.tables if t.history))
+                                      frozenset(cfg.topic(t.name) for t in cfg.tables if t.history),
+                                      frozenset(cfg.topic(t.name) for t in cfg.tables if t.changelog))
         self.committer = BatchCommitter(cfg, self.store, self.engine, self.owner, self.tables, self.by_topic,
                                         self.halted, self._after_halts, self.handed)
         self.watch = StreamWatch(cfg, self.store, self.engine, self.tables, self.halted, self._needs_resnapshot,
@@ -297,7 +298,7 @@ class IncrementalRun:
         batch = read.batch
         commit_started = time.monotonic()
         figures = self.committer.commit_through_outages(read.spark_batch_id, batch.per_partition, batch.bad_rows,
-                                               batch.truncates, batch.rows, read.started_at)
+                                               batch.truncates, batch.rows, read.started_at, log=batch.log)
         if figures is None:
             return
         self.batches += 1

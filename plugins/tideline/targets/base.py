@@ -339,6 +339,15 @@ class Target(ABC):
         """One batch's decoded changes (last image per key), staged for apply_changes."""
         self.staging.stage_changes(cur, rows, table_of_topic)
 
+    def stage_log(self, cur, log, table_of_topic: dict[str, str]) -> None:
+        """One batch's every event of the tables with a change log, staged for append_changes."""
+        self.staging.stage_log(cur, log, table_of_topic)
+
+    def append_changes(self, cur, pipeline: str, schema: str, table: str, stamp: CommitStamp) -> int:
+        """The table's staged events appended to its change log (core.table_extras.changes_table),
+        each exactly once: an event at a Kafka position the log holds is not appended again."""
+        raise self.not_built("a change log")
+
     def leave_filter(self, cur, table: str, columns: list[Column], predicate: str) -> int:
         """The staged upserts of `table` its row_filter does not keep become deletes (staging)."""
         return self.staging.leave_filter(cur, table, columns, predicate)

@@ -344,5 +344,9 @@ class IcebergTarget(Target):
         counts = apply.run(cur, stamp)
         return counts, len(apply.dead_lettered)
 
+    def append_changes(self, cur, pipeline: str, schema: str, table: str, stamp: CommitStamp) -> int:
+        from tideline.targets.iceberg.changelog import append_changes
+        return append_changes(self, cur, pipeline, schema, table)
+
     def evolve(self, cur, schema: str, table: str, drift) -> None:
         evolve(self, schema, table, drift)

@@ -9,9 +9,9 @@ import psycopg2
 from psycopg2 import sql
 
 from tideline import sqlfiles
-from tideline.core import schema_drift
+from tideline.core import apply_sql, schema_drift
 from tideline.core.errors import ResnapshotRequired, SourceError, TargetError
-from tideline.core.table_extras import DELETED_AT, LOADED_OP, PREFIX, VALID_FROM, TableExtras
+from tideline.core.table_extras import DELETED_AT, LOADED_OP, PREFIX, VALID_FROM, TableExtras, changes_table
 from tideline.core.table_shape import Column, TableShape, copy_into, create_table, extra_column_sql
 from tideline.targets.postgres import dependents
 from tideline.targets.base import CommitStamp, Published, SnapshotLoad, Target
@@ -301,6 +301,8 @@ class PostgresTarget(Target):
                                          f"after the table was loaded; it is reloaded by itself "
                                          f"({'one version per row' if extras.history else 'one row per key'})",
                                          table=table)
+            if extras.changelog:   # the table's change log, beside it
+                cur.execute(apply_sql.create_change_log_sql(schema, changes_table(table)))
             added = [c for c in extras.columns if c.name not in have]
             for c in added:
                 cur.execute(sql.SQL("ALTER TABLE {}.{} ADD COLUMN {}").format(
@@ -315,6 +317,11 @@ class PostgresTarget(Target):
                            extras=extras)
         counts = apply.run(cur)
         return counts, len(apply.dead_lettered)
+
+    def append_changes(self, cur, pipeline: str, schema: str, table: str, stamp: CommitStamp) -> int:
+        """In the batch's transaction, with its offsets: exactly once (ON CONFLICT: a reload's overlap)."""
+        cur.execute(apply_sql.append_change_log_sql(schema, changes_table(table), table))
+        return cur.rowcount
 
     def evolve(self, cur, schema: str, table: str, drift) -> None:
         for stmt in schema_drift.ddl(schema, table, drift):
