@@ -86,7 +86,7 @@ class BatchCommitter:
             if conn is not None:
                 conn.close()
 
-    def commit_through_outages(self, *batch, log: pa.Table | None = None) -> BatchFigures | None:
+    def commit_through_outages(self, *batch, log_rows: pa.Table | None = None) -> BatchFigures | None:
         """Commits the batch, waiting out a database that restarts or refuses connections for up
         to stream.outage_wait_minutes: the failed attempt committed nothing, so the batch is simply
         run again on new connections (its offsets decide what applies). Then the stream catches up
@@ -97,7 +97,7 @@ class BatchCommitter:
             try:
                 if lost_at is not None:
                     self._reconnect()
-                figures = self._commit(*batch, log=log)
+                figures = self._commit(*batch, log_rows=log_rows)
                 if lost_at is not None:
                     log.warning("connection back after %.0fs; batch committed", time.monotonic() - lost_at)
                 return figures
@@ -121,18 +121,18 @@ class BatchCommitter:
         self._tgt = self.store.connect(connect_timeout=10)
         self._src = self.engine.connect(autocommit=True, connect_timeout=10)
 
-    def _commit(self, *batch, log: pa.Table | None = None) -> BatchFigures | None:
+    def _commit(self, *batch, log_rows: pa.Table | None = None) -> BatchFigures | None:
         """The batch; a table a full load took meanwhile is left to it (stream.handed) and the batch
         committed again without it (nothing of the refused attempt committed)."""
         while True:
             try:
-                return self._commit_once(*batch, log=log)
+                return self._commit_once(*batch, log_rows=log_rows)
             except FencedError as exc:
                 if not hand_over(self.cfg.name, self.tables, self.halted, self.handed, exc.table, exc.owner):
                     raise
 
     def _commit_once(self, spark_batch_id, per_partition, bad_rows, truncates, rows: pa.Table,
-                     started_at: datetime, log: pa.Table | None = None) -> BatchFigures | None:
+                     started_at: datetime, log_rows: pa.Table | None = None) -> BatchFigures | None:
         cfg, conn = self.cfg, self._tgt
         live = {t.topic for t in self.tables.values() if t.name not in self.halted and t.name not in self.handed}
         per_partition = [r for r in per_partition if r["topic"] in live]   # a halted table keeps its offsets
@@ -140,8 +140,8 @@ class BatchCommitter:
         truncates = [t for t in truncates if t["topic"] in live]
         if (self.halted or self.handed) and rows.num_rows:
             rows = rows.filter(pc.is_in(rows.column("topic"), pa.array(sorted(live), pa.string())))
-        if (self.halted or self.handed) and log is not None:
-            log = log.filter(pc.is_in(log.column("topic"), pa.array(sorted(live), pa.string())))
+        if (self.halted or self.handed) and log_rows is not None:
+            log_rows = log_rows.filter(pc.is_in(log_rows.column("topic"), pa.array(sorted(live), pa.string())))
         figures = BatchFigures(events=sum(r["n"] for r in per_partition))
         if not per_partition:
             return None
@@ -155,11 +155,11 @@ class BatchCommitter:
                 for name, t in streamed.items()}
             # 2. exactly once: events below the committed position were applied by an earlier batch
             fresh = [r for r in per_partition if r["hi"] >= current[r["topic"]].get(r["partition"], 0)]
-            if not fresh:
+            logging_only = log_rows is not None and log_rows.num_rows > 0   # a change log starts before its table
+            if not fresh and not logging_only:
                 log.info("spark batch %d holds only events already applied; skipped", spark_batch_id)
                 return None
             rows = drop_applied(rows, current)
-            log = drop_applied(log, current) if log is not None and log.num_rows else None   # (a change log's events)
             # what Debezium left out and the batch cannot fill: the source's row now (stream.source_fill);
             # not a history table's: a version's value is the one before it (its apply reads it there)
             rows = self._fill_from_source(rows)
@@ -186,12 +186,13 @@ class BatchCommitter:
                 halting.update(unparsed)
             # 3. per table, under its own savepoint: schema drift, then the rows. A table the
             # target refuses is halted alone; the others are applied and advance.
-            touched = sorted({self.by_topic[tp].name for tp in pc.unique(rows.column("topic")).to_pylist()}
-                             - set(halting)) if rows.num_rows else []
-            if rows.num_rows:
+            topics = set(pc.unique(rows.column("topic")).to_pylist()) | (
+                set(pc.unique(log_rows.column("topic")).to_pylist()) if logging_only else set())
+            touched = sorted({self.by_topic[tp].name for tp in topics} - set(halting))
+            if touched:
                 self.store.stage_changes(cur, rows, {tp: t.name for tp, t in self.by_topic.items()})
-            if log is not None and log.num_rows:   # every event of the tables with a change log
-                self.store.stage_log(cur, log, {tp: t.name for tp, t in self.by_topic.items()})
+            if logging_only:   # every event of the tables with a change log (each logs what it lacks)
+                self.store.stage_log(cur, log_rows, {tp: t.name for tp, t in self.by_topic.items()})
             # the source's catalog now: any schema change behind this batch's events shows in it
             shapes = self.engine.describe_many(self._src, [(cfg.source_schema(n), n, cfg.table(n)) for n in touched],
                                                check_key=False, for_stream=True)
@@ -218,6 +219,8 @@ class BatchCommitter:
                 if not batch_max or t.name in halting:
                     continue
                 new = merge_committed(current[t.topic], batch_max)
+                if new == current[t.topic]:   # only events its change log lacked (stream.position): no move
+                    continue
                 table_events[t.name] = sum(_unapplied(r, current) for r in fresh if r["topic"] == t.topic)
                 advances.append(state.Advance(t.name, t.epoch, new, table_events[t.name]))
                 start_offsets[t.topic] = {str(p): current[t.topic].get(p, 0) for p in sorted(batch_max)}

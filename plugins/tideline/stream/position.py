@@ -41,11 +41,34 @@ def check_coverage(cfg: PipelineConfig, store, conn, tables, kafka: KafkaAccess 
             needs_resnapshot(t.name, f"{what}: {reason}")
             raise DataLossError(f"{cfg.name}.{t.name}: {reason}. The table is marked needs_resnapshot; "
                                 f"the sync DAG reloads it by itself (or run action=full_reload).")
-        start[t.topic] = {str(p): o for p, o in starting_offsets(resume, latest).items()}
+        begin = starting_offsets(resume, latest)
+        if cfg.table(t.name).changelog:   # its change log may lack events the table has (a reload moved it on)
+            begin = _log_start(cfg, store, conn, t, begin, earliest)
+        start[t.topic] = {str(p): o for p, o in begin.items()}
         lag = sum(latest[p] - o for p, o in starting_offsets(resume, latest).items())
         log.info("%s.%s: epoch %d, resuming %s at %s (%s events behind)", cfg.name, t.name, t.epoch,
                  t.topic, dict(sorted(resume.items())), f"{lag:,}")
     return start
+
+
+def _log_start(cfg: PipelineConfig, store, conn, t, begin: dict[int, int], earliest: dict[int, int]) -> dict[int, int]:
+    """Where a table with a change log starts reading: its own position, or the log's where the log
+    is behind it — a reload records Kafka's end as the table's position while the stream that
+    stopped for it had logged less. The table applies only what is past its own position
+    (drop_applied); the log takes what it lacks. What Kafka no longer holds is lost to the log:
+    said in the log, once."""
+    with conn.cursor() as cur:
+        logged = store.log_position(cur, cfg.target_schema(t.name), t.name, t.topic)
+    conn.rollback()
+    out = dict(begin)
+    for p, at in (logged or {}).items():
+        if p in out and at < out[p]:
+            if at < earliest.get(p, 0):
+                log.warning("%s.%s: its change log lacks offsets %d..%d of %s partition %d, which Kafka no longer "
+                            "holds (retention): the log has a gap there", cfg.name, t.name, at, earliest[p] - 1,
+                            t.topic, p)
+            out[p] = max(at, earliest.get(p, 0))
+    return out
 
 
 def batch_events(cfg: PipelineConfig, kafka: KafkaAccess | str, watermarks: Watermarks, caps,

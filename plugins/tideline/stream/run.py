@@ -298,7 +298,8 @@ class IncrementalRun:
         batch = read.batch
         commit_started = time.monotonic()
         figures = self.committer.commit_through_outages(read.spark_batch_id, batch.per_partition, batch.bad_rows,
-                                               batch.truncates, batch.rows, read.started_at, log=batch.log)
+                                               batch.truncates, batch.rows, read.started_at,
+                                                       log_rows=batch.log)
         if figures is None:
             return
         self.batches += 1

@@ -343,6 +343,10 @@ class Target(ABC):
         """One batch's every event of the tables with a change log, staged for append_changes."""
         self.staging.stage_log(cur, log, table_of_topic)
 
+    def log_position(self, cur, schema: str, table: str, topic: str) -> dict[int, int] | None:
+        """The next Kafka offset per partition the table's change log lacks (None: no log yet)."""
+        raise self.not_built("a change log")
+
     def append_changes(self, cur, pipeline: str, schema: str, table: str, stamp: CommitStamp) -> int:
         """The table's staged events appended to its change log (core.table_extras.changes_table),
         each exactly once: an event at a Kafka position the log holds is not appended again."""

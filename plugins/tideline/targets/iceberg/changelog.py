@@ -16,6 +16,14 @@ COLUMNS = ("`_tideline_op` STRING, `_tideline_source_ts` TIMESTAMP, `_tideline_s
            "`_tideline_offset` BIGINT, `key` STRING, `before` STRING, `after` STRING")
 
 
+def log_position(target, schema: str, table: str) -> dict[int, int] | None:
+    """The log's position: the next Kafka offset per partition its newest commit says it holds."""
+    t = target.iceberg_table(schema, changes_table(table))
+    if t is None or t.current_snapshot() is None:
+        return None
+    return {int(p): o for p, o in json.loads(summary_of(t.current_snapshot()).get(SUMMARY_OFFSETS) or "{}").items()}
+
+
 def append_changes(target, cur, pipeline: str, schema: str, table: str) -> int:
     """The table's staged log events (state.staging's tl_log) appended to its change log; how many."""
     from tideline.targets.iceberg.apply import commit_with
@@ -24,9 +32,7 @@ def append_changes(target, cur, pipeline: str, schema: str, table: str) -> int:
     rows = cur.fetchall()
     log_table = changes_table(table)
     t = target.iceberg_table(schema, log_table)
-    done: dict[str, int] = {}
-    if t is not None and t.current_snapshot() is not None:
-        done = json.loads(summary_of(t.current_snapshot()).get(SUMMARY_OFFSETS) or "{}")
+    done = {str(p): o for p, o in (log_position(target, schema, table) or {}).items()}
     fresh = [r for r in rows if r[5] >= done.get(str(r[4]), 0)]
     if not fresh:
         return 0

@@ -344,6 +344,10 @@ class IcebergTarget(Target):
         counts = apply.run(cur, stamp)
         return counts, len(apply.dead_lettered)
 
+    def log_position(self, cur, schema: str, table: str, topic: str) -> dict[int, int] | None:
+        from tideline.targets.iceberg.changelog import log_position
+        return log_position(self, schema, table)
+
     def append_changes(self, cur, pipeline: str, schema: str, table: str, stamp: CommitStamp) -> int:
         from tideline.targets.iceberg.changelog import append_changes
         return append_changes(self, cur, pipeline, schema, table)

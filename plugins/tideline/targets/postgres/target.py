@@ -318,6 +318,14 @@ class PostgresTarget(Target):
         counts = apply.run(cur)
         return counts, len(apply.dead_lettered)
 
+    def log_position(self, cur, schema: str, table: str, topic: str) -> dict[int, int] | None:
+        cur.execute("SELECT to_regclass(%s)", (f'"{schema}"."{changes_table(table)}"',))
+        if cur.fetchone()[0] is None:
+            return None
+        cur.execute(sql.SQL("SELECT _tideline_partition, max(_tideline_offset) + 1 FROM {}.{} WHERE _tideline_topic = %s "
+                            "GROUP BY 1").format(sql.Identifier(schema), sql.Identifier(changes_table(table))), (topic,))
+        return {p: o for p, o in cur.fetchall()}
+
     def append_changes(self, cur, pipeline: str, schema: str, table: str, stamp: CommitStamp) -> int:
         """In the batch's transaction, with its offsets: exactly once (ON CONFLICT: a reload's overlap)."""
         cur.execute(apply_sql.append_change_log_sql(schema, changes_table(table), table))
