@@ -256,3 +256,13 @@ def test_the_change_log_appends_each_staged_event_once_keyed_by_its_kafka_positi
     assert append.endswith("WHERE s.tbl = 't' ORDER BY s.part, s.off ON CONFLICT DO NOTHING")
     with pytest.raises(ConfigError, match="changelog and metadata go with mode: cdc"):
         cfg({"name": "e", "mode": "batch", "cursor_column": "at", "changelog": True})
+
+
+def test_a_slimmed_source_block_must_keep_what_the_tables_read_from_it():
+    slim = {**BASE, "kafka": {"topic_prefix": "tl.shop", "source_fields": ["ts_ms"]}}
+    with pytest.raises(ConfigError, match="reads lsn from the change events' source block"):
+        parse_pipeline({**slim, "tables": [{"name": "o", "metadata": ["source_position"]}]}, "x.yaml")
+    with pytest.raises(ConfigError, match="reads ts_us"):
+        parse_pipeline({**slim, "tables": [{"name": "o", "history": True}]}, "x.yaml")
+    kept = {**BASE, "kafka": {"topic_prefix": "tl.shop", "source_fields": ["ts_ms", "ts_us", "lsn"]}}
+    assert parse_pipeline({**kept, "tables": [{"name": "o", "history": True, "metadata": ["source_position"]}]}, "x")

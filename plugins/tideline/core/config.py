@@ -11,7 +11,7 @@ from typing import Literal
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from tideline.core import support
+from tideline.core import config_checks, support
 from tideline.core.errors import ConfigError
 from tideline.core.names import PIPELINE_NAME, identifier, topic_name
 from tideline.core.settings import schedule as settings_schedule
@@ -140,19 +140,6 @@ class TableConfig(_Model):
         return self
 
 
-def _check_row_filter(t: TableConfig, source_kind: str) -> None:
-    """A table's row_filter parses in its source's SQL and names only columns the table syncs."""
-    from tideline.core import row_filter
-    if t.mode != "cdc":
-        raise ValueError(f"table {t.name!r}: row_filter goes with mode: cdc (a batch table copies rows by cursor_column)")
-    f = row_filter.parse(t.row_filter, source_kind)
-    unknown = (f.unknown(t.columns + list(t.primary_key or [])) if t.columns is not None
-               else [c for c in f.columns if c in t.exclude_columns])
-    if unknown:
-        raise ValueError(f"table {t.name!r}: row_filter names {', '.join(unknown)}, which the table does not sync "
-                         f"(columns / exclude_columns)")
-
-
 class PipelineConfig(_Model):
     name: str = Field(description="lowercase, digits, _ ; names the DAGs, the slot and the publication "
                                   "(the file is <name>.yaml)")
@@ -225,7 +212,8 @@ class PipelineConfig(_Model):
                 raise ValueError(f"tables {', '.join(named)} {what}, but {refused}")
         for t in self.tables:
             if t.row_filter is not None:
-                _check_row_filter(t, self.source.kind)
+                config_checks.row_filter(t, self.source.kind)
+        config_checks.source_fields(self)
         for mode in sorted({t.mode for t in self.tables}):
             refused = support.refusal(self.source.kind, self.target.kind, mode)
             if refused:
