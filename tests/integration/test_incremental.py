@@ -74,6 +74,21 @@ def batches(target_db, pipeline: str) -> list[tuple]:
         return cur.fetchall()
 
 
+def kill_streams_mid_batch(cfg, target_db, env_extra: dict, times: int, rng, pause_s: float = 2.0) -> None:
+    """Run the pipeline's stream `times` times, each killed (-9, its whole process group) at a
+    random moment up to pause_s after it committed a batch of its own: sometimes between batches,
+    sometimes in the middle of the next one's commit."""
+    for _ in range(times):
+        proc = spark_submit("incremental.py", cfg, env_extra=env_extra)
+        start, deadline = len(batches(target_db, cfg.name)), time.time() + 120
+        while time.time() < deadline and len(batches(target_db, cfg.name)) == start:
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            time.sleep(0.2)
+        time.sleep(rng.uniform(0.0, pause_s))
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+
 def assert_batches_contiguous(target_db, pipeline: str, resume_at_load: dict[str, dict[int, int]]):
     """Batch ids 1..N without gaps or repeats, and each partition's applied offset ranges follow
     each other exactly from the full load's position: nothing skipped, nothing applied twice."""
@@ -204,20 +219,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(spark, source_db,
                                                                                 "trigger_interval_s": 0.5})
         [loaded] = FullLoad(cfg, spark).run([t])
         writer.start()
-        env = {"TIDELINE_PIPELINES": str(pipelines.dir)}
-        kills = 0
-        while kills < 5:
-            proc = spark_submit("incremental.py", cfg, env_extra=env)
-            # wait for the job to commit at least once, then kill it at a random moment
-            deadline = time.time() + 120
-            start_batches = len(batches(target_db, cfg.name))
-            while time.time() < deadline and len(batches(target_db, cfg.name)) == start_batches:
-                assert proc.poll() is None, proc.stdout.read()[-3000:]
-                time.sleep(0.2)
-            time.sleep(rng.uniform(0.0, 2.0))
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
-            kills += 1
+        kill_streams_mid_batch(cfg, target_db, {"TIDELINE_PIPELINES": str(pipelines.dir)}, 5, rng)
         writer.stop()
         sync_until_equal(catching_up(cfg), spark, source_db, target_db, {t: "id"})
         assert len(batches(target_db, cfg.name)) >= 5

@@ -364,13 +364,10 @@ def test_history_through_kill_9_of_the_stream_at_random_moments_has_no_version_t
     history table is killed with SIGKILL five times at random moments, some mid-commit: afterwards
     the current versions equal the source, each key's versions follow each other without gap or
     overlap, and no version repeats the one before it (a replayed event would)."""
-    import os
     import random
-    import signal
-    import time
 
     from helpers import Writer, catching_up
-    from test_incremental import batches, make_items, spark_submit
+    from test_incremental import kill_streams_mid_batch, make_items
     t = f"{unique_name}_hk"
     make_items(source_db, t, 2_000)
     writer = Writer(f"public.{t}", 2_001, seed=7, pause=0.002)
@@ -382,15 +379,7 @@ def test_history_through_kill_9_of_the_stream_at_random_moments_has_no_version_t
         schema = cfg.target_schema(t)
         FullLoad(cfg, spark).run([t])
         writer.start()
-        for _ in range(5):
-            proc = spark_submit("incremental.py", cfg, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
-            start, deadline = len(batches(target_db, cfg.name)), time.time() + 120
-            while time.time() < deadline and len(batches(target_db, cfg.name)) == start:
-                assert proc.poll() is None, proc.stdout.read()[-3000:]
-                time.sleep(0.2)
-            time.sleep(rng.uniform(0.0, 1.5))
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+        kill_streams_mid_batch(cfg, target_db, {"TIDELINE_PIPELINES": str(pipelines.dir)}, 5, rng, 1.5)
         writer.stop()
         live = "SELECT ROW(id, qty, note, price)::text FROM {} WHERE {} ORDER BY id"
         stream_until(catching_up(cfg), spark, lambda: _rows(target_db, live.format(f"{schema}.{t}", "_tideline_current"))
@@ -445,13 +434,10 @@ def test_a_change_log_holds_every_event_once_through_kill_9_and_a_reload(
     updates, deletes; op, key, before and after image, source time and position) exactly once:
     the stream killed with SIGKILL at random moments and a reload (whose stream replays Kafka's
     overlap) add no event twice, and every Kafka offset of the topic from the load on is there."""
-    import os
     import random
-    import signal
-    import time
 
     from helpers import Writer, catching_up
-    from test_incremental import batches, make_items, spark_submit
+    from test_incremental import kill_streams_mid_batch, make_items
     from tideline.kafka_offsets import end_offsets
     t = f"{unique_name}_cl"
     make_items(source_db, t, 500)
@@ -463,15 +449,7 @@ def test_a_change_log_holds_every_event_once_through_kill_9_and_a_reload(
         schema = cfg.target_schema(t)
         [loaded] = FullLoad(cfg, spark).run([t])
         writer.start()
-        for _ in range(3):
-            proc = spark_submit("incremental.py", cfg, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
-            start, deadline = len(batches(target_db, cfg.name)), time.time() + 120
-            while time.time() < deadline and len(batches(target_db, cfg.name)) == start:
-                assert proc.poll() is None, proc.stdout.read()[-3000:]
-                time.sleep(0.2)
-            time.sleep(rng.uniform(0.0, 1.5))
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+        kill_streams_mid_batch(cfg, target_db, {"TIDELINE_PIPELINES": str(pipelines.dir)}, 3, rng, 1.5)
         FullLoad(cfg, spark).run([t])   # a reload: its stream replays from offsets the log already holds
         writer.stop()
         live = "SELECT ROW(id, qty, note, price)::text FROM {} ORDER BY id"
