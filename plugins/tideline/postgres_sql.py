@@ -92,9 +92,9 @@ class PgSide(VerifySide):
         """Typed hashes; row text where the two servers hash values differently (byte order, version)."""
         binary = self.binary_hash_probe() == peer.binary_hash_probe()
         collatable = collatable_keys(self.conn, shape)
-        hash_expr = row_hash(shape, self._text_columns(shape), binary)
-        return (PgDialect(shape, schema, hash_expr, collatable), PgDialect(shape, peer_schema, hash_expr, collatable),
-                binary)
+        text_columns = self._text_columns(shape)
+        return (PgDialect(shape, schema, row_hash(shape, text_columns, binary, source=True), collatable),
+                PgDialect(shape, peer_schema, row_hash(shape, text_columns, binary), collatable), binary)
 
 
 def between(shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> sql.Composed:

@@ -39,13 +39,6 @@ NONE_FAILED = "none_failed_min_one_success"
 STREAM_TASK_RETRIES = 100_000   # the stream task's own process dying, e.g. with its host: for good
 
 
-def _conn_ids(cfg: PipelineConfig) -> list[str]:
-    """Connections a Spark job uses: the databases, Kafka, Connect (a stream says when capture
-    failed), and the alert webhook (a halt alerts)."""
-    return [cfg.source.conn_id, cfg.target.conn_id, cfg.kafka.conn_id, cfg.connect.conn_id] + \
-        ([cfg.alerts.webhook_conn_id] if cfg.alerts.webhook_conn_id else [])
-
-
 def spark_submission(cfg: PipelineConfig, kind: str) -> dict:
     """How the DAG submits a Spark job of one kind (load | stream | batch): the pipeline's Spark
     connection and Airflow connections, the kind's Spark settings and memory environment. The
@@ -53,7 +46,7 @@ def spark_submission(cfg: PipelineConfig, kind: str) -> dict:
     from tideline import targets
     target = targets.spec(cfg.target.kind)   # read without importing the target's client
     jars = ",".join(filter(None, [os.environ.get("TIDELINE_SPARK_JARS", ""), *target.spark_jars()]))
-    return dict(conn_id=cfg.spark.conn_id, pipeline_conn_ids=_conn_ids(cfg),
+    return dict(conn_id=cfg.spark.conn_id, pipeline_conn_ids=cfg.job_conn_ids,
                 conf=cfg.job_conf(kind, writes_in_jvm=target.capabilities.writes_in_jvm),
                 env_vars=cfg.spark.job_env(kind), jars=jars)
 

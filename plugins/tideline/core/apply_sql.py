@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from psycopg2 import sql
 
-from tideline.core.debezium import may_be_unavailable, unavailable_test, value_expr
+from tideline.core.column_hash import pg_sql
+from tideline.core.debezium import UNAVAILABLE, may_be_unavailable, unavailable_test, value_expr
 from tideline.core.table_extras import CURRENT, DELETED_AT, PREFIX, VALID_FROM, VALID_TO, TableExtras
 from tideline.core.table_shape import Column
 
@@ -49,10 +50,14 @@ def field(doc: str, col: str) -> sql.Composable:
 def row_value(c: Column) -> sql.Composable:
     """The column's value from the event's row image (see the module docstring for an absent one)."""
     new = value_expr(field("after", c.name), c.type, c.encoding)
+    if c.hash_salt is not None:   # hash_columns: the target holds its hash (core.column_hash)
+        new = pg_sql(new, c.hash_salt)
     if not c.has_missing:   # absent: ->> gives NULL, which is what existing rows hold
         return new
-    return sql.SQL("CASE WHEN s.after ? {name} THEN {new} ELSE {missing}::{t} END").format(
-        name=sql.Literal(c.name), new=new, missing=sql.Literal(c.missing_value), t=sql.SQL(c.type))
+    missing = sql.SQL("{}::{}").format(sql.Literal(c.missing_value), sql.SQL(c.type))
+    return sql.SQL("CASE WHEN s.after ? {name} THEN {new} ELSE {missing} END").format(
+        name=sql.Literal(c.name), new=new,
+        missing=pg_sql(missing, c.hash_salt) if c.hash_salt is not None else missing)
 
 
 def _key_match(columns: dict[str, Column], pk: list[str], doc: str) -> sql.Composable:
@@ -286,3 +291,22 @@ def append_change_log_sql(schema: str, log_table: str, table: str) -> sql.Compos
                    "':', s.off), now(), s.topic, s.part, s.off, s.key, s.before, s.after FROM {stage} AS s "
                    "WHERE s.tbl = {tbl} ORDER BY s.part, s.off ON CONFLICT DO NOTHING").format(
         t=_target(schema, log_table), stage=sql.Identifier(LOG_STAGE), tbl=sql.Literal(table))
+
+
+def hash_log_images_sql(table: str, columns: list[Column]) -> sql.Composed | None:
+    """A change log's before and after images hold a hashed column's hash too (hash_columns:
+    core.column_hash), its placeholder for an unsent value as it is; None when none is hashed."""
+    hashed = [c for c in columns if c.hash_salt is not None]
+    if not hashed:
+        return None
+
+    def image(doc: str) -> sql.Composable:
+        out: sql.Composable = sql.Identifier(doc)
+        for c in hashed:
+            value = sql.SQL("({})->>{}").format(out, sql.Literal(c.name))
+            out = sql.SQL("CASE WHEN {v} IS NULL OR {v} = {u} THEN {img} ELSE jsonb_set({img}, {path}, "
+                          "to_jsonb({h})) END").format(v=value, u=sql.Literal(UNAVAILABLE), img=out,
+                                                      path=sql.Literal("{" + c.name + "}"), h=pg_sql(value, c.hash_salt))
+        return out
+    return sql.SQL("UPDATE {stage} SET before = {b}, after = {a} WHERE tbl = {tbl}").format(
+        stage=sql.Identifier(LOG_STAGE), b=image("before"), a=image("after"), tbl=sql.Literal(table))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from tideline.core import column_hash
 from tideline.core.table_shape import TableShape
 
 # `snapshot: auto` loads a table of at least this many rows (the source's estimate) in chunks: at
@@ -47,7 +48,9 @@ def shape_digest(shape: TableShape, row_filter: str | None = None) -> str:
     """What a chunk's rows look like: the columns read, their types, the key and the rows the
     table's filter keeps. A load planned for another shape or filter (changed while it was
     stopped) cannot be resumed: its shadow table holds rows of the old one."""
-    text = "|".join(f"{c}:{shape.column(c).type}" for c in shape.written_columns) + "#" + ",".join(shape.primary_key)
+    hashed = column_hash.hashed_columns(shape)   # a salt changed mid-load: chunks hashed two ways
+    text = "|".join(f"{c}:{shape.column(c).type}" + (f":hashed {hashed[c]}" if c in hashed else "")
+                    for c in shape.written_columns) + "#" + ",".join(shape.primary_key)
     text += f"#{row_filter}" if row_filter else ""
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

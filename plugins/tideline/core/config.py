@@ -15,7 +15,7 @@ from tideline.core import config_checks, support
 from tideline.core.errors import ConfigError
 from tideline.core.names import PIPELINE_NAME, identifier, topic_name
 from tideline.core.settings import schedule as settings_schedule
-from tideline.core.settings import (AlertSettings, ConnectSettings, KafkaSettings, MaintenanceSettings,
+from tideline.core.settings import (AlertSettings, ConnectSettings, HashSalt, KafkaSettings, MaintenanceSettings,
                                     SourceEndpoint, SparkSettings,
                                     StreamSettings, TargetEndpoint, VerifyConfig, _Model)
 
@@ -66,6 +66,11 @@ class TableConfig(_Model):
     partition_by: list[str] = Field(
         default_factory=list, description="Iceberg targets: the table's partition transforms — a column (identity), "
                                           "`year(c)`, `month(c)`, `day(c)`, `hour(c)`, `bucket(N, c)`, `truncate(N, c)`")
+    hash_columns: list[str] = Field(
+        default_factory=list, description="text columns the target holds only as salted SHA-256 (lower-case hex of "
+                                          "salt + value), alike in the load and the stream; the salt is the "
+                                          "pipeline's hash_salt. Not key, cursor or row_filter columns")
+    _hash_salt_conn: str | None = PrivateAttr(default=None)   # the pipeline's hash_salt.conn_id (PipelineConfig)
     cursor_column: str | None = Field(default=None, description="batch mode: a monotonic id or update-time column")
     safety_lag_s: int = Field(default=300, ge=0, description="batch mode: how far behind now an interval ends, in s")
 
@@ -159,6 +164,7 @@ class PipelineConfig(_Model):
     alerts: AlertSettings = Field(default_factory=AlertSettings, description="who hears about what, and when "
                                                                           "(docs/operations.md lists every alert)")
     tables: list[TableConfig] = Field(min_length=1, description="the tables the pipeline carries, at least one")
+    hash_salt: HashSalt | None = Field(default=None, description="where the salt of the tables' hash_columns is kept")
 
     _batch_schedule = field_validator("batch_schedule")(classmethod(lambda cls, v: settings_schedule(v)))
 
@@ -213,6 +219,8 @@ class PipelineConfig(_Model):
         for t in self.tables:
             if t.row_filter is not None:
                 config_checks.row_filter(t, self.source.kind)
+            config_checks.hash_columns(t, self.hash_salt, self.source.kind)
+            t._hash_salt_conn = self.hash_salt.conn_id if self.hash_salt else None
         config_checks.source_fields(self)
         for mode in sorted({t.mode for t in self.tables}):
             refused = support.refusal(self.source.kind, self.target.kind, mode)
@@ -268,6 +276,13 @@ class PipelineConfig(_Model):
     @property
     def loaded_from(self) -> Path | None:
         return self._loaded_from
+
+    @property
+    def job_conn_ids(self) -> list[str]:
+        """The connections its jobs use: the databases, Kafka, Connect (a stream says when capture
+        failed), the alert webhook (a halt alerts) and the salt of hashed columns."""
+        return [self.source.conn_id, self.target.conn_id, self.kafka.conn_id, self.connect.conn_id] + \
+            [c for c in (self.alerts.webhook_conn_id, self.hash_salt and self.hash_salt.conn_id) if c]
 
     @property
     def slot_name(self) -> str:

@@ -31,3 +31,27 @@ def row_filter(t, source_kind: str) -> None:
     if unknown:
         raise ValueError(f"table {t.name!r}: row_filter names {', '.join(unknown)}, which the table does not sync "
                          f"(columns / exclude_columns)")
+
+
+def hash_columns(t, hash_salt, source_kind: str) -> None:
+    """hash_columns name synced, non-key columns the rows are not chosen or ordered by, once each,
+    and the pipeline says where the salt is (core.column_hash)."""
+    if not t.hash_columns:
+        return
+    if len(set(t.hash_columns)) != len(t.hash_columns):
+        raise ValueError(f"table {t.name!r}: hash_columns lists a column twice: {t.hash_columns}")
+    if hash_salt is None:
+        raise ValueError(f"table {t.name!r} has hash_columns but the pipeline has no hash_salt: add "
+                         f"`hash_salt: {{conn_id: <an Airflow connection whose password is the salt>}}`")
+    why = {**{k: "a key column (changes are applied and verified by key)" for k in t.primary_key or []},
+           **({t.cursor_column: "the cursor_column (batches are read in its order)"} if t.cursor_column else {})}
+    if t.row_filter:
+        from tideline.core import row_filter as filters
+        why.update({c: "named in row_filter (the stream filters on the values the target holds)"
+                    for c in filters.parse(t.row_filter, source_kind).columns})
+    for c in t.hash_columns:
+        if c in why:
+            raise ValueError(f"table {t.name!r}: hash_columns names {c!r}, {why[c]}: leave it unhashed")
+        if c in t.exclude_columns or (t.columns is not None and c not in t.columns):
+            raise ValueError(f"table {t.name!r}: hash_columns names {c!r}, which the table does not sync "
+                             f"(columns / exclude_columns)")

@@ -290,6 +290,11 @@ def next_run(value: str | None, after):
     return croniter(cron, after).get_next(type(after))
 
 
+class HashSalt(_Model):
+    conn_id: str = Field(description="the Airflow connection whose password is the salt of the hash_columns "
+                                     "(core.column_hash); changing it changes every hash: re-snapshot after")
+
+
 class VerifyConfig(_Model):
     schedule: str | None = Field(default="0 3 * * *", description="cron of the verify_<name> DAG (nightly by "
                                                                      "default); null = no scheduled verify")

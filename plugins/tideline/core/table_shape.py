@@ -32,6 +32,8 @@ class Column:
     # COPY's binary form of its values reads the same in the target (built-in types: see
     # sql/full_load/source_columns.sql). How a load moves it, not what it is: not compared.
     binary_copy: bool = field(default=False, compare=False)
+    # hash_columns: the target holds salted SHA-256 of its text (core.column_hash), not the value
+    hash_salt: str | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -97,10 +99,16 @@ def read_query(shape: TableShape, where: sql.Composable | None = None, typed: bo
              for i, k in enumerate(shape.primary_key)]
             or [sql.SQL("t.ctid AS {}").format(sql.Identifier(CTID_ALIAS))])
     cast = sql.SQL("" if typed else "::text")
-    cols = [sql.SQL("t.{}{} AS {}").format(sql.Identifier(c), cast, sql.Identifier(c)) for c in shape.written_columns]
+    cols = [sql.SQL("{} AS {}").format(_hashed_value(shape.column(c)), sql.Identifier(c)) if shape.column(c).hash_salt
+            else sql.SQL("t.{}{} AS {}").format(sql.Identifier(c), cast, sql.Identifier(c)) for c in shape.written_columns]
     return sql.SQL("(SELECT {} FROM {} t{}) AS tideline_read").format(
         sql.SQL(", ").join(keys + cols), shape.qualified(),
         sql.SQL(" WHERE {}").format(where) if where is not None else sql.SQL(""))
+
+
+def _hashed_value(c: Column) -> sql.Composed:
+    from tideline.core.column_hash import pg_source_value
+    return pg_source_value(c, "t")
 
 
 def boundaries_query(shape: TableShape, parts: int, sample_percent: float | None) -> sql.Composed:

@@ -89,14 +89,21 @@ def spark_canon(col: Column) -> str:
 
 
 def pg_row_hash(shape: TableShape) -> sql.Composed:
-    """The source side's fingerprint of a row."""
-    parts = [f"coalesce({pg_canon(shape.column(c)).replace('{c}', _pg_ident(c))}, chr({NUL}))"
+    """The source side's fingerprint of a row (a hashed column's hash: core.column_hash)."""
+    parts = [f"coalesce({pg_canon(shape.column(c)).replace('{c}', _pg_value(shape.column(c)))}, chr({NUL}))"
              for c in shape.column_names]
     return sql.SQL(f"('x' || left(md5(concat_ws(chr({SEP}), {', '.join(parts)})), 16))::bit(64)::bigint")
 
 
 def _pg_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def _pg_value(c: Column) -> str:
+    if c.hash_salt is None:
+        return _pg_ident(c.name)
+    from tideline.core.column_hash import pg_text
+    return pg_text(_pg_ident(c.name), c.hash_salt)
 
 
 def spark_row_hash(shape: TableShape) -> str:

@@ -12,9 +12,8 @@ numeric accumulator (3× faster grouped). The primary key rules out a row cancel
 table without one may hold the same row twice, and two equal hashes XOR to nothing (a table that
 differs only in duplicated rows would look equal), so keyless tables are summed instead.
 
-Key order: every comparison and sort uses the key columns' values, with collatable columns in
-the "C" collation — so a source and a target with different default collations still cut the
-key space at the same places.
+Key order: every comparison and sort uses the key columns' values, collatable ones in the "C"
+collation: a source and a target of different default collations cut the key space alike.
 """
 from __future__ import annotations
 
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 
 from psycopg2 import sql
 
+from tideline.core.column_hash import pg_source_value
 from tideline.core.table_shape import TableShape
 
 # Hash of one fixed record, compared between the two databases before trusting binary hashes
@@ -210,13 +210,14 @@ def keys_predicate(shape: TableShape, keys: list[tuple[str, ...]]) -> sql.Compos
     return sql.SQL("{} IN ({})").format(cols, sql.SQL(", ").join(_literal_row(shape, k) for k in keys))
 
 
-def row_hash(shape: TableShape, text_columns: frozenset[str], binary: bool = True) -> sql.Composed:
-    """Fingerprint expression of one row of the synced columns (see the module docstring)."""
+def row_hash(shape: TableShape, text_columns: frozenset[str], binary: bool = True,
+             source: bool = False) -> sql.Composed:
+    """A row's fingerprint (module docstring); source: hashed columns as stored (core.column_hash)."""
+    value = (lambda c: pg_source_value(shape.column(c))) if source else sql.Identifier
     if binary:
-        cols = [sql.SQL("{}::text").format(sql.Identifier(c)) if c in text_columns else sql.Identifier(c)
-                for c in shape.column_names]
+        cols = [sql.SQL("{}::text").format(value(c)) if c in text_columns else value(c) for c in shape.column_names]
         return sql.SQL("hash_record_extended(ROW({}), 0)").format(sql.SQL(", ").join(cols))
-    cols = sql.SQL(", ").join(sql.Identifier(c) for c in shape.column_names)
+    cols = sql.SQL(", ").join(value(c) for c in shape.column_names)
     return sql.SQL("('x' || substr(md5(ROW({})::text), 1, 16))::bit(64)::bigint").format(cols)
 
 

@@ -8,6 +8,7 @@ from tideline import sqlfiles
 from tideline.core import debezium, source_shapes
 from tideline.core.errors import SourceError
 from tideline.core.pg_session import SESSION_OPTIONS
+from tideline.core.column_hash import pg_source_value, pg_text
 from tideline.core.table_shape import (Column, TableShape, boundaries_query, copy_options,
                                        ctid_predicates, hash_predicates, key_range_predicates, read_query,
                                        select_columns)
@@ -185,7 +186,7 @@ class PostgresEngine(PostgresCapture, SourceEngine):
     # ---------------------------------------------------------------- repair
 
     def copy_out(self, conn, shape: TableShape, where: str, out) -> int:
-        cols = sql.SQL(", ").join(sql.Identifier(c) for c in shape.written_columns)
+        cols = sql.SQL(", ").join(pg_source_value(shape.column(c)) for c in shape.written_columns)
         head = sql.SQL("COPY (SELECT {} FROM {} WHERE ").format(cols, shape.qualified()).as_string(conn)
         with conn.cursor() as cur:
             cur.copy_expert(f"{head}{where}) TO STDOUT", out)
@@ -205,6 +206,11 @@ class PostgresEngine(PostgresCapture, SourceEngine):
         return read_query(shape, sql.SQL(where) if where else None).as_string(conn)
 
     row_locator = "ctid"
+
+    def column_value(self, column: Column, alias: str = "t") -> str:
+        """A hashed column's value is its hash (core.column_hash)."""
+        value = super().column_value(column, alias)
+        return value if column.hash_salt is None else pg_text(value, column.hash_salt)
 
     def jdbc_read_properties(self) -> dict[str, str]:
         return {**self.jdbc_properties(), "options": SESSION_OPTIONS}
@@ -312,4 +318,8 @@ def finish_shape(label: str, shape: TableShape, configured_pk, tcfg) -> TableSha
                               f"primary key is {list(shape.primary_key)}. Make the config match the source.")
     if tcfg is not None and (tcfg.columns is not None or tcfg.exclude_columns):
         shape = select_columns(shape, tcfg.columns, tcfg.exclude_columns, label)
+    if tcfg is not None and tcfg.hash_columns:   # held as salted hashes (core.column_hash)
+        from tideline.core import column_hash
+        salt = column_hash.salt_of(tcfg._hash_salt_conn) if tcfg._hash_salt_conn else None
+        shape = column_hash.hashed_shape(shape, tcfg.hash_columns, salt, label)
     return shape

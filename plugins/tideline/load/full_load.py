@@ -26,6 +26,7 @@ from tideline.load.copy_rows import copy_source_rows
 from tideline.state import chunks
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
+from tideline.core import column_hash
 from tideline.core.chunked_load import use_chunks
 from tideline.core.errors import FencedError, LoadVerificationError, RefusedValue, SourceError, TidelineError
 from tideline.core.settings import CLIENT_COMPILER_ONLY
@@ -277,7 +278,8 @@ class FullLoad:
                 """The state that starts the stream from the handover offsets, with the rows."""
                 state.finish_full_load(cur, pipeline=cfg.name, table=table, epoch=epoch, topic=topic,
                                        offsets=offsets, snapshot_id=snap.snapshot_id, snapshot_at=snap.snapshot_at,
-                                       snapshot_xmin=snap.position, rows=published.rows, topic_id=topic_id)
+                                       snapshot_xmin=snap.position, rows=published.rows, topic_id=topic_id,
+                                       hashed=column_hash.hashed_columns(shape))
                 state.set_partitions(cur, cfg.name, table, tree)
                 if read is not None:
                     chunks.end(cur, read.load_id, "succeeded")

@@ -116,9 +116,7 @@ def run(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection) ->
     """Every check, in the order a person would fix things: connections, source, Kafka, Connect, target."""
     checks: list[dc.Check] = []
     conns: dict[str, Conn] = {}
-    ids = [cfg.source.conn_id, cfg.target.conn_id, cfg.kafka.conn_id, cfg.connect.conn_id, cfg.spark.conn_id]
-    ids += [cfg.alerts.webhook_conn_id] if cfg.alerts.webhook_conn_id else []
-    for conn_id in dict.fromkeys(ids):
+    for conn_id in dict.fromkeys(cfg.job_conn_ids + [cfg.spark.conn_id]):
         try:
             conns[conn_id] = resolve(conn_id)
             checks.append(dc.connection(conn_id, None))

@@ -218,9 +218,11 @@ def record_error(conn, pipeline: str, table: str, error: str) -> None:
 
 
 def finish_full_load(cur, *, pipeline: str, table: str, epoch: int, topic: str, offsets: dict[int, int],
-                     snapshot_id: str, snapshot_at, snapshot_xmin: str, rows: int, topic_id: str | None = None) -> None:
+                     snapshot_id: str, snapshot_at, snapshot_xmin: str, rows: int, topic_id: str | None = None,
+                     hashed: dict[str, str] | None = None) -> None:
     cur.execute(sqlfiles.load("state/finish_full_load"), {
         "pipeline": pipeline, "table": table, "epoch": epoch, "topic": topic, "topic_id": topic_id,
+        "hashed": json.dumps(hashed) if hashed else None,
         "offsets": json.dumps({str(p): o for p, o in sorted(offsets.items())}), "partitions": len(offsets),
         "snapshot_id": snapshot_id, "snapshot_at": snapshot_at, "snapshot_xmin": snapshot_xmin, "rows": rows})
     if cur.rowcount != 1:

@@ -57,6 +57,12 @@ class ChangeStaging:
                                                                       False, True])
         cur.copy_expert(apply_sql.COPY_LOG_STAGE, stream, size=1 << 20)
 
+    def hash_log(self, cur, table: str, columns) -> None:
+        """The table's logged images with its hashed columns hashed (apply_sql.hash_log_images_sql)."""
+        statement = apply_sql.hash_log_images_sql(table, columns)
+        if statement is not None:
+            cur.execute(statement)
+
     def leave_filter(self, cur, table: str, columns, predicate: str) -> int:
         """The table's staged upserts its row_filter does not keep, turned into deletes (apply_sql);
         how many."""

@@ -257,6 +257,7 @@ class BatchCommitter:
             self._evolve(cur, table, shape)
             tcfg = self.cfg.table(table.name)
             if tcfg.changelog:   # before the table: a target that commits each apart logs first (its dedup)
+                self.store.hash_log(cur, table.name, table.columns)
                 self.store.append_changes(cur, self.cfg.name, self.cfg.target_schema(table.name), table.name, stamp)
             if tcfg.row_filter:   # what the filter does not keep leaves the target (core.row_filter)
                 predicate = RowFilter(tcfg.row_filter, self.cfg.source.kind).target_sql(
@@ -350,5 +351,6 @@ class BatchCommitter:
                 continue
             out.append(Column(n, t, nn, generated=g, encoding=src.encoding if src else "pgtext",
                               has_missing=bool(src and src.has_missing),
-                              missing_value=src.missing_value if src else None))
+                              missing_value=src.missing_value if src else None,
+                              hash_salt=src.hash_salt if src else None))
         return out

@@ -29,6 +29,7 @@ from tideline import engines, launcher, state, targets
 from tideline.capture import refusals
 
 from tideline.ops import alerts
+from tideline.core import column_hash
 from tideline.core.batch_events import newest_source_commit
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
@@ -127,6 +128,9 @@ class IncrementalRun:
                 raise SourceError(f"{cfg.name}.{name}: tables without a primary key can be loaded but not streamed "
                                   f"yet. Add a primary key at the source, or put the table in batch mode.")
             source = {c.name: c for c in shape.columns}
+            rehashed = column_hash.changed_since_load(shape, ready[name].raw.get("hashed_columns"), f"{cfg.name}.{name}")
+            if rehashed:
+                raise ResnapshotRequired(rehashed, table=name)
             self.watch.track_partitions(self._src, name, ready[name])
             added = self.store.ensure_extras(self._tgt, cfg.target_schema(name), name, TableExtras.of(cfg.table(name)))
             if added:

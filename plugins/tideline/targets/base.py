@@ -343,6 +343,10 @@ class Target(ABC):
         """One batch's every event of the tables with a change log, staged for append_changes."""
         self.staging.stage_log(cur, log, table_of_topic)
 
+    def hash_log(self, cur, table: str, columns: list[Column]) -> None:
+        """The table's staged log images with its hashed columns hashed (hash_columns)."""
+        self.staging.hash_log(cur, table, columns)
+
     def log_position(self, cur, schema: str, table: str, topic: str) -> dict[int, int] | None:
         """The next Kafka offset per partition the table's change log lacks (None: no log yet)."""
         raise self.not_built("a change log")
