@@ -69,7 +69,7 @@ class TableConfig(_Model):
     hash_columns: list[str] = Field(
         default_factory=list, description="text columns the target holds only as salted SHA-256 (lower-case hex of "
                                           "salt + value), alike in the load and the stream; the salt is the "
-                                          "pipeline's hash_salt. Not key, cursor or row_filter columns")
+                                          "pipeline's hash_salt. Change-stream tables; not key or row_filter columns")
     _hash_salt_conn: str | None = PrivateAttr(default=None)   # the pipeline's hash_salt.conn_id (PipelineConfig)
     cursor_column: str | None = Field(default=None, description="batch mode: a monotonic id or update-time column")
     safety_lag_s: int = Field(default=300, ge=0, description="batch mode: how far behind now an interval ends, in s")

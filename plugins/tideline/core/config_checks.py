@@ -38,13 +38,15 @@ def hash_columns(t, hash_salt, source_kind: str) -> None:
     and the pipeline says where the salt is (core.column_hash)."""
     if not t.hash_columns:
         return
+    if t.mode != "cdc":
+        raise ValueError(f"table {t.name!r}: hash_columns go with mode: cdc (a batch table's rows copied before a "
+                         f"change of hashing would keep the old digests, with no stream to find it out)")
     if len(set(t.hash_columns)) != len(t.hash_columns):
         raise ValueError(f"table {t.name!r}: hash_columns lists a column twice: {t.hash_columns}")
     if hash_salt is None:
         raise ValueError(f"table {t.name!r} has hash_columns but the pipeline has no hash_salt: add "
                          f"`hash_salt: {{conn_id: <an Airflow connection whose password is the salt>}}`")
-    why = {**{k: "a key column (changes are applied and verified by key)" for k in t.primary_key or []},
-           **({t.cursor_column: "the cursor_column (batches are read in its order)"} if t.cursor_column else {})}
+    why = {k: "a key column (changes are applied and verified by key)" for k in t.primary_key or []}
     if t.row_filter:
         from tideline.core import row_filter as filters
         why.update({c: "named in row_filter (the stream filters on the values the target holds)"

@@ -128,11 +128,17 @@ class IncrementalRun:
                 raise SourceError(f"{cfg.name}.{name}: tables without a primary key can be loaded but not streamed "
                                   f"yet. Add a primary key at the source, or put the table in batch mode.")
             source = {c.name: c for c in shape.columns}
-            rehashed = column_hash.changed_since_load(shape, ready[name].raw.get("hashed_columns"), f"{cfg.name}.{name}")
-            if rehashed:
-                raise ResnapshotRequired(rehashed, table=name)
+            try:   # what the target holds was written otherwise than the config says now: marked, reloaded
+                rehashed = column_hash.changed_since_load(shape, ready[name].raw.get("hashed_columns"),
+                                                          f"{cfg.name}.{name}")
+                if rehashed:
+                    raise ResnapshotRequired(rehashed, table=name)
+                added = self.store.ensure_extras(self._tgt, cfg.target_schema(name), name,
+                                                 TableExtras.of(cfg.table(name)))
+            except ResnapshotRequired as exc:
+                self._needs_resnapshot(name, str(exc))
+                raise
             self.watch.track_partitions(self._src, name, ready[name])
-            added = self.store.ensure_extras(self._tgt, cfg.target_schema(name), name, TableExtras.of(cfg.table(name)))
             if added:
                 log.info("%s.%s: added %s to the target table (rows not changed since hold NULL there)", cfg.name,
                          name, ", ".join(added))
