@@ -353,7 +353,27 @@ def test_history_in_iceberg_read_with_pyiceberg(spark, source_db, pipelines, uni
             conn.close()
         IncrementalRun(cfg, spark, "available_now").run()
         assert sum(len(v) for v in versions().values()) == total, "a replay added versions"
-        assert compare.main(["--pipeline", cfg.name, "--tables", t, "--pipelines-dir", str(pipelines.dir)]) == 0
+        args = ["--pipeline", cfg.name, "--tables", t, "--pipelines-dir", str(pipelines.dir)]
+        assert compare.main(args) == 0
+
+        # a repair of keys 1..10 before the stream sees two changes: row 5's current version closes and
+        # the source's row opens one, row 6's (gone) closes, the others and every closed version stay
+        from tideline.core.connections import get_connection
+        from tideline.verify.repair import repair
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE public.{t} SET note = 'fixed' WHERE id = 5")
+            cur.execute(f"DELETE FROM public.{t} WHERE id = 6")
+        before = versions()
+        repair(cfg, get_connection(cfg.source.conn_id), get_connection(cfg.target.conn_id), t, key_from="1",
+               key_to="10")
+        after = versions()
+        assert [(v["note"], v["_tideline_current"]) for v in after[5]] == [("v0", False), ("fixed", True)]
+        assert after[5][0]["_tideline_valid_to"] == after[5][1]["_tideline_valid_from"]   # no gap, no overlap
+        assert len(after[6]) == 1 and not after[6][0]["_tideline_current"]
+        assert {k: v for k, v in after.items() if k not in (5, 6)} == {k: v for k, v in before.items() if k not in (5, 6)}
+        assert compare.main(args) == 0
+        IncrementalRun(cfg, spark, "available_now").run()   # the two changes' own events: nothing new
+        assert sum(len(v) for v in versions().values()) == total + 1
     finally:
         drop_source(source_db, t)
 

@@ -1,6 +1,6 @@
 """A history table (SCD type 2, core.table_extras) in Iceberg: a re-snapshot that keeps every
-version, and a stream batch's versions in one MERGE commit — the same rules as the PostgreSQL
-target's (core.apply_sql.history_statement, targets.postgres.history), in Spark SQL."""
+version, a stream batch's versions in one MERGE commit, and a repair's in one — the same rules as
+the PostgreSQL target's (core.apply_sql.history_statement, targets.postgres.history), in Spark SQL."""
 from __future__ import annotations
 
 import logging
@@ -76,3 +76,33 @@ def history_merge_sql(apply, table_id: str, view: str) -> tuple[str, str]:
              f"WHEN NOT MATCHED AND s.`__tl_action` = 'open' THEN INSERT ({', '.join(inserted)}) VALUES "
              f"({', '.join([f's.{n}' for n in names] + ['s.`__tl_from`', 's.`__tl_to`', 's.`__tl_current`'] + [f's.{spark_ident(n)}' for n, _ in meta])})")
     return broken, merge
+
+
+def repair_merge_sql(table_id: str, view: str, shape: TableShape, target_where: str,
+                     delete_missing: bool) -> tuple[str, str, str]:
+    """(count of versions it opens, count of current versions it closes for rows gone, the MERGE)
+    of a repair: `view` holds the source's rows of the range as a load writes them (a current
+    version from now). In one commit, as targets.postgres.history.repair_history: a current
+    version that differs from the source's row closes where the source's row opens the key's
+    next one (or, for a key range, whose row the source no longer has, closes now); where no
+    current version stays, the source's row opens one.
+    Closed versions are never touched."""
+    keys = [spark_ident(k) for k in shape.primary_key]
+    cur_ = spark_ident(CURRENT)
+    on = lambda a, b: " AND ".join(f"{a}.{k} <=> {b}.{k}" for k in keys)   # noqa: E731
+    same = lambda a, b: " AND ".join(f"{a}.{spark_ident(c)} <=> {b}.{spark_ident(c)}"   # noqa: E731
+                                     for c in shape.written_columns)
+    current = f"(SELECT * FROM {table_id} WHERE {cur_})"
+    opening = (f"SELECT s.* FROM {view} s LEFT JOIN {current} c ON {on('s', 'c')} "
+               f"WHERE c.{keys[0]} IS NULL OR NOT ({same('s', 'c')})")
+    gone = (f"SELECT count(*) FROM (SELECT * FROM {table_id} WHERE {cur_} AND ({target_where})) t "
+            f"LEFT ANTI JOIN {view} s ON {on('t', 's')}") if delete_missing else "SELECT 0"
+    closes = lambda at: f"UPDATE SET t.{spark_ident(VALID_TO)} = {at}, t.{cur_} = false"   # noqa: E731
+    merge = (f"MERGE INTO {table_id} t USING (SELECT s.*, 'close' AS `__tl_action` FROM {view} s UNION ALL "
+             f"SELECT o.*, 'open' AS `__tl_action` FROM ({opening}) o) u "
+             f"ON {on('t', 'u')} AND t.{cur_} AND u.`__tl_action` = 'close' "
+             f"WHEN MATCHED AND NOT ({same('t', 'u')}) THEN {closes(f'u.{spark_ident(VALID_FROM)}')} "
+             f"WHEN NOT MATCHED AND u.`__tl_action` = 'open' THEN INSERT * "
+             + (f"WHEN NOT MATCHED BY SOURCE AND t.{cur_} AND ({target_where}) THEN {closes('current_timestamp()')}"
+                if delete_missing else ""))
+    return f"SELECT count(*) FROM ({opening})", gone, merge

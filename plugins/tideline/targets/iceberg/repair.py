@@ -20,6 +20,7 @@ from tideline.core.table_extras import DELETED_AT, PREFIX, TableExtras, spark_lo
 from tideline.core.table_shape import TableShape
 from tideline.targets.iceberg.load import CHAR_AS_STRING, read_columns, read_query
 from tideline.targets.iceberg.apply import commit_with
+from tideline.targets.iceberg.history import repair_merge_sql
 
 log = logging.getLogger("tideline.repair")
 SUMMARY_REPAIR = "tideline.repair"
@@ -56,10 +57,6 @@ def repair_from_source(target, engine, src, shape: TableShape, schema: str, sour
                        delete_missing: bool, label: str, extras: TableExtras = TableExtras()) -> tuple[int, int, int]:
     """Repaired rows are as a load writes them (core.table_extras); with soft deletes, the rows
     the source no longer has are marked deleted, not deleted."""
-    if extras.history:
-        raise TargetError(f"{label}: a repair of an Iceberg history table is not built yet (it would overwrite "
-                          f"versions); run action=full_reload for the table, which keeps every version",
-                          table=shape.name)
     spark = target.session()
     columns = read_columns(engine, shape)
     previous = spark.conf.get(CHAR_AS_STRING, "false")
@@ -80,6 +77,11 @@ def repair_from_source(target, engine, src, shape: TableShape, schema: str, sour
                                       table=shape.name) from None
                 raise
             rows.createOrReplaceTempView(view)
+            if extras.history:   # versions closed and opened, never overwritten (targets.iceberg.history)
+                opening, gone, merge = repair_merge_sql(table_id, view, shape, target_where, delete_missing)
+                opened, deleted = spark.sql(opening).first()[0], spark.sql(gone).first()[0]
+                commit_with(spark, {SUMMARY_REPAIR: label}, lambda: spark.sql(merge))
+                return read, opened, deleted
             on = " AND ".join(f"t.{spark_ident(k)} <=> s.{spark_ident(k)}" for k in shape.primary_key)
             deleted = 0
             gone = ""
