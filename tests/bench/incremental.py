@@ -3,7 +3,7 @@
 sink connector on the same Connect worker, same topic, same run; then end-to-end latency.
 
     .venv/bin/python tests/bench/incremental.py [--events 2000000] [--keys 100000] [--latency-seconds 120]
-                                                [--with-extras]
+                                                [--with-extras] [--with-history]
 
 1. A source table gets ~`events` changes over `keys` keys (inserts, updates, deletes), captured by
    two Debezium connectors from the same transactions: Tideline's pipeline (schemaless JSON, its
@@ -19,6 +19,10 @@ sink connector on the same Connect worker, same topic, same run; then end-to-end
 4. Latency: the job in continuous mode while the source changes at a steady ~1,000 rows/s; probe
    rows are committed every 0.5 s and the time until each is visible in the target is recorded (a
    probe not visible within 30 s counts as 30 s, it is not dropped).
+5. With --with-extras / --with-history: the same events into a table with soft deletes and every
+   metadata column / into a history (SCD type 2) table, each submitted alike right after
+   Tideline's plain run; their events/s and the ratio to the plain run are printed
+   (`extras_ratio`, `history_ratio`: what each option costs, 1.00 = nothing).
 Both targets are checked equal to the source (exit status 1 otherwise). Last line:
 RESULT apply_events_per_s=<n> jdbc_sink_events_per_s=<n> ratio=<apply/jdbc_sink> p50_latency_s=<x> p95_latency_s=<x> peak_rss_mb=<n> p99_latency_s=<x> peak_pss_mb=<n>
 (peak_rss_mb sums the RSS of the job's processes; peak_pss_mb their proportional set sizes: see benchlib.PeakRss)
@@ -51,8 +55,12 @@ from tideline.spark_session import driver_conf  # noqa: E402
 
 PIPELINE, TABLE = "benchinc", "bench_changes"
 PEER_PIPELINE = "benchpeer"   # same table, events with JSON schemas, for the JDBC sink
-EXTRAS_PIPELINE = "benchext"  # same table and events, into soft deletes and every metadata column (--with-extras)
-EXTRAS = {"deletes": "soft", "metadata": ["synced_at", "op", "source_ts", "source_position"]}
+# same table and events into a table with an option (--with-<option>): its pipeline, table options, live rows
+OPTION_SIDES = {
+    "extras": ("benchext", {"deletes": "soft", "metadata": ["synced_at", "op", "source_ts", "source_position"]},
+               "_tideline_deleted_at IS NULL"),
+    "history": ("benchhist", {"history": True}, "_tideline_current"),
+}
 PEER_SCHEMA = "bench_jdbc_sink"
 PEER = "bench-jdbc-sink"
 JOB_LOG = Path(tempfile.gettempdir()) / "bench-incremental-job.log"   # the availableNow job's whole output
@@ -85,11 +93,12 @@ def reset(cfgs) -> None:
         cur.execute(f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, qty int NOT NULL, note text, "
                     f"amount numeric(12,2), updated_at timestamptz NOT NULL DEFAULT now())")
     with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
-        for schema in (PIPELINE, PEER_PIPELINE, PEER_SCHEMA, EXTRAS_PIPELINE):
+        options = [name for name, _t, _l in OPTION_SIDES.values()]
+        for schema in (PIPELINE, PEER_PIPELINE, PEER_SCHEMA, *options):
             cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         cur.execute(f"CREATE SCHEMA {PEER_SCHEMA}")
-        forget_pipeline(cur, PIPELINE)
-        forget_pipeline(cur, EXTRAS_PIPELINE)
+        for name in (PIPELINE, *options):
+            forget_pipeline(cur, name)
     from confluent_kafka.admin import AdminClient
     admin = AdminClient({"bootstrap.servers": stackctl.kafka_bootstrap()})
     for cfg in cfgs:
@@ -274,14 +283,18 @@ def main() -> int:
     ap.add_argument("--with-extras", action="store_true",
                     help="also the same events into a table with soft deletes and every metadata column, "
                          "submitted alike right after: prints extras_events_per_s and extras_ratio")
+    ap.add_argument("--with-history", action="store_true",
+                    help="also the same events into a history (SCD type 2) table, submitted alike right after: "
+                         "prints history_events_per_s and history_ratio")
     ap.add_argument("--source-block", choices=("slim", "full"), default="full",
                     help="events keep Debezium's whole source block (the default) or only source.ts_ms "
                          "(kafka.source_fields: [ts_ms]), for both Tideline's and the peer's topic")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         pipelines = Path(tmp)
+        chosen = [o for o in OPTION_SIDES if getattr(args, f"with_{o}")]
         sides = ((PIPELINE, False, {}), (PEER_PIPELINE, True, {})) + \
-            (((EXTRAS_PIPELINE, False, EXTRAS),) if args.with_extras else ())
+            tuple((OPTION_SIDES[o][0], False, OPTION_SIDES[o][1]) for o in chosen)
         for name, schemas, table in sides:
             (pipelines / f"{name}.yaml").write_text(yaml.safe_dump({
                 "name": name, "source": {"conn_id": "tideline_source"},
@@ -291,9 +304,9 @@ def main() -> int:
                 "tables": [{"name": TABLE, **table}]}))
         cfg = load_pipeline(pipelines / f"{PIPELINE}.yaml")
         peer_cfg = load_pipeline(pipelines / f"{PEER_PIPELINE}.yaml")
-        ext_cfg = load_pipeline(pipelines / f"{EXTRAS_PIPELINE}.yaml") if args.with_extras else None
+        option_cfgs = {o: load_pipeline(pipelines / f"{OPTION_SIDES[o][0]}.yaml") for o in chosen}
         topic, peer_topic = cfg.topic(TABLE), peer_cfg.topic(TABLE)
-        captured = [c for c in (cfg, peer_cfg, ext_cfg) if c is not None]
+        captured = [cfg, peer_cfg, *option_cfgs.values()]
         reset(captured)
         for c in captured:
             ensure_capture(c, get_connection("tideline_kafka"), get_connection("tideline_connect"),
@@ -301,15 +314,14 @@ def main() -> int:
         from tideline.load.full_load import FullLoad
         from tideline.spark_session import get_session
         spark = get_session("bench-full-load")
-        for c in (cfg, ext_cfg):
-            if c is not None:
-                FullLoad(c, spark).run([TABLE])   # empty table: the stream starts at offset 0
+        for c in (cfg, *option_cfgs.values()):
+            FullLoad(c, spark).run([TABLE])   # empty table: the stream starts at offset 0
         spark.stop()
         log(f"generating ~{args.events:,} changes over {args.keys:,} keys at the source ...")
         made = generate_changes(args.events, args.keys)
         total = wait_for_topic(topic, made)
         peer_total = wait_for_topic(peer_topic, made)
-        ext_total = wait_for_topic(ext_cfg.topic(TABLE), made) if ext_cfg is not None else 0
+        option_totals = {o: wait_for_topic(c.topic(TABLE), made) for o, c in option_cfgs.items()}
         with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
             # now, not by autovacuum in the middle of whichever contestant runs first
             cur.execute(f"VACUUM ANALYZE {TABLE}")
@@ -336,18 +348,19 @@ def main() -> int:
         log(f"Tideline: {total:,} events in {apply_secs:.1f}s end to end, peak RSS {rss.peak / 1e6:,.0f} MB "
             f"(PSS {rss.peak_pss / 1e6:,.0f}); {wal_since(wal)}; the job's log: {JOB_LOG}")
 
-        ext_secs = float("nan")
-        if ext_cfg is not None:
-            log(f"Tideline into soft deletes and every metadata column, availableNow ... (checkpoint: {checkpoint():.1f}s)")
+        option_secs = {}
+        for o in chosen:
+            name, table_options, live = OPTION_SIDES[o]
+            log(f"Tideline into a table with {table_options}, availableNow ... (checkpoint: {checkpoint():.1f}s)")
             started = time.monotonic()
-            proc = spark_submit(pipelines, "--mode", "available_now", pipeline=EXTRAS_PIPELINE)
+            proc = spark_submit(pipelines, "--mode", "available_now", pipeline=name)
             out, _ = proc.communicate()
-            ext_secs = time.monotonic() - started
+            option_secs[o] = time.monotonic() - started
             if proc.returncode != 0:
                 print(out[-4000:])
-                raise SystemExit(f"the extras job failed with {proc.returncode}")
-            assert equal_to_source(EXTRAS_PIPELINE, "_tideline_deleted_at IS NULL"), "the extras target's live rows differ"
-            log(f"Tideline with extras: {ext_total:,} events in {ext_secs:.1f}s end to end")
+                raise SystemExit(f"the {o} job failed with {proc.returncode}")
+            assert equal_to_source(name, live), f"the {o} target's live rows differ"
+            log(f"Tideline with {o}: {option_totals[o]:,} events in {option_secs[o]:.1f}s end to end")
 
         sink_secs = float("nan")
         if not args.skip_peer:
@@ -383,8 +396,8 @@ def main() -> int:
     print(f"RESULT apply_events_per_s={apply_rate:.0f} jdbc_sink_events_per_s={sink_rate:.0f} "
           f"ratio={apply_rate / sink_rate:.2f} p50_latency_s={p50:.2f} p95_latency_s={p95:.2f} peak_rss_mb={peak:.0f} "
           f"p99_latency_s={p99:.2f} peak_pss_mb={peak_pss:.0f}"
-          + (f" extras_events_per_s={ext_total / ext_secs:.0f} extras_ratio={(ext_total / ext_secs) / apply_rate:.2f}"
-             if ext_cfg is not None else ""))
+          + "".join(f" {o}_events_per_s={option_totals[o] / option_secs[o]:.0f} "
+                    f"{o}_ratio={(option_totals[o] / option_secs[o]) / apply_rate:.2f}" for o in chosen))
     return 0
 
 
