@@ -13,9 +13,13 @@ from tideline.airflow import connections
 from tideline.airflow.operators import alert_sender
 from tideline.airflow.pipelines import get_pipeline
 from tideline.core import watchdog
+from tideline.core.connections import look_up_elsewhere
 from tideline.core.params import ParamError, check_sync_params, hands_back, plan_tables
 
 log = logging.getLogger("tideline.dag")
+# a connection the library looks up by id itself (the salt of hashed columns, core.column_hash) is
+# found where the task's own are: Airflow's secrets backends and metadata database, then the env
+look_up_elsewhere(connections.get)
 
 
 def check_params(pipeline: str, params: dict) -> dict:
