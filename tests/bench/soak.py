@@ -545,6 +545,8 @@ def main(argv: list[str] | None = None) -> int:
             name = random.choice(sorted(kinds))
             fault = kinds[name]
         what = fault()
+        if name.startswith("Kafka stopped for"):   # the next fault 60-120 s after it, not at once
+            last = time.monotonic()
         if any(s in what for s in NO_OP):   # its target was not there (restarting after the last fault)
             log(f"not counted: {what}; another fault follows shortly")
             last = time.monotonic() - 55
