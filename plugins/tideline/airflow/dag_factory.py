@@ -52,8 +52,19 @@ def spark_submission(cfg: PipelineConfig, kind: str) -> dict:
 
 
 def _submit_full_load(cfg: PipelineConfig) -> dict:
-    """A full load's submission: a load's, and where its rows go (its driver JVM is sized by that)."""
-    return dict(spark_submission(cfg, "load"), full_load_of=(cfg.source.conn_id, cfg.target.kind))
+    """A full load's submission: a load's, and where its rows go (its driver JVM is sized by that).
+    Kept alive as the stream is (core.keep_alive): a re-snapshot whose driver is killed, or whose
+    source or target restarts, two or three times in a row, must not end the pipeline's stream for
+    good — a fixed count of retries did, under faults that overlap (the chaos soak's third run)."""
+    return dict(spark_submission(cfg, "load"), full_load_of=(cfg.source.conn_id, cfg.target.kind), **_kept_alive(cfg))
+
+
+def _kept_alive(cfg: PipelineConfig) -> dict:
+    """The task outlives any outage and a killed driver itself (core.keep_alive): it fails only for
+    what a person must fix. Airflow's retries are for the task's own process dying (its scheduler
+    or host killed): soon and evenly, as often as that happens."""
+    return dict(keep_alive_for=cfg.name, retries=STREAM_TASK_RETRIES, retry_delay=pendulum.duration(seconds=15),
+                retry_exponential_backoff=False)
 
 
 def _default_args() -> dict:
@@ -140,12 +151,7 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
         incremental = TidelineSparkSubmitOperator(
             task_id="incremental", job="incremental.py", name=f"tideline-incremental-{cfg.name}",
             application_args=["--pipeline", cfg.name, "--mode", "{{ params.stream_mode }}"],
-            trigger_rule=NONE_FAILED,
-            # the task outlives any outage and a killed driver itself (core.keep_alive): it fails
-            # only for what a person must fix. Airflow's retries are for the task's own process
-            # dying (its scheduler or host killed): soon and evenly, as often as that happens
-            keep_alive_for=cfg.name, retries=STREAM_TASK_RETRIES, retry_delay=pendulum.duration(seconds=15),
-            retry_exponential_backoff=False, **spark_submission(cfg, "stream"))
+            trigger_rule=NONE_FAILED, **_kept_alive(cfg), **spark_submission(cfg, "stream"))
         # a re-snapshot's run in this run's mode; after an available_now run that took tables over
         # from a continuous stream, a continuous one again (tasks.restarts_after_stream)
         restart = RestartOperator(

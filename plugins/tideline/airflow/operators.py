@@ -124,7 +124,7 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
                 if parts != list(episode.waiting_for):
                     episode = replace(episode, waiting_for=tuple(parts))
                     self.log.warning("%s: %s", cfg.name, episode.describe() if parts else
-                                     "every part answers again: submitting the stream")
+                                     "every part answers again: submitting the job again")
                 self._record_wait(cfg, episode)
 
     def _record_wait(self, cfg, episode) -> None:

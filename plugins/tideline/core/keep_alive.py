@@ -1,5 +1,6 @@
-"""Why a stream never stays dead, pure: what the stream task does after its Spark job ended with
-a failure that is not a person's to fix (core.errors: not config, not halted, not fenced).
+"""Why a stream never stays dead, pure: what the stream task — and a full load's, which the stream
+waits for — does after its Spark job ended with a failure that is not a person's to fix
+(core.errors: not config, not halted, not fenced).
 
 The task keeps one Airflow try alive for as long as the pipeline should stream, and submits the
 job again itself:
