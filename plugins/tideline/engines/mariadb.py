@@ -31,11 +31,11 @@ from tideline import sqlfiles
 from tideline.core import mariadb_types as mt
 from tideline.core import source_shapes
 from tideline.core.errors import SourceError, TransientError
-from tideline.core.verify_plan import INTEGER_KEY_TYPES, integer_cuts
 from tideline.core.table_shape import CSV_QUOTE, KEY_ALIAS, Column, TableShape
 from tideline.engines.base import Snapshot, SourceEngine
 from tideline.engines.mariadb_capture import MariaDbCapture, capture_problems
 from tideline.engines.mariadb_tls import mariadb_tls
+from tideline.engines.mariadb_keys import integer_type, key_ranges
 from tideline.engines.postgres import finish_shape
 
 FETCH_SIZE = 10_000
@@ -187,7 +187,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         from tideline.pipes.copy_pipe import Pipe
         from tideline.pipes.mariadb_pipe import MariaDbPipeSource
         key_type = shape.column(shape.primary_key[0]).type if where is None and len(shape.primary_key) == 1 else ""
-        slicing = "value" if key_type and _integer_type(key_type) else "keyset" if _keyset_type(key_type) else None
+        slicing = "value" if key_type and integer_type(key_type) else "keyset" if _keyset_type(key_type) else None
         key = q(KEY_ALIAS.format(0))
         line = f"{copy_line(shape)} AS tideline_line{f', {key}' if slicing else ''}"
         query = self.read_query(conn, shape, where)
@@ -207,7 +207,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         with conn.cursor() as cur:
             cur.execute("SELECT @@gtid_binlog_pos, UTC_TIMESTAMP(6)")
             gtid, at = cur.fetchone()
-            predicates = self._partition_predicates(conn, cur, shape, parts)
+            predicates = key_ranges(conn, cur, shape, parts)
         conn.rollback()
         init = (f"{SESSION_INIT}; SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
                 "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
@@ -231,36 +231,9 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         from tideline.core.chunked_load import chunk_count
         estimate = self.estimate_rows(conn, shape)
         with conn.cursor() as cur:
-            predicates = self._partition_predicates(conn, cur, shape, chunk_count(estimate, chunk_rows))
+            predicates = key_ranges(conn, cur, shape, chunk_count(estimate, chunk_rows))
         conn.rollback()
         return estimate, predicates
-
-    def _partition_predicates(self, conn, cur, shape: TableShape, parts: int) -> list[str]:
-        """Key ranges of about equal rows: an integer key is cut by value between its smallest and
-        largest (two index lookups; uneven keys only make some partitions bigger), any other key
-        by ranking every key (NTILE: a sort of the table, ~1.4 s per million rows here)."""
-        if not shape.primary_key or parts <= 1:
-            return ["1=1"]
-        keys = ", ".join(q(k) for k in shape.primary_key)
-        table = f"{q(shape.schema)}.{q(shape.name)}"
-        if len(shape.primary_key) == 1 and _integer_type(shape.column(shape.primary_key[0]).type):
-            cur.execute(f"SELECT MIN({keys}), MAX({keys}) FROM {table}")
-            lo, hi = cur.fetchone()
-            bounds = [] if lo is None else list(integer_cuts(int(lo), int(hi), parts, 1, parts))
-        else:
-            cur.execute(
-                f"SELECT {keys} FROM (SELECT {keys}, b, ROW_NUMBER() OVER (PARTITION BY b ORDER BY {keys}) AS rn "
-                f"FROM (SELECT {keys}, NTILE({int(parts)}) OVER (ORDER BY {keys}) AS b FROM {table}) x) y "
-                f"WHERE rn = 1 AND b > 1 ORDER BY b")
-            bounds = [tuple(conn.escape(v) for v in r) for r in cur.fetchall()]
-        if not bounds:
-            return ["1=1"]
-        k = "(" + ", ".join(q(KEY_ALIAS.format(i)) for i in range(len(shape.primary_key))) + ")"
-        tup = ["(" + ", ".join(b) + ")" for b in bounds]
-        preds = [f"{k} < {tup[0]}"]
-        preds += [f"{k} >= {lo} AND {k} < {hi}" for lo, hi in zip(tup, tup[1:])]
-        preds.append(f"{k} >= {tup[-1]}")
-        return preds
 
     # ---------------------------------------------------------------- batch mode
 
@@ -356,11 +329,6 @@ def _keyset_type(pg_type: str) -> bool:
     their numbers), text and blob keys (a prefix index cannot give their order)."""
     return (pg_type.startswith(("character varying(", "character(", "timestamp(")) or pg_type in ("bytea", "date")
             or re.fullmatch(r"numeric\(\d+,[1-9]\d*\)", pg_type) is not None)
-
-
-def _integer_type(pg_type: str) -> bool:
-    """A key whose values are whole numbers (MariaDB's unsigned BIGINT and DECIMAL(p,0) too)."""
-    return pg_type in INTEGER_KEY_TYPES or re.fullmatch(r"numeric\(\d+,0\)", pg_type) is not None
 
 
 def batch_bounds(current: str | None, start, end, lag_s: int, now_or_max, time: bool):
