@@ -225,7 +225,9 @@ def test_killed_load_leaves_target_and_state_unchanged_and_rerun_succeeds(
         cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, v text, n numeric(10,2))")
         cur.execute(f"INSERT INTO public.{t} SELECT g, md5(g::text), g / 7.0 FROM generate_series(1, 1000) g")
     try:
-        cfg = pipelines.make([{"name": t}], parallelism=8)
+        # two partitions: each COPY lasts long enough to be seen at work and killed (eight of
+        # 62,500 rows each were done, in the driver while Spark started, between two looks)
+        cfg = pipelines.make([{"name": t}], parallelism=2)
         FullLoad(cfg, spark).run([t])
         before_rows = table_digest(target_db, unique_name, t, "id")
         before_state = state.get(target_db, cfg.name, t).raw
@@ -241,7 +243,7 @@ def test_killed_load_leaves_target_and_state_unchanged_and_rerun_succeeds(
                 copied = cur.fetchone()[0]
                 if copied > 50_000:
                     break
-                time.sleep(0.1)
+                time.sleep(0.02)
         assert proc.poll() is None, proc.stdout.read()[-3000:]
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
