@@ -105,18 +105,22 @@ def test_what_existing_rows_hold_when_a_column_is_added():
     assert mt.existing_rows_value("current_timestamp(6)", ts) == ("current_timestamp(6)", False, None)
 
 
-def test_an_integer_key_is_cut_by_the_servers_estimates_without_ranking_the_table():
-    from tideline.core.key_cuts import even_cuts
-    from tideline.engines.mariadb_keys import integer_type
+def test_an_integer_key_is_cut_by_value_without_ranking_the_table_unless_its_keys_lie_unevenly():
+    from tideline.core.verify_plan import integer_cuts
+    from tideline.engines.mariadb_keys import integer_type, uneven
 
-    def cuts(lo, hi, parts):   # keys spread evenly: InnoDB's estimate of the rows below v is v - lo
-        return even_cuts(lo, hi, parts, lambda v: max(0, min(v, hi + 1) - lo))
-    assert cuts(1, 1_000_000, 4) == [250_001, 500_001, 750_001]   # what NTILE gives a dense key
-    assert cuts(-10, 10, 3) == [-3, 4]
-    assert cuts(7, 7, 4) == []                                        # fewer values than partitions
-    assert cuts(0, 18_446_744_073_709_551_615, 2) == [9_223_372_036_854_775_808]   # unsigned BIGINT
+    def value_cuts(lo, hi, parts):   # as the full load asks: `parts` ranges of equal width
+        return [int(c) for (c,) in integer_cuts(lo, hi, parts, 1, parts)]
+    assert value_cuts(1, 1_000_000, 4) == [250_001, 500_001, 750_001]   # what NTILE gives a dense key
+    assert value_cuts(-10, 10, 3) == [-3, 4]
+    assert value_cuts(5, 6, 4) == [6] and value_cuts(7, 7, 4) == []       # fewer values than partitions
+    assert value_cuts(0, 18_446_744_073_709_551_615, 2) == [9_223_372_036_854_775_808]   # unsigned BIGINT
     assert all(integer_type(t) for t in ("smallint", "integer", "bigint", "numeric(20,0)"))
     assert not any(integer_type(t) for t in ("numeric(12,2)", "text", "character varying(20)", "date"))
+    # InnoDB's estimates of each value range's rows (rough: up to 2x, capped at half the table)
+    assert not uneven([17_504, 35_010, 35_010, 17_504], 100_000)   # dense keys: value cuts stand
+    assert uneven([35_010, 21], 70_021)     # the soak's markers at 10^12 above ids 1..70,000: ranked instead
+    assert not uneven([3, 0], 3)            # too few rows to matter
 
 
 def test_keys_read_in_slices_of_their_own_order_are_those_whose_max_order_and_comparison_agree():
