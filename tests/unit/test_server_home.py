@@ -27,7 +27,8 @@ def _enters(user: str, path) -> bool:
     return subprocess.run(["runuser", "-u", user, "--", "test", "-w", str(path)]).returncode == 0
 
 
-def test_a_folder_the_server_user_cannot_enter_moves_its_home_outside(tmp_path, monkeypatch):
+def _clone_in_a_closed_home(tmp_path, monkeypatch):
+    """A clone's stack/var inside a 0700 home (root's), its servers' homes going to tmp/outside."""
     closed = tmp_path / "home"
     var = closed / "clone" / "stack" / "var"
     var.mkdir(parents=True)
@@ -35,6 +36,11 @@ def test_a_folder_the_server_user_cannot_enter_moves_its_home_outside(tmp_path, 
     monkeypatch.setattr(base, "VAR", var)
     monkeypatch.setattr(base, "ROOT", closed / "clone")
     monkeypatch.setattr(base, "OUTSIDE_HOMES", tmp_path / "outside")
+    return var
+
+
+def test_a_folder_the_server_user_cannot_enter_moves_its_home_outside(tmp_path, monkeypatch):
+    var = _clone_in_a_closed_home(tmp_path, monkeypatch)
     (var / "pg").mkdir()
     (var / "pg" / "left-by-an-earlier-try").write_text("x")
     assert not _enters("postgres", var / "pg")
@@ -61,13 +67,7 @@ def test_a_fresh_clone_where_a_removed_one_was_starts_empty(tmp_path, monkeypatc
     """`rm -rf ~/tl && git clone … ~/tl && make demo`: the removed clone's files outside (its
     link went with it) are not this clone's; reusing them gave a PostgreSQL whose state said
     'streaming' for topics the new Kafka never had."""
-    closed = tmp_path / "home"
-    var = closed / "clone" / "stack" / "var"
-    var.mkdir(parents=True)
-    os.chmod(closed, 0o700)
-    monkeypatch.setattr(base, "VAR", var)
-    monkeypatch.setattr(base, "ROOT", closed / "clone")
-    monkeypatch.setattr(base, "OUTSIDE_HOMES", tmp_path / "outside")
+    var = _clone_in_a_closed_home(tmp_path, monkeypatch)
     home = base.server_home("pg", "postgres")
     (home / "PG_VERSION").write_text("15")
     (var / "pg").unlink()                      # the clone removed, a new one at the same path
