@@ -11,6 +11,8 @@ the key added afterwards — as Tideline does. Both results are checked equal (c
 the rows as text) before anything is reported. Last line:
 RESULT full_load_rows_per_s=<n> baseline_rows_per_s=<n> ratio=<n> peak_rss_mb=<n>
        pgloader_rows_per_s=<n> pgloader_ratio=<full_load/pgloader> pgloader_same_result=yes|no
+       cpu_per_m=<CPU-s per million rows, Tideline's processes and the databases'> pgloader_cpu_per_m=<n>
+       pgloader_cpu_ratio=<pgloader's CPU / Tideline's>
 The peer a user would pick, pgloader (Debian's 3.6.9, installed by the bench when missing), moves
 the same table's data into a table created as Tideline's type rules map it, then the key.
 """
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import checkpoint, db_url, ensure_topic, first_load, run_bench, pg, run_full_load, stackctl
+from benchlib import CpuMeter, checkpoint, db_url, ensure_topic, first_load, run_bench, pg, run_full_load, stackctl
 
 TABLE = "bench_orders"
 PIPELINE = "bench_mariadb"
@@ -147,7 +149,8 @@ def main() -> int:
         checkpoint()
         print(f"[bench] full load job of {args.rows:,} MariaDB rows (spark-submit, local[2], "
               f"{args.parallelism} partitions)", flush=True)
-        fl_secs, peak_mb = run_full_load(PIPELINE, Path(tmp), env)
+        with CpuMeter("Tideline's load", args.rows) as fl_cpu:
+            fl_secs, peak_mb = run_full_load(PIPELINE, Path(tmp), env)
     print(f"[bench] full load: {fl_secs:.1f}s end to end, peak RSS {peak_mb:.0f} MB", flush=True)
     print("[bench] baseline: SELECT ... INTO OUTFILE, COPY FROM, ADD PRIMARY KEY", flush=True)
     checkpoint()
@@ -155,7 +158,8 @@ def main() -> int:
     print(f"[bench] dump pipe: {pipe_secs:.1f}s", flush=True)
     print(f"[bench] peer: pgloader (data only, {args.parallelism} workers), then the key", flush=True)
     checkpoint()
-    peer_secs = run_pgloader("bench_mariadb_pgloader", args.parallelism)
+    with CpuMeter("pgloader", args.rows) as peer_cpu:
+        peer_secs = run_pgloader("bench_mariadb_pgloader", args.parallelism)
     print(f"[bench] pgloader: {peer_secs:.1f}s", flush=True)
     loaded, piped, peer = digest(PIPELINE), digest("bench_mariadb_pipe"), digest("bench_mariadb_pgloader")
     with closing(pg(stackctl.DATABASES["target"])) as conn, conn.cursor() as cur:
@@ -173,7 +177,9 @@ def main() -> int:
     fl_rate, pipe_rate, peer_rate = args.rows / fl_secs, args.rows / pipe_secs, args.rows / peer_secs
     print(f"RESULT full_load_rows_per_s={fl_rate:.0f} baseline_rows_per_s={pipe_rate:.0f} "
           f"ratio={fl_rate / pipe_rate:.2f} peak_rss_mb={peak_mb:.0f} pgloader_rows_per_s={peer_rate:.0f} "
-          f"pgloader_ratio={fl_rate / peer_rate:.2f} pgloader_same_result={'yes' if peer == loaded else 'no'}")
+          f"pgloader_ratio={fl_rate / peer_rate:.2f} pgloader_same_result={'yes' if peer == loaded else 'no'} "
+          f"cpu_per_m={fl_cpu.total_per_m:.2f} pgloader_cpu_per_m={peer_cpu.total_per_m:.2f} "
+          f"pgloader_cpu_ratio={peer_cpu.total_per_m / fl_cpu.total_per_m:.2f}")
     return 0
 
 

@@ -21,7 +21,9 @@ instead, the change stream's rate, and a day of commits before and after mainten
    its delay is until a PyIceberg scan of the table's current snapshot shows it (goal: p95 <= 2x
    the commit interval).
 Last line:
-RESULT full_load_rows_per_s=<n> plain_spark_rows_per_s=<n> ratio=<full_load/plain> stream_events_per_s=<n>
+RESULT full_load_rows_per_s=<n> plain_spark_rows_per_s=<n> ratio=<full_load/plain> cpu_per_m=<CPU-s per
+       million rows, the job's processes and the databases'> plain_cpu_per_m=<n> plain_cpu_ratio=<plain/ours>
+       stream_events_per_s=<n>
        stream_sustained_events_per_s=<after the first batch> stream_peak_rss_mb=<n> files_before=<data+delete> files_after=<n> scan_s_before=<x> scan_s_after=<x>
        commit_interval_s=<x> fresh_p50_s=<x> fresh_p95_s=<x> fresh_p95_ratio=<p95/commit interval>
 """
@@ -39,7 +41,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import (ROOT, PeakRss, SteadyLoad, checkpoint, ensure_topic, run_bench, pg, run_full_load,
+from benchlib import (ROOT, CpuMeter, PeakRss, SteadyLoad, checkpoint, ensure_topic, run_bench, pg, run_full_load,
                      stackctl)
 from full_load import TABLE, ensure_source
 
@@ -131,7 +133,7 @@ def aggregates(arrow) -> tuple:
             pc.sum(arrow["customer_id"]).as_py())
 
 
-def bench_load(args, env: dict, store) -> tuple[float, float]:
+def bench_load(args, env: dict, store) -> tuple[float, float, float, float, float]:
     ensure_source(args.rows)
     ensure_topic(f"benchlake.public.{TABLE}")
     with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
@@ -147,8 +149,9 @@ def bench_load(args, env: dict, store) -> tuple[float, float]:
             "tables": [{"name": TABLE}]}))
         checkpoint()   # the source table's creation (when a bench of another size had it) is ~1.5 GB of WAL
         log(f"Tideline full load of {args.rows:,} rows into Iceberg (spark-submit, {args.parallelism} partitions)")
-        ours, peak = run_full_load(LOAD_PIPELINE, Path(tmp), dict(env, TIDELINE_SPARK_JARS=",".join(
-            [env["TIDELINE_SPARK_JARS"], *store.spark_jars()])))
+        with CpuMeter("Tideline's load", args.rows) as ours_cpu:
+            ours, peak = run_full_load(LOAD_PIPELINE, Path(tmp), dict(env, TIDELINE_SPARK_JARS=",".join(
+                [env["TIDELINE_SPARK_JARS"], *store.spark_jars()])))
         got = aggregates(store.pyiceberg_catalog().load_table((NAMESPACE, TABLE)).scan(
             selected_fields=("total", "note", "customer_id")).to_arrow())
         if got != expected:
@@ -160,15 +163,16 @@ def bench_load(args, env: dict, store) -> tuple[float, float]:
         conf = [x for k, v in store.spark_conf().items() for x in ("--conf", f"{k}={v}")]
         checkpoint()
         log(f"plain Spark job: spark.read.jdbc partitioned on id ({args.parallelism}) -> writeTo().create()")
-        plain, _, _ = submit([*conf, str(job), src.jdbc_url(), src.login, src.password, TABLE,
-                              f"tideline_lake.{NAMESPACE}.plain_{TABLE}", str(args.parallelism), str(lo), str(hi)],
-                             env, store)
+        with CpuMeter("the plain Spark job", args.rows) as plain_cpu:
+            plain, _, _ = submit([*conf, str(job), src.jdbc_url(), src.login, src.password, TABLE,
+                                  f"tideline_lake.{NAMESPACE}.plain_{TABLE}", str(args.parallelism), str(lo), str(hi)],
+                                 env, store)
         got = aggregates(store.pyiceberg_catalog().load_table((NAMESPACE, f"plain_{TABLE}")).scan(
             selected_fields=("total", "note", "customer_id")).to_arrow())
         if got != expected:
             raise SystemExit(f"the plain job's Iceberg table differs from the source: {got} vs {expected}")
         log(f"plain Spark job: {plain:.1f}s; checked {got}")
-    return args.rows / ours, args.rows / plain, peak
+    return args.rows / ours, args.rows / plain, peak, ours_cpu.total_per_m, plain_cpu.total_per_m
 
 
 def source_digest() -> tuple[int, str]:
@@ -392,15 +396,17 @@ def main() -> int:
     args = ap.parse_args()
     env = stackctl.full_env()
     store = lake()
-    ours = plain = peak_load = 0.0
+    ours = plain = peak_load = cpu = plain_cpu = 0.0
     if not args.skip_load:
-        ours, plain, peak_load = bench_load(args, env, store)
+        ours, plain, peak_load, cpu, plain_cpu = bench_load(args, env, store)
     rate = steady = peak = files_before = files_after = scan_before = scan_after = 0
     fresh = (0.0, 0.0)
     if not args.skip_stream:
         rate, steady, peak, files_before, files_after, scan_before, scan_after, fresh = bench_stream(args, env, store)
     print(f"RESULT full_load_rows_per_s={ours:.0f} plain_spark_rows_per_s={plain:.0f} "
-          f"ratio={ours / plain if plain else 0:.2f} load_peak_rss_mb={peak_load:.0f} stream_events_per_s={rate:.0f} "
+          f"ratio={ours / plain if plain else 0:.2f} load_peak_rss_mb={peak_load:.0f} cpu_per_m={cpu:.2f} "
+          f"plain_cpu_per_m={plain_cpu:.2f} plain_cpu_ratio={plain_cpu / cpu if cpu else 0:.2f} "
+          f"stream_events_per_s={rate:.0f} "
           f"stream_sustained_events_per_s={steady:.0f} "
           f"stream_peak_rss_mb={peak:.0f} files_before={files_before} files_after={files_after} "
           f"scan_s_before={scan_before:.2f} scan_s_after={scan_after:.2f} commit_interval_s={args.commit_s:g} "
