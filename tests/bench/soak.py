@@ -19,7 +19,9 @@ reached every target, and its recovery is the time from the fault's end until th
 outage's is reported on its own, long_outage_recovery_s: it includes catching up the backlog of
 its 20 minutes of writes). Faults overlap (each comes 60-120 s after the last, healed or not), so
 longest_recovery_after_last_fault_s also measures each recovery from the end of the last fault that
-ended before it: what healing took once nothing was failing any more.
+ended before it: what healing took once nothing was failing any more; and
+longest_recovery_outside_catch_up_s from the later of its fault's end and the end of the long
+outage's catch-up (a fault during the catch-up heals with the backlog, not before it).
 
 Nobody acts on the pipelines: the soak has no way to (manual_steps counts none by design). At the
 end the writers stop, and every target must equal its source: no row lost, none duplicated, no
@@ -568,6 +570,14 @@ def main(argv: list[str] | None = None) -> int:
         if took is not None and not name.startswith("Kafka stopped for"):
             back = ended[n] + took
             after_last.append(back - max(e for e in ended.values() if ended[n] <= e <= back))
+    # a fault that ends while the long outage's backlog is still being caught up cannot be healed
+    # before that backlog is through (its marker queues behind it: run 2's three such faults all
+    # had theirs the second the outage's own arrived): also measured from the catch-up's end
+    caught_up = next((ended[n] + took for n, (name, took) in recovered.items()
+                      if name.startswith("Kafka stopped for") and took is not None), None)
+    outside_catch_up = [ended[n] + took - max(ended[n], caught_up if caught_up is not None else 0.0)
+                        for n, (name, took) in recovered.items()
+                        if took is not None and not name.startswith("Kafka stopped for")]
     survived = sum(1 for _n, took in recovered.values() if took is not None)
     # the long outage's recovery includes catching up its 20 minutes of backlog: reported on its own
     recoveries = [took for n, took in recovered.values() if took is not None and not n.startswith("Kafka stopped for")]
@@ -587,6 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     result = (f"RESULT faults={len(chosen)} survived={survived} longest_recovery_s="
               f"{max(recoveries) if recoveries else 0:.0f} "
               f"longest_recovery_after_last_fault_s={max(after_last) if after_last else 0:.0f} "
+              f"longest_recovery_outside_catch_up_s={max(outside_catch_up) if outside_catch_up else 0:.0f} "
               f"{f'long_outage_recovery_s={outage_s:.0f} ' if outage_s is not None else ''}"
               f"rows_compared={seen.get('rows', 0)} manual_steps=0 "
               f"lost={seen.get('lost', -1)} duplicated={seen.get('duplicated', -1)} reloads={reloads} "
