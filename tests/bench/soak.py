@@ -575,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     # had theirs the second the outage's own arrived): also measured from the catch-up's end
     caught_up = next((ended[n] + took for n, (name, took) in recovered.items()
                       if name.startswith("Kafka stopped for") and took is not None), None)
-    outside_catch_up = [ended[n] + took - max(ended[n], caught_up if caught_up is not None else 0.0)
+    outside_catch_up = [max(0.0, ended[n] + took - max(ended[n], caught_up if caught_up is not None else 0.0))
                         for n, (name, took) in recovered.items()
                         if took is not None and not name.startswith("Kafka stopped for")]
     survived = sum(1 for _n, took in recovered.values() if took is not None)
