@@ -573,9 +573,10 @@ def main(argv: list[str] | None = None) -> int:
     # a fault that ends while the long outage's backlog is still being caught up cannot be healed
     # before that backlog is through (its marker queues behind it: run 2's three such faults all
     # had theirs the second the outage's own arrived): also measured from the catch-up's end
-    caught_up = next((ended[n] + took for n, (name, took) in recovered.items()
-                      if name.startswith("Kafka stopped for") and took is not None), None)
-    outside_catch_up = [max(0.0, ended[n] + took - max(ended[n], caught_up if caught_up is not None else 0.0))
+    outage = next(((ended[n], ended[n] + took) for n, (name, took) in recovered.items()
+                   if name.startswith("Kafka stopped for") and took is not None), None)   # (back, caught up)
+    outside_catch_up = [max(0.0, ended[n] + took - (outage[1] if outage and outage[0] <= ended[n] < outage[1]
+                                                    else ended[n]))
                         for n, (name, took) in recovered.items()
                         if took is not None and not name.startswith("Kafka stopped for")]
     survived = sum(1 for _n, took in recovered.values() if took is not None)
