@@ -118,9 +118,10 @@ def test_an_integer_key_is_cut_by_value_without_ranking_the_table_unless_its_key
     assert all(integer_type(t) for t in ("smallint", "integer", "bigint", "numeric(20,0)"))
     assert not any(integer_type(t) for t in ("numeric(12,2)", "text", "character varying(20)", "date"))
     # InnoDB's estimates of each value range's rows (rough: up to 2x, capped at half the table)
-    assert not uneven([17_504, 35_010, 35_010, 17_504], 100_000)   # dense keys: value cuts stand
-    assert uneven([35_010, 21], 70_021)     # the soak's markers at 10^12 above ids 1..70,000: ranked instead
-    assert not uneven([3, 0], 3)            # too few rows to matter
+    assert not uneven([17_504, 35_010, 35_010, 17_504])   # dense keys: value cuts stand
+    assert uneven([35_010, 21])             # the soak's markers at 10^12 above ids 1..70,000: ranked instead
+    assert uneven([40_000, 40_000, 40_000, 7_900]) and not uneven([40_000, 40_000, 40_000, 8_100])   # a quarter share
+    assert not uneven([3, 0])               # too few rows to matter
 
 
 def test_keys_read_in_slices_of_their_own_order_are_those_whose_max_order_and_comparison_agree():

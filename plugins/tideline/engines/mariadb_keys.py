@@ -55,15 +55,16 @@ def _value_cuts(cur, table: str, key: str, parts: int) -> list[tuple[str]] | Non
               for a, b in zip([None] + cuts, cuts + [None])]
     estimates = [_explained_rows(cur, f"EXPLAIN SELECT 1 FROM {table} FORCE INDEX (PRIMARY) WHERE {r}")
                  for r in ranges] if len(ranges) > 1 else []
-    return None if uneven(estimates, sum(estimates)) else [(c,) for c in cuts]
+    return None if uneven(estimates) else [(c,) for c in cuts]
 
 
-def uneven(estimates: list[int], rows: int) -> bool:
+def uneven(estimates: list[int]) -> bool:
     """Value ranges that hold very different numbers of rows, by InnoDB's estimates (rough: up to
     2x off, capped at half the table): one with under a quarter of its share. Cutting by value is
     free and exact for keys that lie evenly; a few keys far from the rest (markers at 10^12 above
     ids 1..70,000) put every row in one range — the chaos soak's MariaDB reload read 70,168 rows in
     one partition and 21 in the other, for minutes in which each fault on the way failed it again."""
+    rows = sum(estimates)
     return rows >= 1_000 and len(estimates) > 1 and min(estimates) < rows / len(estimates) / 4
 
 
