@@ -408,13 +408,16 @@ def _reload_killed(cfgs: dict) -> str:
     return _kill(_java_of("full_load.py", name), f"{name}'s full load driver")
 
 
+LONG_OUTAGE = "Kafka stopped for"   # the long outage's fault name starts so
+
+
 def _stop_kafka(minutes: float) -> str:
     stackctl.supervisorctl("stop", "kafka")
     try:
         time.sleep(minutes * 60)
     finally:
         stackctl.supervisorctl("start", "kafka")
-    return f"Kafka stopped for {minutes:g} min"
+    return f"{LONG_OUTAGE} {minutes:g} min"
 
 
 def faults(cfgs: dict) -> dict:
@@ -541,13 +544,13 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(max(5.0, random.uniform(60, 120) - (time.monotonic() - last)))
         last = time.monotonic()
         if long_at is not None and time.monotonic() >= long_at:
-            name, fault, long_at = f"Kafka stopped for {long_outage:g} min", lambda: _stop_kafka(long_outage), None
+            name, fault, long_at = f"{LONG_OUTAGE} {long_outage:g} min", lambda: _stop_kafka(long_outage), None
             deadline += long_outage * 60   # the long outage comes in addition to the run's minutes of faults
         else:
             name = random.choice(sorted(kinds))
             fault = kinds[name]
         what = fault()
-        if name.startswith("Kafka stopped for"):   # the next fault 60-120 s after it, not at once
+        if name.startswith(LONG_OUTAGE):   # the next fault 60-120 s after it, not at once
             last = time.monotonic()
         if any(s in what for s in NO_OP):   # its target was not there (restarting after the last fault)
             log(f"not counted: {what}; another fault follows shortly")
@@ -565,24 +568,21 @@ def main(argv: list[str] | None = None) -> int:
     # faults overlap: a recovery that a later fault interrupted (the targets refusing connections
     # while the scheduler's kill was being healed) is also measured from the end of the last fault
     # that ended before it recovered — the time the system needed once nothing was failing any more
-    after_last = []
-    for n, (name, took) in recovered.items():
-        if took is not None and not name.startswith("Kafka stopped for"):
-            back = ended[n] + took
-            after_last.append(back - max(e for e in ended.values() if ended[n] <= e <= back))
+    # the long outage's recovery includes catching up its 20 minutes of backlog: reported on its own
+    healed = {n: took for n, (name, took) in recovered.items() if took is not None and not name.startswith(LONG_OUTAGE)}
+    outage = next(((ended[n], ended[n] + took) for n, (name, took) in recovered.items()
+                   if name.startswith(LONG_OUTAGE) and took is not None), None)   # (Kafka back, caught up)
+    after_last = [ended[n] + took - max(e for e in ended.values() if ended[n] <= e <= ended[n] + took)
+                  for n, took in healed.items()]
     # a fault that ends while the long outage's backlog is still being caught up cannot be healed
     # before that backlog is through (its marker queues behind it: run 2's three such faults all
     # had theirs the second the outage's own arrived): also measured from the catch-up's end
-    outage = next(((ended[n], ended[n] + took) for n, (name, took) in recovered.items()
-                   if name.startswith("Kafka stopped for") and took is not None), None)   # (back, caught up)
-    outside_catch_up = [max(0.0, ended[n] + took - (outage[1] if outage and outage[0] <= ended[n] < outage[1]
-                                                    else ended[n]))
-                        for n, (name, took) in recovered.items()
-                        if took is not None and not name.startswith("Kafka stopped for")]
+    catching_up = (lambda at: outage[0] <= at < outage[1]) if outage else (lambda at: False)
+    outside_catch_up = [max(0.0, ended[n] + took - (outage[1] if catching_up(ended[n]) else ended[n]))
+                        for n, took in healed.items()]
     survived = sum(1 for _n, took in recovered.values() if took is not None)
-    # the long outage's recovery includes catching up its 20 minutes of backlog: reported on its own
-    recoveries = [took for n, took in recovered.values() if took is not None and not n.startswith("Kafka stopped for")]
-    outage_s = next((took for n, took in recovered.values() if n.startswith("Kafka stopped for")), None)
+    recoveries = list(healed.values())
+    outage_s = outage[1] - outage[0] if outage else None
     for w in writers:
         w.stop()
     log(f"writers stopped after {sum(w.ops for w in writers):,} changes ({sum(w.failed for w in writers)} cut by "
