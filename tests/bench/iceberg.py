@@ -146,7 +146,7 @@ def bench_load(args, env: dict, store) -> tuple[float, float, float, float, floa
             "name": LOAD_PIPELINE, "source": {"conn_id": "tideline_source"},
             "target": {"kind": "iceberg", "catalog": "tideline_lake", "namespace": NAMESPACE},
             "kafka": {"topic_prefix": "benchlake"},
-            "spark": {"parallelism": args.parallelism, "conf": dict(kv.split("=", 1) for kv in args.load_conf)},
+            "spark": {"parallelism": args.parallelism, "conf": dict(args.load_conf)},
             "tables": [{"name": TABLE}]}))
         checkpoint()   # the source table's creation (when a bench of another size had it) is ~1.5 GB of WAL
         log(f"Tideline full load of {args.rows:,} rows into Iceberg (spark-submit, {args.parallelism} partitions)")
@@ -383,6 +383,14 @@ def timed_scan(store) -> float:
     return best
 
 
+def setting(text: str) -> tuple[str, str]:
+    """A --load-conf KEY=VALUE (argparse says what is wrong with one that is not)."""
+    key, sep, value = text.partition("=")
+    if not (key and sep):
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (e.g. spark.sql.iceberg.compression-level=1)")
+    return key, value
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=5_000_000)
@@ -393,7 +401,7 @@ def main() -> int:
     ap.add_argument("--fresh-rate", type=int, default=1000, help="rows/s changed during the freshness phase")
     ap.add_argument("--fresh-seconds", type=float, default=60)
     ap.add_argument("--skip-load", action="store_true")
-    ap.add_argument("--load-conf", action="append", default=[], metavar="KEY=VALUE",
+    ap.add_argument("--load-conf", action="append", default=[], metavar="KEY=VALUE", type=setting,
                     help="a Spark setting of Tideline's load job (the pipeline's spark.conf): to try a tuning")
     ap.add_argument("--skip-stream", action="store_true", help="only the full load against the plain job")
     args = ap.parse_args()

@@ -19,6 +19,7 @@ from tideline.core.settings import (AlertSettings, ConnectSettings, HashSalt, Ka
                                     StreamSettings, TargetEndpoint, VerifyConfig, _Model)
 from tideline.core.table_config import TableConfig
 
+
 class PipelineConfig(_Model):
     name: str = Field(description="lowercase, digits, _ ; names the DAGs, the slot and the publication "
                                   "(the file is <name>.yaml)")
