@@ -35,6 +35,9 @@ _ARRAY_ELEMENTS = {"smallint": "int", "integer": "int", "bigint": "long", "real"
                    "character varying": "string"}
 _NUMERIC = re.compile(r"^numeric\((\d+)(?:,(\d+))?\)$")
 MAX_DECIMAL_DIGITS = 38   # Iceberg's decimal(P,S): P <= 38
+# the last time 64-bit microseconds since 1970 hold (PostgreSQL's timestamps go on to 294276 AD:
+# a later one failed the whole load with "bigint out of range" before it was refused)
+LAST_MICROSECOND = "294247-01-10 04:00:54.775807"
 
 
 @dataclass(frozen=True)
@@ -104,8 +107,11 @@ def lake_column(col: Column) -> LakeColumn:
                           refuse="NOT isfinite({c})", why="infinity (an Iceberg date cannot hold it)")
     if iceberg in ("timestamp", "timestamptz"):
         value = "timestamp_micros({v})" if iceberg == "timestamptz" else "cast(timestamp_micros({v}) as timestamp_ntz)"
+        last = f"{LAST_MICROSECOND}{'+00' if iceberg == 'timestamptz' else ''}"
         return LakeColumn(col.name, iceberg, value, "(extract(epoch FROM {c}) * 1000000)::bigint",
-                          refuse="NOT isfinite({c})", why=f"infinity (an Iceberg {iceberg} cannot hold it)")
+                          refuse=f"NOT isfinite({{c}}) OR {{c}} > '{last}'",
+                          why=f"infinity or a time after {LAST_MICROSECOND} (an Iceberg {iceberg} cannot hold it: "
+                              f"64-bit microseconds since 1970)")
     if iceberg == "string":
         return _text(col)
     if base == "smallint":
