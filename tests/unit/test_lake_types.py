@@ -38,8 +38,8 @@ def test_values_a_type_cannot_hold_are_refused_not_rounded():
     assert "infinity" in lake_column(col("timestamp with time zone")).why
     # PostgreSQL's timestamps go on past what 64-bit microseconds since 1970 hold (294247 AD)
     assert lake_column(col("timestamp with time zone")).refuse == (
-        "NOT isfinite({c}) OR {c} > '294247-01-10 04:00:54.775807+00'")
-    assert lake_column(col("timestamp without time zone")).refuse.endswith("{c} > '294247-01-10 04:00:54.775807'")
+        "NOT isfinite({c}) OR {c} > '294247-01-10 04:00:54.775806+00'")
+    assert lake_column(col("timestamp without time zone")).refuse.endswith("{c} > '294247-01-10 04:00:54.775806'")
     assert lake_column(col("numeric(10,2)")).refuse == "{c} = 'NaN'"
     assert "dimension" in lake_column(col("integer[]")).why
     # types whose every value fits have no refusal

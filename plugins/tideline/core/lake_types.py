@@ -36,8 +36,10 @@ _ARRAY_ELEMENTS = {"smallint": "int", "integer": "int", "bigint": "long", "real"
 _NUMERIC = re.compile(r"^numeric\((\d+)(?:,(\d+))?\)$")
 MAX_DECIMAL_DIGITS = 38   # Iceberg's decimal(P,S): P <= 38
 # the last time 64-bit microseconds since 1970 hold (PostgreSQL's timestamps go on to 294276 AD:
-# a later one failed the whole load with "bigint out of range" before it was refused)
-LAST_MICROSECOND = "294247-01-10 04:00:54.775807"
+# a later one failed the whole load with "bigint out of range" before it was refused), less one:
+# PostgreSQL's extract(epoch) of the last one itself takes a numeric division that rounds it
+# (...775807 comes out ...775800)
+LAST_MICROSECOND = "294247-01-10 04:00:54.775806"
 
 
 @dataclass(frozen=True)
