@@ -103,6 +103,17 @@ def test_one_range_is_piped_by_the_driver_without_waiting_for_the_session(monkey
     release.set()
 
 
+def test_ranges_the_driver_pipes_before_the_session_is_ready_end_the_load_without_waiting_for_it(monkeypatch):
+    release, context, log = threading.Event(), FakeContext(), []
+    spark = starting(monkeypatch, release, context, master="local[2]")
+    items = [(i, f"read {i}") for i in range(2)]
+    figures = copy_rows.pipe_partitions(spark, items, progress(), copier_for(log))
+    assert [f["partition"] for f in figures] == [0, 1] and context.given == []
+    assert {w for _, w in log} == {"in the driver while Spark started"}
+    assert not spark.ready(), "the load did not wait for the session"
+    release.set()
+
+
 def test_the_drivers_failure_is_raised_after_spark_is_done(monkeypatch):
     release, context, log = threading.Event(), FakeContext(), []
     spark = starting(monkeypatch, release, context)
