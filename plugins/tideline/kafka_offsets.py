@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
@@ -13,6 +14,31 @@ from tideline.core.errors import SourceError, TransientError
 _quiet = logging.getLogger("tideline.rdkafka")
 _quiet.addHandler(logging.NullHandler())
 _quiet.propagate = False
+
+
+class OncePerMinute(logging.Filter):
+    """librdkafka logs a failure each time it retries: with a broker down, several lines a second
+    for as long as it is down (a stream's task log grew 3.5 MB in a 20-minute Kafka outage, mostly
+    "Connect to ipv4#… failed: Connection refused"). One line per kind of message (its text with
+    the numbers left out) per `every_s` says the same."""
+
+    def __init__(self, every_s: float = 60.0, clock=time.monotonic):
+        super().__init__()
+        self.every_s, self.clock, self.last = every_s, clock, {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind, now = re.sub(r"\d+", "#", record.getMessage())[:300], self.clock()
+        if now - self.last.get(kind, float("-inf")) < self.every_s:
+            return False
+        if len(self.last) > 1000:
+            self.last.clear()
+        self.last[kind] = now
+        return True
+
+
+# librdkafka's lines of Tideline's consumers, at most one of a kind a minute, into the job's log
+client_log = logging.getLogger("tideline.kafka_client")
+client_log.addFilter(OncePerMinute())
 
 
 def admin_client(kafka: KafkaAccess | str) -> AdminClient:
@@ -144,7 +170,7 @@ def _event_sizes(kafka: KafkaAccess | str, ranges: dict[tuple[str, int], tuple[i
     from confluent_kafka import Consumer
 
     consumer = Consumer(client_config(kafka, {"group.id": "tideline-event-size", "enable.auto.commit": False,
-                         "enable.partition.eof": True, "isolation.level": "read_committed"}), logger=_quiet)
+                         "enable.partition.eof": True, "isolation.level": "read_committed"}), logger=client_log)
     sizes: dict[tuple[str, int], list[int]] = {tp: [] for tp in ranges}
     try:
         consumer.assign([TopicPartition(t, p, lo) for (t, p), (lo, _end) in ranges.items()])

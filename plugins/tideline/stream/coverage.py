@@ -43,7 +43,7 @@ def _oldest_needed_timestamp_ms(kafka: KafkaAccess | str, topic: str, resume: di
     if not needed:
         return None
     consumer = Consumer(client_config(kafka, {"group.id": "tideline-coverage-probe",
-                         "enable.auto.commit": False}))
+                         "enable.auto.commit": False}), logger=kafka_offsets.client_log)
     try:
         consumer.assign([TopicPartition(topic, p, o) for p, o in needed])
         oldest, seen, deadline = None, set(), time.time() + 15

@@ -80,8 +80,12 @@ class StreamHistory:
         from confluent_kafka import Consumer, TopicPartition
         try:
             if self._consumer is None:
+                # never polled, so no Python logger (librdkafka would queue its lines for a poll):
+                # its errors only (level 3, e.g. a broker down, several lines a second all along
+                # an outage: 3.5 MB of a stream's task log in 20 minutes) are left out; a commit
+                # that fails says so below
                 self._consumer = Consumer(client_config(self.kafka, {"group.id": f"tideline-{self.cfg.name}",
-                                           "enable.auto.commit": False}))
+                                           "enable.auto.commit": False, "log_level": 2}))
             offsets = [TopicPartition(topic, int(p), o) for topic, parts in committed.items()
                        for p, o in parts.items()]
             if offsets:
