@@ -58,6 +58,25 @@ def run_job(args: argparse.Namespace, kind: str, body: Callable) -> int:
 
 
 ERROR_FILE_ENV = "TIDELINE_ERROR_FILE"
+ERROR_FILES = "tideline-errors-{uid}"   # under the temp folder: each Spark task's handoff of the error that ended it
+STALE_ERROR_FILE_S = 86_400
+
+
+def error_file_dir(tmp: str | None = None, now: float | None = None) -> Path:
+    """Where a task's error file is made. A task killed -9 (its scheduler, its host) leaves its
+    file behind (260 of them after two days of soaks): files older than a day are removed first."""
+    import tempfile
+    import time
+    folder = Path(tmp or tempfile.gettempdir()) / ERROR_FILES.format(uid=os.getuid())
+    folder.mkdir(mode=0o700, exist_ok=True)
+    cutoff = (now if now is not None else time.time()) - STALE_ERROR_FILE_S
+    for old in folder.glob("*.txt"):
+        try:
+            if old.stat().st_mtime < cutoff:
+                old.unlink()
+        except FileNotFoundError:   # another task removed it
+            pass
+    return folder
 
 
 def report_error(message: str) -> None:

@@ -151,10 +151,10 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
 
         from tideline.airflow.connections import spark_env
         from tideline.airflow.pipelines import pipelines_dir
-        from tideline.entrypoints import ERROR_FILE_ENV
+        from tideline.entrypoints import ERROR_FILE_ENV, error_file_dir
         from tideline.packaging import library_zip
         from tideline.spark_session import driver_address, driver_conf
-        with tempfile.NamedTemporaryFile(prefix="tideline-error-", suffix=".txt") as error_file:
+        with tempfile.NamedTemporaryFile(prefix="error-", suffix=".txt", dir=error_file_dir()) as error_file:
             self.env_vars = {**(self.env_vars or {}), **spark_env(self.pipeline_conn_ids),
                              # the driver imports Tideline from the shipped zip, so it is told where
                              # this host keeps the pipeline configs
