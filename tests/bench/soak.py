@@ -18,10 +18,11 @@ After each fault a marker row is written to each source; the fault is survived w
 reached every target, and its recovery is the time from the fault's end until then (the long
 outage's is reported on its own, long_outage_recovery_s: it includes catching up the backlog of
 its 20 minutes of writes). Faults overlap (each comes 60-120 s after the last, healed or not), so
-longest_recovery_after_last_fault_s also measures each recovery from the end of the last fault that
-ended before it: what healing took once nothing was failing any more; and
-longest_recovery_outside_catch_up_s from the later of its fault's end and the end of the long
-outage's catch-up (a fault during the catch-up heals with the backlog, not before it).
+a recovery can be cut short by the next fault before it heals (the targets refusing connections
+while the scheduler's kill is being healed). longest_recovery_once_clear_s measures each recovery
+from the moment nothing was failing any more: the latest of its fault's end, the end of every
+fault that ended before its marker arrived, and — for a fault that ended while the long outage's
+backlog was being caught up (its marker queues behind that backlog) — the catch-up's end.
 
 Nobody acts on the pipelines: the soak has no way to (manual_steps counts none by design). At the
 end the writers stop, and every target must equal its source: no row lost, none duplicated, no
@@ -489,6 +490,19 @@ def teardown(cfgs: dict) -> None:
     drop_sources()
 
 
+def once_clear_s(ended: float, healed: float, other_ends: list[float],
+                 outage: tuple[float, float] | None) -> float:
+    """A recovery measured from the moment nothing was failing any more: the latest of its fault's
+    end, the end of every other fault that ended before it healed (that fault cut its healing
+    short), and the long outage's catch-up end when the fault ended during that catch-up (its
+    marker queued behind the outage's backlog). The long outage itself is not an "other fault":
+    the catch-up rule covers it."""
+    clear = max([ended] + [e for e in other_ends if ended <= e <= healed])
+    if outage and outage[0] <= ended < outage[1]:
+        clear = max(clear, outage[1])
+    return max(0.0, healed - clear)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=60, help="how long faults are injected")
@@ -565,21 +579,12 @@ def main(argv: list[str] | None = None) -> int:
         watchers[-1].start()
     for t in watchers:   # every fault's recovery (each gives up after 900 s)
         t.join()
-    # faults overlap: a recovery that a later fault interrupted (the targets refusing connections
-    # while the scheduler's kill was being healed) is also measured from the end of the last fault
-    # that ended before it recovered — the time the system needed once nothing was failing any more
     # the long outage's recovery includes catching up its 20 minutes of backlog: reported on its own
     healed = {n: took for n, (name, took) in recovered.items() if took is not None and not name.startswith(LONG_OUTAGE)}
     outage = next(((ended[n], ended[n] + took) for n, (name, took) in recovered.items()
                    if name.startswith(LONG_OUTAGE) and took is not None), None)   # (Kafka back, caught up)
-    after_last = [ended[n] + took - max(e for e in ended.values() if ended[n] <= e <= ended[n] + took)
+    once_clear = [once_clear_s(ended[n], ended[n] + took, [ended[m] for m in healed if m != n], outage)
                   for n, took in healed.items()]
-    # a fault that ends while the long outage's backlog is still being caught up cannot be healed
-    # before that backlog is through (its marker queues behind it: run 2's three such faults all
-    # had theirs the second the outage's own arrived): also measured from the catch-up's end
-    catching_up = (lambda at: outage[0] <= at < outage[1]) if outage else (lambda at: False)
-    outside_catch_up = [max(0.0, ended[n] + took - (outage[1] if catching_up(ended[n]) else ended[n]))
-                        for n, took in healed.items()]
     survived = sum(1 for _n, took in recovered.values() if took is not None)
     recoveries = list(healed.values())
     outage_s = outage[1] - outage[0] if outage else None
@@ -597,8 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     reloads = sum(auto_reloads(c) - before[n] for n, c in cfgs.items())
     result = (f"RESULT faults={len(chosen)} survived={survived} longest_recovery_s="
               f"{max(recoveries) if recoveries else 0:.0f} "
-              f"longest_recovery_after_last_fault_s={max(after_last) if after_last else 0:.0f} "
-              f"longest_recovery_outside_catch_up_s={max(outside_catch_up) if outside_catch_up else 0:.0f} "
+              f"longest_recovery_once_clear_s={max(once_clear) if once_clear else 0:.0f} "
               f"{f'long_outage_recovery_s={outage_s:.0f} ' if outage_s is not None else ''}"
               f"rows_compared={seen.get('rows', 0)} manual_steps=0 "
               f"lost={seen.get('lost', -1)} duplicated={seen.get('duplicated', -1)} reloads={reloads} "
