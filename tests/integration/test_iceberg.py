@@ -42,10 +42,14 @@ def back_in_postgres(source_db, source_table: str, lake_table, schema: str = "pu
             exprs.append("DATE '1970-01-01' + (%s)::int")
             values.append(pc.cast(column, pa.int32()).to_pylist())
         elif isinstance(t, (it.TimestampType, it.TimestamptzType)):
-            base = "'epoch'::timestamptz" if isinstance(t, it.TimestamptzType) else "'epoch'::timestamp"
-            exprs.append(f"{base} + %s * interval '1 second' + %s * interval '1 microsecond'")
+            # whole days, then the microseconds of the day: an interval times a number is float8
+            # arithmetic, exact only below 2^53 µs (seconds since 1970 times 10^6 is not, for
+            # 294247 AD); days added to a timestamp without time zone are calendar days, so a
+            # timestamptz is made from the UTC one
+            utc = "'epoch'::timestamp + %s * interval '1 day' + %s * interval '1 microsecond'"
+            exprs.append(f"(({utc}) AT TIME ZONE 'UTC')" if isinstance(t, it.TimestamptzType) else utc)
             micros = pc.cast(column, pa.int64()).to_pylist()
-            values.append([None if m is None else divmod(m, 1_000_000) for m in micros])
+            values.append([None if m is None else divmod(m, 86_400_000_000) for m in micros])
         else:
             exprs.append(f"(%s)::{pg_types[name]}")   # (-32768::smallint would negate 32768)
             values.append([_floats_as_text(v) for v in column.to_pylist()])
