@@ -76,6 +76,11 @@ config.storage.replication.factor={replicas}
 offset.storage.replication.factor={replicas}
 status.storage.replication.factor={replicas}
 offset.flush.interval.ms=1000
+# A worker that lost the group (Kafka away longer than its session) rejoins as a new member, and
+# its connectors and tasks, now "lost", would wait scheduled.rebalance.max.delay.ms (5 min by
+# default) for the old member to come back: five minutes of no capture after every long Kafka
+# outage (soak run 6: UNASSIGNED from 17:19:20 to 17:24:30). 0 assigns them again at once (KAFKA-15693).
+scheduled.rebalance.max.delay.ms=0
 topic.creation.enable=true
 # Connector passwords are references resolved from files the sync DAG writes (mode 0600), never
 # stored in the config topic nor returned by the REST API (plugins/tideline/engines/connect_secrets.py).
