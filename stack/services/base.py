@@ -120,7 +120,10 @@ def server_home(name: str, owner: str | None) -> Path:
     if not owner or home.is_symlink() or subprocess.run(
             ["runuser", "-u", owner, "--", "test", "-x", str(VAR)], capture_output=True).returncode == 0:
         return home.resolve()
-    outside = OUTSIDE_HOMES / hashlib.sha1(str(ROOT).encode()).hexdigest()[:12] / name
+    # keyed by the stack's own VAR, not the clone: test_secure's second stack (VAR/secure) in the
+    # same clone took the first one's outside home for "left by a removed clone" and removed it,
+    # PostgreSQL's data under the running stack (a suite run from a clone in /root)
+    outside = OUTSIDE_HOMES / hashlib.sha1(str(VAR.resolve()).encode()).hexdigest()[:12] / name
     outside.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(outside.parent, 0o755)
     if outside.exists():   # no link here to it: left by a clone at this path since removed, never ours

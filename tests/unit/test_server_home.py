@@ -76,3 +76,18 @@ def test_a_fresh_clone_where_a_removed_one_was_starts_empty(tmp_path, monkeypatc
 
     assert again == home and (var / "pg").is_symlink()
     assert list(again.iterdir()) == []
+
+
+def test_a_second_stack_of_the_same_clone_never_takes_the_first_ones_home(tmp_path, monkeypatch):
+    """test_secure starts a second stack (TIDELINE_STACK_VAR=VAR/secure) beside the running one:
+    keyed by the clone, its PostgreSQL home outside was the first stack's, which it removed as
+    "left by a removed clone" — the running stack's data gone mid-suite."""
+    var = _clone_in_a_closed_home(tmp_path, monkeypatch)
+    first = base.server_home("pg", "postgres")
+    (first / "PG_VERSION").write_text("15")
+    monkeypatch.setattr(base, "VAR", var / "secure")
+
+    second = base.server_home("pg", "postgres")
+
+    assert second != first and (var / "secure" / "pg").is_symlink()
+    assert (first / "PG_VERSION").read_text() == "15"
