@@ -44,25 +44,26 @@ COPY_STAGE = sql.SQL("COPY {} (tbl, op, key, after, part, off, ts, pos) FROM STD
 
 
 def field(doc: str, col: str) -> sql.Composable:
+    """A field of a staged event's image: `col` as the source names it (Column.source_name)."""
     return sql.SQL("s.{}->>{}").format(sql.Identifier(doc), sql.Literal(col))
 
 
 def row_value(c: Column) -> sql.Composable:
     """The column's value from the event's row image (see the module docstring for an absent one)."""
-    new = value_expr(field("after", c.name), c.type, c.encoding)
+    new = value_expr(field("after", c.source_name), c.type, c.encoding)
     if c.hash_salt is not None:   # hash_columns: the target holds its hash (core.column_hash)
         new = pg_sql(new, c.hash_salt)
     if not c.has_missing:   # absent: ->> gives NULL, which is what existing rows hold
         return new
     missing = sql.SQL("{}::{}").format(sql.Literal(c.missing_value), sql.SQL(c.type))
     return sql.SQL("CASE WHEN s.after ? {name} THEN {new} ELSE {missing} END").format(
-        name=sql.Literal(c.name), new=new,
+        name=sql.Literal(c.source_name), new=new,
         missing=pg_sql(missing, c.hash_salt) if c.hash_salt is not None else missing)
 
 
 def _key_match(columns: dict[str, Column], pk: list[str], doc: str) -> sql.Composable:
     return sql.SQL(" AND ").join(
-        sql.SQL("t.{} = {}").format(sql.Identifier(k), value_expr(field(doc, k), columns[k].type,
+        sql.SQL("t.{} = {}").format(sql.Identifier(k), value_expr(field(doc, columns[k].source_name), columns[k].type,
                                                                   columns[k].encoding)) for k in pk)
 
 
@@ -137,7 +138,7 @@ def update_sql(schema: str, table: str, columns: list[Column], pk: list[str],
     for c in _written(columns):
         if c.name in pk:
             continue
-        raw = field("after", c.name)
+        raw = field("after", c.source_name)
         new = row_value(c)
         if may_be_unavailable(c.type, c.encoding):
             new = sql.SQL("CASE WHEN {test} THEN t.{col} ELSE {new} END").format(
@@ -174,7 +175,7 @@ def insert_sql(schema: str, table: str, columns: list[Column], pk: list[str],
 def unavailable_on_insert_sql(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composed:
     """Rows about to be inserted that carry a TOAST placeholder: the target lacks a row the source
     has, so the value cannot be known. Returns (part, off, key) of the first few."""
-    tests = [unavailable_test(field("after", c.name), c.type) for c in _written(columns)
+    tests = [unavailable_test(field("after", c.source_name), c.type) for c in _written(columns)
              if may_be_unavailable(c.type, c.encoding)]
     if not tests:
         return sql.SQL("SELECT NULL::int, NULL::bigint, NULL::text WHERE false")
@@ -218,7 +219,8 @@ def history_statement(schema: str, table: str, columns: list[Column], pk: list[s
     apply counts: deletes, 0, versions opened.)"""
     by_name = {c.name: c for c in columns}
     keys = [sql.Identifier(k) for k in pk]
-    key_exprs = [sql.SQL("{} AS {}").format(value_expr(field("key", k), by_name[k].type, by_name[k].encoding),
+    key_exprs = [sql.SQL("{} AS {}").format(value_expr(field("key", by_name[k].source_name), by_name[k].type,
+                                                       by_name[k].encoding),
                                             sql.Identifier(k)) for k in pk]
     key_list = sql.SQL(", ").join(keys)
     on = lambda a, b: sql.SQL(" AND ").join(sql.SQL("{a}.{k} = {b}.{k}").format(a=sql.Identifier(a), b=sql.Identifier(b), k=k)
@@ -233,11 +235,11 @@ def history_statement(schema: str, table: str, columns: list[Column], pk: list[s
         if c.name not in pk and may_be_unavailable(c.type, c.encoding):
             value = sql.SQL("CASE WHEN {test} THEN (SELECT t.{col} FROM {t} AS t WHERE t.{cur} AND {match}) "
                             "ELSE {value} END").format(
-                test=unavailable_test(field("after", c.name), c.type), col=sql.Identifier(c.name), t=target,
+                test=unavailable_test(field("after", c.source_name), c.type), col=sql.Identifier(c.name), t=target,
                 cur=sql.Identifier(CURRENT), match=on("t", "s"), value=value)
         values.append(value)
     meta = [(n, v) for n, v in extra_values(TableExtras(metadata=extras.metadata), deleting=False)]
-    tests = [unavailable_test(field("after", c.name), c.type) for c in written
+    tests = [unavailable_test(field("after", c.source_name), c.type) for c in written
              if c.name not in pk and may_be_unavailable(c.type, c.encoding)]
     broken = (sql.SQL("SELECT s.part, s.off, s.key::text FROM seq AS s LEFT JOIN cur ON {on} WHERE s.op <> 'd' "
                       "AND cur.vf IS NULL AND ({tests}) LIMIT 1").format(on=on("s", "cur"),
@@ -303,10 +305,10 @@ def hash_log_images_sql(table: str, columns: list[Column]) -> sql.Composed | Non
     def image(doc: str) -> sql.Composable:
         out: sql.Composable = sql.Identifier(doc)
         for c in hashed:
-            value = sql.SQL("({})->>{}").format(out, sql.Literal(c.name))
+            value = sql.SQL("({})->>{}").format(out, sql.Literal(c.source_name))   # the event's own names
             out = sql.SQL("CASE WHEN {v} IS NULL OR {v} = {u} THEN {img} ELSE jsonb_set({img}, {path}, "
                           "to_jsonb({h})) END").format(v=value, u=sql.Literal(UNAVAILABLE), img=out,
-                                                      path=sql.Literal("{" + c.name + "}"), h=pg_sql(value, c.hash_salt))
+                                                      path=sql.Literal("{" + c.source_name + "}"), h=pg_sql(value, c.hash_salt))
         return out
     return sql.SQL("UPDATE {stage} SET before = {b}, after = {a} WHERE tbl = {tbl}").format(
         stage=sql.Identifier(LOG_STAGE), b=image("before"), a=image("after"), tbl=sql.Literal(table))

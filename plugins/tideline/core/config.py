@@ -64,6 +64,13 @@ class PipelineConfig(_Model):
                                      f"pipeline")
                 raise ValueError(f"table {t.name!r} is listed twice")
             seen[t.name] = t
+        landing: dict[tuple[str, str], str] = {}
+        for t in self.tables:   # a target table holds one source table (its rows, its offsets)
+            where = (self.target_schema(t.name), t.target_name or t.name)
+            if where in landing:
+                raise ValueError(f"tables {landing[where]!r} and {t.name!r} would both land in the target table "
+                                 f"{where[0]}.{where[1]}: give one another target_name (or target_schema)")
+            landing[where] = t.name
         cdc = [t.name for t in self.tables if t.mode == "cdc"]
         topics: dict[str, str] = {}
         heartbeat = [self.source.heartbeat_table] if self.source.heartbeat_table else []
@@ -138,6 +145,15 @@ class PipelineConfig(_Model):
     def target_schema(self, table: str) -> str:
         """The schema a table lands in: its own target_schema, or target.schema."""
         return self.table(table).target_schema or self.target.schema_
+
+    def target_table(self, table: str) -> str:
+        """The target table a source table lands in: its target_name, or its own name."""
+        return self.table(table).target_name or table
+
+    def target_names(self, table: str):
+        """What the target calls the table and its columns (core.target_names)."""
+        from tideline.core.target_names import TargetNames
+        return TargetNames.of(self.table(table))
 
     @property
     def source_schemas(self) -> list[str]:

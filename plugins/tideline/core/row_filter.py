@@ -43,12 +43,14 @@ class RowFilter:
         """The predicate as the source runs it (snapshot reads, verify's source side, repair)."""
         return self._tree.sql(dialect=DIALECTS[self.source_kind])
 
-    def target_sql(self, have: list[str], alias: str) -> str:
+    def target_sql(self, have: list[str], alias: str, renamed: dict[str, str] | None = None) -> str:
         """The predicate in PostgreSQL, each column read from `alias` (a row of the decoded
-        change event, its columns named as the source's), quoted as the source's catalog spells it."""
+        change event), quoted as the source's catalog spells it (`have`) — or as the target names
+        it, where `renamed` (source -> target, core.target_names) says."""
         def qualify(node: exp.Expression) -> exp.Expression:
             if isinstance(node, exp.Column):
                 name = _resolve(node.name, have, self.source_kind)
+                name = (renamed or {}).get(name, name)
                 return exp.Column(this=exp.Identifier(this=name, quoted=True), table=exp.Identifier(this=alias))
             return node
         return self._tree.transform(qualify).sql(dialect="postgres")

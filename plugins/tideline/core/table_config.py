@@ -18,6 +18,11 @@ class TableConfig(_Model):
                                 description="the table's source schema (MariaDB: database); default source.schema")
     target_schema: str | None = Field(default=None, description="the target schema it lands in; default "
                                                                 "target.schema")
+    target_name: str | None = Field(default=None, description="the target table's name; default the source table's "
+                                                              "(Tideline's state, params and alerts keep the source's)")
+    rename: dict[str, str] = Field(default_factory=dict, description="source column -> the name the target table "
+                                                                     "gives it (every other option names the source's "
+                                                                     "columns)")
     primary_key: list[str] | None = Field(
         default=None, description="key columns; omitted = read from the source catalog")
     columns: list[str] | None = Field(default=None, description="sync only these columns, plus the key "
@@ -77,6 +82,17 @@ class TableConfig(_Model):
     def _schemas(cls, v: str | None) -> str | None:
         return v if v is None else identifier(v, "schema")
 
+    @field_validator("target_name")
+    @classmethod
+    def _target_name(cls, v: str | None) -> str | None:
+        return v if v is None else identifier(v, "target_name")
+
+    @field_validator("rename")
+    @classmethod
+    def _rename(cls, v: dict[str, str]) -> dict[str, str]:
+        from tideline.core.target_names import check_rename
+        return check_rename(v)
+
     @field_validator("primary_key")
     @classmethod
     def _pk(cls, v: list[str] | None) -> list[str] | None:
@@ -126,6 +142,8 @@ class TableConfig(_Model):
                 raise ValueError(f"table {self.name!r}: partition_by {f.text} names column {f.column!r}, which the "
                                  f"table does not sync (columns / exclude_columns)")
         from tideline.core.table_extras import TableExtras
+        from tideline.core.target_names import check_renamed_columns
+        check_renamed_columns(self)
         clash = TableExtras.of(self).collisions(list(self.columns or []) + list(self.primary_key or []))
         if clash:
             raise ValueError(f"table {self.name!r}: {', '.join(clash)} is a source column and also a column "

@@ -5,7 +5,7 @@ rendering a Composed to text needs a connection, which the caller holds.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from psycopg2 import sql
 
@@ -34,6 +34,18 @@ class Column:
     binary_copy: bool = field(default=False, compare=False)
     # hash_columns: the target holds salted SHA-256 of its text (core.column_hash), not the value
     hash_salt: str | None = field(default=None, repr=False, compare=False)
+    # rename: the source's name of a column the target names otherwise (core.target_names)
+    source: str | None = field(default=None, compare=False)
+
+    @property
+    def source_name(self) -> str:
+        """What the source (its catalog, its change events) calls the column."""
+        return self.source or self.name
+
+    @property
+    def at_source(self) -> "Column":
+        """The column under the source's name (itself, unless renamed)."""
+        return replace(self, name=self.source, source=None) if self.source else self
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,13 @@ class TableShape:
     name: str
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...]  # empty = keyless table, read by physical location (ctid)
+    # a target's shape (core.target_names): the source's shape it names otherwise
+    origin: "TableShape | None" = field(default=None, compare=False, repr=False)
+
+    @property
+    def at_source(self) -> "TableShape":
+        """The shape as the source names it (itself, unless a target's shape of a renamed table)."""
+        return self.origin or self
 
     @property
     def column_names(self) -> list[str]:
@@ -88,7 +107,7 @@ def select_columns(shape: TableShape, include: list[str] | None, exclude: list[s
         raise SourceError(f"{label}: primary key column(s) {', '.join(dropped)} cannot be left out of the sync")
     keep = [c for c in shape.columns
             if c.name not in exclude and (include is None or c.name in include or c.name in shape.primary_key)]
-    return TableShape(shape.schema, shape.name, tuple(keep), shape.primary_key)
+    return TableShape(shape.schema, shape.name, tuple(keep), shape.primary_key, shape.origin)
 
 
 def read_query(shape: TableShape, where: sql.Composable | None = None, typed: bool = False) -> sql.Composed:

@@ -318,6 +318,9 @@ def finish_shape(label: str, shape: TableShape, configured_pk, tcfg) -> TableSha
                               f"primary key is {list(shape.primary_key)}. Make the config match the source.")
     if tcfg is not None and (tcfg.columns is not None or tcfg.exclude_columns):
         shape = select_columns(shape, tcfg.columns, tcfg.exclude_columns, label)
+    if tcfg is not None and tcfg.rename:   # the names the target gives its columns (core.target_names)
+        from tideline.core.target_names import TargetNames
+        TargetNames.of(tcfg).check(shape, label)
     if tcfg is not None and tcfg.hash_columns:   # held as salted hashes (core.column_hash)
         from tideline.core import column_hash
         salt = column_hash.salt_of(tcfg._hash_salt_conn) if tcfg._hash_salt_conn else None

@@ -80,11 +80,12 @@ class BatchSync:
             lower, upper, where, new_cursor = self.engine.cursor_bounds(
                 src, shape, cursor_col, current, start, end, tcfg.safety_lag_s,
                 time=cursor_col.type.startswith(_TIME_TYPES))
-            self.store.begin_interval(tgt, shape, schema, stage)
+            landing = cfg.target_names(table).shape(shape)   # the target's names for it (core.target_names)
+            self.store.begin_interval(tgt, landing, schema, stage)
             rows = 0
             if where is not None:
                 query, preds, init = self.engine.interval_read(src, shape, where, cfg.spark.parallelism)
-                figures = copy_source_rows(self.spark, self.engine, self.store, tgt, shape, query,
+                figures = copy_source_rows(self.spark, self.engine, self.store, tgt, landing, query,
                                            preds, schema, stage, label, session_init=init, started=started,
                                            where=where, run_id=run_id)
                 rows = sum(f["copied"] for f in figures)
@@ -92,9 +93,9 @@ class BatchSync:
                     raise LoadVerificationError(f"{label}: rows read and rows staged differ; nothing was applied")
             with tgt, tgt.cursor() as cur:
                 state.check_epoch(cur, cfg.name, table, epoch)
-                self.store.ensure_table(cur, shape, schema, label)
+                self.store.ensure_table(cur, landing, schema, label)
                 if rows:
-                    self.store.merge_interval(cur, shape, schema, stage)
+                    self.store.merge_interval(cur, landing, schema, stage)
                 self.store.drop_staging(cur, schema, stage)
                 state.finish_batch(cur, pipeline=cfg.name, table=table, epoch=epoch, cursor=new_cursor)
                 secs = time.monotonic() - started

@@ -100,20 +100,22 @@ def _snapshot(load_id: int, ranges: list[str], done: dict[int, int]) -> Snapshot
 def fill(load, read: ChunkedRead, src, tgt, shape: TableShape, schema: str, into: str, label: str, epoch: int,
          started: float, run_id: int) -> list[dict]:
     """Reads the chunks left into `into` (the shadow table), each committed with its record; then
-    checks that every chunk has one and that the shadow holds exactly the rows they recorded."""
-    cfg = load.cfg
+    checks that every chunk has one and that the shadow holds exactly the rows they recorded.
+    `shape` is the target's (core.target_names); the state and the source know the table by the
+    source's name."""
+    cfg, source = load.cfg, shape.at_source
     pending = read.pending
     if pending:
-        record = (chunks.record_chunk_sql(), {"load_id": read.load_id, "pipeline": cfg.name, "table": shape.name,
+        record = (chunks.record_chunk_sql(), {"load_id": read.load_id, "pipeline": cfg.name, "table": source.name,
                                               "epoch": epoch})
         log.info("%s: reading %d of %d chunks (each its own source transaction)", label, len(pending),
                  len(read.ranges))
-        where = kept_rows(cfg, shape.name)
-        copy_source_rows(load.spark, load.engine, load.store, tgt, shape, load.engine.read_query(src, shape, where),
+        where = kept_rows(cfg, source.name)
+        copy_source_rows(load.spark, load.engine, load.store, tgt, shape, load.engine.read_query(src, source, where),
                          [read.ranges[i] for i in pending], schema, into, label,
                          session_init=load.engine.chunk_session_init, started=started, run_id=run_id,
                          numbers=pending, record=record, where=where)
-    now = chunks.open_load(tgt, cfg.name, shape.name)
+    now = chunks.open_load(tgt, cfg.name, source.name)
     with tgt.cursor() as cur:
         cur.execute(sql.SQL("SELECT count(*) FROM {}.{}").format(sql.Identifier(schema), sql.Identifier(into)))
         stored = cur.fetchone()[0]
@@ -122,7 +124,7 @@ def fill(load, read: ChunkedRead, src, tgt, shape: TableShape, schema: str, into
     missing = [i for i in range(len(read.ranges)) if i not in done]
     recorded = sum(done.values())
     if missing or recorded != stored:
-        chunks.abandon_open(tgt, cfg.name, shape.name, f"verification failed: {len(missing)} chunks unrecorded, "
+        chunks.abandon_open(tgt, cfg.name, source.name, f"verification failed: {len(missing)} chunks unrecorded, "
                                                         f"{recorded:,} rows recorded, {stored:,} in the shadow table")
         raise LoadVerificationError(
             f"{label}: chunked load {read.load_id} recorded {recorded:,} rows in {len(done)} of {len(read.ranges)} "

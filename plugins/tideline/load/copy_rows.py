@@ -98,8 +98,9 @@ def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: Tab
     connection holding its snapshot, one partition; PostgreSQL) is piped by the driver itself on
     that connection and `tgt`: a Spark job and two more sessions would cost more than its rows
     (tests/bench/many_tables.py). A chunked load (load.chunked) numbers its partitions by chunk
-    (`numbers`) and gives each the statement that records it with its rows (`record`)."""
-    pipe = engine.pipe(tgt, shape, where, predicates, session_init)
+    (`numbers`) and gives each the statement that records it with its rows (`record`). `shape` is
+    the target's (core.target_names): the source is read by its own names, in the same order."""
+    pipe = engine.pipe(tgt, shape.at_source, where, predicates, session_init)
     copy_format = pipe.copy_format if pipe else "text"   # the JDBC path writes COPY text
     copy_sql = store.copy_statement(tgt, schema, table, shape.written_columns, copy_format)
     if snapshot_conn is not None and pipe is not None and len(predicates) == 1 and record is None:
@@ -133,7 +134,7 @@ def copy_source_rows(spark, engine: SourceEngine, store: Target, tgt, shape: Tab
             if session_init:
                 props["sessionInitStatement"] = session_init
             df = spark.read.jdbc(engine.jdbc_url(), query, predicates=predicates, properties=props)
-            df = df.select(*[f"`{c}`" for c in shape.written_columns])
+            df = df.select(*[f"`{c}`" for c in shape.at_source.written_columns])
             writer = make_copy_writer(target_dsn, copy_sql, shape.escape_flags, label)
             rows = df.mapInArrow(writer, "partition int, rows long, copied long, seconds double").collect()
             figures = [dict(r.asDict(), how="JDBC") for r in rows]

@@ -226,10 +226,12 @@ class FullLoad:
         started = time.monotonic()
         src, tgt = self._connections()
         schema = cfg.target_schema(table)
-        run_id = shape = read = None
+        run_id = shape = landing = read = None
         try:
             shape = self.engine.describe(src, cfg.source_schema(table), table, tcfg)
             src.rollback()
+            names = cfg.target_names(table)
+            landing = names.shape(shape)   # the target's names for it (core.target_names); the source reads its own
             in_chunks, mode = self._mode(src, shape, tcfg)
             where = chunked.kept_rows(cfg, table)   # the table's row_filter: every read keeps only its rows
             self.store.prepare_schema(tgt, schema, label)
@@ -265,9 +267,9 @@ class FullLoad:
             def fill(into: str) -> list[dict]:
                 """The snapshot's rows COPYed into `into` (a target that takes COPY); closes the snapshot."""
                 if read is not None:
-                    return chunked.fill(self, read, src, tgt, shape, schema, into, label, epoch, started, run_id)
+                    return chunked.fill(self, read, src, tgt, landing, schema, into, label, epoch, started, run_id)
                 small = snap.rows is not None and snap.rows <= DRIVER_COPY_MAX_ROWS and len(snap.predicates) == 1
-                figures = copy_source_rows(self.spark, self.engine, self.store, tgt, shape,
+                figures = copy_source_rows(self.spark, self.engine, self.store, tgt, landing,
                                            self.engine.read_query(src, shape, where), snap.predicates, schema, into,
                                            label, session_init=snap.session_init, started=started, run_id=run_id,
                                            snapshot_conn=src if small else None, where=where)
@@ -279,7 +281,7 @@ class FullLoad:
                 state.finish_full_load(cur, pipeline=cfg.name, table=table, epoch=epoch, topic=topic,
                                        offsets=offsets, snapshot_id=snap.snapshot_id, snapshot_at=snap.snapshot_at,
                                        snapshot_xmin=snap.position, rows=published.rows, topic_id=topic_id,
-                                       hashed=column_hash.hashed_columns(shape))
+                                       hashed=column_hash.hashed_columns(shape), names=names.recorded(schema))
                 state.set_partitions(cur, cfg.name, table, tree)
                 if read is not None:
                     chunks.end(cur, read.load_id, "succeeded")
@@ -291,11 +293,11 @@ class FullLoad:
 
             # 3. the target makes the snapshot its rows, atomically, with the state (Target.publish_snapshot)
             published = self.store.publish_snapshot(SnapshotLoad(
-                self.spark, self.engine, src, tgt, shape, snap, schema, label, cfg.name, epoch, offsets, fill=fill,
+                self.spark, self.engine, src, tgt, landing, snap, schema, label, cfg.name, epoch, offsets, fill=fill,
                 fence=lambda cur: state.check_epoch(cur, cfg.name, table, epoch), record=record,
                 resumed=read is not None and read.resumed, chunked=read, parallelism=cfg.spark.parallelism,
                 chunk_done=lambda cur, staged: chunked.staged(cur, read, staged, epoch, run_id),
-                extras=TableExtras.of(tcfg), partition_by=tuple(tcfg.partition_by), where=where))
+                extras=TableExtras.of(tcfg), partition_by=names.partition_by(tcfg.partition_by), where=where))
             secs = time.monotonic() - started
             result = LoadResult(table, published.rows, secs, len(snap.predicates), epoch, offsets)
             log.info("%s: loaded %s rows in %.1fs (%s rows/s; read+copy %.1fs); live table %s; "
@@ -303,7 +305,7 @@ class FullLoad:
                      published.copy_secs, published.published, offsets)
         except BaseException as exc:
             try:   # a chunked load keeps its shadow table and chunks for the next run to resume
-                self._fail(tgt, table, shape if read is None or isinstance(exc, LoadVerificationError) else None,
+                self._fail(tgt, table, landing if read is None or isinstance(exc, LoadVerificationError) else None,
                            run_id, exc)
                 if isinstance(exc, RefusedValue) and run_id is not None:
                     self._halt(tgt, table, epoch, exc)

@@ -118,11 +118,9 @@ def remove_tables(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conn
     target = resolve(cfg.target.conn_id)
     conn = state.connect(target)
     try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT table_name, phase, topic FROM tideline.table_state WHERE pipeline = %s AND "
-                        "NOT table_name = ANY(%s) ORDER BY table_name", (cfg.name, [t.name for t in cfg.tables]))
-            gone = cur.fetchall()
-        conn.rollback()
+        rows = state.removed_tables(conn, cfg.name, [t.name for t in cfg.tables])
+        gone = [r[:3] for r in rows]   # where its load put it: the YAML no longer says
+        landed = {t: (schema or cfg.target.schema_, name) for t, _p, _t, schema, name in rows}
         done = []
         for table, phase, _topic in gone:
             if phase != "removed":
@@ -143,9 +141,9 @@ def remove_tables(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conn
     done += _drop_leftovers(cfg, resolve, [table for table, _p, _t in gone])
     if drop_target:
         store = targets.for_pipeline(cfg, target)
-        for table, _p, _t in gone:
-            if store.drop_table(cfg.target.schema_, table):
-                done.append(f"target table {cfg.target.schema_}.{table} dropped")
+        for schema, name in (landed[table] for table, _p, _t in gone):
+            if store.drop_table(schema, name):
+                done.append(f"target table {schema}.{name} dropped")
     for line in done:
         log.warning("%s: %s", cfg.name, line)
     return done

@@ -28,7 +28,7 @@ def maintain(cfg: PipelineConfig, spark, tables: list[str] | None = None, enviro
     out, failed = {}, None
     try:
         for name in tables or [t.name for t in cfg.tables]:
-            if store.table_facts(cfg.target_schema(name), name) is None:   # not loaded yet: nothing to record
+            if store.table_facts(cfg.target_schema(name), cfg.target_table(name)) is None:   # not loaded yet: nothing to record
                 log.info("%s.%s: no table yet; nothing to maintain", cfg.name, name)
                 out[name] = None
                 continue
@@ -41,7 +41,8 @@ def maintain(cfg: PipelineConfig, spark, tables: list[str] | None = None, enviro
                     yield
 
             try:
-                figures = out[name] = store.maintain(spark, cfg.target_schema(name), name, cfg.maintenance, fence)
+                figures = out[name] = store.maintain(spark, cfg.target_schema(name), cfg.target_table(name),
+                                                     cfg.maintenance, fence)
             except Exception as exc:   # recorded per table; raised once the others ran
                 conn.rollback()
                 message = str(exc) if isinstance(exc, TidelineError) else f"{type(exc).__name__}: {exc}"

@@ -155,7 +155,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 last = f"run #{f['batch_run_id']} {ago(f['batch_run_age_s'])}" if f.get("batch_run_id") else "none yet"
             out.append(TableStatus(
                 t.name, st.phase if st else "batch" if t.mode == "batch" else "new", st.epoch if st else None,
-                store.row_count(target, cfg.target_schema(t.name), t.name, exact_counts),
+                store.row_count(target, cfg.target_schema(t.name), cfg.target_table(t.name), exact_counts),
                 engine.row_count(source, cfg.source_schema(t.name), t.name) if exact_counts and source else None,
                 last, lag, headroom, st.last_error if st else None, age, _verify_line(f),
                 headroom_s=c.headroom_s if c else None, covered=not (c and c.gaps), lag_s=lag_s,
@@ -166,7 +166,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 load_rows_per_s=float(f["load_rows_per_s"]) if f.get("load_rows_per_s") is not None else None,
                 load_expected=f.get("load_expected"), load_chunks=f.get("load_chunks"),
                 load_chunks_done=f.get("load_chunks_done"),
-                target_facts=store.table_facts(cfg.target_schema(t.name), t.name),
+                target_facts=store.table_facts(cfg.target_schema(t.name), cfg.target_table(t.name)),
                 last_maintenance=(f"{ago(f['maintain_age_s'])}: {f['maintain_outcome']}, {f['maintain_detail']}"
                                   if f.get("maintain_outcome") else None),
                 stream_ended=_stream_ended(cfg, st.phase if st else "new", streams.get(t.name), wait is not None),

@@ -81,6 +81,16 @@ def get(conn, pipeline: str, table: str) -> TableState | None:
                       row["snapshot_id"], row["snapshot_rows"], row["last_batch_id"], row["last_error"], dict(row))
 
 
+def removed_tables(conn, pipeline: str, kept: list[str]) -> list[tuple]:
+    """(table, phase, topic, target schema or None, target table) of the pipeline's tables not in
+    `kept`, as their loads recorded where they landed (core.target_names)."""
+    with conn.cursor() as cur:
+        cur.execute(sqlfiles.load("state/removed_tables"), {"pipeline": pipeline, "kept": kept})
+        rows = cur.fetchall()
+    conn.rollback()
+    return rows
+
+
 def claim_epoch(conn, pipeline: str, table: str, owner: str, topic: str) -> int:
     """A new epoch for this run (committed at once): older runs are fenced from here on."""
     with conn, conn.cursor() as cur:
@@ -219,10 +229,10 @@ def record_error(conn, pipeline: str, table: str, error: str) -> None:
 
 def finish_full_load(cur, *, pipeline: str, table: str, epoch: int, topic: str, offsets: dict[int, int],
                      snapshot_id: str, snapshot_at, snapshot_xmin: str, rows: int, topic_id: str | None = None,
-                     hashed: dict[str, str] | None = None) -> None:
+                     hashed: dict[str, str] | None = None, names: dict | None = None) -> None:
     cur.execute(sqlfiles.load("state/finish_full_load"), {
         "pipeline": pipeline, "table": table, "epoch": epoch, "topic": topic, "topic_id": topic_id,
-        "hashed": json.dumps(hashed) if hashed else None,
+        "hashed": json.dumps(hashed) if hashed else None, "names": json.dumps(names) if names else None,
         "offsets": json.dumps({str(p): o for p, o in sorted(offsets.items())}), "partitions": len(offsets),
         "snapshot_id": snapshot_id, "snapshot_at": snapshot_at, "snapshot_xmin": snapshot_xmin, "rows": rows})
     if cur.rowcount != 1:

@@ -30,6 +30,7 @@ from tideline.core.offsets import merge_committed
 from tideline.core.row_filter import RowFilter
 from tideline.core.table_extras import PREFIX as EXTRAS_PREFIX, TableExtras
 from tideline.core.table_shape import Column, TableShape
+from tideline.core.target_names import TargetNames
 from tideline.targets import ApplyRefused
 from tideline.targets.base import CommitStamp
 
@@ -46,6 +47,19 @@ class StreamTable:
     partitions: int | None = None   # the change topic's partition count at the full load
     source: dict[str, Column] = field(default_factory=dict)   # the source's columns: how events carry
                                                                # each, what existing rows hold
+    # what the target calls it and its columns (core.target_names): `columns` and `primary_key` are
+    # the target's; the state, the topic and the events know the source's names
+    names: TargetNames | None = None
+
+    @property
+    def target(self) -> str:
+        """The target table it lands in."""
+        return self.names.table if self.names is not None else self.name
+
+    @property
+    def source_key(self) -> list[str]:
+        """The key as the source (and its events) name it."""
+        return [self.names.source_column(k) for k in self.primary_key] if self.names is not None else self.primary_key
 
 
 @dataclass
@@ -151,7 +165,7 @@ class BatchCommitter:
             streamed = {t.name: t for t in self.tables.values() if t.topic in live}
             recorded = state.check_epochs(cur, cfg.name, {name: t.epoch for name, t in streamed.items()})
             current: dict[str, dict[int, int]] = {
-                t.topic: self.store.applied_offsets(cur, cfg.name, cfg.target_schema(name), name, recorded[name]) or {}
+                t.topic: self.store.applied_offsets(cur, cfg.name, cfg.target_schema(name), t.target, recorded[name]) or {}
                 for name, t in streamed.items()}
             # 2. exactly once: events below the committed position were applied by an earlier batch
             fresh = [r for r in per_partition if r["hi"] >= current[r["topic"]].get(r["partition"], 0)]
@@ -190,9 +204,9 @@ class BatchCommitter:
                 set(pc.unique(log_rows.column("topic")).to_pylist()) if logging_only else set())
             touched = sorted({self.by_topic[tp].name for tp in topics} - set(halting))
             if touched:
-                self.store.stage_changes(cur, rows, {tp: t.name for tp, t in self.by_topic.items()})
+                self.store.stage_changes(cur, rows, {tp: t.target for tp, t in self.by_topic.items()})
             if logging_only:   # every event of the tables with a change log (each logs what it lacks)
-                self.store.stage_log(cur, log_rows, {tp: t.name for tp, t in self.by_topic.items()})
+                self.store.stage_log(cur, log_rows, {tp: t.target for tp, t in self.by_topic.items()})
             # the source's catalog now: any schema change behind this batch's events shows in it
             shapes = self.engine.describe_many(self._src, [(cfg.source_schema(n), n, cfg.table(n)) for n in touched],
                                                check_key=False, for_stream=True)
@@ -257,13 +271,13 @@ class BatchCommitter:
             self._evolve(cur, table, shape)
             tcfg = self.cfg.table(table.name)
             if tcfg.changelog:   # before the table: a target that commits each apart logs first (its dedup)
-                self.store.hash_log(cur, table.name, table.columns)
-                self.store.append_changes(cur, self.cfg.name, self.cfg.target_schema(table.name), table.name, stamp)
+                self.store.hash_log(cur, table.target, table.columns)
+                self.store.append_changes(cur, self.cfg.name, self.cfg.target_schema(table.name), table.target, stamp)
             if tcfg.row_filter:   # what the filter does not keep leaves the target (core.row_filter)
                 predicate = RowFilter(tcfg.row_filter, self.cfg.source.kind).target_sql(
-                    [c.name for c in table.columns], "v")
-                self.store.leave_filter(cur, table.name, table.columns, predicate)
-            applied = self.store.apply_changes(cur, self.cfg.name, self.cfg.target_schema(table.name), table.name,
+                    [c.source_name for c in table.columns], "v", {c.source_name: c.name for c in table.columns})
+                self.store.leave_filter(cur, table.target, table.columns, predicate)
+            applied = self.store.apply_changes(cur, self.cfg.name, self.cfg.target_schema(table.name), table.target,
                                                table.topic, table.columns, table.primary_key,
                                                dead_letter=self.cfg.stream.on_bad_message == "dead_letter",
                                                stamp=stamp, extras=TableExtras.of(tcfg))
@@ -330,12 +344,13 @@ class BatchCommitter:
         if isinstance(shape, SourceError):
             raise shape
         try:
-            drift = schema_drift.plan(f"{self.cfg.name}.{table.name}", list(shape.columns), table.columns)
+            drift = schema_drift.plan(f"{self.cfg.name}.{table.name}", list(self.cfg.target_names(table.name)
+                                                                            .shape(shape).columns), table.columns)
         except TidelineError as exc:
             exc.table = exc.table or table.name   # plan() names the table only in its message
             raise
         if drift.changes_target:
-            self.store.evolve(cur, self.cfg.target_schema(table.name), table.name, drift)
+            self.store.evolve(cur, self.cfg.target_schema(table.name), table.target, drift)
             log.info("%s.%s: schema change applied: added %s, widened %s", self.cfg.name, table.name,
                      [c.name for c in drift.add] or "-", [f"{c}: {o} -> {n}" for c, o, n in drift.widen] or "-")
             table.source = {c.name: c for c in shape.columns}
@@ -343,14 +358,16 @@ class BatchCommitter:
 
     def columns(self, cur, table: str, source: dict[str, Column]) -> list[Column]:
         """The target's columns, each with how the source's events carry it and what the source's
-        existing rows hold for it (core.apply_sql: an event from before the column was added)."""
-        out = []
-        for n, t, nn, g in self.store.columns(cur, self.cfg.target_schema(table), table):
-            src = source.get(n)
+        existing rows hold for it (core.apply_sql: an event from before the column was added), and
+        the source's name of a renamed one (core.target_names)."""
+        out, names = [], self.cfg.target_names(table)
+        for n, t, nn, g in self.store.columns(cur, self.cfg.target_schema(table), names.table):
+            src = source.get(names.source_column(n))
             if src is None and n.startswith(EXTRAS_PREFIX):   # Tideline's own (core.table_extras): not from events
                 continue
+            renamed = names.source_column(n)
             out.append(Column(n, t, nn, generated=g, encoding=src.encoding if src else "pgtext",
                               has_missing=bool(src and src.has_missing),
                               missing_value=src.missing_value if src else None,
-                              hash_salt=src.hash_salt if src else None))
+                              hash_salt=src.hash_salt if src else None, source=renamed if renamed != n else None))
         return out

@@ -27,7 +27,8 @@ def check_coverage(cfg: PipelineConfig, store, conn, tables, kafka: KafkaAccess 
     for t in tables:
         st = state.get(conn, cfg.name, t.name)
         with conn.cursor() as cur:
-            resume = store.applied_offsets(cur, cfg.name, cfg.target_schema(t.name), t.name, st.resume_offsets)
+            resume = store.applied_offsets(cur, cfg.name, cfg.target_schema(t.name), cfg.target_table(t.name),
+                                           st.resume_offsets)
         conn.rollback()
         watermarks[t.topic] = kafka_offsets.watermarks(kafka, t.topic)
         earliest, latest = watermarks[t.topic]
@@ -58,7 +59,7 @@ def _log_start(cfg: PipelineConfig, store, conn, t, begin: dict[int, int], earli
     (drop_applied); the log takes what it lacks. What Kafka no longer holds is lost to the log:
     said in the log, once."""
     with conn.cursor() as cur:
-        logged = store.log_position(cur, cfg.target_schema(t.name), t.name, t.topic)
+        logged = store.log_position(cur, cfg.target_schema(t.name), cfg.target_table(t.name), t.topic)
     conn.rollback()
     out = dict(begin)
     for p, at in (logged or {}).items():

@@ -128,12 +128,15 @@ class IncrementalRun:
                 raise SourceError(f"{cfg.name}.{name}: tables without a primary key can be loaded but not streamed "
                                   f"yet. Add a primary key at the source, or put the table in batch mode.")
             source = {c.name: c for c in shape.columns}
+            names = cfg.target_names(name)   # what the target calls it (core.target_names)
             try:   # what the target holds was written otherwise than the config says now: marked, reloaded
                 rehashed = column_hash.changed_since_load(shape, ready[name].raw.get("hashed_columns"),
-                                                          f"{cfg.name}.{name}")
+                                                          f"{cfg.name}.{name}") or \
+                    names.changed_since_load(cfg.target_schema(name), name, ready[name].raw.get("target_names"),
+                                             f"{cfg.name}.{name}")
                 if rehashed:
                     raise ResnapshotRequired(rehashed, table=name)
-                added = self.store.ensure_extras(self._tgt, cfg.target_schema(name), name,
+                added = self.store.ensure_extras(self._tgt, cfg.target_schema(name), names.table,
                                                  TableExtras.of(cfg.table(name)))
             except ResnapshotRequired as exc:
                 self._needs_resnapshot(name, str(exc))
@@ -142,8 +145,8 @@ class IncrementalRun:
             if added:
                 log.info("%s.%s: added %s to the target table (rows not changed since hold NULL there)", cfg.name,
                          name, ", ".join(added))
-            self.tables[name] = StreamTable(name, cfg.topic(name), 0, list(shape.primary_key),
-                                            self._target_columns(name, source), source=source)
+            self.tables[name] = StreamTable(name, cfg.topic(name), 0, list(names.shape(shape).primary_key),
+                                            self._target_columns(name, source), source=source, names=names)
         if not self.tables:
             raise SourceError(f"pipeline {cfg.name}: no table is ready to stream: {'; '.join(waiting)}. "
                               f"A table streams once a full load put it in phase 'streaming' (the sync DAG does "

@@ -47,7 +47,7 @@ def fill_from_source(rows: pa.Table, by_topic: dict, source_schema, engine, src)
         table = by_topic[topic]
         images = [_DECODE(after[i].encode()) for i in idx]
         columns = sorted({n for image in images for n, raw in image.items() if bytes(raw) == PLACEHOLDER})
-        found = engine.current_values(src, source_schema(table.name), table.name, table.primary_key,
+        found = engine.current_values(src, source_schema(table.name), table.name, table.source_key,
                                       [keys[i] for i in idx], columns)
         gone = 0
         for n, (i, image) in enumerate(zip(idx, images)):

@@ -276,9 +276,10 @@ class Target(ABC):
                            extras: TableExtras = TableExtras()) -> tuple[int, int, int]:
         """Reads the source's rows matching `source_where` (one consistent read, made now: the
         caller holds the fence) and applies them (apply_repair). A target that stores values in
-        another form reads the source its own way. Returns (read, upserted, deleted)."""
+        another form reads the source its own way. `shape` is the target's (core.target_names): the
+        source is read by its own names. Returns (read, upserted, deleted)."""
         rows = io.BytesIO()
-        engine.copy_out(src, shape, source_where, rows)
+        engine.copy_out(src, shape.at_source, source_where, rows)
         rows.seek(0)
         return self.apply_repair(cur, shape, schema, rows, target_where, delete_missing, extras)
 

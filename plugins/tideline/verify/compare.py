@@ -67,14 +67,15 @@ class TableVerifier:
     # ---------------------------------------------------------------- setup
 
     def _shape(self, table: str) -> TableShape:
-        shape = self.engine.describe(self.src.conn, self.cfg.source_schema(table), table, self.cfg.table(table),
-                                     check_key=False)
+        shape = self.engine.describe(self.src.conn, self.cfg.source_schema(table), table, self.cfg.table(table), False)
+        where, landing = self.cfg.target_schema(table), self.cfg.target_names(table).shape(shape)   # its own names
+        self.landing = landing
         try:
-            cols = self.tgt.column_types(self.cfg.target_schema(table), table)
+            cols = self.tgt.column_types(where, landing.name)
         except self.tgt.errors as exc:
-            raise TargetError(f"{self.cfg.name}.{table}: cannot read the target table "
-                              f"{self.cfg.target_schema(table)}.{table}: {str(exc).strip()}", table=table) from None
-        absent = [c for c in shape.column_names if c not in cols]
+            raise TargetError(f"{self.cfg.name}.{table}: cannot read the target table {where}.{landing.name}: "
+                              f"{str(exc).strip()}", table=table) from None
+        absent = [c for c in landing.column_names if c not in cols]
         if absent:
             raise TargetError(f"{self.cfg.name}.{table}: the target table lacks synced column(s) "
                               f"{', '.join(absent)}; the stream adds columns as it meets them — run the sync, "
@@ -91,18 +92,18 @@ class TableVerifier:
         mode = next((m for m in self.src.fingerprints if m in self.tgt.fingerprints), None)
         if mode == "typed":
             self.src.dialect, self.tgt.dialect, binary = self.src.typed_dialects(shape, src_schema, self.tgt,
-                                                                                 tgt_schema)
+                                                                                 tgt_schema, self.landing)
             if not binary:
                 log.warning("%s: source and target hash values differently (byte order or version); "
                             "fingerprinting row text instead (slower)", shape.name)
         elif mode == "canonical":
             verify_canonical.check_keys(shape, f"{self.cfg.name}.{shape.name}")
             self.src.dialect = self.src.canonical_dialect(shape, src_schema)
-            self.tgt.dialect = self.tgt.canonical_dialect(shape, tgt_schema)
+            self.tgt.dialect = self.tgt.canonical_dialect(self.landing, tgt_schema)
         elif mode == "lake":
             verify_lake.check_keys(shape, f"{self.cfg.name}.{shape.name}")
             self.src.dialect = self.src.lake_dialect(shape, src_schema)
-            self.tgt.dialect = self.tgt.lake_dialect(shape, tgt_schema)
+            self.tgt.dialect = self.tgt.lake_dialect(self.landing, tgt_schema)
         else:
             raise TargetError(f"{self.cfg.name}.{shape.name}: verify cannot compare a {self.engine.label} source with "
                               f"a {self.cfg.target.kind} target in this version of Tideline (the source fingerprints "

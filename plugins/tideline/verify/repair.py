@@ -72,8 +72,8 @@ def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, 
         source_where = f"({source_where}) AND ({RowFilter(cfg.table(table).row_filter, cfg.source.kind).source_sql()})"
     with tgt, tgt.cursor() as cur:
         _lock_for_repair(cur, cfg.name, table, epoch)
-        read, upserted, deleted = store.repair_from_source(
-            cur, engine, src, shape, cfg.target_schema(table), source_where, target_where, delete_missing,
+        read, upserted, deleted = store.repair_from_source(   # the target's shape (core.target_names)
+            cur, engine, src, cfg.target_names(table).shape(shape), cfg.target_schema(table), source_where, target_where, delete_missing,
             f"{cfg.name}.{table}", TableExtras.of(cfg.table(table)))
         run_id = state.run_start_in(cur, cfg.name, table, "repair", epoch)
         state.run_end(cur, run_id, "succeeded", read,
@@ -147,10 +147,11 @@ def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_f
             _check_range(store, tgt, table, col.name, "timestamptz", time_from, time_to, ("repair_from", "repair_to"))
             lo, hi = store.utc_text(tgt, time_from), store.utc_text(tgt, time_to)
         label = f"{'key' if key_from is not None else time_column} range {lo}..{hi}"
+        landing, names = cfg.target_names(table).shape(shape), cfg.target_names(table)
         # A time range says nothing about rows deleted at the source: only a key range deletes.
         return apply_from_source(cfg, engine, shape, src, tgt, store,
                                  engine.range_where(src, shape, col.name, lo, hi, as_time),
-                                 store.range_where(tgt, shape, col.name, lo, hi, as_time), label,
+                                 store.range_where(tgt, landing, names.column(col.name), lo, hi, as_time), label,
                                  delete_missing=not as_time)
     finally:
         src.close()
@@ -176,7 +177,7 @@ def repair_verified(cfg: PipelineConfig, source: Conn, target: Conn, table: str,
         shape = engine.describe(src, cfg.source_schema(table), table, cfg.table(table))
         for i in range(0, len(ranges), ranges_per_transaction):
             chunk = ranges[i:i + ranges_per_transaction]
-            target_where = store.key_ranges_where(tgt, shape, chunk)
+            target_where = store.key_ranges_where(tgt, cfg.target_names(table).shape(shape), chunk)
             tgt.rollback()
             r = apply_from_source(cfg, engine, shape, src, tgt, store, engine.key_ranges_where(src, shape, chunk),
                                   target_where, f"{len(chunk)} key range(s) verify run {run_id} found different")

@@ -105,11 +105,11 @@ class LakeApply:
         an unchanged large value; a delete carries only the key)."""
         if c.name in self.primary_key:
             return sql.SQL("CASE WHEN s.op = 'd' THEN {} ELSE {} END").format(
-                value_expr(apply_sql.field("key", c.name), c.type, c.encoding), apply_sql.row_value(c))
+                value_expr(apply_sql.field("key", c.source_name), c.type, c.encoding), apply_sql.row_value(c))
         value = apply_sql.row_value(c)
         if may_be_unavailable(c.type, c.encoding):
             value = sql.SQL("CASE WHEN {} THEN NULL ELSE {} END").format(
-                unavailable_test(apply_sql.field("after", c.name), c.type), value)
+                unavailable_test(apply_sql.field("after", c.source_name), c.type), value)
         return sql.SQL("CASE WHEN s.op = 'd' THEN NULL ELSE {} END").format(value)
 
     def _query(self, cur, where: sql.Composable | None = None, columns: list[int] | None = None) -> str:
@@ -125,8 +125,8 @@ class LakeApply:
             out.append(f"to_json({read})::text" if lake.iceberg.startswith("list<") else read)
             out.append(refused or "false")
             c = self.columns[i]
-            out.append(sql.SQL("s.op <> 'd' AND {}").format(unavailable_test(apply_sql.field("after", c.name), c.type))
-                       .as_string(cur) if may_be_unavailable(c.type, c.encoding) and c.name not in self.primary_key
+            unsent = unavailable_test(apply_sql.field("after", c.source_name), c.type)
+            out.append(sql.SQL("s.op <> 'd' AND {}").format(unsent).as_string(cur) if may_be_unavailable(c.type, c.encoding) and c.name not in self.primary_key
                        else "false")
         return sql.SQL("SELECT {out} FROM {stage} s, LATERAL (SELECT {decoded}) v WHERE s.tbl = {tbl}{where} "
                        "ORDER BY s.part, s.off").format(

@@ -39,8 +39,8 @@ def read_query(engine, shape: TableShape, columns: list[lake_types.LakeColumn], 
     a `refuse` rule, and the key aliases the snapshot's predicates compare (engine.keyed_read); only
     the rows matching `where` (a repair's range) when given."""
     q, selects = engine.quote, []
-    for i, col in enumerate(columns):
-        value = engine.column_value(shape.column(col.name), "t")
+    for i, col in enumerate(columns):   # read by the source's names, named as the target's (core.target_names)
+        value = engine.column_value(shape.column(col.name).at_source, "t")
         read = col.read.replace("{c}", value)
         if col.refuse:
             bad = f"coalesce({col.refuse.replace('{c}', value)}, false)"
@@ -48,7 +48,7 @@ def read_query(engine, shape: TableShape, columns: list[lake_types.LakeColumn], 
                 read = f"CASE WHEN {bad} THEN NULL ELSE {read} END"
             selects.append(f"{bad} AS {q(lake_types.BAD_FLAG.format(i))}")
         selects.append(f"{read} AS {q(col.name)}")
-    return engine.keyed_read(shape, selects, where)
+    return engine.keyed_read(shape.at_source, selects, where)
 
 
 @contextmanager

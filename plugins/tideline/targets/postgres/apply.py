@@ -152,7 +152,7 @@ class TableApply:
                 continue
             cur.execute("SAVEPOINT tl_cast")
             try:
-                raw = sql.SQL("s.after->>{}").format(sql.Literal(c.name))
+                raw = sql.SQL("s.after->>{}").format(sql.Literal(c.source_name))
                 cur.execute(sql.SQL("SELECT {} FROM {} s WHERE s.tbl = %s AND s.part = %s AND s.off = %s "
                                     "AND {} IS DISTINCT FROM {}").format(   # a TOAST placeholder is never cast
                     value_expr(raw, c.type, c.encoding), sql.Identifier(apply_sql.STAGE), raw, sql.Literal(UNAVAILABLE)),
