@@ -150,3 +150,29 @@ def test_a_renamed_mariadb_table_lands_under_its_names_in_postgresql_and_in_iceb
         assert report.equal and report.target_rows == len(source_rows())
     finally:
         _drop(maria, t)
+
+
+def test_a_renamed_batch_table_merges_its_intervals_under_the_target_s_names(spark, source_db, target_db, pipelines,
+                                                                             unique_name):
+    from datetime import datetime, timedelta, timezone
+
+    from tideline.load.batch import BatchSync
+    t = f"{unique_name}_ev"
+    day0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, v text)")
+        cur.execute(f"INSERT INTO public.{t} SELECT g, %s::timestamptz + g * interval '1 hour', 'v ' || g || ' ✓' "
+                    f"FROM generate_series(1, 48) g", (day0,))
+    try:
+        cfg = pipelines.make([{"name": t, "mode": "batch", "cursor_column": "updated_at", "target_name": "events",
+                               "rename": {"id": "event_id", "v": "value"}}], create_topics=False)
+        sync = BatchSync(cfg, spark)
+        sync.run(day0, day0 + timedelta(days=1))
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE public.{t} SET v = 'changed', updated_at = %s WHERE id = 3",
+                        (day0 + timedelta(days=1, hours=20),))
+        sync.run(day0 + timedelta(days=1), day0 + timedelta(days=2))
+        assert _rows(target_db, f"SELECT row(event_id, updated_at, value)::text FROM {cfg.name}.events ORDER BY 1") == \
+            _rows(source_db, f"SELECT row(id, updated_at, v)::text FROM public.{t} ORDER BY 1")
+    finally:
+        drop_source(source_db, t)

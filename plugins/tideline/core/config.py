@@ -146,6 +146,10 @@ class PipelineConfig(_Model):
         """The schema a table lands in: its own target_schema, or target.schema."""
         return self.table(table).target_schema or self.target.schema_
 
+    @property
+    def table_names(self) -> list[str]:
+        return [t.name for t in self.tables]
+
     def target_table(self, table: str) -> str:
         """The target table a source table lands in: its target_name, or its own name."""
         return self.table(table).target_name or table

@@ -93,7 +93,8 @@ def decommission(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conne
         for topic, fut in (admin.delete_topics(topics, operation_timeout=30).items() if topics else ()):
             fut.result(60)
         done.append(f"{len(topics)} Kafka topic(s)" + (f": {', '.join(topics)}" if topics else ""))
-        done += _drop_leftovers(cfg, resolve, tables)
+        done += _drop_leftovers(cfg, resolve, [(cfg.target_schema(t), cfg.target_table(t)) if t in cfg.table_names
+                                               else (cfg.target.schema_, t) for t in tables])
         done.append(f"{_delete_state(target, cfg.name)} state row(s)")
     finally:
         target.close()
@@ -138,7 +139,7 @@ def remove_tables(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conn
         for fut in (admin.delete_topics(doomed, operation_timeout=30).values() if doomed else ()):
             fut.result(60)
         done += [f"topic {t} deleted" for t in doomed]
-    done += _drop_leftovers(cfg, resolve, [table for table, _p, _t in gone])
+    done += _drop_leftovers(cfg, resolve, [landed[table] for table, _p, _t in gone])
     if drop_target:
         store = targets.for_pipeline(cfg, target)
         for schema, name in (landed[table] for table, _p, _t in gone):
@@ -149,12 +150,13 @@ def remove_tables(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conn
     return done
 
 
-def _drop_leftovers(cfg: PipelineConfig, resolve: Callable[[str], Conn], tables: list[str]) -> list[str]:
-    """What cut-off chunked loads left (Target.load_leftover): Tideline's own, dropped in any case."""
+def _drop_leftovers(cfg: PipelineConfig, resolve: Callable[[str], Conn], places: list[tuple[str, str]]) -> list[str]:
+    """What cut-off chunked loads left beside each (schema, target table): Tideline's own, always dropped."""
     from tideline import targets
     store = targets.for_pipeline(cfg, resolve(cfg.target.conn_id))
-    return [f"{cfg.target.schema_}.{leftover}, a cut-off chunked load's rows" for leftover in
-            filter(None, (store.load_leftover(t) for t in tables)) if store.drop_table(cfg.target.schema_, leftover)]
+    leftovers = [(schema, store.load_leftover(table)) for schema, table in places]
+    return [f"{schema}.{left}, a cut-off chunked load's rows" for schema, left in leftovers
+            if left and store.drop_table(schema, left)]
 
 
 def _forget_heartbeat(cfg: PipelineConfig, engine) -> str:
