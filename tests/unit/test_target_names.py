@@ -91,3 +91,11 @@ def test_a_load_records_where_the_table_landed_and_a_stream_that_finds_it_moved_
     assert "target_name orders -> sales_orders" in why and "rename note: note -> remark" in why and "reloaded" in why
     why = plain.changed_since_load("elsewhere", "orders", plain.recorded("analytics"), "p.orders")
     assert "target_schema analytics -> elsewhere" in why
+
+
+def test_a_chunked_load_cut_off_before_a_rename_starts_over_and_one_without_resumes():
+    from tideline.core.chunked_load import shape_digest
+    assert shape_digest(TargetNames("orders").shape(SHAPE)) == shape_digest(SHAPE)
+    renamed = {shape_digest(TargetNames("orders", {"note": "remark"}).shape(SHAPE)),
+               shape_digest(TargetNames("sales").shape(SHAPE))}
+    assert shape_digest(SHAPE) not in renamed and len(renamed) == 2

@@ -45,13 +45,14 @@ def chunk_count(rows_estimate: int | None, chunk_rows: int) -> int:
 
 
 def shape_digest(shape: TableShape, row_filter: str | None = None) -> str:
-    """What a chunk's rows look like: the columns read, their types, the key and the rows the
-    table's filter keeps. A load planned for another shape or filter (changed while it was
+    """What a chunk's rows look like: the columns read (as the target names them), their types, the
+    key, the rows the table's filter keeps and the target table (when named otherwise). A load planned for another shape or filter (changed while it was
     stopped) cannot be resumed: its shadow table holds rows of the old one."""
     hashed = column_hash.hashed_columns(shape)   # a salt changed mid-load: chunks hashed two ways
     text = "|".join(f"{c}:{shape.column(c).type}" + (f":hashed {hashed[c]}" if c in hashed else "")
                     for c in shape.written_columns) + "#" + ",".join(shape.primary_key)
     text += f"#{row_filter}" if row_filter else ""
+    text += f"#into {shape.name}" if shape.origin is not None and shape.name != shape.origin.name else ""
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

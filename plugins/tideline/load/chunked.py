@@ -54,7 +54,8 @@ def open_read(load, src, tgt, shape: TableShape, table: str, epoch: int) -> Chun
     """The table's open chunked load taken over by this run (epoch), when it may resume; else a
     new one planned — after the handover offsets are taken."""
     cfg, tcfg = load.cfg, load.cfg.table(table)
-    topic, digest = cfg.topic(table), shape_digest(shape, tcfg.row_filter)
+    landing = cfg.target_names(table).shape(shape)   # a load renamed since it was cut off starts over
+    topic, digest = cfg.topic(table), shape_digest(landing, tcfg.row_filter)
     found: OpenLoad | None = chunks.open_load(tgt, cfg.name, table)
     tgt.rollback()
     over = ""
