@@ -608,9 +608,9 @@ def main(argv: list[str] | None = None) -> int:
               f"lost={seen.get('lost', -1)} duplicated={seen.get('duplicated', -1)} reloads={reloads} "
               f"different={seen.get('different', -1)} batch_gaps={gaps(cfgs)} minutes={args.minutes:g} seed={seed}")
     log("faults: " + ", ".join(f"{k} ×{chosen.count(k)}" for k in sorted(set(chosen))))
+    print(result, flush=True)   # before the teardown: a teardown that fails must not lose the run's figures
     if not args.keep:
         teardown(cfgs)
-    print(result, flush=True)
     ok = survived == len(chosen) and not (seen.get("lost") or seen.get("duplicated") or seen.get("different"))
     return 0 if ok and not reloads else 1
 
