@@ -36,6 +36,7 @@ from contextlib import closing
 from pathlib import Path
 
 import psutil
+import psycopg2
 import yaml
 
 import full_load as fl
@@ -54,7 +55,10 @@ class OldestTransaction(threading.Thread):
         self.stopped, self.oldest = threading.Event(), 0.0
 
     def run(self):
-        with closing(pg(stackctl.DATABASES["source"])) as conn, conn.cursor() as cur:
+        # as the superuser: pg_stat_activity hides another role's xact_start (the load's role is not
+        # the bench's), so a role of its own would see no transaction at all, held or not
+        url = stackctl.pg_url(stackctl.DATABASES["source"], stackctl.PG_SUPERUSER, stackctl.PG_SUPERPASS)
+        with closing(psycopg2.connect(url)) as conn, conn.cursor() as cur:
             conn.autocommit = True
             while not self.stopped.wait(0.2):
                 cur.execute("SELECT coalesce(max(extract(epoch FROM clock_timestamp() - xact_start)), 0) "
