@@ -61,10 +61,6 @@ class TargetNames:
     def of(cls, tcfg) -> "TargetNames":
         return cls(tcfg.target_name or tcfg.name, {s: t for s, t in tcfg.rename.items() if s != t})
 
-    @property
-    def renames(self) -> bool:
-        return bool(self.columns)
-
     def column(self, source: str) -> str:
         """The target's name of a source column."""
         return self.columns.get(source, source)
