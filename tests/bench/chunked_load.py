@@ -40,6 +40,7 @@ import psycopg2
 import yaml
 
 import full_load as fl
+from peers import debian_tool
 from benchlib import (CpuMeter, checkpoint, ensure_topic, first_load, pg, run_bench, run_full_load, stackctl,
                       start_full_load)
 
@@ -145,6 +146,7 @@ def main() -> int:
     ap.add_argument("--chunk-rows", type=int, default=250_000)
     args = ap.parse_args()
     env = stackctl.full_env()
+    debian_tool("pgcopydb")   # installed before anything is timed or metered (apt's CPU is not the peer's)
     fl.ensure_source(args.rows)
     ensure_topic(f"bench.public.{fl.TABLE}")
     with tempfile.TemporaryDirectory() as tmp:

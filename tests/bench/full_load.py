@@ -31,6 +31,7 @@ from pathlib import Path
 
 import yaml
 
+from peers import debian_tool
 from benchlib import CpuMeter, checkpoint, db_url, ensure_topic, first_load, run_bench, pg, run_full_load, stackctl
 
 TABLE = "bench_orders"
@@ -166,6 +167,7 @@ def main() -> int:
     ap.add_argument("--parallelism", type=int, default=4)
     args = ap.parse_args()
     env = stackctl.full_env()
+    debian_tool("pgcopydb")   # installed before anything is timed or metered (apt's CPU is not the peer's)
     ensure_source(args.rows)
     ensure_topic(f"bench.public.{TABLE}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from peers import debian_tool
 from benchlib import CpuMeter, checkpoint, db_url, ensure_topic, first_load, run_bench, pg, run_full_load, stackctl
 
 TABLE = "bench_orders"
@@ -137,6 +138,7 @@ def main() -> int:
     ap.add_argument("--parallelism", type=int, default=4)
     args = ap.parse_args()
     env = stackctl.full_env()
+    debian_tool("pgloader")   # installed before anything is timed or metered (apt's CPU is not the peer's)
     ensure_source(args.rows)
     ensure_topic(f"bench_mariadb.{stackctl.MARIADB_DATABASE}.{TABLE}")
     with tempfile.TemporaryDirectory() as tmp:
