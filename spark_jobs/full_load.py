@@ -20,7 +20,8 @@ def load(cfg, spark, tables, log) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_job(job_parser("Tideline full load").parse_args(argv), "full_load", load)
+    from tideline.load.full_load import session_needed
+    return run_job(job_parser("Tideline full load").parse_args(argv), "full_load", load, session_needed)
 
 
 if __name__ == "__main__":

@@ -32,9 +32,11 @@ def job_parser(description: str) -> argparse.ArgumentParser:
     return ap
 
 
-def run_job(args: argparse.Namespace, kind: str, body: Callable) -> int:
+def run_job(args: argparse.Namespace, kind: str, body: Callable,
+            session_needed: Callable | None = None) -> int:
     """Loads the pipeline, starts Spark, runs body(cfg, spark, tables or None, log); returns the
-    exit status (0, or the one exit_code() gives the TidelineError that stopped it)."""
+    exit status (0, or the one exit_code() gives the TidelineError that stopped it).
+    `session_needed(cfg)` False: the session is started only if the body uses it."""
     from tideline.core.config import load_pipeline
     from tideline.core.errors import TidelineError, exit_code
     setup_logging()
@@ -44,6 +46,7 @@ def run_job(args: argparse.Namespace, kind: str, body: Callable) -> int:
         from tideline import targets
         from tideline.spark_session import SessionStarting
         spark = SessionStarting(f"tideline-{kind.replace('_', '-')}-{cfg.name}", conf=dict(cfg.spark.conf),
+                                start=session_needed is None or session_needed(cfg),
                                 extra_jars=targets.spec(cfg.target.kind).spark_jars())
         body(cfg, spark, [t for t in args.tables.split(",") if t] or None, log)
         return 0

@@ -69,13 +69,33 @@ class SessionStarting:
     ranges; a stream: claiming its tables and checking Kafka still holds their positions), the
     ~3-8 s of SparkContext start-up and those steps overlapping (tests/bench/full_load.py). Its
     first use waits for the session; a failure to start is raised there. Then it is the session
-    (attributes pass through)."""
+    (attributes pass through).
 
-    def __init__(self, app_name: str, **kwargs):
+    `start=False`: not started until its first use (or `start()`) — a job that may need no Spark
+    at all (a piped full load on a local master: driver_streams) does not pay for a SparkContext
+    it never uses."""
+
+    def __init__(self, app_name: str, start: bool = True, **kwargs):
         self.master = master_url(kwargs.get("master"))
         self._session = self._error = None
         self._ready = threading.Event()
         self._active_here = threading.local()
+        self._args = (app_name, kwargs)
+        self._starting = threading.Lock()
+        self.started = False
+        cores = local_cores(self)
+        # the streams the driver may run at once when it pipes a load itself (driver_streams)
+        self.driver_slots = threading.BoundedSemaphore(cores) if cores else None
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Starts the session in its thread (once)."""
+        with self._starting:
+            if self.started:
+                return
+            self.started = True
+        app_name, kwargs = self._args
         threading.Thread(target=self._start, args=(app_name,), kwargs=kwargs, daemon=True,
                          name="tideline-spark-start").start()
 
@@ -90,8 +110,9 @@ class SessionStarting:
             self._ready.set()
 
     def ready(self, timeout: float = 0.0) -> bool:
-        """Whether the session has started (or failed to), waiting up to `timeout` seconds."""
-        return self._ready.wait(timeout)
+        """Whether the session has started (or failed to), waiting up to `timeout` seconds; a
+        session not asked for yet is not ready, and is not started by this."""
+        return self.started and self._ready.wait(timeout)
 
     def session(self) -> SparkSession:
         """The session, made the active one of the calling thread the first time that thread uses
@@ -99,6 +120,7 @@ class SessionStarting:
         outside Spark SQL (Iceberg's Spark3Util.loadIcebergTable in maintenance) sees the fallback
         settings, without the catalogs set on the session — getOrCreate made it active only in
         the thread that started it."""
+        self.start()
         self._ready.wait()
         if self._error is not None:
             raise self._error
@@ -116,10 +138,25 @@ def session_ready(spark) -> bool:
     return spark.ready() if isinstance(spark, SessionStarting) else True
 
 
+def driver_streams(spark) -> int | None:
+    """How many pipes the driver runs at once when it moves a load's rows itself: the local
+    master's cores, when the job's session was never started (SessionStarting(start=False)). Spark
+    in local mode would run the same pipes in as many Python workers on this host, after ~2-3 s
+    of SparkContext start-up that competes with the two databases for the same cores
+    (tests/bench/full_load_mariadb.py). None: Spark's tasks pipe (a cluster, or a session started)."""
+    if isinstance(spark, SessionStarting) and not spark.started:
+        return local_cores(spark)
+    return None
+
+
 def local_cores(spark) -> int | None:
     """How many tasks `spark` runs at once on the driver's own host (a local master: local[N],
     local[*], local), or None when its executors run elsewhere (a cluster)."""
-    master = spark.master if isinstance(spark, SessionStarting) else spark.sparkContext.master
+    return master_cores(spark.master if isinstance(spark, SessionStarting) else spark.sparkContext.master)
+
+
+def master_cores(master: str) -> int | None:
+    """local_cores of a master URL."""
     m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master.strip())
     if m is None:
         return None

@@ -166,3 +166,90 @@ def test_local_cores_of_a_master(master, cores):
     session = spark_session.SessionStarting.__new__(spark_session.SessionStarting)
     session.__dict__["master"] = master
     assert spark_session.local_cores(session) == cores
+
+
+def never_started(monkeypatch, master: str = "local[2]"):
+    """A job's session that was not asked for (SessionStarting(start=False)); starting it fails the test."""
+    monkeypatch.setattr(spark_session, "get_session",
+                        lambda app, **kw: pytest.fail("the session was started"))
+    return spark_session.SessionStarting("test", start=False, master=master)
+
+
+def test_a_session_never_started_on_a_local_master_leaves_every_range_to_the_drivers_streams(monkeypatch):
+    spark, log, running, most = never_started(monkeypatch), [], [0], [0]
+    lock = threading.Lock()
+
+    def make(where):
+        def copy(items):
+            for part, _read in items:
+                with lock:
+                    running[0] += 1
+                    most[0] = max(most[0], running[0])
+                time.sleep(0.02)
+                with lock:
+                    running[0] -= 1
+                log.append((part, where))
+                yield {"partition": part}
+        return copy
+    items = [(i, f"read {i}") for i in range(7)]
+    figures = copy_rows.pipe_partitions(spark, items, progress(), make)
+    assert [f["partition"] for f in figures] == list(range(7))    # each once, in key order
+    assert {w for _, w in log} == {"in the driver"}
+    assert most[0] == 2                                           # local[2]: two streams at once
+    assert not spark.started and not spark.ready()
+
+
+def test_the_drivers_streams_of_tables_loading_at_once_share_the_masters_cores(monkeypatch):
+    spark, running, most = never_started(monkeypatch), [0], [0]
+    lock = threading.Lock()
+
+    def make(where):
+        def copy(items):
+            for part, _read in items:
+                with lock:
+                    running[0] += 1
+                    most[0] = max(most[0], running[0])
+                time.sleep(0.02)
+                with lock:
+                    running[0] -= 1
+                yield {"partition": part}
+        return copy
+    tables = [threading.Thread(target=copy_rows.pipe_partitions,
+                               args=(spark, [(i, "r") for i in range(4)], progress(), make)) for _ in range(3)]
+    for t in tables:
+        t.start()
+    for t in tables:
+        t.join()
+    assert most[0] == 2
+
+
+def test_a_failed_range_stops_the_drivers_streams_and_is_raised(monkeypatch):
+    spark, log = never_started(monkeypatch), []
+
+    def make(where):
+        def copy(items):
+            for part, _read in items:
+                if part == 1:
+                    raise RuntimeError("partition 1: the source went away")
+                time.sleep(0.05)
+                log.append(part)
+                yield {"partition": part}
+        return copy
+    with pytest.raises(RuntimeError, match="partition 1: the source went away"):
+        copy_rows.pipe_partitions(spark, [(i, "r") for i in range(8)], progress(), make)
+    assert log == [0]   # the other stream ended its range; nothing more was taken
+
+
+def test_on_a_cluster_a_session_not_asked_for_starts_for_spark_to_pipe(monkeypatch):
+    release, context, log = threading.Event(), FakeContext(), []
+    release.set()
+    session = type("Session", (), {"sparkContext": context, "_jvm": None, "_jsparkSession": None})()
+    monkeypatch.setattr(spark_session, "get_session", lambda app, **kw: session)
+    monkeypatch.setattr(spark_session.SessionStarting, "session",
+                        lambda self: (self.start(), self._ready.wait(), session)[2])
+    spark = spark_session.SessionStarting("test", start=False, master="spark://cluster:7077")
+    assert spark_session.driver_streams(spark) is None
+    spark.start()
+    spark.ready(10)
+    figures = copy_rows.pipe_partitions(spark, [(i, "r") for i in range(3)], progress(), copier_for(log))
+    assert [f["partition"] for f in figures] == [0, 1, 2] and {w for _, w in log} == {"spark"}

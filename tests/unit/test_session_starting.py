@@ -52,3 +52,21 @@ def test_a_session_that_cannot_start_fails_the_job_where_it_is_first_used(monkey
     spark = spark_session.SessionStarting("job")
     with pytest.raises(RuntimeError, match="Java gateway"):
         spark.read
+
+
+def test_a_session_not_asked_for_starts_at_its_first_use_only(monkeypatch):
+    started = []
+
+    class Session:
+        version = "4.0.0"
+        _jsparkSession = "the JVM session"
+        _jvm = type("jvm", (), {"org": type("org", (), {"apache": type("a", (), {"spark": type("s", (), {
+            "sql": type("q", (), {"SparkSession": type("S", (), {"setActiveSession": staticmethod(lambda j: None)})})
+        })})})})
+
+    monkeypatch.setattr(spark_session, "get_session", lambda app_name, **kw: started.append(app_name) or Session())
+    spark = spark_session.SessionStarting("job", start=False, master="local[2]")
+    assert not spark.ready(0.2) and started == []      # asking whether it is ready does not start it
+    assert spark_session.driver_streams(spark) == 2
+    assert spark.version == "4.0.0" and started == ["job"]
+    assert spark_session.driver_streams(spark) is None  # started: Spark's tasks pipe now

@@ -193,6 +193,10 @@ class SourceEngine(ABC):
 
     # pipe() gives a pipe: a full load's rows never pass through Spark's JVM
     pipes_copy = False
+    # several of its pipes run well side by side in one Python process (few Python calls per MB
+    # moved), so on a local master the driver pipes a load itself, with no Spark session
+    # (load.full_load.session_needed); not when the pipe calls into Python once per row
+    pipes_in_threads = False
 
     def pipe(self, conn, shape: TableShape, where: str | None, predicates: list[str],
              session_init: str | None):

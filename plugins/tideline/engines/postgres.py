@@ -216,6 +216,9 @@ class PostgresEngine(PostgresCapture, SourceEngine):
         return {**self.jdbc_properties(), "options": SESSION_OPTIONS}
 
     pipes_copy = True
+    # not pipes_in_threads: psycopg2 hands each row of COPY TO to Python, and two pipes in one
+    # process contend for the GIL (tests/bench/full_load.py: 212-238k rows/s per pipe in driver
+    # threads, 275-345k in Spark's Python workers)
 
     def pipe(self, conn, shape: TableShape, where: str | None, predicates: list[str], session_init: str | None):
         """Typed columns: COPY prints each with its type's output function, the same text `::text`

@@ -15,7 +15,7 @@ from tideline import state
 from tideline.core.table_shape import TableShape
 from tideline.engines import SourceEngine
 from tideline.pipes.copy_pipe import make_copy_writer, make_pipe_copier, report_partition
-from tideline.spark_session import local_cores, session_ready
+from tideline.spark_session import driver_streams, local_cores, session_ready
 from tideline.targets import Target
 
 log = logging.getLogger("tideline.full_load")
@@ -161,6 +161,9 @@ def pipe_partitions(spark, items: list[tuple[int, str]], progress: Progress, cop
     is raised once Spark's job has ended; a failure of Spark's stops the driver taking more."""
     if session_ready(spark):
         return spark.sparkContext.parallelize(items, len(items)).mapPartitions(copier_for("")).collect()
+    streams = driver_streams(spark)
+    if streams:
+        return _driver_only(spark, items, progress, copier_for, streams)
     if len(items) == 1:   # nothing to share: no waiting for the session
         progress.driver_running = 1
         try:
@@ -227,3 +230,45 @@ def pipe_partitions(spark, items: list[tuple[int, str]], progress: Progress, cop
     if failed:
         raise failed[0]
     return sorted(mine + theirs, key=lambda f: f["partition"])
+
+
+def _driver_only(spark, items: list[tuple[int, str]], progress: Progress, copier_for, streams: int) -> list[dict]:
+    """The load's ranges piped by the driver alone, `streams` at once (a local master whose
+    session the job never started: spark_session.driver_streams), each stream taking the next
+    range left; the streams of tables loading at once share the master's cores
+    (SessionStarting.driver_slots). A failed range stops the streams taking more, and its error
+    is raised once the running ones have ended (their uncommitted rows roll back with them)."""
+    queue, lock, failed, figures = list(items), threading.Lock(), [], []
+    slots = spark.driver_slots
+
+    def stream() -> None:
+        copy = copier_for("in the driver")
+        while True:
+            with slots:
+                with lock:
+                    if failed or not queue:
+                        return
+                    item = queue.pop(0)
+                    progress.driver_running += 1
+                try:
+                    done = list(copy([item]))
+                except BaseException as exc:  # noqa: BLE001 — raised by the calling thread
+                    with lock:
+                        failed.append(exc)
+                    return
+                finally:
+                    with lock:
+                        progress.driver_running -= 1
+                with lock:
+                    figures.extend(done)
+                    progress.driver_done += 1
+
+    threads = [threading.Thread(target=stream, name=f"tideline-driver-pipe-{i}", daemon=True)
+               for i in range(min(streams, len(items)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failed:
+        raise failed[0]
+    return sorted(figures, key=lambda f: f["partition"])

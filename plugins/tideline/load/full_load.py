@@ -33,6 +33,7 @@ from tideline.core.settings import CLIENT_COMPILER_ONLY
 from tideline.core.table_extras import TableExtras
 from tideline.core.table_shape import TableShape
 from tideline.engines import SourceEngine
+from tideline.spark_session import master_cores, master_url
 from tideline.targets import Published, SnapshotLoad, Target
 
 log = logging.getLogger("tideline.full_load")
@@ -67,8 +68,26 @@ def piped_load_conf(source: Conn, target_kind: str) -> dict[str, str]:
     kind's (SparkSettings.job_conf; the pipeline's own spark.conf wins over both): the lean driver
     JVM when every row goes source -> target as a COPY piped by Python (in local mode the driver's
     JVM is the executor too, so only then)."""
-    piped = engines.for_source(source).pipes_copy and not targets.capabilities(target_kind).writes_in_jvm
-    return {"spark.driver.extraJavaOptions": PIPED_LOAD_JAVA_OPTIONS} if piped else {}
+    return {"spark.driver.extraJavaOptions": PIPED_LOAD_JAVA_OPTIONS} if loads_by_pipe(source, target_kind) else {}
+
+
+def loads_by_pipe(source: Conn, target_kind: str) -> bool:
+    """Whether every row of a load goes source -> target as a COPY piped by Python, never
+    through the JVM (engine.pipes_copy into a target that does not write in the JVM)."""
+    return engines.for_source(source).pipes_copy and not targets.capabilities(target_kind).writes_in_jvm
+
+
+def session_needed(cfg: PipelineConfig) -> bool:
+    """Whether a full load of `cfg` starts its Spark session at once: not when its master is
+    local and every row is piped by an engine whose pipes run well side by side in one process
+    (SourceEngine.pipes_in_threads) — the driver pipes the ranges itself, as many at once as the
+    master has cores (spark_session.driver_streams): Spark in local mode would only run the same
+    pipes in Python workers on the same host, after a SparkContext's start-up that competes with
+    the databases for the cores (tests/bench/full_load_mariadb.py). Anything that does use the
+    session starts it then."""
+    engine = engines.engine_class(cfg.source.kind)
+    piped = engine.pipes_copy and engine.pipes_in_threads and not targets.capabilities(cfg.target.kind).writes_in_jvm
+    return master_cores(master_url()) is None or not piped
 
 
 def run_owner(kind: str) -> str:

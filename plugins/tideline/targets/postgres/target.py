@@ -21,6 +21,13 @@ from tideline.postgres_sql import PgSide
 
 log = logging.getLogger("tideline.targets.postgres")
 
+# Autovacuum is off on a shadow table while the load fills it: chunks and partitions commit as
+# they go, so with it on, autovacuum vacuumed and analyzed the half-filled shadow (10M+ rows of a
+# chunked load, a resumed load's earlier chunks) beside the copy, on the same cores — and again
+# once it was swapped in. Back on before the swap; the rows the load inserted still count, so
+# autovacuum takes the new table within autovacuum_naptime (its statistics: see _seal).
+LOADING_AUTOVACUUM = ("autovacuum_enabled", "toast.autovacuum_enabled")
+
 
 def shadow_name(table: str) -> str:
     """The table a snapshot fills out of readers' sight before it is swapped in."""
@@ -104,6 +111,9 @@ class PostgresTarget(Target):
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema),
                                                                        sql.Identifier(shadow)))
                 cur.execute(create_table(shape, schema, shadow, extras=load.extras, seeded_at=load.snap.snapshot_at))
+                cur.execute(sql.SQL("ALTER TABLE {}.{} SET ({})").format(
+                    sql.Identifier(schema), sql.Identifier(shadow), sql.SQL(", ").join(
+                        sql.SQL("{} = false").format(sql.SQL(o)) for o in LOADING_AUTOVACUUM)))
         started = time.monotonic()
         figures = load.fill(shadow)   # closes the source's snapshot: every partition has read
         copy_secs = time.monotonic() - started
@@ -139,10 +149,12 @@ class PostgresTarget(Target):
             return cur.fetchone()
 
     def _seal(self, conn, shape: TableShape, schema: str, shadow: str, epoch: int, key_extra: list[str] = ()) -> None:
-        """Key (rejecting duplicates; a history table's: the source's and the version's start);
-        statistics where nothing else gathers them."""
+        """Autovacuum back on; key (rejecting duplicates; a history table's: the source's and the
+        version's start); statistics where nothing else gathers them."""
         with conn.cursor() as cur:
             cur.execute("SET LOCAL maintenance_work_mem = '512MB'")
+            cur.execute(sql.SQL("ALTER TABLE {}.{} RESET ({})").format(
+                sql.Identifier(schema), sql.Identifier(shadow), sql.SQL(", ").join(map(sql.SQL, LOADING_AUTOVACUUM))))
             cur.execute("SELECT NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p')",
                         (sql.Identifier(schema, shadow).as_string(conn),))
             if shape.primary_key and cur.fetchone()[0]:   # (a resumed load's earlier run may have keyed it)
