@@ -107,7 +107,7 @@ def _kill_after_chunks(cfg, pipelines, state_db, table: str, at_least: int) -> d
     output: list[str] = []
     threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True).start()
     wait_until(lambda: len(_chunks(state_db, cfg.name, table)) >= at_least or proc.poll() is not None, 300,
-               f"{at_least} chunks to commit")
+               f"{at_least} chunks to commit", every=0.05)
     assert proc.poll() is None, "".join(output)[-3000:]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
@@ -208,9 +208,11 @@ def test_a_chunked_load_from_mariadb_killed_mid_way_resumes_and_converges(
     t, scratch = f"{unique_name}_mchunks", f"{unique_name}_oracle"
     _exec(maria, f"CREATE TABLE `{t}` (id bigint PRIMARY KEY, qty int NOT NULL, note varchar(400)) "
                  f"CHARACTER SET utf8mb4",
-          f"INSERT INTO `{t}` (id, qty, note) SELECT seq, seq % 100, CONCAT('row ', seq, ' ü😀') FROM seq_1_to_60000",
+          f"INSERT INTO `{t}` (id, qty, note) SELECT seq, seq % 100, CONCAT('row ', seq, ' ü😀') FROM seq_1_to_400000",
           f"ANALYZE TABLE `{t}`")
-    writer = Writer(f"`{t}`", 60_001, seed=9, pause=0.002, max_id=60_000,
+    # 400,000 rows in 267 chunks: piped by the driver with no Spark session to wait for, 60,000
+    # rows took 0.3 s, ended before a kill could land
+    writer = Writer(f"`{t}`", 400_001, seed=9, pause=0.002, max_id=400_000,
                     connect=lambda: stackctl.mariadb_connect(DB))
     try:
         cfg = mariadb_pipeline(pipelines, [{"name": t, "snapshot": "chunked", "chunk_rows": 1500}], partitions=2,

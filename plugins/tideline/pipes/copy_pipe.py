@@ -32,6 +32,63 @@ class Pipe:
         self.source, self.reads, self.copy_format = source, reads, copy_format
 
 
+class Sessions:
+    """PostgreSQL sessions a process's pipes hand on from one partition (or chunk) to the next,
+    by DSN and the statements that open the read: a chunked load's 80 chunks of a 20M-row table
+    opened 160 sessions, and each new backend's start, login and first look-ups of the table's
+    catalog cost the databases more CPU than the load's 4 partitions did all together
+    (tests/bench/chunked_load.py). A session is given back only after its work ended cleanly
+    (committed or rolled back), and checked with one round trip before it is used again (the
+    server may have restarted since); a process keeps a few per key."""
+
+    KEEP = 4
+
+    def __init__(self):
+        self._idle: dict[tuple, list] = {}
+        self._lock = threading.Lock()
+
+    def take(self, dsn: str, opened_by: str | None = None):
+        """A kept session that still answers, else a new one."""
+        import psycopg2
+        key = (dsn, opened_by)
+        while True:
+            with self._lock:
+                conn = self._idle[key].pop() if self._idle.get(key) else None
+            if conn is None:
+                return psycopg2.connect(dsn, options=SESSION_OPTIONS)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT 1")
+                conn.rollback()
+                return conn
+            except psycopg2.Error:
+                conn.close()
+
+    def give_back(self, conn, dsn: str, opened_by: str | None = None) -> None:
+        """Keeps a session whose transaction has ended (closes it when enough are kept)."""
+        if conn.closed or conn.get_transaction_status() != 0:   # psycopg2.extensions.TRANSACTION_STATUS_IDLE
+            conn.close()
+            return
+        with self._lock:
+            idle = self._idle.setdefault((dsn, opened_by), [])
+            if len(idle) < self.KEEP:
+                idle.append(conn)
+                return
+        conn.close()
+
+    def __reduce__(self):
+        # a pipe copier shipped to Spark's workers names the pool; each process keeps its own
+        return sessions, ()
+
+
+def sessions() -> Sessions:
+    """This process's pool."""
+    return SESSIONS
+
+
+SESSIONS = Sessions()
+
+
 class PostgresPipeSource:
     """A PostgreSQL source's side: the partition's `COPY … TO STDOUT` in its own session, which
     joins the load's snapshot first (`session_init`), or on the session holding it (`conn`)."""
@@ -44,14 +101,18 @@ class PostgresPipeSource:
         if conn is not None:
             with conn.cursor() as scur:
                 return pipe_copy(scur, read_sql, target_cur, copy_in_sql)
-        src = psycopg2.connect(self.dsn, options=SESSION_OPTIONS)
+        src = SESSIONS.take(self.dsn, self.session_init)
         try:
             with src.cursor() as scur:
                 if self.session_init:
                     scur.execute(self.session_init)
-                return pipe_copy(scur, read_sql, target_cur, copy_in_sql)
-        finally:
+                moved = pipe_copy(scur, read_sql, target_cur, copy_in_sql)
+            src.rollback()   # the read's transaction (its snapshot) ends here
+        except BaseException:
             src.close()
+            raise
+        SESSIONS.give_back(src, self.dsn, self.session_init)
+        return moved
 
 
 class _CountingReader:
@@ -168,7 +229,7 @@ def make_pipe_copier(source, target_dsn: str, copy_sql: str, label: str, copy_fo
 
         for part, read_sql in items:
             started = time.monotonic()
-            tgt = psycopg2.connect(target_dsn, options=SESSION_OPTIONS)
+            tgt, kept = SESSIONS.take(target_dsn), False
             try:
                 with tgt.cursor() as tcur:
                     # Durable anyway: the swap commits synchronously after every partition's WAL
@@ -191,8 +252,12 @@ def make_pipe_copier(source, target_dsn: str, copy_sql: str, label: str, copy_fo
                                                f"table over (its fencing epoch is no longer "
                                                f"{params.get('epoch')}); this run stops")
                 tgt.commit()
+                kept = True
             finally:
-                tgt.close()
+                if kept:
+                    SESSIONS.give_back(tgt, target_dsn)
+                else:
+                    tgt.close()
             secs = time.monotonic() - started
             how = f"COPY pipe, {copy_format}"
             report_partition(label, part, moved.read, moved.bytes, secs, f"{how}, {where}" if where else how)
