@@ -86,7 +86,7 @@ def other_captures_stopped():
 
 
 def checkpoint() -> float:
-    """A CHECKPOINT of the stack's PostgreSQL (as its superuser), then the host's dirty pages
+    """A CHECKPOINT of the stack's PostgreSQL (as its superuser), no autovacuum running, then the host's dirty pages
     written out (sync), before a contestant starts: a load writes ~1 GB of WAL, more than
     max_wal_size, and a stream bench's 2M changes ~7 GB of Kafka log, so without it the next
     contestant pays for what came before it. Returns the seconds it took."""
@@ -94,7 +94,17 @@ def checkpoint() -> float:
     conn = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["target"], stackctl.PG_SUPERUSER, stackctl.PG_SUPERPASS))
     conn.autocommit = True
     try:
-        conn.cursor().execute("CHECKPOINT")
+        cur = conn.cursor()
+        cur.execute("CHECKPOINT")
+        # and no autovacuum worker left running: one that took the previous contestant's table
+        # (or the freshly made source) would spend the next contestant's CPU (CpuMeter counts
+        # every process of the servers) on the same two cores
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'")
+            if not cur.fetchone()[0]:
+                break
+            time.sleep(0.5)
     finally:
         conn.close()
     os.sync()
