@@ -242,8 +242,13 @@ def start_full_load(pipeline: str, pipelines: Path, env: dict, master: str = "lo
     from tideline.spark_session import driver_conf
     env = dict(env, **SparkSettings.job_env("load"))   # as the sync DAG submits it (Spark's 1 GB driver heap)
     cfg = load_pipeline(pipelines / f"{pipeline}.yaml")
-    # the host's driver settings (class archive, driver jar), the driver JVM as the DAG sizes it
-    conf = driver_conf(piped_load_conf(get_connection(cfg.source.conn_id, env), cfg.target.kind), environ=env)
+    # as the DAG's operator: the load kind's settings and the pipeline's own spark.conf over the
+    # driver JVM sized by where the rows go, then the host's (class archive, driver jar) — before,
+    # a bench's pipeline `spark.conf` (iceberg.py --load-conf) never reached the driver's JVM options
+    from tideline.airflow.dag_factory import spark_submission
+    submission = spark_submission(cfg, "load")
+    conf = driver_conf({**piped_load_conf(get_connection(cfg.source.conn_id, env), cfg.target.kind),
+                        **submission["conf"]}, environ=env)
     proc = subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", master, *submit_args,
                              *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")],
                              "--jars", env["TIDELINE_SPARK_JARS"],
