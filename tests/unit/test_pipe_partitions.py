@@ -175,52 +175,45 @@ def never_started(monkeypatch, master: str = "local[2]"):
     return spark_session.SessionStarting("test", start=False, master=master)
 
 
-def test_a_session_never_started_on_a_local_master_leaves_every_range_to_the_drivers_streams(monkeypatch):
-    spark, log, running, most = never_started(monkeypatch), [], [0], [0]
-    lock = threading.Lock()
+class AtOnce:
+    """A copier that logs (partition, where) and counts how many of its copies ran at once."""
 
-    def make(where):
+    def __init__(self):
+        self.log, self.running, self.most, self.lock = [], 0, 0, threading.Lock()
+
+    def __call__(self, where):
         def copy(items):
             for part, _read in items:
-                with lock:
-                    running[0] += 1
-                    most[0] = max(most[0], running[0])
+                with self.lock:
+                    self.running += 1
+                    self.most = max(self.most, self.running)
                 time.sleep(0.02)
-                with lock:
-                    running[0] -= 1
-                log.append((part, where))
+                with self.lock:
+                    self.running -= 1
+                self.log.append((part, where))
                 yield {"partition": part}
         return copy
+
+
+def test_a_session_never_started_on_a_local_master_leaves_every_range_to_the_drivers_streams(monkeypatch):
+    spark, make = never_started(monkeypatch), AtOnce()
     items = [(i, f"read {i}") for i in range(7)]
     figures = copy_rows.pipe_partitions(spark, items, progress(), make)
     assert [f["partition"] for f in figures] == list(range(7))    # each once, in key order
-    assert {w for _, w in log} == {"in the driver"}
-    assert most[0] == 2                                           # local[2]: two streams at once
+    assert {w for _, w in make.log} == {"in the driver"}
+    assert make.most == 2                                         # local[2]: two streams at once
     assert not spark.started and not spark.ready()
 
 
 def test_the_drivers_streams_of_tables_loading_at_once_share_the_masters_cores(monkeypatch):
-    spark, running, most = never_started(monkeypatch), [0], [0]
-    lock = threading.Lock()
-
-    def make(where):
-        def copy(items):
-            for part, _read in items:
-                with lock:
-                    running[0] += 1
-                    most[0] = max(most[0], running[0])
-                time.sleep(0.02)
-                with lock:
-                    running[0] -= 1
-                yield {"partition": part}
-        return copy
+    spark, make = never_started(monkeypatch), AtOnce()
     tables = [threading.Thread(target=copy_rows.pipe_partitions,
                                args=(spark, [(i, "r") for i in range(4)], progress(), make)) for _ in range(3)]
     for t in tables:
         t.start()
     for t in tables:
         t.join()
-    assert most[0] == 2
+    assert make.most == 2
 
 
 def test_a_failed_range_stops_the_drivers_streams_and_is_raised(monkeypatch):

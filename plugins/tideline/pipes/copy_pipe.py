@@ -66,7 +66,8 @@ class Sessions:
 
     def give_back(self, conn, dsn: str, opened_by: str | None = None) -> None:
         """Keeps a session whose transaction has ended (closes it when enough are kept)."""
-        if conn.closed or conn.get_transaction_status() != 0:   # psycopg2.extensions.TRANSACTION_STATUS_IDLE
+        from psycopg2.extensions import TRANSACTION_STATUS_IDLE
+        if conn.closed or conn.get_transaction_status() != TRANSACTION_STATUS_IDLE:
             conn.close()
             return
         with self._lock:
