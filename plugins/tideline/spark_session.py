@@ -149,6 +149,21 @@ def driver_streams(spark) -> int | None:
     return None
 
 
+def jvm_now(spark):
+    """(the JVM, a Hadoop configuration) for a few calls into Java that need no Spark job (an
+    Iceberg commit through Iceberg's own API): the session's once it has started; else, under
+    spark-submit, the submitting JVM alone through py4j, with the job's spark.hadoop.* settings —
+    a SparkContext's start-up (~3-5 s of two cores, its threads and ~250 MB) is not paid for a
+    commit. A session started later shares that gateway. Outside spark-submit the session starts."""
+    if isinstance(spark, SessionStarting) and not spark.started and os.environ.get("PYSPARK_GATEWAY_PORT"):
+        from pyspark import SparkContext
+        SparkContext._ensure_initialized()
+        jvm = SparkContext._jvm
+        return jvm, jvm.org.apache.spark.deploy.SparkHadoopUtil.get().newConfiguration(jvm.org.apache.spark.SparkConf())
+    context = spark.sparkContext
+    return context._jvm, context._jsc.hadoopConfiguration()
+
+
 def local_cores(spark) -> int | None:
     """How many tasks `spark` runs at once on the driver's own host (a local master: local[N],
     local[*], local), or None when its executors run elsewhere (a cluster)."""

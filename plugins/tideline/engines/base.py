@@ -207,6 +207,15 @@ class SourceEngine(ABC):
         value decoded in Python. None: read with Spark JDBC."""
         return None
 
+    # csv_reader() runs a `COPY (query) TO STDOUT WITH (FORMAT csv)` of the source: a lake target
+    # then writes a load's data files from Arrow's CSV reader without Spark (pipes.lake_files)
+    reads_csv = False
+
+    def csv_reader(self, session_init: str | None):
+        """What runs such a COPY in a session that ran `session_init` first
+        (pipes.copy_pipe.PostgresPipeSource.copy_out). None: the rows are read with Spark JDBC."""
+        return None
+
     def close_snapshot(self, conn) -> None:
         conn.rollback()
 

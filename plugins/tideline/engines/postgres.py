@@ -230,6 +230,12 @@ class PostgresEngine(PostgresCapture, SourceEngine):
                  f"TO STDOUT{copy_options(shape.copy_format)}" for p in predicates]
         return Pipe(PostgresPipeSource(self.source.postgres_dsn(), session_init), reads, shape.copy_format)
 
+    reads_csv = True
+
+    def csv_reader(self, session_init: str | None):
+        from tideline.pipes.copy_pipe import PostgresPipeSource
+        return PostgresPipeSource(self.source.postgres_dsn(), session_init)
+
     def open_snapshot(self, conn, shape: TableShape, parts: int) -> Snapshot:
         """One exported snapshot, held open on `conn`; every partition's session joins it."""
         conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
@@ -251,11 +257,13 @@ class PostgresEngine(PostgresCapture, SourceEngine):
     loads_in_chunks = True
 
     def estimate_rows(self, conn, shape: TableShape) -> int | None:
-        """reltuples over the table's leaf partitions (the table itself when not partitioned)."""
+        """reltuples over the table's leaf partitions (the table itself when not partitioned:
+        pg_partition_tree lists nothing for a table outside any partition tree)."""
+        table = sql.Identifier(shape.schema, shape.name).as_string(conn)
         with conn.cursor() as cur:
-            cur.execute("SELECT sum(c.reltuples)::bigint, bool_or(c.reltuples < 0) FROM pg_partition_tree(%s::regclass) p "
-                        "JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf",
-                        (sql.Identifier(shape.schema, shape.name).as_string(conn),))
+            cur.execute("SELECT sum(c.reltuples)::bigint, bool_or(c.reltuples < 0) FROM pg_class c "
+                        "WHERE c.relkind <> 'p' AND c.oid = ANY(ARRAY(SELECT relid FROM pg_partition_tree(%s::regclass) "
+                        "WHERE isleaf) || %s::regclass::oid)", (table, table))
             total, never_analyzed = cur.fetchone()
         conn.rollback()
         return None if total is None or never_analyzed else max(0, int(total))

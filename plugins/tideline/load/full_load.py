@@ -22,7 +22,7 @@ from tideline import engines, kafka_offsets, state, targets
 
 from tideline.capture import refusals
 from tideline.load import chunked
-from tideline.load.copy_rows import copy_source_rows
+from tideline.load.copy_rows import copy_source_rows, spread_partitions
 from tideline.state import chunks
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn, get_connection
@@ -83,11 +83,22 @@ def session_needed(cfg: PipelineConfig) -> bool:
     (SourceEngine.pipes_in_threads) — the driver pipes the ranges itself, as many at once as the
     master has cores (spark_session.driver_streams): Spark in local mode would only run the same
     pipes in Python workers on the same host, after a SparkContext's start-up that competes with
-    the databases for the cores (tests/bench/full_load_mariadb.py). Anything that does use the
-    session starts it then."""
-    engine = engines.engine_class(cfg.source.kind)
-    piped = engine.pipes_copy and engine.pipes_in_threads and not targets.capabilities(cfg.target.kind).writes_in_jvm
-    return master_cores(master_url()) is None or not piped
+    the databases for the cores (tests/bench/full_load_mariadb.py) — nor when its tables' data
+    files are written from CSV (files_written). Anything that does use the session starts it then."""
+    engine, target = engines.engine_class(cfg.source.kind), targets.capabilities(cfg.target.kind)
+    piped = engine.pipes_copy and engine.pipes_in_threads and not target.writes_in_jvm
+    return master_cores(master_url()) is None or not (piped or files_written(cfg))
+
+
+def files_written(cfg: PipelineConfig) -> bool:
+    """Whether a load of `cfg` writes its tables' data files itself, from the source's CSV (an
+    engine that reads CSV into a target that loads from it: Capabilities.loads_from_csv), with no
+    option that only Spark's writer fills (extra columns, partition transforms): it then needs a
+    Spark session for nothing but its commits, which Iceberg's Java API makes without one
+    (spark_session.jvm_now). A table that turns out to need Spark (a list column) starts it."""
+    if not (engines.engine_class(cfg.source.kind).reads_csv and targets.capabilities(cfg.target.kind).loads_from_csv):
+        return False
+    return not any(TableExtras.of(t).columns or t.partition_by for t in cfg.tables)
 
 
 def run_owner(kind: str) -> str:
@@ -316,7 +327,10 @@ class FullLoad:
                 fence=lambda cur: state.check_epoch(cur, cfg.name, table, epoch), record=record,
                 resumed=read is not None and read.resumed, chunked=read, parallelism=cfg.spark.parallelism,
                 chunk_done=lambda cur, staged: chunked.staged(cur, read, staged, epoch, run_id),
-                extras=TableExtras.of(tcfg), partition_by=names.partition_by(tcfg.partition_by), where=where))
+                extras=TableExtras.of(tcfg), partition_by=names.partition_by(tcfg.partition_by), where=where,
+                spread=lambda items, copier_for, in_threads=False: spread_partitions(
+                    self.spark, items, copier_for, label, started,
+                    (self.store, run_id, schema, landing.name) if run_id is not None else None, in_threads)))
             secs = time.monotonic() - started
             result = LoadResult(table, published.rows, secs, len(snap.predicates), epoch, offsets)
             log.info("%s: loaded %s rows in %.1fs (%s rows/s; read+copy %.1fs); live table %s; "

@@ -98,22 +98,33 @@ class PostgresPipeSource:
         self.dsn, self.session_init = dsn, session_init
 
     def pipe_into(self, read_sql: str, target_cur, copy_in_sql: str, conn=None) -> PipeResult:
-        import psycopg2
         if conn is not None:
             with conn.cursor() as scur:
                 return pipe_copy(scur, read_sql, target_cur, copy_in_sql)
+        return self.reading(lambda scur: pipe_copy(scur, read_sql, target_cur, copy_in_sql))
+
+    def copy_out(self, read_sql: str, sink) -> int:
+        """Runs `read_sql` (a COPY … TO STDOUT) into `sink.write` (one call per row); the rows read."""
+        def read(scur):
+            scur.copy_expert(read_sql, sink, size=CHUNK)
+            return scur.rowcount
+        return self.reading(read)
+
+    def reading(self, work):
+        """`work(cursor)` on a session of the pool that ran `session_init` first, in the one read
+        transaction that ends (its snapshot released) when `work` returns."""
         src = SESSIONS.take(self.dsn, self.session_init)
         try:
             with src.cursor() as scur:
                 if self.session_init:
                     scur.execute(self.session_init)
-                moved = pipe_copy(scur, read_sql, target_cur, copy_in_sql)
+                done = work(scur)
             src.rollback()   # the read's transaction (its snapshot) ends here
         except BaseException:
             src.close()
             raise
         SESSIONS.give_back(src, self.dsn, self.session_init)
-        return moved
+        return done
 
 
 class _CountingReader:

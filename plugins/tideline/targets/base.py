@@ -3,9 +3,8 @@
 Shaped by what every target must do for Tideline's guarantees: hold a table of a source shape and
 evolve it; publish a snapshot atomically (readers see the old rows or the new, never half); apply
 one batch of changes together with the offsets it consumed and the fencing check, atomically;
-and be read back for verify. How a target does each is its own business: PostgreSQL uses a
-shadow table and one transaction that also holds Tideline's state; a lake table would use one
-commit per snapshot whose summary holds the offsets.
+and be read back for verify. How a target does each is its own business: PostgreSQL uses a shadow
+table and one transaction that also holds Tideline's state; a lake table one commit per snapshot.
 """
 from __future__ import annotations
 
@@ -65,6 +64,7 @@ class Capabilities:
                                     # fill them and its stream's apply writes them
     partitioning: bool = False      # a table's partition_by (core.lake_partition): its loads create the table so
     history: bool = False           # a table's history (SCD2, core.table_extras): versions by the source's times
+    loads_from_csv: bool = False    # its loads write a CSV-reading source's rows as data files (SnapshotLoad.spread)
 
     def promised(self) -> list[str]:
         """The promises this target makes, by name (keys of PROMISES)."""
@@ -82,6 +82,7 @@ PROMISES: dict[str, tuple[str, ...]] = {
     "table_extras": ("publish_snapshot", "apply_changes"),
     "partitioning": ("publish_snapshot",),
     "history": ("publish_snapshot", "apply_changes"),
+    "loads_from_csv": ("publish_snapshot",),
 }
 
 
@@ -133,6 +134,7 @@ class SnapshotLoad:
     extras: TableExtras = TableExtras()   # soft deletes and metadata columns the table carries (core.table_extras)
     partition_by: tuple[str, ...] = ()    # its partition transforms (a target that partitions: core.lake_partition)
     where: str | None = None              # the rows its row_filter keeps, in the source's SQL (a target that reads)
+    spread: Callable[..., list[dict]] | None = None   # load.copy_rows.spread_partitions: for pipes.lake_files
 
     def verified(self, read: int, stored: int, mismatch: str) -> int:
         """The snapshot's rows, when the rows read and stored agree with it; else the load stops

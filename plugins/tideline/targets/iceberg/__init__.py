@@ -17,7 +17,7 @@ TARGET = TargetSpec(
     capabilities=Capabilities(holds_state=False, snapshot_publish="commit", copy_in=False, maintenance=True,
                               concurrent_loads=False, batch_events=500_000, batch_mb=256, writes_in_jvm=True,
                               chunked_loads=True, table_extras=True, partitioning=True,
-                              history=True),
+                              history=True, loads_from_csv=True),
     implementation="tideline.targets.iceberg.target:IcebergTarget",
     description="Iceberg tables of a JDBC catalog: one commit per snapshot and per batch, offsets in its summary",
     jars_env="TIDELINE_ICEBERG_JARS")   # Iceberg's Spark runtime, fetched by `make setup`

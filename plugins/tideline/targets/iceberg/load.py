@@ -19,36 +19,14 @@ from tideline.core import lake_types
 from tideline.core.errors import LoadVerificationError, RefusedValue
 from tideline.core.table_extras import DELETED_AT, PREFIX, TableExtras, spark_loaded
 from tideline.core.table_shape import TableShape
+from tideline.targets.iceberg import files
+from tideline.targets.iceberg.reads import read_columns, read_query
+from tideline.targets.iceberg.schema import COLUMNS_PROPERTY, columns_property
 from tideline.targets.iceberg.snapshots import SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE
 
 log = logging.getLogger("tideline.full_load")
 CHAR_AS_STRING = "spark.sql.legacy.charVarcharAsString"
-
-
-def read_columns(engine, shape: TableShape) -> list[lake_types.LakeColumn]:
-    """Each column's Iceberg type and how its values travel from this engine: typed, or parsed by
-    Spark from the exact text an engine reads every value as (engine.values_as_text)."""
-    if engine.values_as_text:
-        return [lake_types.lake_column_from_text(c) for c in shape.columns]
-    return lake_types.lake_columns(shape)
-
-
-def read_query(engine, shape: TableShape, columns: list[lake_types.LakeColumn], where: str | None = None) -> str:
-    """A derived table for Spark JDBC with each column as core.lake_types says it travels (`read`,
-    over the engine's own expression of the column's value), a `__tl_bad_<i>` flag per column with
-    a `refuse` rule, and the key aliases the snapshot's predicates compare (engine.keyed_read); only
-    the rows matching `where` (a repair's range) when given."""
-    q, selects = engine.quote, []
-    for i, col in enumerate(columns):   # read by the source's names, named as the target's (core.target_names)
-        value = engine.column_value(shape.column(col.name).at_source, "t")
-        read = col.read.replace("{c}", value)
-        if col.refuse:
-            bad = f"coalesce({col.refuse.replace('{c}', value)}, false)"
-            if not col.read_nulls_refused:
-                read = f"CASE WHEN {bad} THEN NULL ELSE {read} END"
-            selects.append(f"{bad} AS {q(lake_types.BAD_FLAG.format(i))}")
-        selects.append(f"{read} AS {q(col.name)}")
-    return engine.keyed_read(shape.at_source, selects, where)
+SPARK_HOW = "Spark JDBC -> Iceberg"
 
 
 @contextmanager
@@ -77,15 +55,23 @@ def lake_reader(spark, engine, shape: TableShape, label: str, session_init: str 
 
 def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: str, label: str, pipeline: str,
                     epoch: int, offsets: dict[int, int], extras: TableExtras = TableExtras(),
-                    partition_by: tuple[str, ...] = (), where: str | None = None) -> int:
-    """Reads the snapshot and commits it as the table's rows; returns the rows of the snapshot
-    the commit holds. A table with soft deletes keeps the rows the snapshot lacks, marked deleted:
-    its snapshot goes through the staging table first, so the source is read once."""
-    store.use(spark)
+                    partition_by: tuple[str, ...] = (), where: str | None = None, spread=None,
+                    properties: dict[str, str] | None = None) -> tuple[str, int]:
+    """Reads the snapshot and commits it as the table's rows; returns how its rows travelled and
+    the rows of the snapshot the commit holds. A table with soft deletes keeps the rows the snapshot lacks, marked deleted:
+    its snapshot goes through the staging table first, so the source is read once. With `spread`
+    (SnapshotLoad.spread) a table files.files_refusal lets through is written as data files without
+    Spark JDBC (files.commit_files), the table given `properties`."""
     columns = read_columns(engine, shape)
     summary = {SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())}),
                SUMMARY_EPOCH: str(epoch), SUMMARY_PIPELINE: pipeline}
-    keeping = (extras.soft_deletes or extras.history) and store.iceberg_table(schema, shape.name) is not None
+    current = store.iceberg_table(schema, shape.name)
+    keeping = (extras.soft_deletes or extras.history) and current is not None
+    if spread is not None and files.files_refusal(engine, columns, extras, partition_by, keeping) is None:
+        return files.HOW, files.commit_files(spark, engine, store, shape, snap, schema, label, summary, current, where,
+                                             spread, {**properties, COLUMNS_PROPERTY: columns_property(
+                                                 list(shape.columns))})
+    store.use(spark)
     staging = store.table_id(schema, staging_name(shape.name))
     with lake_reader(spark, engine, shape, label, snap.session_init, extras, where, snap.snapshot_at) as read:
         df = read(snap.predicates)
@@ -99,7 +85,7 @@ def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: 
                            snap.snapshot_at if extras.history else None)
     if keeping:
         spark.sql(f"DROP TABLE IF EXISTS {staging}")
-    return int((store.current_summary(schema, shape.name) or {}).get("total-records", -1)) - carried
+    return SPARK_HOW, int((store.current_summary(schema, shape.name) or {}).get("total-records", -1)) - carried
 
 
 def _publish(store, spark, df, schema: str, shape: TableShape, summary: dict[str, str], keep_deleted: bool,
@@ -156,51 +142,94 @@ def staged_chunks(store, schema: str, table: str, load_id: int) -> dict[int, int
     return done
 
 
-def commit_chunks(store, load, chunked, parallelism: int, properties: dict[str, str], fence_and_record) -> int:
-    """A chunked load into Iceberg: the chunks not yet staged, `spark.parallelism` at a time (one
-    Spark task each, each its own source transaction), appended to the staging table in one commit
-    per group carrying the load and its chunks in the summary; then the staging table's rows
-    become the table's rows in one commit with the handover offsets and the epoch, and the staging
-    table is dropped. `fence_and_record(chunks_rows)` locks the state row for the group's commit
-    and records its chunks once it landed; the staging table gets the table's `properties`.
-    Returns the rows of the live commit."""
-    spark, engine, shape, schema, label = load.spark, load.engine, load.shape, load.schema, load.label
-    store.use(spark)
+def commit_chunks(store, load, chunked, parallelism: int, properties: dict[str, str],
+                  fence_and_record) -> tuple[str, int]:
+    """A chunked load into Iceberg: the chunks not yet staged, `spark.parallelism` at a time (each
+    its own source transaction), appended to the staging table in one commit per group carrying
+    the load and its chunks in the summary; then the staging table's rows become the table's rows
+    in one commit with the handover offsets and the epoch, and the staging table is dropped.
+    `fence_and_record(chunks_rows)` locks the state row for the group's commit and records its
+    chunks once it landed; the staging table gets the table's `properties`. The chunks are data
+    files written from the source's CSV where files.files_refusal allows (files.FileStaging: the
+    staging table's files then go live as they are), else Spark writes them (SparkStaging).
+    Returns how the rows travelled and the rows of the live commit."""
+    shape, schema, label = load.shape, load.schema, load.label
     staging = staging_name(shape.name)
     done = staged_chunks(store, schema, shape.name, chunked.load_id) if chunked.resumed else None
-    keeping = load.extras.soft_deletes and store.iceberg_table(schema, shape.name) is not None
-    with lake_reader(spark, engine, shape, label, engine.chunk_session_init, load.extras, load.where) as read:
+    current = store.iceberg_table(schema, shape.name)
+    keeping = load.extras.soft_deletes and current is not None
+    with_files = (load.spread is not None and files.FileStaging.fits(load.engine, shape, current) and files.files_refusal(
+        load.engine, read_columns(load.engine, shape), load.extras, load.partition_by, keeping) is None)
+    stager = (files.FileStaging(load.spark, store, load, current, staging) if with_files
+              else SparkStaging(store, load, staging, keeping))
+    with stager:
         if done is None:   # a new load (or its staging table lost): an empty staging table of the load's shape
-            spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {store.catalog}.`{schema}`")
-            spark.sql(f"DROP TABLE IF EXISTS {store.table_id(schema, staging)}")
-            writer = read(["1=0"]).writeTo(store.table_id(schema, staging)).using("iceberg")
-            for key, value in properties.items():
-                writer = writer.tableProperty(key, value)
-            writer.create()
+            stager.create(properties)
             done = {}
         pending = [c for c in range(len(chunked.ranges)) if c not in done]
         fence_and_record(None, {c: n for c, n in done.items()})   # what a killed run staged and never recorded
         group_size = max(1, parallelism)
         for start in range(0, len(pending), group_size):
             group = pending[start:start + group_size]
-            def commit(group=group):
-                _refusing(label, shape, lambda: read([chunked.ranges[c] for c in group]).writeTo(
-                    store.table_id(schema, staging)).option(f"snapshot-property.{SUMMARY_LOAD}", str(chunked.load_id))
-                    .option(f"snapshot-property.{SUMMARY_CHUNKS}", json.dumps(group)).append())
-                summary = store.current_summary(schema, staging) or {}
-                return {c: int(summary.get("added-records", 0)) if i == 0 else 0 for i, c in enumerate(group)}
-            fence_and_record(commit, None)
+            fence_and_record(lambda group=group: stager.append(chunked, group, {
+                SUMMARY_LOAD: str(chunked.load_id), SUMMARY_CHUNKS: json.dumps(group)}), None)
             log.info("%s: chunks %s staged (%d of %d)", label, group, start + len(group), len(pending))
         staged = sum((staged_chunks(store, schema, shape.name, chunked.load_id) or {}).values())
-        carried = _publish(store, spark, spark.table(store.table_id(schema, staging)), schema, shape, {
-            SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(load.offsets.items())}),
-            SUMMARY_EPOCH: str(load.epoch), SUMMARY_PIPELINE: load.pipeline}, keeping, label, load.partition_by)
-    landed = int((store.current_summary(schema, shape.name) or {}).get("total-records", -1)) - carried
-    if landed != staged:
-        raise LoadVerificationError(f"{label}: the chunks staged {staged:,} rows but the table's commit holds "
-                                    f"{landed:,}; the stream will not start from it. Rerun the full load.")
-    spark.sql(f"DROP TABLE IF EXISTS {store.table_id(schema, staging)}")
-    return landed
+        carried = stager.publish({SUMMARY_OFFSETS: json.dumps({str(p): o for p, o in sorted(load.offsets.items())}),
+                                  SUMMARY_EPOCH: str(load.epoch), SUMMARY_PIPELINE: load.pipeline},
+                                 {**properties, COLUMNS_PROPERTY: columns_property(list(shape.columns))})
+        landed = int((store.current_summary(schema, shape.name) or {}).get("total-records", -1)) - carried
+        if landed != staged:
+            raise LoadVerificationError(f"{label}: the chunks staged {staged:,} rows but the table's commit holds "
+                                        f"{landed:,}; the stream will not start from it. Rerun the full load.")
+        stager.drop()
+    return (files.HOW if with_files else SPARK_HOW), landed
+
+
+class SparkStaging:
+    """A chunked load's groups of chunks read with Spark JDBC and appended by Spark's writer to
+    the staging table, whose rows Spark then writes as the live table's (with a soft-delete
+    table's rows the snapshot lacks, marked deleted)."""
+
+    def __init__(self, store, load, staging: str, keeping: bool):
+        self.store, self.load, self.staging, self.keeping = store, load, staging, keeping
+        self.spark = load.spark
+        self.table = store.table_id(load.schema, staging)
+
+    def __enter__(self):
+        load = self.load
+        self.store.use(self.spark)
+        self._reader = lake_reader(self.spark, load.engine, load.shape, load.label, load.engine.chunk_session_init,
+                                   load.extras, load.where)
+        self.read = self._reader.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._reader.__exit__(*exc)
+
+    def create(self, properties: dict[str, str]) -> None:
+        self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.store.catalog}.`{self.load.schema}`")
+        self.spark.sql(f"DROP TABLE IF EXISTS {self.table}")
+        writer = self.read(["1=0"]).writeTo(self.table).using("iceberg")
+        for key, value in properties.items():
+            writer = writer.tableProperty(key, value)
+        writer.create()
+
+    def append(self, chunked, group: list[int], summary: dict[str, str]) -> dict[int, int]:
+        writer = self.read([chunked.ranges[c] for c in group]).writeTo(self.table)
+        for key, value in summary.items():
+            writer = writer.option(f"snapshot-property.{key}", value)
+        _refusing(self.load.label, self.load.shape, writer.append)
+        added = int((self.store.current_summary(self.load.schema, self.staging) or {}).get("added-records", 0))
+        return {c: added if i == 0 else 0 for i, c in enumerate(group)}
+
+    def publish(self, summary: dict[str, str], _properties: dict[str, str]) -> int:
+        load = self.load
+        return _publish(self.store, self.spark, self.spark.table(self.table), load.schema, load.shape, summary,
+                        self.keeping, load.label, load.partition_by)
+
+    def drop(self) -> None:
+        self.spark.sql(f"DROP TABLE IF EXISTS {self.table}")
 
 
 def _refusing(label: str, shape: TableShape, write) -> None:

@@ -18,7 +18,8 @@ from tideline.core.errors import SourceError, TargetError
 from tideline.core.lake_types import spark_ident
 from tideline.core.table_extras import DELETED_AT, PREFIX, TableExtras, spark_loaded
 from tideline.core.table_shape import TableShape
-from tideline.targets.iceberg.load import CHAR_AS_STRING, read_columns, read_query
+from tideline.targets.iceberg.load import CHAR_AS_STRING
+from tideline.targets.iceberg.reads import read_columns, read_query
 from tideline.targets.iceberg.apply import commit_with
 from tideline.targets.iceberg.history import repair_merge_sql
 

@@ -103,6 +103,15 @@ class IcebergTarget(Target):
             self.use(get_session(f"tideline-{self.catalog}", extra_jars=self.spark_jars()))
         return self.spark
 
+    def java_catalog(self, jvm, hadoop_conf):
+        """The catalog through Iceberg's Java API alone, without a Spark session (the same
+        settings the session's catalog gets: spark_conf); the caller closes it."""
+        prefix, props = f"spark.sql.catalog.{self.catalog}.", jvm.java.util.HashMap()
+        for key, value in self.spark_conf().items():
+            if key.startswith(prefix):
+                props.put(key[len(prefix):], value)
+        return jvm.org.apache.iceberg.CatalogUtil.buildIcebergCatalog(self.catalog, props, hadoop_conf)
+
     def table_id(self, schema: str, table: str) -> str:
         return f"{self.catalog}.`{schema}`.`{table}`"
 
@@ -200,17 +209,17 @@ class IcebergTarget(Target):
                 with tgt, tgt.cursor() as cur:   # the state row locked while a group commits
                     load.fence(cur)
                     load.chunk_done(cur, commit() if commit is not None else staged)
-            landed = commit_chunks(self, load, load.chunked, load.parallelism, TABLE_PROPERTIES, fence_and_record)
+            how, landed = commit_chunks(self, load, load.chunked, load.parallelism, TABLE_PROPERTIES, fence_and_record)
         else:
             with tgt.cursor() as cur:
                 load.fence(cur)
-            landed = commit_snapshot(load.spark, load.engine, self, load.src, load.shape, load.snap, load.schema,
-                                     load.label, load.pipeline, load.epoch, load.offsets, load.extras,
-                                     load.partition_by, load.where)
+            how, landed = commit_snapshot(load.spark, load.engine, self, load.src, load.shape, load.snap,
+                                          load.schema, load.label, load.pipeline, load.epoch, load.offsets,
+                                          load.extras, load.partition_by, load.where, load.spread, TABLE_PROPERTIES)
             load.engine.close_snapshot(load.src)
         copy_secs = time.monotonic() - started
         rows = load.verified(landed, landed, f"the Iceberg commit holds {landed:,}; the stream will not start from it")
-        published = Published(rows, "Spark JDBC -> Iceberg", "committed", copy_secs)
+        published = Published(rows, how, "committed", copy_secs)
         with tgt, tgt.cursor() as cur:
             load.fence(cur)
             load.record(cur, published)
