@@ -146,6 +146,80 @@ newline\\N', '   ', '\\N', 'ok', '::1', -1)""")
             cur.execute(f"DROP TYPE IF EXISTS {t}_mood")
 
 
+def last_run_detail(lake, pipeline: str, table: str) -> str:
+    with lake.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT detail FROM tideline.runs WHERE pipeline = %s AND table_name = %s ORDER BY run_id DESC "
+                    "LIMIT 1", (pipeline, table))
+        return cur.fetchone()[0]
+
+
+def test_a_table_of_scalars_is_written_as_data_files_exactly_consistent_or_chunked_and_spark_reads_them(
+        spark, source_db, pipelines, unique_name, lake):
+    """Without lists, extra columns or partitions, a load writes the table's data files from the
+    source's CSV (targets.iceberg.files): every scalar type's edge values exact — text that looks
+    like NULL, NaN or NA stays text, an empty string stays empty, quotes, commas and line breaks,
+    floats' infinities, NaN and -0, BC dates, the last microsecond — read back by PyIceberg and
+    decoded column by column by Spark's own reader; chunked, the staged files go live as they are."""
+    t = f"{unique_name}_scalars"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TYPE {t}_mood AS ENUM ('ok', 'sad')")
+        cur.execute(f"""CREATE TABLE public.{t} (
+            id bigint PRIMARY KEY, i int, s smallint, n numeric(12,2), n18 numeric(18,0), n38 numeric(38,10),
+            nfree numeric, f4 real, f8 double precision, flag boolean, ts timestamp, tstz timestamptz, d date,
+            tx text, vc varchar(5), ch char(3), tm time, u uuid, jb jsonb, iv interval, by bytea, mood {t}_mood)""")
+        cur.execute(f"""INSERT INTO public.{t} VALUES
+            (1, -2147483648, -32768, -0.01, 999999999999999999, 1234567890123456789012345678.0123456789, 'NaN',
+             3.4028235e38, 'Infinity', true, '294247-01-10 04:00:54.775806', '1999-12-31 23:59:59.123456+14',
+             '5874897-12-31', '', 'NULL', '  ', '24:00:00', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
+             '{{"ß": "Zoë \\\\ \\"q\\"", "n": 1.000}}', '-3 days 04:05:06.789', '\\x', 'sad'),
+            (2, 2147483647, 32767, 9999999999.99, -999999999999999999, NULL, 1e-30, 'NaN', 5e-324, false,
+             '4714-11-24 00:00:00 BC', '4714-11-24 00:00:00+00 BC', '4714-11-24 BC', 'NA', 'nan', 'N/A',
+             NULL, NULL, 'null', NULL, '\\x00ff5c0a0d2c22', 'ok'),
+            (3, NULL, NULL, NULL, NULL, NULL, NULL, '-Infinity', '-0', NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+             NULL, NULL, NULL, NULL, NULL, NULL),
+            (4, 0, 0, 0, 0, 0, 0, '-0', 1.7976931348623157e308, true, '2024-02-29 23:59:59.999999',
+             '1970-01-01 00:00:00+00', '0044-03-15 BC', E'a,b"c\\nline break\\r\\nand \\\\N 😀', '#N/A', 'ab',
+             '00:00', '00000000-0000-0000-0000-000000000000', '[]', '0', '\\x00', NULL),
+            (5, 1, 1, 1.5, 1, 1, 1, 1.401298e-45, -1.5, false, '2000-01-01', '2000-01-01 12:00+05:30', '2000-01-01',
+             repeat('x€', 100000), '', '', '23:59:59.999999', NULL, '{{"k": [1, 2.50, null]}}', '1 year', NULL, 'ok')""")
+        cur.execute(f"INSERT INTO public.{t} (id, i, n, tx, ts, d) SELECT g, g % 7, g / 3.0, 'row ' || g, "
+                    f"'2024-01-01'::timestamp + g * interval '1 minute', DATE '0100-01-01 BC' + g "
+                    f"FROM generate_series(6, 3000) g")
+    try:
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t, "snapshot": "consistent"}])
+        [result] = FullLoad(cfg, spark).run([t])
+        assert result.rows == 3000
+        assert "COPY CSV -> Arrow -> Parquet -> Iceberg" in last_run_detail(lake, cfg.name, t)
+        table = lake.pyiceberg_catalog().load_table((unique_name, t))
+        assert len(table.snapshots()) == 1, "the load is one commit"
+        assert back_in_postgres(source_db, t, table) == rows_as_text(source_db, "public", t)
+        # Spark's own Parquet reader decodes every column of every file (count(c) reads its values)
+        lake.use(spark)
+        nulls = {c: table.scan().to_arrow().column(c).null_count for c in table.schema().column_names}
+        counted = spark.table(lake.table_id(unique_name, t)).selectExpr(
+            *[f"count(`{c}`) AS `{c}`" for c in nulls]).collect()[0].asDict()
+        assert counted == {c: 3000 - n for c, n in nulls.items()}
+        # chunked, over a live table: the staging table's files become the live table's in one commit
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t, "snapshot": "chunked", "chunk_rows": 400}],
+                               parallelism=2, create_topics=False)
+        with source_db.cursor() as cur:
+            cur.execute(f"DELETE FROM public.{t} WHERE id BETWEEN 100 AND 199")
+            cur.execute(f"UPDATE public.{t} SET tx = 'changed ' || id WHERE id % 50 = 0")
+        [result] = FullLoad(cfg, spark).run([t])
+        assert result.rows == 2900
+        assert "COPY CSV -> Arrow -> Parquet -> Iceberg" in last_run_detail(lake, cfg.name, t)
+        from tideline.targets.iceberg.load import staging_name
+        assert not lake.pyiceberg_catalog().table_exists((unique_name, staging_name(t)))
+        table = lake.pyiceberg_catalog().load_table((unique_name, t))
+        assert len(table.snapshots()) == 2
+        assert back_in_postgres(source_db, t, table) == rows_as_text(source_db, "public", t)
+        assert spark.table(lake.table_id(unique_name, t)).count() == 2900
+    finally:
+        drop_source(source_db, t)
+        with source_db.cursor() as cur:
+            cur.execute(f"DROP TYPE IF EXISTS {t}_mood")
+
+
 def test_a_value_iceberg_cannot_hold_halts_only_its_table_naming_column_and_key_while_the_other_loads_and_streams(
         airflow_env, spark, source_db, pipelines, unique_name, lake):
     """Found as a new user would: one table's load refused a value (rightly), the whole full_load

@@ -24,7 +24,9 @@ def test_the_driver_jvm_is_lean_only_when_no_row_passes_through_it(source, targe
 @pytest.mark.parametrize("master,source,target,needed", [
     ("local[2]", "mariadb", "postgres", False),   # the driver's streams pipe MariaDB's slices
     ("local[2]", "postgres", "postgres", True),   # a row per Python call: Spark's workers, one per pipe
-    ("local[2]", "mariadb", "iceberg", True),     # Spark writes the Iceberg files
+    ("local[2]", "mariadb", "iceberg", True),     # Spark reads MariaDB with JDBC and writes the Iceberg files
+    ("local[2]", "postgres", "iceberg", False),   # the driver's threads write the data files from COPY's CSV
+    ("local[2]", "postgres", "iceberg+soft", True),   # Spark's writer fills the extra columns
     ("spark://h:7077", "mariadb", "postgres", True),   # the executors pipe, elsewhere
 ])
 def test_a_full_load_starts_its_spark_session_unless_the_driver_can_pipe_every_row_itself(
@@ -33,8 +35,9 @@ def test_a_full_load_starts_its_spark_session_unless_the_driver_can_pipe_every_r
     from tideline.load.full_load import session_needed
     monkeypatch.setenv("TIDELINE_SPARK_MASTER", master)
     monkeypatch.delenv("SPARK_ENV_LOADED", raising=False)
-    target_block = ({"kind": "iceberg", "catalog": "lake", "namespace": "n"} if target == "iceberg"
+    target_block = ({"kind": "iceberg", "catalog": "lake", "namespace": "n"} if target.startswith("iceberg")
                     else {"conn_id": "tgt", "schema": "s"})
+    table = {"name": "t", **({"deletes": "soft"} if target.endswith("+soft") else {})}
     cfg = parse_pipeline({"name": "p", "source": {"kind": source, "conn_id": "src", **({"schema": "shop"} if source == "mariadb" else {})},
-                          "target": target_block, "kafka": {"topic_prefix": "p"}, "tables": [{"name": "t"}]}, "p.yaml")
+                          "target": target_block, "kafka": {"topic_prefix": "p"}, "tables": [table]}, "p.yaml")
     assert session_needed(cfg) is needed
