@@ -272,3 +272,33 @@ def test_a_table_reloaded_alone_leaves_the_pipelines_other_tables_streaming(
         if run is not None and run.query is not None and run.query.isActive:
             run.query.stop()
         drop_source(source_db, a, b)
+
+
+def test_auto_sees_the_size_of_a_plain_table_and_of_a_partitioned_one(source_db, unique_name):
+    """snapshot: auto chunks from the catalog's estimate: a plain table's own (pg_partition_tree
+    lists nothing for a table outside a partition tree, and every plain table once loaded in one
+    consistent snapshot whatever its size), a partitioned one's leaves'; none before ANALYZE."""
+    from tideline.core.connections import get_connection
+    from tideline.core.table_shape import TableShape
+    from tideline.engines.postgres import PostgresEngine
+    plain, parted = f"{unique_name}_plain", f"{unique_name}_parted"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{plain} (id int PRIMARY KEY)")
+        cur.execute(f"CREATE TABLE public.{parted} (id int PRIMARY KEY) PARTITION BY RANGE (id)")
+        cur.execute(f"CREATE TABLE public.{parted}_a PARTITION OF public.{parted} FOR VALUES FROM (0) TO (500)")
+        cur.execute(f"CREATE TABLE public.{parted}_b PARTITION OF public.{parted} FOR VALUES FROM (500) TO (1000)")
+    engine = PostgresEngine(get_connection("tideline_source"))
+    conn = psycopg2.connect(SOURCE_URL)
+    try:
+        shape = lambda name: TableShape("public", name, [], [])   # noqa: E731 — only its names are asked
+        assert engine.estimate_rows(conn, shape(plain)) is None, "never analyzed: no estimate"
+        with source_db.cursor() as cur:
+            cur.execute(f"INSERT INTO public.{plain} SELECT generate_series(1, 700)")
+            cur.execute(f"INSERT INTO public.{parted} SELECT generate_series(0, 899)")
+            cur.execute(f"ANALYZE public.{plain}")
+            cur.execute(f"ANALYZE public.{parted}")
+        assert engine.estimate_rows(conn, shape(plain)) == 700
+        assert engine.estimate_rows(conn, shape(parted)) == 900
+    finally:
+        conn.close()
+        drop_source(source_db, plain, parted)
