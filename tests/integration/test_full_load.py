@@ -557,9 +557,10 @@ def test_the_driver_pipes_partitions_while_the_spark_session_starts(spark, sourc
         threading.Thread(target=release_once_the_driver_piped, daemon=True).start()
         [result] = FullLoad(pipelines.make([{"name": t}], parallelism=4), starting).run([t])
         assert result.rows == 200000 and result.partitions == 4
-        # the session is let go once range 0 is in; then (a local master) the driver keeps the last
-        # of what is left, Spark takes the rest (the load checks every row landed once)
-        assert by_driver in ([0, 3], [0, 1, 3])
+        # the session is let go once range 0 is in (the driver may have taken a range or two more by
+        # the time it is ready: 50,000 rows pipe in ~0.2 s); then (a local master) the driver keeps
+        # the last of what is left, Spark takes the rest (the load checks every row landed once)
+        assert by_driver in ([0, 3], [0, 1, 3], [0, 1, 2]), by_driver
         assert rows_as_text(target_db, unique_name, t) == rows_as_text(source_db, "public", t)
 
         # one range (parallelism 1) and a session that never becomes ready: nothing waits for it

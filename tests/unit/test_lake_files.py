@@ -123,3 +123,27 @@ def test_spark_keeps_what_only_its_writer_does():
     assert "extra columns" in files_refusal(pg, plain, TableExtras(), (), True)
     lists = plain + [lake_types.LakeColumn("tags", "list<string>", "{v}", "{c}")]
     assert "tags" in files_refusal(pg, lists, TableExtras(), (), False)
+
+
+def test_a_failed_load_removes_the_files_its_other_partitions_wrote(tmp_path):
+    from tideline.targets.iceberg.files import FileLoad
+    columns = [FileColumn("id", "long", 1)]
+
+    class Source:
+        def copy_out(self, sql, sink):
+            if sql == "bad":
+                raise RuntimeError("the source went away")
+            sink.write(b"1\n")
+            return 1
+
+    files = LakeFiles(Source(), "p.t", "t", columns, ["id"], f"file://{tmp_path}", "abc", {})
+    (tmp_path / "tl-load-other-00000-000.parquet").write_bytes(b"another load's")
+
+    def spread(items, copier_for, in_threads=False):   # partitions one after another, as the driver's streams
+        return [f for item in items for f in copier_for("")([item])]
+
+    load = FileLoad.__new__(FileLoad)
+    load.files, load.label, load.shape = files, "p.t", SimpleNamespace(name="t")
+    with pytest.raises(RuntimeError, match="went away"):
+        load.write(spread, [(0, "good"), (1, "bad")])
+    assert [p.name for p in tmp_path.iterdir()] == ["tl-load-other-00000-000.parquet"]

@@ -114,6 +114,20 @@ class LakeFiles:
                        "files": out.files}
         return copy
 
+    def remove_written(self) -> int:
+        """Removes every data file this load wrote (a load that fails commits none of them: the
+        partitions that did succeed leave theirs too); the files removed."""
+        from pyarrow import fs
+        files, where = fs.FileSystem.from_uri(self.data_dir)
+        try:
+            found = files.get_file_info(fs.FileSelector(where, allow_not_found=True))
+        except OSError:
+            return 0
+        mine = [f.path for f in found if f.base_name.startswith(f"{FILE_PREFIX}{self.load_id}-")]
+        for path in mine:
+            files.delete_file(path)
+        return len(mine)
+
     def table_of(self, data: bytes):
         """One block of CSV rows as a table of the data files' schema; a value a column's type
         cannot hold raises, naming the table, column and key."""

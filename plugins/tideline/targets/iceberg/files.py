@@ -115,6 +115,11 @@ class FileLoad:
         try:
             return spread(items, self.files.copier, in_threads=True)
         except Exception as exc:   # a refused value, in a Spark task: Spark wraps the message
+            try:
+                self.files.remove_written()
+            except OSError as gone:   # the load's own error is the one to raise
+                log.warning("%s: the failed load's data files could not all be removed (%s); they are in no "
+                            "snapshot, and the table's orphan-file clean-up takes them", self.label, gone)
             refused = re.search(re.escape(self.label) + r": column .*?and reload", str(exc))
             if refused and not isinstance(exc, RefusedValue):
                 raise RefusedValue(refused.group(0), table=self.shape.name) from None
