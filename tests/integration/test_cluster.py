@@ -245,3 +245,34 @@ def test_batch_interval_on_the_cluster(cluster, source_db, target_db, pipelines,
         assert table_digest(source_db, "public", t, "id") == table_digest(target_db, cfg.name, t, "id")
     finally:
         drop_source(source_db, t)
+
+
+def test_an_iceberg_load_on_the_cluster_writes_its_data_files_on_both_workers(
+        cluster, source_db, pipelines, unique_name):
+    """On a cluster the Iceberg load's data files are written by the executors (from the shipped
+    library, COPY's CSV through Arrow), and the driver commits them once: the table equals the
+    source row for row."""
+    import hashlib
+
+    from test_iceberg import iceberg_pipeline
+    from tideline.core.connections import get_connection
+    from tideline.targets import for_connection
+    t = f"{unique_name}_lakecluster"
+    make_items(source_db, t, 250_000)
+    try:
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t, "snapshot": "consistent"}], parallelism=5)
+        finish(submit(cluster, "full_load.py", cfg, "--tables", t, pipelines=pipelines))
+        [app] = app_ids(f"tideline-full-load-{cfg.name}")
+        _assert_shipped_library_on_both_workers(app)
+        assert any("COPY CSV -> Arrow -> Parquet" in text for _, text in executor_logs(app))
+        lake = for_connection(get_connection("tideline_lake"))
+        table = lake.pyiceberg_catalog().load_table((unique_name, t))
+        assert len(table.snapshots()) == 1
+        rows = table.scan().to_arrow().sort_by("id").to_pylist()
+        lake_text = ",".join(f"{r['id']}:{r['qty']}:{r['note']}:{r['price']}" for r in rows)
+        with source_db.cursor() as cur:
+            cur.execute(f"SELECT count(*), md5(string_agg(id || ':' || qty || ':' || note || ':' || price, ',' "
+                        f"ORDER BY id)) FROM public.{t}")
+            assert cur.fetchone() == (len(rows), hashlib.md5(lake_text.encode()).hexdigest())
+    finally:
+        drop_source(source_db, t)
