@@ -9,7 +9,7 @@ def test_the_mode_follows_the_setting_and_for_auto_the_size():
     assert use_chunks("chunked", 10, True) == (True, "snapshot: chunked")
     assert use_chunks("auto", CHUNKED_FROM_ROWS, True)[0] is True
     chunked, why = use_chunks("auto", CHUNKED_FROM_ROWS - 1, True)
-    assert chunked is False and "chunked from 2,000,000" in why
+    assert chunked is False and "chunked from 10,000,000" in why
     assert use_chunks("auto", None, True)[0] is False   # no estimate: a small table's consistent read
     chunked, why = use_chunks("chunked", 10**9, False)
     assert chunked is False and "cannot load in chunks" in why and "one consistent snapshot" in why

@@ -18,9 +18,12 @@ from tideline.core import column_hash
 from tideline.core.table_shape import TableShape
 
 # `snapshot: auto` loads a table of at least this many rows (the source's estimate) in chunks: at
-# ~290k rows/s on 2 cores a consistent read of 2M rows holds its transaction for ~7 s, which no
-# source notices; beyond that the transaction grows with the table.
-CHUNKED_FROM_ROWS = 2_000_000
+# ~300k rows/s on 2 cores a consistent read of 10M rows holds its transaction for ~35 s; beyond that
+# the transaction grows with the table. Below it chunks cost more than the horizon they free: a
+# 5M-row table chunked loaded at 0.80x pgcopydb where its consistent load is at parity
+# (tests/bench/full_load.py); at 20M rows chunked and consistent take the same time
+# (tests/bench/chunked_load.py).
+CHUNKED_FROM_ROWS = 10_000_000
 
 
 def use_chunks(mode: str, rows_estimate: int | None, can_chunk: bool) -> tuple[bool, str]:

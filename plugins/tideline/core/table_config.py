@@ -34,7 +34,7 @@ class TableConfig(_Model):
     snapshot: Literal["auto", "chunked", "consistent"] = Field(
         default="auto", description="how its full load reads the source: `chunked` = key-range chunks, each in its "
                                     "own short transaction, resumable; `consistent` = one snapshot held for the "
-                                    "whole read; `auto` = chunked from 2,000,000 rows (the source's estimate)")
+                                    "whole read; `auto` = chunked from 10,000,000 rows (the source's estimate)")
     # at ~290k rows/s a chunk's transaction lasts ~1-2 s; a resumed load re-reads at most the
     # chunks that were being read when it was cut off
     chunk_rows: int = Field(default=250_000, ge=1, description="rows per chunk of a chunked load")
