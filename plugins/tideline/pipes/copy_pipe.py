@@ -106,7 +106,7 @@ class PostgresPipeSource:
     def copy_out(self, read_sql: str, sink) -> int:
         """Runs `read_sql` (a COPY … TO STDOUT) into `sink.write` (one call per row); the rows read."""
         def read(scur):
-            scur.copy_expert(read_sql, sink, size=CHUNK)
+            scur.copy_expert(read_sql, sink)
             return scur.rowcount
         return self.reading(read)
 

@@ -166,8 +166,9 @@ class JavaCatalog:
         if not self.catalog.namespaceExists(namespace):
             try:
                 self.catalog.createNamespace(namespace)
-            except Exception:   # noqa: BLE001 — py4j wraps it; another load created it meanwhile, or it fails below
-                log.debug("%s: creating namespace %s failed", self.label, self.schema, exc_info=True)
+            except Exception:   # noqa: BLE001 — py4j wraps it: only another load creating it at once is fine
+                if not self.catalog.namespaceExists(namespace):
+                    raise
         txn = self.catalog.newReplaceTableTransaction(self.ident(table), ice.SchemaParser.fromJson(table_schema),
                                                       ice.PartitionSpec.unpartitioned(), self._map(properties), True)
         got = {f.name(): f.fieldId() for f in txn.table().schema().columns()}
@@ -259,8 +260,8 @@ class FileStaging:
     table has (1, 2, ...: a table Tideline created, columns added at its end since): the staging
     table has those, and its files become the live table's as they are (`fits`)."""
 
-    def __init__(self, spark, store, load, current, staging: str):
-        self.spark, self.store, self.load, self.staging = spark, store, load, staging
+    def __init__(self, store, load, current, staging: str):
+        self.store, self.load, self.staging = store, load, staging
         # written in the staging table's directory: the live table's orphan-file clean-up
         # (maintenance) must not take the files of a load that has not gone live yet
         self.files = FileLoad(store, load.engine, load.shape, load.schema, load.label, current,
@@ -273,7 +274,7 @@ class FileStaging:
         return field_ids(current, names) == field_ids(None, names)
 
     def __enter__(self):
-        self.java = JavaCatalog(self.spark, self.store, self.load.schema, self.load.label)
+        self.java = JavaCatalog(self.load.spark, self.store, self.load.schema, self.load.label)
         return self
 
     def __exit__(self, *exc) -> None:

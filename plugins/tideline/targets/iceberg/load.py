@@ -160,7 +160,7 @@ def commit_chunks(store, load, chunked, parallelism: int, properties: dict[str, 
     keeping = load.extras.soft_deletes and current is not None
     with_files = (load.spread is not None and files.FileStaging.fits(load.engine, shape, current) and files.files_refusal(
         load.engine, read_columns(load.engine, shape), load.extras, load.partition_by, keeping) is None)
-    stager = (files.FileStaging(load.spark, store, load, current, staging) if with_files
+    stager = (files.FileStaging(store, load, current, staging) if with_files
               else SparkStaging(store, load, staging, keeping))
     with stager:
         if done is None:   # a new load (or its staging table lost): an empty staging table of the load's shape
