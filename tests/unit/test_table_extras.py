@@ -194,11 +194,29 @@ def test_history_versions_every_event_of_a_key_and_fills_an_unsent_value_from_th
 
 def test_the_history_statement_closes_the_current_version_and_opens_one_per_event():
     text = rendered(apply_sql.history_statement("s", "t", COLUMNS, ["id"], extras=TableExtras(history=True)))
-    assert "SELECT DISTINCT ON (\"id\", ts)" in text            # one version per key and source transaction
-    assert "WHERE cur.vf IS NULL OR to_timestamp(ev.ts / 1000000.0) > cur.vf" in text   # a replay adds nothing
-    assert "lead(fresh.ts) OVER (PARTITION BY fresh.\"id\" ORDER BY fresh.ts)" in text
-    assert 'SET "_tideline_valid_to" = to_timestamp(f.first / 1000000.0), "_tideline_current" = false' in text
-    assert "s.next_ts IS NULL FROM seq AS s WHERE s.op <> 'd'" in text   # a delete only closes
+    assert "SELECT DISTINCT ON (\"id\", o)" in text            # one version per key and source transaction
+    assert "coalesce(s.ts, (extract(epoch FROM now()) * 1000000)::bigint) AS o" in text   # ordered by commit time
+    assert "NULL::bigint AS co" in text
+    assert "CASE WHEN cur.co IS NULL THEN to_timestamp(ev.ts / 1000000.0) > cur.vf ELSE ev.o > cur.co END" in text
+    assert "lead(folded.eff) OVER (PARTITION BY \"folded\".\"id\" ORDER BY folded.eff)" in text
+    assert 'SET "_tideline_valid_to" = f.first, "_tideline_current" = false' in text
+    assert "AND t.\"_tideline_valid_from\" < f.first" in text   # closed only when the next version starts later
+    assert "s.next_eff IS NULL FROM seq AS s WHERE s.op <> 'd'" in text   # a delete only closes
+    assert "_tideline_source_order" not in text
+
+
+def test_a_mariadb_history_table_orders_its_versions_by_gtid_and_folds_a_time_tick_into_its_last_version():
+    extras = TableExtras.of(cfg({"name": "o", "history": True}).table("o"), "mariadb")
+    assert extras.source_order and extras.names[-1] == "_tideline_source_order"
+    assert not TableExtras.of(cfg({"name": "o", "history": True}).table("o"), "postgres").source_order
+    text = rendered(apply_sql.history_statement("s", "t", COLUMNS, ["id"], extras=extras))
+    assert "split_part(s.pos, '-', 3)::bigint AS o" in text     # the GTID's sequence number
+    assert 't."_tideline_source_order" AS co' in text
+    # a version never starts before the one it follows (binlog times are whole seconds, and may run back)
+    assert "greatest(max(to_timestamp(fresh.ts / 1000000.0)) OVER (PARTITION BY \"fresh\".\"id\" ORDER BY fresh.o" in text
+    assert "SELECT DISTINCT ON (\"id\", eff) * FROM timed ORDER BY \"id\", eff, o DESC" in text
+    assert "emptied AS (DELETE FROM" in text and "became AS (UPDATE" in text
+    assert '"_tideline_source_order" = s.o' in text
 
 
 def test_history_is_refused_with_soft_deletes_chunks_a_batch_table_or_a_pair_without_it():
@@ -207,8 +225,9 @@ def test_history_is_refused_with_soft_deletes_chunks_a_batch_table_or_a_pair_wit
                         ({"name": "o", "mode": "batch", "cursor_column": "at", "history": True}, "go with mode: cdc")):
         with pytest.raises(ConfigError, match=says):
             cfg(table)
-    with pytest.raises(ConfigError, match="history is not supported from mariadb into postgres"):
-        parse_pipeline({**BASE, "source": {"kind": "mariadb", "conn_id": "m", "schema": "shop"},
+    with pytest.raises(ConfigError, match="history is not supported from mariadb into iceberg"):
+        parse_pipeline({**BASE, "target": {"kind": "iceberg", "catalog": "lake", "namespace": "s"},
+                        "source": {"kind": "mariadb", "conn_id": "m", "schema": "shop"},
                         "tables": [{"name": "o", "history": True}]}, "x.yaml")
     assert TableExtras.of(cfg({"name": "o", "history": True}).table("o")).key_columns == ["_tideline_valid_from"]
 

@@ -14,7 +14,7 @@ from psycopg2 import sql
 
 from tideline.core.column_hash import pg_sql
 from tideline.core.debezium import UNAVAILABLE, may_be_unavailable, unavailable_test, value_expr
-from tideline.core.table_extras import CURRENT, DELETED_AT, PREFIX, VALID_FROM, VALID_TO, TableExtras
+from tideline.core.table_extras import CURRENT, DELETED_AT, PREFIX, SOURCE_ORDER, VALID_FROM, VALID_TO, TableExtras
 from tideline.core.table_shape import Column
 
 STAGE = "tl_stage"
@@ -207,16 +207,20 @@ def apply_statement(schema: str, table: str, columns: list[Column], pk: list[str
 def history_statement(schema: str, table: str, columns: list[Column], pk: list[str],
                       only: sql.Composable | None = None, extras: TableExtras = TableExtras()) -> sql.Composed:
     """A history table's (SCD type 2, core.table_extras) staged events in one statement. The stage
-    holds every event of the batch for it, not only the last per key. Per key, in source order:
-    the events of one source transaction count as its last (their commit time is one); events at
-    or before the key's current version's start are already in it (a batch applied again, the
-    full load's overlap: the snapshot's time is a lower bound of what it holds) and add nothing;
-    the current version is closed at the first new event's time, each insert or update opens a
-    version that the key's next event closes, and a delete only closes. A value Debezium did not
-    send (unchanged TOAST) is the current version's. Returns (deletes, 0, versions opened, part,
-    off, key) — part NULL unless an event lacks a value nobody has (see
-    unavailable_on_insert_sql), and then nothing may be committed. (Counted as a plain table's
-    apply counts: deletes, 0, versions opened.)"""
+    holds every event of the batch for it, not only the last per key. Per key, in source order
+    (`order_sql`): the events of one source transaction count as its last; events the key's
+    current version already holds add nothing (a batch applied again, the full load's overlap):
+    those at or before its start by time, or, where the version records its SOURCE_ORDER (a
+    MariaDB source), at or before that. Each new event's version starts at its commit time,
+    never before the version it follows (MariaDB's binlog times are whole seconds, the times of
+    statements, and may run back); events whose versions would start at one time fold into the
+    last of them. The current version is closed at the first new version's start, or, when
+    that start is its own, becomes that version (a delete there removes it: within one time
+    tick the row had no other state). Each insert or update opens a version that the key's next
+    one closes, and a delete only closes. A value Debezium did not send (unchanged TOAST) is the
+    current version's. Returns (deletes, 0, versions opened, part, off, key) — part NULL unless
+    an event lacks a value nobody has (see unavailable_on_insert_sql), and then nothing may be
+    committed. (Counted as a plain table's apply counts: deletes, 0, versions opened.)"""
     by_name = {c.name: c for c in columns}
     keys = [sql.Identifier(k) for k in pk]
     key_exprs = [sql.SQL("{} AS {}").format(value_expr(field("key", by_name[k].source_name), by_name[k].type,
@@ -225,8 +229,8 @@ def history_statement(schema: str, table: str, columns: list[Column], pk: list[s
     key_list = sql.SQL(", ").join(keys)
     on = lambda a, b: sql.SQL(" AND ").join(sql.SQL("{a}.{k} = {b}.{k}").format(a=sql.Identifier(a), b=sql.Identifier(b), k=k)
                                              for k in keys)
+    of = lambda alias: sql.SQL(", ").join(sql.SQL("{}.{}").format(sql.Identifier(alias), k) for k in keys)   # noqa: E731
     ts = sql.SQL("coalesce(s.ts, (extract(epoch FROM now()) * 1000000)::bigint)")
-    at = lambda col: sql.SQL("to_timestamp({} / 1000000.0)").format(col)
     target = _target(schema, table)
     written = [c for c in _written(columns)]
     values = []
@@ -239,38 +243,51 @@ def history_statement(schema: str, table: str, columns: list[Column], pk: list[s
                 cur=sql.Identifier(CURRENT), match=on("t", "s"), value=value)
         values.append(value)
     meta = [(n, v) for n, v in extra_values(TableExtras(metadata=extras.metadata), deleting=False)]
+    ordered = [(SOURCE_ORDER, sql.SQL("s.o"))] if extras.source_order else []
     tests = [unavailable_test(field("after", c.source_name), c.type) for c in written
              if c.name not in pk and may_be_unavailable(c.type, c.encoding)]
-    broken = (sql.SQL("SELECT s.part, s.off, s.key::text FROM seq AS s LEFT JOIN cur ON {on} WHERE s.op <> 'd' "
-                      "AND cur.vf IS NULL AND ({tests}) LIMIT 1").format(on=on("s", "cur"),
-                                                                     tests=sql.SQL(" OR ").join(tests))
+    broken = (sql.SQL("SELECT s.part, s.off, s.key::text FROM seq AS s WHERE s.op <> 'd' AND s.cvf IS NULL AND "
+                      "({tests}) LIMIT 1").format(tests=sql.SQL(" OR ").join(tests))
               if tests else sql.SQL("SELECT NULL::int, NULL::bigint, NULL::text WHERE false"))
+    version = ([(c.name, v) for c, v in zip(written, values)]
+               + [(VALID_FROM, sql.SQL("s.eff")), (VALID_TO, sql.SQL("s.next_eff")),
+                  (CURRENT, sql.SQL("s.next_eff IS NULL"))] + ordered + meta)
     return sql.SQL(
-        "WITH ev AS (SELECT DISTINCT ON ({key_list}, ts) {key_exprs}, s.op, s.key, s.after, s.part, s.off, {ts} AS ts, "
-        "s.pos FROM {stage} AS s WHERE s.tbl = {tbl}{only} ORDER BY {key_list}, ts, s.part DESC, s.off DESC), "
-        "cur AS (SELECT {t_keys}, t.{vf} AS vf FROM {target} AS t WHERE t.{cur} AND ({t_keys}) IN "
+        "WITH ev AS (SELECT DISTINCT ON ({key_list}, o) {key_exprs}, s.op, s.key, s.after, s.part, s.off, {ts} AS ts, "
+        "{order} AS o, s.pos FROM {stage} AS s WHERE s.tbl = {tbl}{only} ORDER BY {key_list}, o, s.part DESC, "
+        "s.off DESC), "
+        "cur AS (SELECT {t_keys}, t.{vf} AS vf, {co} AS co FROM {target} AS t WHERE t.{cur} AND ({t_keys}) IN "
         "(SELECT {key_list} FROM ev)), "
-        "fresh AS (SELECT ev.* FROM ev LEFT JOIN cur ON {ev_cur} WHERE cur.vf IS NULL OR {ev_at} > cur.vf), "
-        "seq AS (SELECT fresh.*, lead(fresh.ts) OVER (PARTITION BY {fresh_keys} ORDER BY fresh.ts) AS next_ts "
-        "FROM fresh), "
+        "fresh AS (SELECT ev.*, cur.vf AS cvf FROM ev LEFT JOIN cur ON {ev_cur} WHERE cur.vf IS NULL OR "
+        "CASE WHEN cur.co IS NULL THEN to_timestamp(ev.ts / 1000000.0) > cur.vf ELSE ev.o > cur.co END), "
+        "timed AS (SELECT fresh.*, greatest(max(to_timestamp(fresh.ts / 1000000.0)) OVER (PARTITION BY {fresh_keys} "
+        "ORDER BY fresh.o ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW), fresh.cvf) AS eff FROM fresh), "
+        "folded AS (SELECT DISTINCT ON ({key_list}, eff) * FROM timed ORDER BY {key_list}, eff, o DESC), "
+        "seq AS (SELECT folded.*, lead(folded.eff) OVER (PARTITION BY {folded_keys} ORDER BY folded.eff) AS next_eff "
+        "FROM folded), "
         "broken AS ({broken}), "
-        "closed AS (UPDATE {target} AS t SET {vt} = {first_at}, {cur} = false FROM (SELECT {key_list}, min(ts) AS "
-        "first FROM fresh GROUP BY {key_list}) AS f WHERE t.{cur} AND {t_f} RETURNING 1), "
-        "opened AS (INSERT INTO {target} ({cols}) SELECT {vals} FROM seq AS s WHERE s.op <> 'd' RETURNING 1) "
-        "SELECT (SELECT count(*) FROM fresh WHERE op = 'd'), 0::bigint, "   # (closed runs unreferenced, as every
-        "(SELECT count(*) FROM opened), b.* FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM broken LIMIT 1) AS b "
-        "ON true").format(
-        key_list=key_list, key_exprs=sql.SQL(", ").join(key_exprs), ts=ts, stage=sql.Identifier(STAGE),
-        tbl=sql.Literal(table), only=_only(only), target=target, cur=sql.Identifier(CURRENT),
-        vf=sql.Identifier(VALID_FROM), vt=sql.Identifier(VALID_TO),
-        t_keys=sql.SQL(", ").join(sql.SQL("t.{}").format(k) for k in keys), ev_cur=on("ev", "cur"),
-        ev_at=at(sql.SQL("ev.ts")), fresh_keys=sql.SQL(", ").join(sql.SQL("fresh.{}").format(k) for k in keys),
-        broken=broken, first_at=at(sql.SQL("f.first")), t_f=on("t", "f"),
-        cols=sql.SQL(", ").join([sql.Identifier(c.name) for c in written]
-                                + [sql.Identifier(n) for n in (VALID_FROM, VALID_TO, CURRENT)]
-                                + [sql.Identifier(n) for n, _ in meta]),
-        vals=sql.SQL(", ").join(values + [at(sql.SQL("s.ts")), at(sql.SQL("s.next_ts")), sql.SQL("s.next_ts IS NULL")]
-                                + [v for _, v in meta]))
+        "closed AS (UPDATE {target} AS t SET {vt} = f.first, {cur} = false FROM (SELECT {key_list}, min(eff) AS "
+        "first FROM seq GROUP BY {key_list}) AS f WHERE t.{cur} AND {t_f} AND t.{vf} < f.first RETURNING 1), "
+        "emptied AS (DELETE FROM {target} AS t USING seq AS s WHERE t.{cur} AND {t_s} AND s.eff = t.{vf} "
+        "AND s.op = 'd' RETURNING 1), "
+        "became AS (UPDATE {target} AS t SET {sets} FROM seq AS s WHERE t.{cur} AND {t_s} AND s.eff = t.{vf} "
+        "AND s.op <> 'd' RETURNING 1), "
+        "opened AS (INSERT INTO {target} ({cols}) SELECT {vals} FROM seq AS s WHERE s.op <> 'd' AND s.eff IS DISTINCT "
+        "FROM s.cvf RETURNING 1) "
+        "SELECT (SELECT count(*) FROM seq WHERE op = 'd'), 0::bigint, "   # (closed runs unreferenced, as every
+        "(SELECT count(*) FROM opened) + (SELECT count(*) FROM became), b.* FROM (SELECT 1) AS one "
+        "LEFT JOIN (SELECT * FROM broken LIMIT 1) AS b ON true").format(
+        key_list=key_list, key_exprs=sql.SQL(", ").join(key_exprs), ts=ts,
+        order=sql.SQL("split_part(s.pos, '-', 3)::bigint") if extras.source_order else ts,
+        stage=sql.Identifier(STAGE), tbl=sql.Literal(table), only=_only(only), target=target,
+        cur=sql.Identifier(CURRENT), vf=sql.Identifier(VALID_FROM), vt=sql.Identifier(VALID_TO),
+        co=sql.SQL("t.{}").format(sql.Identifier(SOURCE_ORDER)) if extras.source_order else sql.SQL("NULL::bigint"),
+        t_keys=of("t"), ev_cur=on("ev", "cur"), fresh_keys=of("fresh"), folded_keys=of("folded"),
+        broken=broken, t_f=on("t", "f"), t_s=on("t", "s"),
+        sets=sql.SQL(", ").join(sql.SQL("{} = {}").format(sql.Identifier(n), v) for n, v in version
+                           if n != VALID_FROM and n not in pk),
+        cols=sql.SQL(", ").join(sql.Identifier(n) for n, _ in version),
+        vals=sql.SQL(", ").join(v for _, v in version))
 
 
 def create_change_log_sql(schema: str, table: str) -> sql.Composed:

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 def source_fields(cfg) -> None:
     """A slimmed source block (kafka.source_fields) must keep what the tables' options read from it:
-    the source position (metadata: source_position) and the microsecond commit time (history)."""
+    the source position (metadata: source_position), the microsecond commit time (history) and,
+    from MariaDB, the GTID that orders a history table's versions."""
     kept = cfg.kafka.source_fields
     if kept is None:
         return
     wants = {"postgres": ["lsn"], "mariadb": ["gtid", "file", "pos"]}[cfg.source.kind]
     for t in cfg.tables:
         missing = ([f for f in wants if f not in kept] if "source_position" in t.metadata else []) + \
-            (["ts_us"] if t.history and "ts_us" not in kept else [])
+            (["ts_us"] if t.history and "ts_us" not in kept else []) + \
+            (["gtid"] if t.history and cfg.source.kind == "mariadb" and "gtid" not in kept else [])
         if missing:
             raise ValueError(f"table {t.name!r} reads {', '.join(missing)} from the change events' source block "
                              f"(metadata: source_position / history), which kafka.source_fields leaves out: add "

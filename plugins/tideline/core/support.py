@@ -23,9 +23,8 @@ MODES = ("cdc", "batch", "verify", "maintenance", "extras", "partitioning", "his
 # (source kind, target kind) -> the modes built and tested for the pair
 SUPPORT: dict[tuple[str, str], frozenset[str]] = {
     ("postgres", "postgres"): frozenset({"cdc", "batch", "verify", "extras", "history"}),
-    # history from MariaDB: its binlog times are whole seconds, too coarse to tell a change the
-    # snapshot holds from one after it; telling them by GTID is not built yet
-    ("mariadb", "postgres"): frozenset({"cdc", "batch", "verify", "extras"}),
+    # history from MariaDB orders versions by GTID (core.apply_sql.history_statement)
+    ("mariadb", "postgres"): frozenset({"cdc", "batch", "verify", "extras", "history"}),
     ("postgres", "iceberg"): frozenset({"cdc", "verify", "maintenance", "extras", "partitioning", "history"}),
     ("mariadb", "iceberg"): frozenset({"cdc", "maintenance", "extras", "partitioning"}),   # verify: no MariaDB side in Iceberg's order yet
 }

@@ -10,6 +10,10 @@ from dataclasses import dataclass
 PREFIX = "_tideline_"
 DELETED_AT = "_tideline_deleted_at"
 VALID_FROM, VALID_TO, CURRENT = "_tideline_valid_from", "_tideline_valid_to", "_tideline_current"
+# a MariaDB history table's order of versions: the GTID sequence number of the last source
+# transaction a version holds (its binlog times are whole seconds and may run back; see
+# core.apply_sql.history_statement)
+SOURCE_ORDER = "_tideline_source_order"
 METADATA = ("synced_at", "op", "source_ts", "source_position")
 # op of a row a full load wrote: Debezium's own for a snapshot read
 LOADED_OP = "r"
@@ -23,11 +27,12 @@ class ExtraColumn:
 
     @property
     def pg_type(self) -> str:
-        return {"timestamptz": "timestamp with time zone", "text": "text", "boolean": "boolean"}[self.kind]
+        return {"timestamptz": "timestamp with time zone", "text": "text", "boolean": "boolean",
+                "bigint": "bigint"}[self.kind]
 
     @property
     def iceberg_type(self) -> str:
-        return {"timestamptz": "timestamptz", "text": "string", "boolean": "boolean"}[self.kind]
+        return {"timestamptz": "timestamptz", "text": "string", "boolean": "boolean", "bigint": "long"}[self.kind]
 
 
 _ABOUT = {
@@ -47,11 +52,15 @@ class TableExtras:
     metadata: tuple[str, ...] = ()
     history: bool = False   # SCD type 2: one row per version, keyed by the source key and VALID_FROM
     changelog: bool = False   # every event in <table>__changes beside it (CHANGES_SUFFIX)
+    source_order: bool = False   # history whose versions follow SOURCE_ORDER, not the commit times (MariaDB)
 
     @classmethod
-    def of(cls, table_config) -> "TableExtras":
+    def of(cls, table_config, source_kind: str | None = None) -> "TableExtras":
+        """The table's extras; `source_kind` (the pipeline's source.kind) says how a history
+        table orders its versions: by commit time (PostgreSQL), or by GTID (MariaDB)."""
+        history = getattr(table_config, "history", False)
         return cls(table_config.deletes == "soft", tuple(m for m in METADATA if m in table_config.metadata),
-                   getattr(table_config, "history", False), getattr(table_config, "changelog", False))
+                   history, getattr(table_config, "changelog", False), history and source_kind == "mariadb")
 
     @property
     def columns(self) -> list[ExtraColumn]:
@@ -64,6 +73,10 @@ class TableExtras:
                                                          "it is the row's current version"),
                     ExtraColumn(CURRENT, "boolean", "whether this is the row's current version (false once the "
                                                     "row is deleted at the source)")]
+            if self.source_order:
+                out.append(ExtraColumn(SOURCE_ORDER, "bigint", "MariaDB sources: the GTID sequence number of the "
+                                                               "last source transaction this version holds (the "
+                                                               "snapshot's for a loaded row)"))
         return out + [ExtraColumn(PREFIX + m, *_ABOUT[m]) for m in self.metadata]
 
     @property
@@ -80,7 +93,7 @@ class TableExtras:
 
     def collisions(self, source_columns) -> list[str]:
         """Source columns named as one of these extra columns: the table cannot carry both."""
-        return sorted(set(self.names) & set(source_columns))
+        return sorted((set(self.names) | ({SOURCE_ORDER} if self.history else set())) & set(source_columns))
 
 
 CHANGES_SUFFIX = "__changes"

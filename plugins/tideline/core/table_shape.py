@@ -11,7 +11,7 @@ from psycopg2 import sql
 
 from tideline.core.copy_text import needs_escaping
 from tideline.core.errors import SourceError
-from tideline.core.table_extras import CURRENT, LOADED_OP, PREFIX, VALID_FROM, ExtraColumn, TableExtras
+from tideline.core.table_extras import CURRENT, LOADED_OP, PREFIX, SOURCE_ORDER, VALID_FROM, ExtraColumn, TableExtras
 
 KEY_ALIAS = "__tl_k{}"
 CTID_ALIAS = "__tl_ctid"
@@ -77,6 +77,15 @@ class TableShape:
             if c.name == name:
                 return c
         raise KeyError(name)
+
+    def ordered(self, order: str | None) -> "TableShape":
+        """The shape a load reads: with `order` (engines.base.Snapshot.order), the snapshot's place
+        in the source's log as one more column, SOURCE_ORDER, read as the session's value of it."""
+        if order is None:
+            return self
+        col = Column(SOURCE_ORDER, "bigint", False, read=order)
+        return replace(self, columns=self.columns + (col,),
+                       origin=self.origin.ordered(order) if self.origin is not None else None)
 
     @property
     def copy_format(self) -> str:

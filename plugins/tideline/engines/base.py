@@ -21,6 +21,10 @@ class Snapshot:
     rows: int | None            # rows in the snapshot, when one count can see all of it
     predicates: list[str] = field(default_factory=list)
     session_init: str | None = None
+    # the SQL value, in each partition's session, of the snapshot's place in the source's log
+    # order: a history table from a source whose versions follow that order seeds it
+    # (core.table_extras.SOURCE_ORDER; SourceEngine.order_snapshot)
+    order: str | None = None
 
 
 class SourceEngine(ABC):
@@ -215,6 +219,13 @@ class SourceEngine(ABC):
         """What runs such a COPY in a session that ran `session_init` first
         (pipes.copy_pipe.PostgresPipeSource.copy_out). None: the rows are read with Spark JDBC."""
         return None
+
+    def order_snapshot(self, snap: Snapshot, label: str) -> None:
+        """Makes each partition's session of `snap` know the snapshot's place in the source's log
+        order (snap.order), for a history table whose versions follow it
+        (TableExtras.source_order). Only a source whose commit times cannot order versions has
+        one."""
+        raise SourceError(f"{label}: a {self.kind} source orders a history table's versions by commit time")
 
     def close_snapshot(self, conn) -> None:
         conn.rollback()

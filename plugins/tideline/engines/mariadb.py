@@ -216,6 +216,23 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
                 "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         return Snapshot(f"gtid {gtid or '(empty)'}", at, gtid or "", None, predicates, init)
 
+    def order_snapshot(self, snap: Snapshot, label: str) -> None:
+        """Each partition's session, once its snapshot is open, sets @tl_snapshot_seq to the GTID
+        sequence number of the last transaction the snapshot holds: BINLOG_GTID_POS of the binlog
+        position MariaDB gives for the snapshot (Binlog_snapshot_file/_position). Sequence numbers
+        order transactions within one GTID domain only, which is why a source with several is
+        refused."""
+        if "," in (snap.position or ""):
+            raise SourceError(f"{label}: history from MariaDB orders versions by GTID sequence number, and this "
+                              f"source's binlog holds several GTID domains ({snap.position}), whose numbers do not "
+                              f"order each other's transactions; set history: false for the table, or sync it from "
+                              f"a server with one domain")
+        status = "(SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME = '{}')"
+        snap.session_init = (f"{snap.session_init}; SET @tl_snapshot_seq = CAST(SUBSTRING_INDEX(BINLOG_GTID_POS("
+                             f"{status.format('BINLOG_SNAPSHOT_FILE')}, {status.format('BINLOG_SNAPSHOT_POSITION')}), "
+                             f"'-', -1) AS UNSIGNED)")
+        snap.order = "@tl_snapshot_seq"
+
     loads_in_chunks = True
     # each chunk: the exact-text session, its own consistent snapshot for the seconds it reads
     chunk_session_init = (f"{SESSION_INIT}; SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; "

@@ -284,6 +284,8 @@ class FullLoad:
                 topic_id, offsets = self.handover(topic)
                 # 2. the consistent read (the engine says how), held open for the whole read
                 snap = self.engine.open_snapshot(src, shape, cfg.spark.parallelism)
+                if TableExtras.of(tcfg, cfg.source.kind).source_order:   # its versions follow the source's log
+                    self.engine.order_snapshot(snap, label)
                 if where is not None and snap.rows is not None:   # the rows the filter keeps, in the snapshot
                     snap.rows = self.engine.count_where(src, cfg.source_schema(table), table, where)
                 tree = self.engine.partition_tree(src, cfg.source_schema(table), table)   # as the snapshot sees it
@@ -299,8 +301,9 @@ class FullLoad:
                 if read is not None:
                     return chunked.fill(self, read, src, tgt, landing, schema, into, label, epoch, started, run_id)
                 small = snap.rows is not None and snap.rows <= DRIVER_COPY_MAX_ROWS and len(snap.predicates) == 1
-                figures = copy_source_rows(self.spark, self.engine, self.store, tgt, landing,
-                                           self.engine.read_query(src, shape, where), snap.predicates, schema, into,
+                figures = copy_source_rows(self.spark, self.engine, self.store, tgt, landing.ordered(snap.order),
+                                           self.engine.read_query(src, shape.ordered(snap.order), where),
+                                           snap.predicates, schema, into,
                                            label, session_init=snap.session_init, started=started, run_id=run_id,
                                            snapshot_conn=src if small else None, where=where)
                 self.engine.close_snapshot(src)  # the snapshot may close now: every partition has read
@@ -327,7 +330,7 @@ class FullLoad:
                 fence=lambda cur: state.check_epoch(cur, cfg.name, table, epoch), record=record,
                 resumed=read is not None and read.resumed, chunked=read, parallelism=cfg.spark.parallelism,
                 chunk_done=lambda cur, staged: chunked.staged(cur, read, staged, epoch, run_id),
-                extras=TableExtras.of(tcfg), partition_by=names.partition_by(tcfg.partition_by), where=where,
+                extras=TableExtras.of(tcfg, cfg.source.kind), partition_by=names.partition_by(tcfg.partition_by), where=where,
                 spread=lambda items, copier_for, in_threads=False: spread_partitions(
                     self.spark, items, copier_for, label, started,
                     (self.store, run_id, schema, landing.name) if run_id is not None else None, in_threads)))

@@ -280,7 +280,7 @@ class BatchCommitter:
             applied = self.store.apply_changes(cur, self.cfg.name, self.cfg.target_schema(table.name), table.target,
                                                table.topic, table.columns, table.primary_key,
                                                dead_letter=self.cfg.stream.on_bad_message == "dead_letter",
-                                               stamp=stamp, extras=TableExtras.of(tcfg))
+                                               stamp=stamp, extras=TableExtras.of(tcfg, self.cfg.source.kind))
         except (schema_drift.SchemaChangeError, SourceError) as exc:   # e.g. a column added that cannot stream
             self.store.undo_table(cur)
             return str(exc), None

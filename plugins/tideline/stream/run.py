@@ -137,7 +137,7 @@ class IncrementalRun:
                 if rehashed:
                     raise ResnapshotRequired(rehashed, table=name)
                 added = self.store.ensure_extras(self._tgt, cfg.target_schema(name), names.table,
-                                                 TableExtras.of(cfg.table(name)))
+                                                 TableExtras.of(cfg.table(name), cfg.source.kind))
             except ResnapshotRequired as exc:
                 self._needs_resnapshot(name, str(exc))
                 raise

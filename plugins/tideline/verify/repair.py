@@ -74,7 +74,7 @@ def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, 
         _lock_for_repair(cur, cfg.name, table, epoch)
         read, upserted, deleted = store.repair_from_source(   # the target's shape (core.target_names)
             cur, engine, src, cfg.target_names(table).shape(shape), cfg.target_schema(table), source_where, target_where, delete_missing,
-            f"{cfg.name}.{table}", TableExtras.of(cfg.table(table)))
+            f"{cfg.name}.{table}", TableExtras.of(cfg.table(table), cfg.source.kind))
         run_id = state.run_start_in(cur, cfg.name, table, "repair", epoch)
         state.run_end(cur, run_id, "succeeded", read,
                       f"{label}: {read} read, {upserted} upserted, {deleted} deleted")

@@ -1,0 +1,114 @@
+"""History (SCD type 2) from a MariaDB source into PostgreSQL, against the real stack. MariaDB's
+binlog times are whole seconds, and the times of statements, which may run back: the versions
+follow the GTID order, never start before the version they follow, and the changes of one second
+fold into its last. Each partition of the load seeds its rows with its own snapshot's place in that
+order, so what a snapshot holds is never a version again; a replay adds nothing."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from helpers import stream_until
+from test_mariadb import _drop, _exec, maria, mariadb_pipeline  # noqa: F401  (the MariaDB source fixture)
+from tideline.core.table_extras import SOURCE_ORDER
+from tideline.load.full_load import FullLoad
+from tideline.stream.run import IncrementalRun
+from tideline.verify import compare
+
+pytestmark = pytest.mark.integration
+
+
+def _source(maria, t: str) -> list[tuple]:   # noqa: F811
+    with maria.cursor() as cur:
+        cur.execute(f"SELECT id, note, amount FROM `{t}` ORDER BY id")
+        return [tuple(r) for r in cur.fetchall()]
+
+
+def test_history_from_mariadb_follows_the_gtid_order_folds_a_second_and_adds_nothing_on_replay(
+        spark, target_db, pipelines, unique_name, maria):   # noqa: F811
+    """The load seeds one version per row, each with its partition's snapshot GTID. Then, at times
+    set with SET timestamp (a day ahead, so after the seeds):
+    - key 1: two transactions in one second fold into the second's last, a later one follows;
+    - key 2: a change whose binlog time runs back before the one it follows starts where that one
+      starts (and folds into it);
+    - key 3: an update and a delete in one second: the row's first version closes there, nothing opens;
+    - key 4: deleted, inserted again later; key 5 changes its key.
+    - key 7: two transactions in one second, in one batch.
+    Each group of changes is streamed before the next, so folds happen across commits too. Then every event again from the
+    topic's start (a replay, the load's overlap included) adds no version; a re-snapshot closes
+    the row changed meanwhile; the current versions verify equal to the source."""
+    t = f"{unique_name}_mh"
+    _exec(maria, f"CREATE TABLE `{t}` (id int PRIMARY KEY, note varchar(40), amount decimal(10,2))",
+          f"INSERT INTO `{t}` SELECT seq, CONCAT('v0 ', seq, ' 😀'), seq * 1.5 FROM seq_1_to_400")
+
+    def versions(key: int) -> list[tuple]:
+        with target_db.cursor() as cur:
+            cur.execute(f"SELECT note, _tideline_valid_from, _tideline_valid_to, _tideline_current, {SOURCE_ORDER} "
+                        f"FROM {schema}.{t} WHERE id = %s ORDER BY _tideline_valid_from", (key,))
+            return cur.fetchall()
+
+    def current() -> list[tuple]:
+        with target_db.cursor() as cur:
+            cur.execute(f"SELECT id, note, amount FROM {schema}.{t} WHERE _tideline_current ORDER BY id")
+            return [tuple(r) for r in cur.fetchall()]
+
+    def count() -> int:
+        with target_db.cursor() as cur:
+            cur.execute(f"SELECT count(*) FROM {schema}.{t}")
+            return cur.fetchone()[0]
+    try:
+        cfg = mariadb_pipeline(pipelines, [{"name": t, "history": True}], partitions=2, capture=True)
+        schema = cfg.target_schema(t)
+        FullLoad(cfg, spark).run([t])
+        seed = versions(1)
+        assert len(seed) == 1 and seed[0][3] and seed[0][2] is None and seed[0][4] > 0 and count() == 400
+        with maria.cursor() as cur:
+            cur.execute("SELECT UNIX_TIMESTAMP() + 86400")
+            day = int(cur.fetchone()[0])
+        at = lambda s: f"SET timestamp = {day + s}"   # noqa: E731
+        groups = [  # each streamed before the next: a fold across commits, then within one
+            [at(10), f"UPDATE `{t}` SET note = 'a' WHERE id = 1", at(30), f"UPDATE `{t}` SET note = 'late' WHERE id = 2",
+             at(40), f"UPDATE `{t}` SET note = 'gone' WHERE id = 3"],
+            [at(10), f"UPDATE `{t}` SET note = 'b' WHERE id = 1", at(25), f"UPDATE `{t}` SET note = 'back' WHERE id = 2",
+             at(40), f"DELETE FROM `{t}` WHERE id = 3", at(50), f"DELETE FROM `{t}` WHERE id = 4"],
+            [at(20), f"UPDATE `{t}` SET note = 'c' WHERE id = 1", at(60), f"INSERT INTO `{t}` VALUES (4, 'again', 4)",
+             at(70), f"UPDATE `{t}` SET id = 1005 WHERE id = 5",
+             at(80), f"UPDATE `{t}` SET note = 'x' WHERE id = 7", f"UPDATE `{t}` SET note = 'y' WHERE id = 7"]]
+        for n, group in enumerate(groups):
+            _exec(maria, *group, "SET timestamp = DEFAULT")
+            stream_until(cfg, spark, lambda: current() == _source(maria, t), f"group {n + 1} in the current versions")
+        base = datetime.fromtimestamp(day, timezone.utc)
+        sec = lambda s: base + timedelta(seconds=s)   # noqa: E731
+        one = versions(1)
+        assert [(v[0], v[1], v[2], v[3]) for v in one[1:]] == [("b", sec(10), sec(20), False), ("c", sec(20), None, True)]
+        assert one[0][2] == sec(10) and one[1][4] < one[2][4]   # the seed closes where b starts; GTIDs rise
+        two = versions(2)
+        assert [(v[0], v[1], v[3]) for v in two[1:]] == [("back", sec(30), True)] and two[0][2] == sec(30)
+        assert [(v[0], v[2], v[3]) for v in versions(3)] == [("v0 3 😀", sec(40), False)]
+        assert [(v[0], v[1], v[2], v[3]) for v in versions(4)[1:]] == [("again", sec(60), None, True)]
+        assert versions(4)[0][2] == sec(50)
+        assert [v[2] for v in versions(5)] == [sec(70)] and [v[1] for v in versions(1005)] == [sec(70)]
+        assert [(v[0], v[1]) for v in versions(7)[1:]] == [("y", sec(80))]
+        total = count()
+        assert total == 400 + 2 + 1 + 1 + 1 + 1
+        # every event again, from the topic's start, in larger batches: no version added or changed
+        before = {k: versions(k) for k in (1, 2, 3, 4, 5, 7, 1005)}
+        with target_db.cursor() as cur:
+            cur.execute("UPDATE tideline.table_state SET resume_offsets = %s WHERE pipeline = %s AND table_name = %s",
+                        (json.dumps({"0": 0, "1": 0}), cfg.name, t))
+        IncrementalRun(cfg, spark, "available_now").run()
+        assert count() == total and {k: versions(k) for k in before} == before
+        assert current() == _source(maria, t)
+        assert compare.main(["--pipeline", cfg.name, "--tables", t, "--pipelines-dir", str(pipelines.dir)]) == 0
+        # a re-snapshot: row 6 changed while nothing streamed closes at the snapshot; the rest stay
+        _exec(maria, f"UPDATE `{t}` SET note = 'meanwhile' WHERE id = 6")
+        FullLoad(cfg, spark).run([t])
+        six = versions(6)
+        assert [(v[0], v[3]) for v in six] == [("v0 6 😀", False), ("meanwhile", True)] and six[0][2] == six[1][1]
+        assert versions(1) == before[1] and count() == total + 1
+        stream_until(cfg, spark, lambda: current() == _source(maria, t), "the stream after the reload")
+        assert count() == total + 1   # the reload's overlap (the 'meanwhile' event) is no version again
+    finally:
+        _drop(maria, t)
