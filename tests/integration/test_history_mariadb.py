@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from helpers import stream_until
-from test_mariadb import _drop, _exec, maria, mariadb_pipeline  # noqa: F401  (the MariaDB source fixture)
+from test_mariadb import CONN_ID, DB, _drop, _exec, maria, mariadb_pipeline  # noqa: F401  (the MariaDB source fixture)
 from tideline.core.table_extras import SOURCE_ORDER
 from tideline.load.full_load import FullLoad
 from tideline.stream.run import IncrementalRun
@@ -28,6 +28,69 @@ def _source(maria, t: str) -> list[tuple]:   # noqa: F811
 
 def test_history_from_mariadb_follows_the_gtid_order_folds_a_second_and_adds_nothing_on_replay(
         spark, target_db, pipelines, unique_name, maria):   # noqa: F811
+    """Into PostgreSQL (see _scenario), verified equal to the source."""
+    t = f"{unique_name}_mh"
+
+    def versions(key: int) -> list[tuple]:
+        with target_db.cursor() as cur:
+            cur.execute(f"SELECT note, _tideline_valid_from, _tideline_valid_to, _tideline_current, {SOURCE_ORDER} "
+                        f"FROM {cfg.target_schema(t)}.{t} WHERE id = %s ORDER BY _tideline_valid_from", (key,))
+            return cur.fetchall()
+
+    def current() -> list[tuple]:
+        with target_db.cursor() as cur:
+            cur.execute(f"SELECT id, note, amount FROM {cfg.target_schema(t)}.{t} WHERE _tideline_current ORDER BY id")
+            return [tuple(r) for r in cur.fetchall()]
+
+    def count() -> int:
+        with target_db.cursor() as cur:
+            cur.execute(f"SELECT count(*) FROM {cfg.target_schema(t)}.{t}")
+            return cur.fetchone()[0]
+
+    def replay() -> None:
+        with target_db.cursor() as cur:
+            cur.execute("UPDATE tideline.table_state SET resume_offsets = %s WHERE pipeline = %s AND table_name = %s",
+                        (json.dumps({"0": 0, "1": 0}), cfg.name, t))
+    _create(maria, t)
+    cfg = mariadb_pipeline(pipelines, [{"name": t, "history": True}], partitions=2, capture=True)
+    _scenario(cfg, spark, maria, t, versions, current, count, replay, verify=str(pipelines.dir))
+
+
+def test_history_from_mariadb_into_iceberg_read_with_pyiceberg(spark, pipelines, unique_name, maria, lake):   # noqa: F811
+    """Into Iceberg (see _scenario), every version read with PyIceberg."""
+    from test_iceberg import iceberg_pipeline
+    t = f"{unique_name}_mi"
+
+    def rows() -> list[dict]:
+        return lake.pyiceberg_catalog().load_table((unique_name, t)).scan().to_arrow().to_pylist()
+
+    def versions(key: int) -> list[tuple]:
+        return sorted(((r["note"], r["_tideline_valid_from"], r["_tideline_valid_to"], r["_tideline_current"],
+                        r[SOURCE_ORDER]) for r in rows() if r["id"] == key), key=lambda v: v[1])
+
+    def current() -> list[tuple]:
+        return sorted((r["id"], r["note"], r["amount"]) for r in rows() if r["_tideline_current"])
+
+    def replay() -> None:
+        conn = lake.connect()
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute("UPDATE tideline.table_state SET resume_offsets = %s WHERE pipeline = %s AND "
+                            "table_name = %s", (json.dumps({"0": 0, "1": 0}), cfg.name, t))
+        finally:
+            conn.close()
+    _create(maria, t)
+    cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t, "history": True}], capture=True,
+                           source={"kind": "mariadb", "conn_id": CONN_ID, "schema": DB})
+    _scenario(cfg, spark, maria, t, versions, current, lambda: len(rows()), replay, verify=None)
+
+
+def _create(maria, t: str) -> None:   # noqa: F811
+    _exec(maria, f"CREATE TABLE `{t}` (id int PRIMARY KEY, note varchar(40), amount decimal(10,2))",
+          f"INSERT INTO `{t}` SELECT seq, CONCAT('v0 ', seq, ' 😀'), seq * 1.5 FROM seq_1_to_400")
+
+
+def _scenario(cfg, spark, maria, t, versions, current, count, replay, verify: str | None) -> None:   # noqa: F811
     """The load seeds one version per row, each with its partition's snapshot GTID. Then, at times
     set with SET timestamp (a day ahead, so after the seeds):
     - key 1: two transactions in one second fold into the second's last, a later one follows;
@@ -39,28 +102,7 @@ def test_history_from_mariadb_follows_the_gtid_order_folds_a_second_and_adds_not
     Each group of changes is streamed before the next, so folds happen across commits too. Then every event again from the
     topic's start (a replay, the load's overlap included) adds no version; a re-snapshot closes
     the row changed meanwhile; the current versions verify equal to the source."""
-    t = f"{unique_name}_mh"
-    _exec(maria, f"CREATE TABLE `{t}` (id int PRIMARY KEY, note varchar(40), amount decimal(10,2))",
-          f"INSERT INTO `{t}` SELECT seq, CONCAT('v0 ', seq, ' 😀'), seq * 1.5 FROM seq_1_to_400")
-
-    def versions(key: int) -> list[tuple]:
-        with target_db.cursor() as cur:
-            cur.execute(f"SELECT note, _tideline_valid_from, _tideline_valid_to, _tideline_current, {SOURCE_ORDER} "
-                        f"FROM {schema}.{t} WHERE id = %s ORDER BY _tideline_valid_from", (key,))
-            return cur.fetchall()
-
-    def current() -> list[tuple]:
-        with target_db.cursor() as cur:
-            cur.execute(f"SELECT id, note, amount FROM {schema}.{t} WHERE _tideline_current ORDER BY id")
-            return [tuple(r) for r in cur.fetchall()]
-
-    def count() -> int:
-        with target_db.cursor() as cur:
-            cur.execute(f"SELECT count(*) FROM {schema}.{t}")
-            return cur.fetchone()[0]
     try:
-        cfg = mariadb_pipeline(pipelines, [{"name": t, "history": True}], partitions=2, capture=True)
-        schema = cfg.target_schema(t)
         FullLoad(cfg, spark).run([t])
         seed = versions(1)
         assert len(seed) == 1 and seed[0][3] and seed[0][2] is None and seed[0][4] > 0 and count() == 400
@@ -95,13 +137,12 @@ def test_history_from_mariadb_follows_the_gtid_order_folds_a_second_and_adds_not
         assert total == 400 + 2 + 1 + 1 + 1 + 1
         # every event again, from the topic's start, in larger batches: no version added or changed
         before = {k: versions(k) for k in (1, 2, 3, 4, 5, 7, 1005)}
-        with target_db.cursor() as cur:
-            cur.execute("UPDATE tideline.table_state SET resume_offsets = %s WHERE pipeline = %s AND table_name = %s",
-                        (json.dumps({"0": 0, "1": 0}), cfg.name, t))
+        replay()
         IncrementalRun(cfg, spark, "available_now").run()
         assert count() == total and {k: versions(k) for k in before} == before
         assert current() == _source(maria, t)
-        assert compare.main(["--pipeline", cfg.name, "--tables", t, "--pipelines-dir", str(pipelines.dir)]) == 0
+        if verify:
+            assert compare.main(["--pipeline", cfg.name, "--tables", t, "--pipelines-dir", verify]) == 0
         # a re-snapshot: row 6 changed while nothing streamed closes at the snapshot; the rest stay
         _exec(maria, f"UPDATE `{t}` SET note = 'meanwhile' WHERE id = 6")
         FullLoad(cfg, spark).run([t])

@@ -225,10 +225,6 @@ def test_history_is_refused_with_soft_deletes_chunks_a_batch_table_or_a_pair_wit
                         ({"name": "o", "mode": "batch", "cursor_column": "at", "history": True}, "go with mode: cdc")):
         with pytest.raises(ConfigError, match=says):
             cfg(table)
-    with pytest.raises(ConfigError, match="history is not supported from mariadb into iceberg"):
-        parse_pipeline({**BASE, "target": {"kind": "iceberg", "catalog": "lake", "namespace": "s"},
-                        "source": {"kind": "mariadb", "conn_id": "m", "schema": "shop"},
-                        "tables": [{"name": "o", "history": True}]}, "x.yaml")
     assert TableExtras.of(cfg({"name": "o", "history": True}).table("o")).key_columns == ["_tideline_valid_from"]
 
 
@@ -237,9 +233,17 @@ def test_the_iceberg_history_merge_closes_and_opens_versions_in_one_commit():
     from tideline.targets.iceberg.history import history_merge_sql
     apply = LakeApply(None, "p", "s", "t", "topic", COLUMNS, ["id"], extras=TableExtras(history=True))
     unsent, merge = history_merge_sql(apply, "lake.s.t", "v")
-    assert "WHERE cur.`__tl_vf` IS NULL OR timestamp_micros(v.__tl_ts) > cur.`__tl_vf`" in merge   # replays add nothing
-    assert "ON t.`id` <=> s.`id` AND t.`_tideline_current` AND s.`__tl_action` = 'close'" in merge
-    assert "WHEN MATCHED THEN UPDATE SET t.`_tideline_valid_to` = s.`__tl_to`, t.`_tideline_current` = false" in merge
+    assert ("WHERE cur.`__tl_vf` IS NULL OR CASE WHEN cur.`__tl_co` IS NULL THEN timestamp_micros(v.__tl_ts) > "
+            "cur.`__tl_vf`") in merge   # replays add nothing
+    assert "ON t.`id` <=> s.`id` AND t.`_tideline_current` AND s.`__tl_action` <> 'open'" in merge
+    assert ("WHEN MATCHED AND s.`__tl_action` = 'close' THEN UPDATE SET t.`_tideline_valid_to` = s.`__tl_from`, "
+            "t.`_tideline_current` = false") in merge
+    assert "WHEN MATCHED AND s.`__tl_action` = 'emptied' THEN DELETE" in merge   # a second's delete (MariaDB)
+    assert "CAST(NULL AS BIGINT) AS `__tl_co`" in merge
+    lake = LakeApply(None, "p", "s", "t", "topic", COLUMNS, ["id"], extras=TableExtras(history=True, source_order=True))
+    ordered = history_merge_sql(lake, "lake.s.t", "v")[1]
+    assert "CAST(element_at(split(v.__tl_pos, '-'), 3) AS BIGINT) AS `__tl_o`" in ordered   # the GTID's number
+    assert "t.`_tideline_source_order` = s.`_tideline_source_order`" in ordered
     assert "WHEN NOT MATCHED AND s.`__tl_action` = 'open' THEN INSERT (`id`, `note`, `_tideline_valid_from`" in merge
     assert "CASE WHEN f.`u1` THEN f.`__tl_cur_1` ELSE f.`note` END" in merge   # an unsent value: the current one's
     assert "f.`__tl_vf` IS NULL" in unsent

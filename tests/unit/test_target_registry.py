@@ -145,7 +145,7 @@ def test_a_mode_the_pair_does_not_support_is_refused_saying_what_it_supports():
         parse_pipeline(pipeline("mariadb", "iceberg", tables=batch), "pipelines/shop.yaml")
     message = str(info.value)
     assert "tables events are in batch mode, but batch is not supported from mariadb into iceberg" in message
-    assert "this pair supports: cdc, extras, maintenance" in message and "from mariadb, batch works into: postgres" in message
+    assert "this pair supports: cdc, extras, history, maintenance" in message and "from mariadb, batch works into: postgres" in message
 
 
 def test_dags_follow_the_support_table(monkeypatch):

@@ -26,7 +26,7 @@ SUPPORT: dict[tuple[str, str], frozenset[str]] = {
     # history from MariaDB orders versions by GTID (core.apply_sql.history_statement)
     ("mariadb", "postgres"): frozenset({"cdc", "batch", "verify", "extras", "history"}),
     ("postgres", "iceberg"): frozenset({"cdc", "verify", "maintenance", "extras", "partitioning", "history"}),
-    ("mariadb", "iceberg"): frozenset({"cdc", "maintenance", "extras", "partitioning"}),   # verify: no MariaDB side in Iceberg's order yet
+    ("mariadb", "iceberg"): frozenset({"cdc", "maintenance", "extras", "partitioning", "history"}),   # verify: no MariaDB side in Iceberg's order yet
 }
 
 

@@ -117,15 +117,17 @@ def position_text(log_position: str | None, partition: int, offset: int) -> str:
 # a change event writes (`s.` the MERGE's source view, with the event's op, time and position)
 _SPARK_LOADED = {DELETED_AT: "CAST(NULL AS TIMESTAMP)", PREFIX + "synced_at": "current_timestamp()",
                  PREFIX + "op": f"'{LOADED_OP}'", PREFIX + "source_ts": "CAST(NULL AS TIMESTAMP)",
-                 PREFIX + "source_position": "CAST(NULL AS STRING)"}
+                 PREFIX + "source_position": "CAST(NULL AS STRING)", SOURCE_ORDER: "CAST(NULL AS BIGINT)"}
 
 
-def spark_loaded(extras: TableExtras, seeded_at=None) -> list[tuple[str, str]]:
+def spark_loaded(extras: TableExtras, seeded_at=None, order: str | None = None) -> list[tuple[str, str]]:
     """(column, Spark SQL value) of a row a load or a repair writes: with history, a current version
-    from `seeded_at` (the snapshot's time; now without one)."""
+    from `seeded_at` (the snapshot's time; now without one), in the source's order at `order`
+    (a Spark SQL value: SOURCE_ORDER)."""
     start = "current_timestamp()" if seeded_at is None else \
         f"timestamp_micros({int(seeded_at.timestamp() * 1_000_000)})"
-    values = {**_SPARK_LOADED, VALID_FROM: start, VALID_TO: "CAST(NULL AS TIMESTAMP)", CURRENT: "true"}
+    values = {**_SPARK_LOADED, VALID_FROM: start, VALID_TO: "CAST(NULL AS TIMESTAMP)", CURRENT: "true",
+              **({SOURCE_ORDER: order} if order else {})}
     return [(c.name, values[c.name]) for c in extras.columns]
 
 

@@ -231,7 +231,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         snap.session_init = (f"{snap.session_init}; SET @tl_snapshot_seq = CAST(SUBSTRING_INDEX(BINLOG_GTID_POS("
                              f"{status.format('BINLOG_SNAPSHOT_FILE')}, {status.format('BINLOG_SNAPSHOT_POSITION')}), "
                              f"'-', -1) AS UNSIGNED)")
-        snap.order = "@tl_snapshot_seq"
+        snap.order = "CAST(@tl_snapshot_seq AS CHAR)"   # typed: JDBC would call a bare variable BINARY
 
     loads_in_chunks = True
     # each chunk: the exact-text session, its own consistent snapshot for the seconds it reads

@@ -135,16 +135,16 @@ class LakeApply:
         ).as_string(cur)
 
     def _events(self) -> sql.Composable:
-        """The table's staged events: each with the time of the key's next one (next_ts); a
-        history table's one per key and source transaction (its last), every event of the batch
-        staged for it (core.batch_events)."""
+        """The table's staged events; a history table's one per key and source transaction (its
+        last: same commit time, or same GTID from MariaDB), every event of the batch staged for it
+        (core.batch_events). Their versions are ordered in the MERGE (targets.iceberg.history)."""
         stage = sql.Identifier(apply_sql.STAGE)
         if not self.extras.history:
             return sql.SQL("(SELECT *, NULL::bigint AS next_ts FROM {})").format(stage)
-        return sql.SQL("(SELECT d.*, lead(d.ts) OVER (PARTITION BY d.key ORDER BY d.ts) AS next_ts FROM "
-                       "(SELECT DISTINCT ON (s.key, s.ts) s.* FROM {stage} s WHERE s.tbl = {tbl} "
-                       "ORDER BY s.key, s.ts, s.part DESC, s.off DESC) d)").format(
-            stage=stage, tbl=sql.Literal(self.table))
+        same = sql.SQL("split_part(s.pos, '-', 3)") if self.extras.source_order else sql.SQL("s.ts")
+        return sql.SQL("(SELECT DISTINCT ON (s.key, {same}) s.*, NULL::bigint AS next_ts FROM {stage} s "
+                       "WHERE s.tbl = {tbl} ORDER BY s.key, {same}, s.part DESC, s.off DESC)").format(
+            stage=stage, tbl=sql.Literal(self.table), same=same)
 
     def _read(self, cur) -> pa.Table:
         """The table's staged events decoded, in Kafka order (columns OP, PART, OFF, KEY, TS, POS, then c, r

@@ -39,42 +39,70 @@ def keep_versions(spark, live, new, shape: TableShape, at, label: str):
 
 
 def history_merge_sql(apply, table_id: str, view: str) -> tuple[str, str]:
-    """(the check for an event that lacks a value nobody has, the MERGE) of a batch's versions:
-    the view holds the table's events of the batch, one per key and source transaction, each
-    with the next one's time (`next_ts`). Events at or before the key's current version's start
-    add nothing (a replay); the current version closes at the first new event; each insert or
-    update opens a version the next event closes; a delete only closes. A value Debezium did not
-    send is the current version's."""
-    from tideline.core.table_extras import TableExtras, spark_event
+    """(the check for an event that lacks a value nobody has, the MERGE) of a batch's versions, by
+    the rules of the PostgreSQL target's (core.apply_sql.history_statement): the view holds the
+    table's events of the batch, one per key and source transaction. Events the key's current
+    version holds add nothing (a replay): by time, or by SOURCE_ORDER where the version records it
+    (MariaDB: the GTID's sequence number). A version starts at its event's time, never before the
+    one it follows; events whose versions would start at one time fold into the last. The
+    current version closes where the first new one starts, or, starting there itself, becomes it
+    (or goes, for a delete); each insert or update opens a version the next closes. A value
+    Debezium did not send is the current version's."""
+    from tideline.core.table_extras import SOURCE_ORDER, TableExtras, spark_event
     OP, PART, OFF, KEY, TS, POS, NT = apply.EVENT_COLUMNS
     keys = [spark_ident(k) for k in apply.primary_key]
     names = [spark_ident(c.name) for c in apply.columns]
+    ordered = apply.extras.source_order
     on = lambda a, b: " AND ".join(f"{a}.{k} <=> {b}.{k}" for k in keys)   # noqa: E731
-    fresh = (f"SELECT v.*, cur.`__tl_vf`, {', '.join(f'cur.`__tl_cur_{i}`' for i in range(len(names)))} FROM {view} v LEFT JOIN (SELECT {', '.join(keys)}, {spark_ident(VALID_FROM)} "
-             f"AS `__tl_vf`, {', '.join(f'{n} AS `__tl_cur_{i}`' for i, n in enumerate(names))} FROM {table_id} "
+    by_key = ", ".join(f"f.{k}" for k in keys)
+    order = f"CAST(element_at(split(v.{POS}, '-'), 3) AS BIGINT)" if ordered else f"v.{TS}"
+    co = spark_ident(SOURCE_ORDER) if ordered else "CAST(NULL AS BIGINT)"
+    at = f"timestamp_micros(v.{TS})"
+    fresh = (f"SELECT v.*, {order} AS `__tl_o`, cur.`__tl_vf`, "
+             f"{', '.join(f'cur.`__tl_cur_{i}`' for i in range(len(names)))} FROM {view} v LEFT JOIN (SELECT "
+             f"{', '.join(keys)}, {spark_ident(VALID_FROM)} AS `__tl_vf`, {co} AS `__tl_co`, "
+             f"{', '.join(f'{n} AS `__tl_cur_{i}`' for i, n in enumerate(names))} FROM {table_id} "
              f"WHERE {spark_ident(CURRENT)}) cur ON {on('v', 'cur')} "
-             f"WHERE cur.`__tl_vf` IS NULL OR timestamp_micros(v.{TS}) > cur.`__tl_vf`")
+             f"WHERE cur.`__tl_vf` IS NULL OR CASE WHEN cur.`__tl_co` IS NULL THEN {at} > cur.`__tl_vf` "
+             f"ELSE {order} > cur.`__tl_co` END")
+    timed = (f"SELECT f.*, greatest(max(timestamp_micros(f.{TS})) OVER (PARTITION BY {by_key} ORDER BY f.`__tl_o` "
+             f"ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW), f.`__tl_vf`) AS `__tl_eff` FROM fresh f")
+    folded = (f"SELECT f.*, lead(f.`__tl_eff`) OVER (PARTITION BY {by_key} ORDER BY f.`__tl_eff`) AS `__tl_then`, "
+              f"f.`__tl_eff` <=> f.`__tl_vf` AS `__tl_same`, f.`__tl_eff` = min(f.`__tl_eff`) OVER "
+              f"(PARTITION BY {by_key}) AS `__tl_first` FROM (SELECT *, row_number() OVER (PARTITION BY "
+              f"{', '.join(f't.{k}' for k in keys)}, t.`__tl_eff` ORDER BY t.`__tl_o` DESC) AS `__tl_n` "
+              f"FROM timed t) f WHERE f.`__tl_n` = 1")
     values = [f"CASE WHEN f.`u{i}` THEN f.`__tl_cur_{i}` ELSE f.{n} END" for i, n in enumerate(names)]
     meta = spark_event(TableExtras(metadata=apply.extras.metadata), False, f"f.{OP}", f"f.{TS}", f"f.{POS}",
                        f"f.{PART}", f"f.{OFF}")
-    opened = (f"SELECT 'open' AS `__tl_action`, {', '.join(f'{v} AS {n}' for v, n in zip(values, names))}, "
-              f"timestamp_micros(f.{TS}) AS `__tl_from`, timestamp_micros(f.{NT}) AS `__tl_to`, "
-              f"f.{NT} IS NULL AS `__tl_current`, {', '.join([f'{v} AS {spark_ident(n)}' for n, v in meta] or ['0 AS `__tl_none`'])} "
-              f"FROM fresh f WHERE f.{OP} <> 'd'")
-    closing = (f"SELECT 'close' AS `__tl_action`, "
-               f"{', '.join(f'f.{n} AS {n}' if c.name in apply.primary_key else f'NULL AS {n}' for c, n in zip(apply.columns, names))}, "
-               f"CAST(NULL AS TIMESTAMP) AS `__tl_from`, timestamp_micros(min(f.{TS})) AS `__tl_to`, false AS `__tl_current`, "
-               f"{', '.join([f'NULL AS {spark_ident(n)}' for n, _ in meta] or ['0 AS `__tl_none`'])} "
-               f"FROM fresh f GROUP BY {', '.join(f'f.{k}' for k in keys)}")
+    extra = [("`__tl_from`", "f.`__tl_eff`"), ("`__tl_to`", "f.`__tl_then`"), ("`__tl_current`", "f.`__tl_then` IS NULL")] \
+        + ([(spark_ident(SOURCE_ORDER), "f.`__tl_o`")] if ordered else []) + [(spark_ident(n), v) for n, v in meta]
+    row = lambda action: (f"SELECT {action} AS `__tl_action`, "   # noqa: E731
+                          f"{', '.join(f'{v} AS {n}' for v, n in zip(values, names))}, "
+                          f"{', '.join(f'{v} AS {n}' for n, v in extra)} FROM folded f")
+    # an open row for each new version; the current version is changed by the key's first one:
+    # closed where it starts, or, starting where the current one does, the current one becomes it
+    OPEN = "'open'"
+    change = (f"CASE WHEN f.`__tl_same` THEN (CASE WHEN f.{OP} = 'd' THEN 'emptied' ELSE 'became' END) "
+              f"ELSE 'close' END")
+    versions = (f"{row(OPEN)} WHERE f.{OP} <> 'd' AND NOT f.`__tl_same` UNION ALL "
+                f"{row(change)} WHERE f.`__tl_first` AND f.`__tl_vf` IS NOT NULL")
     flags = " OR ".join(f"f.`u{i}`" for i in range(len(names))) or "false"
-    broken = f"WITH fresh AS ({fresh}) SELECT f.{PART}, f.{OFF}, f.{KEY} FROM fresh f WHERE f.{OP} <> 'd' AND f.`__tl_vf` IS NULL AND ({flags}) LIMIT 1"
+    ctes = f"WITH fresh AS ({fresh}), timed AS ({timed}), folded AS ({folded})"
+    broken = f"{ctes} SELECT f.{PART}, f.{OFF}, f.{KEY} FROM folded f WHERE f.{OP} <> 'd' AND f.`__tl_vf` IS NULL AND ({flags}) LIMIT 1"
     inserted = names + [spark_ident(VALID_FROM), spark_ident(VALID_TO), spark_ident(CURRENT)] + \
-        [spark_ident(n) for n, _ in meta]
-    merge = (f"MERGE INTO {table_id} t USING (WITH fresh AS ({fresh}) {opened} UNION ALL {closing}) s "
-             f"ON {on('t', 's')} AND t.{spark_ident(CURRENT)} AND s.`__tl_action` = 'close' "
-             f"WHEN MATCHED THEN UPDATE SET t.{spark_ident(VALID_TO)} = s.`__tl_to`, t.{spark_ident(CURRENT)} = false "
+        [n for n, _ in extra[3:]]
+    source = ["s." + n for n in names] + ["s.`__tl_from`", "s.`__tl_to`", "s.`__tl_current`"] + [f"s.{n}" for n, _ in extra[3:]]
+    became = ", ".join(f"t.{n} = {v}" for n, v in zip(inserted, source)
+                       if n not in {spark_ident(k) for k in apply.primary_key} and n != spark_ident(VALID_FROM))
+    merge = (f"MERGE INTO {table_id} t USING ({ctes} {versions}) s "
+             f"ON {on('t', 's')} AND t.{spark_ident(CURRENT)} AND s.`__tl_action` <> 'open' "
+             f"WHEN MATCHED AND s.`__tl_action` = 'close' THEN UPDATE SET t.{spark_ident(VALID_TO)} = s.`__tl_from`, "
+             f"t.{spark_ident(CURRENT)} = false "
+             f"WHEN MATCHED AND s.`__tl_action` = 'emptied' THEN DELETE "
+             f"WHEN MATCHED AND s.`__tl_action` = 'became' THEN UPDATE SET {became} "
              f"WHEN NOT MATCHED AND s.`__tl_action` = 'open' THEN INSERT ({', '.join(inserted)}) VALUES "
-             f"({', '.join([f's.{n}' for n in names] + ['s.`__tl_from`', 's.`__tl_to`', 's.`__tl_current`'] + [f's.{spark_ident(n)}' for n, _ in meta])})")
+             f"({', '.join(source)})")
     return broken, merge
 
 

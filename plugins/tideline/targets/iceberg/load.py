@@ -20,7 +20,7 @@ from tideline.core.errors import LoadVerificationError, RefusedValue
 from tideline.core.table_extras import DELETED_AT, PREFIX, TableExtras, spark_loaded
 from tideline.core.table_shape import TableShape
 from tideline.targets.iceberg import files
-from tideline.targets.iceberg.reads import read_columns, read_query
+from tideline.targets.iceberg.reads import ORDER_READ, read_columns, read_query
 from tideline.targets.iceberg.schema import COLUMNS_PROPERTY, columns_property
 from tideline.targets.iceberg.snapshots import SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE
 
@@ -31,13 +31,16 @@ SPARK_HOW = "Spark JDBC -> Iceberg"
 
 @contextmanager
 def lake_reader(spark, engine, shape: TableShape, label: str, session_init: str | None,
-                extras: TableExtras = TableExtras(), where: str | None = None, seeded_at=None):
+                extras: TableExtras = TableExtras(), where: str | None = None, seeded_at=None,
+                order: str | None = None):
     """`read(predicates)`: the source's rows of those key ranges as a DataFrame of the lake's
     columns (core.lake_types) and the table's extra columns as a load writes them
     (core.table_extras), one Spark task per predicate, each session running `session_init`
-    first; with the session set as writing them needs while the block runs."""
+    first; with the session set as writing them needs while the block runs. `order`
+    (Snapshot.order): each session's place in the source's order, which its versions start at."""
     columns = read_columns(engine, shape)
-    added = [f"{value} AS {lake_types.spark_ident(name)}" for name, value in spark_loaded(extras, seeded_at)]
+    added = [f"{value} AS {lake_types.spark_ident(name)}" for name, value in spark_loaded(
+        extras, seeded_at, f"CAST({lake_types.spark_ident(ORDER_READ)} AS BIGINT)" if order else None)]
     props = engine.jdbc_read_properties()
     if session_init:
         props["sessionInitStatement"] = session_init
@@ -46,7 +49,7 @@ def lake_reader(spark, engine, shape: TableShape, label: str, session_init: str 
     previous = spark.conf.get(CHAR_AS_STRING, "false")
     spark.conf.set(CHAR_AS_STRING, "true")
     try:
-        yield lambda predicates: spark.read.jdbc(engine.jdbc_url(), read_query(engine, shape, columns, where),
+        yield lambda predicates: spark.read.jdbc(engine.jdbc_url(), read_query(engine, shape, columns, where, order),
                                                  predicates=predicates, properties=props).selectExpr(
             *lake_types.spark_projection(label, shape, columns), *added)
     finally:
@@ -73,7 +76,8 @@ def commit_snapshot(spark, engine, store, src, shape: TableShape, snap, schema: 
                                                  list(shape.columns))})
     store.use(spark)
     staging = store.table_id(schema, staging_name(shape.name))
-    with lake_reader(spark, engine, shape, label, snap.session_init, extras, where, snap.snapshot_at) as read:
+    with lake_reader(spark, engine, shape, label, snap.session_init, extras, where, snap.snapshot_at,
+                     snap.order) as read:
         df = read(snap.predicates)
         log.info("%s: writing %d partitions into %s (one Iceberg commit): %s", label, len(snap.predicates),
                  store.table_id(schema, shape.name),
