@@ -7,7 +7,7 @@ import pytest
 
 from tideline.core import apply_sql
 from tideline.core.config import load_pipeline, parse_pipeline
-from tideline.core.errors import ConfigError
+from tideline.core.errors import ConfigError, SourceError
 from tideline.core.table_extras import DELETED_AT, TableExtras
 from tideline.core.table_shape import Column
 
@@ -289,3 +289,20 @@ def test_a_slimmed_source_block_must_keep_what_the_tables_read_from_it():
         parse_pipeline({**slim, "tables": [{"name": "o", "history": True}]}, "x.yaml")
     kept = {**BASE, "kafka": {"topic_prefix": "tl.shop", "source_fields": ["ts_ms", "ts_us", "lsn"]}}
     assert parse_pipeline({**kept, "tables": [{"name": "o", "history": True, "metadata": ["source_position"]}]}, "x")
+
+
+def test_history_from_mariadb_is_refused_on_a_binlog_of_several_gtid_domains_and_seeds_each_partitions_snapshot():
+    from tideline.engines.base import Snapshot
+    from tideline.engines.mariadb import MariaDbEngine, _one_domain
+    _one_domain("0-1-42", "p.t")
+    _one_domain("", "p.t")
+    with pytest.raises(SourceError, match=r"p\.t: .*several GTID domains \(0-1-42,1-2-7\)"):
+        _one_domain("0-1-42,1-2-7", "p.t")
+    snap = Snapshot("gtid 0-1-42", None, "0-1-42", None, ["TRUE"], "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    MariaDbEngine.order_snapshot(None, snap, "p.t")
+    assert snap.session_init.startswith("START TRANSACTION WITH CONSISTENT SNAPSHOT; SET @tl_snapshot_seq = ")
+    assert "BINLOG_GTID_POS(" in snap.session_init and "BINLOG_SNAPSHOT_POSITION" in snap.session_init
+    assert snap.order == "CAST(@tl_snapshot_seq AS CHAR)"
+    with pytest.raises(SourceError, match="orders a history table's versions by commit time"):
+        from tideline.engines.postgres import PostgresEngine
+        PostgresEngine.order_snapshot(type("E", (), {"kind": "postgres"})(), snap, "p.t")

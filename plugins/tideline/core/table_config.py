@@ -50,7 +50,8 @@ class TableConfig(_Model):
     history: bool = Field(
         default=False, description="SCD type 2: one row per version with `_tideline_valid_from`, `_tideline_valid_to` "
                                    "and `_tideline_current`, keyed by the source key and `_tideline_valid_from`; "
-                                   "versions from the source's commit times; a delete closes the current version. "
+                                   "versions from the source's commit times (from MariaDB in GTID order, to the "
+                                   "second, with `_tideline_source_order`); a delete closes the current version. "
                                    "Loads from one consistent snapshot. Change-stream tables only")
     changelog: bool = Field(
         default=False, description="keep an append-only `<table>__changes` beside the table: every change event "

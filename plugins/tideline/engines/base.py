@@ -227,6 +227,10 @@ class SourceEngine(ABC):
         one."""
         raise SourceError(f"{label}: a {self.kind} source orders a history table's versions by commit time")
 
+    def order_now(self, conn, label: str) -> int:
+        """The source's place in that order now (order_snapshot), for a repair's versions."""
+        raise SourceError(f"{label}: a {self.kind} source orders a history table's versions by commit time")
+
     def close_snapshot(self, conn) -> None:
         conn.rollback()
 

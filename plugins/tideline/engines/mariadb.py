@@ -219,19 +219,23 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
     def order_snapshot(self, snap: Snapshot, label: str) -> None:
         """Each partition's session, once its snapshot is open, sets @tl_snapshot_seq to the GTID
         sequence number of the last transaction the snapshot holds: BINLOG_GTID_POS of the binlog
-        position MariaDB gives for the snapshot (Binlog_snapshot_file/_position). Sequence numbers
-        order transactions within one GTID domain only, which is why a source with several is
-        refused."""
-        if "," in (snap.position or ""):
-            raise SourceError(f"{label}: history from MariaDB orders versions by GTID sequence number, and this "
-                              f"source's binlog holds several GTID domains ({snap.position}), whose numbers do not "
-                              f"order each other's transactions; set history: false for the table, or sync it from "
-                              f"a server with one domain")
+        position MariaDB gives for the snapshot (Binlog_snapshot_file/_position)."""
+        _one_domain(snap.position, label)
         status = "(SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME = '{}')"
         snap.session_init = (f"{snap.session_init}; SET @tl_snapshot_seq = CAST(SUBSTRING_INDEX(BINLOG_GTID_POS("
                              f"{status.format('BINLOG_SNAPSHOT_FILE')}, {status.format('BINLOG_SNAPSHOT_POSITION')}), "
                              f"'-', -1) AS UNSIGNED)")
         snap.order = "CAST(@tl_snapshot_seq AS CHAR)"   # typed: JDBC would call a bare variable BINARY
+
+    def order_now(self, conn, label: str) -> int:
+        """The GTID sequence number of the last transaction committed now (a repair reads after it:
+        what it reads holds at least that)."""
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            gtid = cur.fetchone()[0] or ""
+        conn.rollback()
+        _one_domain(gtid, label)
+        return int(gtid.rsplit("-", 1)[-1]) if gtid else 0
 
     loads_in_chunks = True
     # each chunk: the exact-text session, its own consistent snapshot for the seconds it reads
@@ -340,6 +344,16 @@ def copy_line(shape: TableShape) -> str:
             v = f"CONCAT({quote}, REPLACE({v}, {quote}, CONCAT({quote}, {quote})), {quote})"
         pieces.append(f"IFNULL({v}, '')")
     return f"CONCAT_WS(_utf8mb4 X'09', {', '.join(pieces)})"
+
+
+def _one_domain(gtid: str | None, label: str) -> None:
+    """GTID sequence numbers order the transactions of one domain only: a history table's versions
+    (TableExtras.source_order) cannot follow a binlog that holds several."""
+    if "," in (gtid or ""):
+        raise SourceError(f"{label}: history from MariaDB orders versions by GTID sequence number, and this "
+                          f"source's binlog holds several GTID domains ({gtid}), whose numbers do not order each "
+                          f"other's transactions; set history: false for the table, or sync it from a server with "
+                          f"one domain")
 
 
 def _keyset_type(pg_type: str) -> bool:

@@ -280,17 +280,17 @@ class Target(ABC):
         caller holds the fence) and applies them (apply_repair). A target that stores values in
         another form reads the source its own way. `shape` is the target's (core.target_names): the
         source is read by its own names. Returns (read, upserted, deleted)."""
-        rows = io.BytesIO()
+        order, rows = engine.order_now(src, label) if extras.source_order else None, io.BytesIO()
         engine.copy_out(src, shape.at_source, source_where, rows)
         rows.seek(0)
-        return self.apply_repair(cur, shape, schema, rows, target_where, delete_missing, extras)
+        return self.apply_repair(cur, shape, schema, rows, target_where, delete_missing, extras, order)
 
     def apply_repair(self, cur, shape: TableShape, schema: str, rows, where, delete_missing: bool,
-                     extras: TableExtras = TableExtras()) -> tuple[int, int, int]:
-        """The source's rows of a range (COPY text in `rows`) replace the table's rows of that range,
-        in the caller's transaction (behind the stream's fence): upsert them and, when the range is
-        over the key, delete the table's rows matching `where` that the source no longer has.
-        Returns (read, upserted, deleted)."""
+                     extras: TableExtras = TableExtras(), order: int | None = None) -> tuple[int, int, int]:
+        """The source's rows of a range (COPY text in `rows`, read after the source's log `order`:
+        TableExtras.source_order) replace the table's rows of that range, in the caller's transaction
+        (behind the fence): upsert them and, when the range is over the key, delete the table's rows
+        matching `where` that the source no longer has. Returns (read, upserted, deleted)."""
         raise self.not_built("repair")
 
     def value_problem(self, conn, typ: str, value: str) -> str | None:

@@ -8,7 +8,7 @@ import logging
 
 from psycopg2 import sql
 
-from tideline.core.table_extras import CURRENT, VALID_FROM, VALID_TO
+from tideline.core.table_extras import CURRENT, SOURCE_ORDER, VALID_FROM, VALID_TO
 from tideline.core.table_shape import TableShape
 
 log = logging.getLogger("tideline.full_load")
@@ -71,11 +71,13 @@ def keep_history(target, cur, shape: TableShape, schema: str, shadow: str, seede
              "snapshot holds unchanged), %s closed at the snapshot", label, f"{kept:,}", f"{unchanged:,}", f"{closed:,}")
 
 
-def repair_history(cur, shape: TableShape, schema: str, where: str, delete_missing: bool) -> tuple[int, int]:
+def repair_history(cur, shape: TableShape, schema: str, where: str, delete_missing: bool,
+                   order: int | None = None) -> tuple[int, int]:
     """A repair of a history table, its source rows already in tl_repair: each current version in
     the range that differs from the source's row (or whose row the source no longer has, for a
-    key range) is closed now, and the source's row opens the key's current version. Returns
-    (versions opened, versions closed for rows gone)."""
+    key range) is closed now, and the source's row opens the key's current version, at `order`
+    in the source's log order (SOURCE_ORDER) when its versions follow it. Returns (versions
+    opened, versions closed for rows gone)."""
     table = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(shape.name))
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in shape.written_columns)
     gone = sql.SQL(" OR NOT EXISTS (SELECT FROM tl_repair AS r WHERE {})").format(_same_key(shape, "r", "t")) \
@@ -86,7 +88,10 @@ def repair_history(cur, shape: TableShape, schema: str, where: str, delete_missi
         t=table, vt=sql.Identifier(VALID_TO), cur=sql.Identifier(CURRENT), w=sql.SQL(where),
         key=_same_key(shape, "r", "t"), same=_same_row(shape, "r", "t"), gone=gone))
     deleted = sum(1 for (present,) in cur.fetchall() if not present)
-    cur.execute(sql.SQL("INSERT INTO {t} ({cols}, {vf}, {cur}) SELECT {cols}, now(), true FROM tl_repair AS r "
+    ordered = (sql.SQL(", {}").format(sql.Identifier(SOURCE_ORDER)), sql.SQL(", {}").format(sql.Literal(order))) \
+        if order is not None else (sql.SQL(""), sql.SQL(""))
+    cur.execute(sql.SQL("INSERT INTO {t} ({cols}, {vf}, {cur}{so}) SELECT {cols}, now(), true{at} FROM tl_repair AS r "
                         "WHERE NOT EXISTS (SELECT FROM {t} AS t WHERE t.{cur} AND {key})").format(
-        t=table, cols=cols, vf=sql.Identifier(VALID_FROM), cur=sql.Identifier(CURRENT), key=_same_key(shape, "r", "t")))
+        t=table, cols=cols, vf=sql.Identifier(VALID_FROM), cur=sql.Identifier(CURRENT), key=_same_key(shape, "r", "t"),
+        so=ordered[0], at=ordered[1]))
     return cur.rowcount, deleted

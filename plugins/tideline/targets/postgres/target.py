@@ -225,7 +225,7 @@ class PostgresTarget(Target):
     # ---------------------------------------------------------------- repair
 
     def apply_repair(self, cur, shape: TableShape, schema: str, rows, where, delete_missing: bool,
-                     extras: TableExtras = TableExtras()) -> tuple[int, int, int]:
+                     extras: TableExtras = TableExtras(), order: int | None = None) -> tuple[int, int, int]:
         """Repaired rows are as a load writes them (extras: written now, op r); with soft deletes,
         the rows the source no longer has are marked deleted, not deleted."""
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in shape.written_columns)
@@ -238,7 +238,7 @@ class PostgresTarget(Target):
         read = cur.rowcount
         if extras.history:   # versions: what differs is closed and opened again, nothing deleted
             from tideline.targets.postgres.history import repair_history
-            opened, deleted = repair_history(cur, shape, schema, where, delete_missing)
+            opened, deleted = repair_history(cur, shape, schema, where, delete_missing, order)
             return read, opened, deleted
         deleted = 0
         pk = sql.SQL(", ").join(sql.Identifier(k) for k in shape.primary_key)
