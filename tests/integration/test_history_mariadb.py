@@ -167,3 +167,55 @@ def _scenario(cfg, spark, maria, t, versions, current, count, replay, verify: st
         assert count() == total + 1   # the reload's overlap (the 'meanwhile' event) is no version again
     finally:
         _drop(maria, t)
+
+
+def test_history_from_mariadb_through_kill_9_of_the_stream_has_no_gap_overlap_or_version_twice(
+        spark, target_db, pipelines, unique_name, maria):   # noqa: F811
+    """A writer changes the MariaDB source (inserts, updates, deletes, key changes, many in one
+    second) while the stream of its history table is killed with SIGKILL four times at random
+    moments, some mid-commit: afterwards the current versions equal the source, each key's
+    versions follow each other without gap or overlap, start in the order of their GTIDs, and none
+    repeats the one before it (a replayed event would; every change here changes the row)."""
+    import random
+
+    import stackctl
+    from helpers import Writer, catching_up
+    from test_incremental import kill_streams_mid_batch
+    t = f"{unique_name}_mk"
+    _exec(maria, f"CREATE TABLE `{t}` (id bigint PRIMARY KEY, qty int NOT NULL, note varchar(500))",
+          f"INSERT INTO `{t}` SELECT seq, seq % 100, CONCAT('n', seq) FROM seq_1_to_2000")
+    writer = Writer(f"`{t}`", 2_001, seed=7, pause=0.002, connect=lambda: stackctl.mariadb_connect(DB))
+    try:
+        cfg = mariadb_pipeline(pipelines, [{"name": t, "history": True}], partitions=2, capture=True,
+                               stream={"max_offsets_per_trigger": 300, "trigger_interval_s": 0.5})
+        schema = cfg.target_schema(t)
+        FullLoad(cfg, spark).run([t])
+        writer.start()
+        kill_streams_mid_batch(cfg, target_db, {"TIDELINE_PIPELINES": str(pipelines.dir)}, 4, random.Random(13), 1.5)
+        writer.stop()
+
+        def current() -> list[tuple]:
+            with target_db.cursor() as cur:
+                cur.execute(f"SELECT id, qty, note FROM {schema}.{t} WHERE _tideline_current ORDER BY id")
+                return [tuple(r) for r in cur.fetchall()]
+
+        def source() -> list[tuple]:
+            with maria.cursor() as cur:
+                cur.execute(f"SELECT id, qty, note FROM `{t}` ORDER BY id")
+                return [tuple(r) for r in cur.fetchall()]
+        stream_until(catching_up(cfg), spark, lambda: current() == source(), "the current versions to equal the source")
+        with target_db.cursor() as cur:
+            cur.execute(f"""
+                SELECT count(*) FILTER (WHERE next_from IS NOT NULL AND _tideline_valid_to IS DISTINCT FROM next_from),
+                       count(*) FILTER (WHERE next_from IS NOT NULL AND (qty, note) IS NOT DISTINCT FROM (nqty, nnote)),
+                       count(*) FILTER (WHERE next_order <= {SOURCE_ORDER}),
+                       count(*) FILTER (WHERE _tideline_current AND _tideline_valid_to IS NOT NULL), count(*)
+                  FROM (SELECT *, lead(_tideline_valid_from) OVER w AS next_from, lead(qty) OVER w AS nqty,
+                               lead(note) OVER w AS nnote, lead({SOURCE_ORDER}) OVER w AS next_order
+                          FROM {schema}.{t} WINDOW w AS (PARTITION BY id ORDER BY _tideline_valid_from)) v""")
+            gaps, repeated, unordered, open_closed, total = cur.fetchone()
+        assert (gaps, repeated, unordered, open_closed) == (0, 0, 0, 0), (gaps, repeated, unordered, open_closed, total)
+        assert total > 2_000 + writer.count // 4   # versions, not rows (a second's changes fold into one)
+    finally:
+        writer.stop_event.set()
+        _drop(maria, t)
