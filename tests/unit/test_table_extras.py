@@ -242,7 +242,10 @@ def test_the_iceberg_history_merge_closes_and_opens_versions_in_one_commit():
     assert "CAST(NULL AS BIGINT) AS `__tl_co`" in merge
     lake = LakeApply(None, "p", "s", "t", "topic", COLUMNS, ["id"], extras=TableExtras(history=True, source_order=True))
     ordered = history_merge_sql(lake, "lake.s.t", "v")[1]
-    assert "CAST(element_at(split(v.__tl_pos, '-'), 3) AS BIGINT) AS `__tl_o`" in ordered   # the GTID's number
+    assert "ELSE v.__tl_seq > cur.`__tl_co` END" in ordered and "ORDER BY f.__tl_seq ROWS" in ordered
+    # the view's order (seq) is the GTID's number from MariaDB, the commit time from PostgreSQL
+    assert "split_part(s.pos, '-', 3)::bigint AS seq" in rendered(lake._events())
+    assert "DISTINCT ON (s.key, seq)" in rendered(apply._events()) and "s.ts" in rendered(apply._events())
     assert "t.`_tideline_source_order` = s.`_tideline_source_order`" in ordered
     assert "WHEN NOT MATCHED AND s.`__tl_action` = 'open' THEN INSERT (`id`, `note`, `_tideline_valid_from`" in merge
     assert "CASE WHEN f.`u1` THEN f.`__tl_cur_1` ELSE f.`note` END" in merge   # an unsent value: the current one's

@@ -204,20 +204,31 @@ def apply_statement(schema: str, table: str, columns: list[Column], pk: list[str
         insert=insert_sql(schema, table, columns, pk, only, extras))
 
 
+_EVENT_TS = sql.SQL("coalesce(s.ts, (extract(epoch FROM now()) * 1000000)::bigint)")   # µs; now without one
+
+
+def history_order(extras: TableExtras) -> sql.Composable:
+    """What orders the staged events (`s`) of one key of a history table: the GTID's sequence
+    number from MariaDB (TableExtras.source_order), else the commit time in µs. Events of one
+    source transaction share it."""
+    return sql.SQL("split_part(s.pos, '-', 3)::bigint") if extras.source_order else _EVENT_TS
+
+
 def history_statement(schema: str, table: str, columns: list[Column], pk: list[str],
                       only: sql.Composable | None = None, extras: TableExtras = TableExtras()) -> sql.Composed:
     """A history table's (SCD type 2, core.table_extras) staged events in one statement. The stage
     holds every event of the batch for it, not only the last per key. Per key, in source order
-    (`order_sql`): the events of one source transaction count as its last; events the key's
+    (history_order): the events of one source transaction count as its last; events the key's
     current version already holds add nothing (a batch applied again, the full load's overlap):
     those at or before its start by time, or, where the version records its SOURCE_ORDER (a
     MariaDB source), at or before that. Each new event's version starts at its commit time,
     never before the version it follows (MariaDB's binlog times are whole seconds, the times of
     statements, and may run back); events whose versions would start at one time fold into the
     last of them. (Commit times order PostgreSQL's events and differ between its transactions:
-    there both steps would change nothing, and are left out: ~6% of history's events/s.) The current version is closed at the first new version's start, or, when
-    that start is its own, becomes that version (a delete there removes it: within one time
-    tick the row had no other state). Each insert or update opens a version that the key's next
+    there both steps would change nothing, and are left out: ~6% of history's events/s.) The
+    current version is closed at the first new version's start, or, when that start is its own,
+    becomes that version (a delete there removes it: within one time tick the row had no other
+    state). Each insert or update opens a version that the key's next
     one closes, and a delete only closes. A value Debezium did not send (unchanged TOAST) is the
     current version's. Returns (deletes, 0, versions opened, part, off, key) — part NULL unless
     an event lacks a value nobody has (see unavailable_on_insert_sql), and then nothing may be
@@ -231,7 +242,6 @@ def history_statement(schema: str, table: str, columns: list[Column], pk: list[s
     on = lambda a, b: sql.SQL(" AND ").join(sql.SQL("{a}.{k} = {b}.{k}").format(a=sql.Identifier(a), b=sql.Identifier(b), k=k)
                                              for k in keys)
     of = lambda alias: sql.SQL(", ").join(sql.SQL("{}.{}").format(sql.Identifier(alias), k) for k in keys)   # noqa: E731
-    ts = sql.SQL("coalesce(s.ts, (extract(epoch FROM now()) * 1000000)::bigint)")
     target = _target(schema, table)
     written = [c for c in _written(columns)]
     values = []
@@ -276,8 +286,7 @@ def history_statement(schema: str, table: str, columns: list[Column], pk: list[s
         "SELECT (SELECT count(*) FROM seq WHERE op = 'd'), 0::bigint, "   # (closed runs unreferenced, as every
         "(SELECT count(*) FROM opened) + (SELECT count(*) FROM became), b.* FROM (SELECT 1) AS one "
         "LEFT JOIN (SELECT * FROM broken LIMIT 1) AS b ON true").format(
-        key_list=key_list, key_exprs=sql.SQL(", ").join(key_exprs), ts=ts,
-        order=sql.SQL("split_part(s.pos, '-', 3)::bigint") if extras.source_order else ts,
+        key_list=key_list, key_exprs=sql.SQL(", ").join(key_exprs), ts=_EVENT_TS, order=history_order(extras),
         stage=sql.Identifier(STAGE), tbl=sql.Literal(table), only=_only(only), target=target,
         cur=sql.Identifier(CURRENT), vf=sql.Identifier(VALID_FROM), vt=sql.Identifier(VALID_TO),
         co=sql.SQL("t.{}").format(sql.Identifier(SOURCE_ORDER)) if extras.source_order else sql.SQL("NULL::bigint"),

@@ -48,7 +48,7 @@ SESSION = ("SET LOCAL TimeZone = 'UTC'", "SET LOCAL IntervalStyle = 'postgres'",
 _ARROW = {"int": pa.int32(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64(),
           "boolean": pa.bool_(), "string": pa.string(), "binary": pa.binary(), "date": pa.int32(),
           "timestamp": pa.int64(), "timestamptz": pa.int64()}
-OP, PART, OFF, KEY, TS, POS, NT = "__tl_op", "__tl_part", "__tl_off", "__tl_key", "__tl_ts", "__tl_pos", "__tl_next"
+OP, PART, OFF, KEY, TS, POS, SEQ = "__tl_op", "__tl_part", "__tl_off", "__tl_key", "__tl_ts", "__tl_pos", "__tl_seq"
 
 
 def arrow_type(lake: lake_types.LakeColumn) -> pa.DataType:
@@ -92,7 +92,7 @@ class LakeApply:
     dead_letter: bool = False
     dead_lettered: list[FailedEvent] = field(default_factory=list)
     extras: TableExtras = TableExtras()   # soft deletes and metadata columns (core.table_extras)
-    EVENT_COLUMNS = (OP, PART, OFF, KEY, TS, POS, NT)   # the change view's own columns, before the values
+    EVENT_COLUMNS = (OP, PART, OFF, KEY, TS, POS, SEQ)   # the change view's own columns, before the values
 
     def __post_init__(self):
         self.lake = [lake_types.lake_column(c) for c in self.columns]
@@ -116,7 +116,7 @@ class LakeApply:
         idx = range(len(self.columns)) if columns is None else columns
         decoded = sql.SQL(", ").join(sql.SQL("{} AS {}").format(self._decoded(self.columns[i]), sql.Identifier(f"c{i}"))
                                      for i in idx)
-        out = ["s.op", "s.part", "s.off", "s.key::text", "s.ts", "s.pos", "s.next_ts"]
+        out = ["s.op", "s.part", "s.off", "s.key::text", "s.ts", "s.pos", "s.seq"]
         for i in idx:
             lake, value = self.lake[i], f'v."c{i}"'
             refused = f"coalesce(({lake.refuse.replace('{c}', value)}), false)" if lake.refuse else None
@@ -136,15 +136,15 @@ class LakeApply:
 
     def _events(self) -> sql.Composable:
         """The table's staged events; a history table's one per key and source transaction (its
-        last: same commit time, or same GTID from MariaDB), every event of the batch staged for it
-        (core.batch_events). Their versions are ordered in the MERGE (targets.iceberg.history)."""
+        last), every event of the batch staged for it (core.batch_events), each with its place in
+        the key's order (`seq`: apply_sql.history_order), which the MERGE orders versions by
+        (targets.iceberg.history)."""
         stage = sql.Identifier(apply_sql.STAGE)
         if not self.extras.history:
-            return sql.SQL("(SELECT *, NULL::bigint AS next_ts FROM {})").format(stage)
-        same = sql.SQL("split_part(s.pos, '-', 3)") if self.extras.source_order else sql.SQL("s.ts")
-        return sql.SQL("(SELECT DISTINCT ON (s.key, {same}) s.*, NULL::bigint AS next_ts FROM {stage} s "
-                       "WHERE s.tbl = {tbl} ORDER BY s.key, {same}, s.part DESC, s.off DESC)").format(
-            stage=stage, tbl=sql.Literal(self.table), same=same)
+            return sql.SQL("(SELECT *, NULL::bigint AS seq FROM {})").format(stage)
+        return sql.SQL("(SELECT DISTINCT ON (s.key, seq) s.*, {order} AS seq FROM {stage} s WHERE s.tbl = {tbl} "
+                       "ORDER BY s.key, seq, s.part DESC, s.off DESC)").format(
+            stage=stage, tbl=sql.Literal(self.table), order=apply_sql.history_order(self.extras))
 
     def _read(self, cur) -> pa.Table:
         """The table's staged events decoded, in Kafka order (columns OP, PART, OFF, KEY, TS, POS, then c, r
@@ -173,11 +173,11 @@ class LakeApply:
         Python (a 258,000-change batch: 2.4 -> ~1 s). NULL is an unquoted empty field, an empty
         string a quoted one; booleans are t/f. Bytes (bytea's hex) and lists (as JSON) are the
         Python-converted exceptions."""
-        names = [OP, PART, OFF, KEY, TS, POS, NT] + [f"{x}{i}" for i in range(len(self.lake)) for x in "cru"]
+        names = [OP, PART, OFF, KEY, TS, POS, SEQ] + [f"{x}{i}" for i in range(len(self.lake)) for x in "cru"]
         typed = {f"c{i}": arrow_type(lake) for i, lake in enumerate(self.lake)}
         as_text = [n for n, t in typed.items() if pa.types.is_binary(t) or pa.types.is_list(t)]
         types = {OP: pa.string(), PART: pa.int32(), OFF: pa.int64(), KEY: pa.string(), TS: pa.int64(),
-                 POS: pa.string(), NT: pa.int64()}   # as the CSV is read
+                 POS: pa.string(), SEQ: pa.int64()}   # as the CSV is read
         for i in range(len(self.lake)):
             c = f"c{i}"
             types.update({c: pa.string() if c in as_text else typed[c], f"r{i}": pa.bool_(), f"u{i}": pa.bool_()})
@@ -293,7 +293,7 @@ class LakeApply:
 
     def projection(self) -> list[str]:
         """Spark values from the read ones (lake_types), plus the op and the unsent-value flags."""
-        out = [OP, PART, OFF, KEY, TS, POS, NT]
+        out = [OP, PART, OFF, KEY, TS, POS, SEQ]
         for i, lake in enumerate(self.lake):
             out.append(f"{lake.spark.replace('{v}', f'c{i}')} AS {spark_ident(lake.name)}")
             out.append(f"u{i}")

@@ -49,34 +49,33 @@ def history_merge_sql(apply, table_id: str, view: str) -> tuple[str, str]:
     (or goes, for a delete); each insert or update opens a version the next closes. A value
     Debezium did not send is the current version's."""
     from tideline.core.table_extras import SOURCE_ORDER, TableExtras, spark_event
-    OP, PART, OFF, KEY, TS, POS, NT = apply.EVENT_COLUMNS
+    OP, PART, OFF, KEY, TS, POS, SEQ = apply.EVENT_COLUMNS
     keys = [spark_ident(k) for k in apply.primary_key]
     names = [spark_ident(c.name) for c in apply.columns]
     ordered = apply.extras.source_order
     on = lambda a, b: " AND ".join(f"{a}.{k} <=> {b}.{k}" for k in keys)   # noqa: E731
     by_key = ", ".join(f"f.{k}" for k in keys)
-    order = f"CAST(element_at(split(v.{POS}, '-'), 3) AS BIGINT)" if ordered else f"v.{TS}"
     co = spark_ident(SOURCE_ORDER) if ordered else "CAST(NULL AS BIGINT)"
     at = f"timestamp_micros(v.{TS})"
-    fresh = (f"SELECT v.*, {order} AS `__tl_o`, cur.`__tl_vf`, "
+    fresh = (f"SELECT v.*, cur.`__tl_vf`, "
              f"{', '.join(f'cur.`__tl_cur_{i}`' for i in range(len(names)))} FROM {view} v LEFT JOIN (SELECT "
              f"{', '.join(keys)}, {spark_ident(VALID_FROM)} AS `__tl_vf`, {co} AS `__tl_co`, "
              f"{', '.join(f'{n} AS `__tl_cur_{i}`' for i, n in enumerate(names))} FROM {table_id} "
              f"WHERE {spark_ident(CURRENT)}) cur ON {on('v', 'cur')} "
              f"WHERE cur.`__tl_vf` IS NULL OR CASE WHEN cur.`__tl_co` IS NULL THEN {at} > cur.`__tl_vf` "
-             f"ELSE {order} > cur.`__tl_co` END")
-    timed = (f"SELECT f.*, greatest(max(timestamp_micros(f.{TS})) OVER (PARTITION BY {by_key} ORDER BY f.`__tl_o` "
+             f"ELSE v.{SEQ} > cur.`__tl_co` END")
+    timed = (f"SELECT f.*, greatest(max(timestamp_micros(f.{TS})) OVER (PARTITION BY {by_key} ORDER BY f.{SEQ} "
              f"ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW), f.`__tl_vf`) AS `__tl_eff` FROM fresh f")
     folded = (f"SELECT f.*, lead(f.`__tl_eff`) OVER (PARTITION BY {by_key} ORDER BY f.`__tl_eff`) AS `__tl_then`, "
               f"f.`__tl_eff` <=> f.`__tl_vf` AS `__tl_same`, f.`__tl_eff` = min(f.`__tl_eff`) OVER "
               f"(PARTITION BY {by_key}) AS `__tl_first` FROM (SELECT *, row_number() OVER (PARTITION BY "
-              f"{', '.join(f't.{k}' for k in keys)}, t.`__tl_eff` ORDER BY t.`__tl_o` DESC) AS `__tl_n` "
+              f"{', '.join(f't.{k}' for k in keys)}, t.`__tl_eff` ORDER BY t.{SEQ} DESC) AS `__tl_n` "
               f"FROM timed t) f WHERE f.`__tl_n` = 1")
     values = [f"CASE WHEN f.`u{i}` THEN f.`__tl_cur_{i}` ELSE f.{n} END" for i, n in enumerate(names)]
     meta = spark_event(TableExtras(metadata=apply.extras.metadata), False, f"f.{OP}", f"f.{TS}", f"f.{POS}",
                        f"f.{PART}", f"f.{OFF}")
     extra = [("`__tl_from`", "f.`__tl_eff`"), ("`__tl_to`", "f.`__tl_then`"), ("`__tl_current`", "f.`__tl_then` IS NULL")] \
-        + ([(spark_ident(SOURCE_ORDER), "f.`__tl_o`")] if ordered else []) + [(spark_ident(n), v) for n, v in meta]
+        + ([(spark_ident(SOURCE_ORDER), f"f.{SEQ}")] if ordered else []) + [(spark_ident(n), v) for n, v in meta]
     row = lambda action: (f"SELECT {action} AS `__tl_action`, "   # noqa: E731
                           f"{', '.join(f'{v} AS {n}' for v, n in zip(values, names))}, "
                           f"{', '.join(f'{v} AS {n}' for n, v in extra)} FROM folded f")
