@@ -251,6 +251,7 @@ class FullLoad:
 
     def load_table(self, table: str) -> LoadResult:
         cfg, tcfg = self.cfg, self.cfg.table(table)
+        extras = TableExtras.of(tcfg, cfg.source.kind)
         label = f"{cfg.name}.{table}"
         topic = cfg.topic(table)
         started = time.monotonic()
@@ -284,7 +285,7 @@ class FullLoad:
                 topic_id, offsets = self.handover(topic)
                 # 2. the consistent read (the engine says how), held open for the whole read
                 snap = self.engine.open_snapshot(src, shape, cfg.spark.parallelism)
-                if TableExtras.of(tcfg, cfg.source.kind).source_order:   # its versions follow the source's log
+                if extras.source_order:   # its versions follow the source's log
                     self.engine.order_snapshot(snap, label)
                 if where is not None and snap.rows is not None:   # the rows the filter keeps, in the snapshot
                     snap.rows = self.engine.count_where(src, cfg.source_schema(table), table, where)
@@ -330,7 +331,7 @@ class FullLoad:
                 fence=lambda cur: state.check_epoch(cur, cfg.name, table, epoch), record=record,
                 resumed=read is not None and read.resumed, chunked=read, parallelism=cfg.spark.parallelism,
                 chunk_done=lambda cur, staged: chunked.staged(cur, read, staged, epoch, run_id),
-                extras=TableExtras.of(tcfg, cfg.source.kind), partition_by=names.partition_by(tcfg.partition_by), where=where,
+                extras=extras, partition_by=names.partition_by(tcfg.partition_by), where=where,
                 spread=lambda items, copier_for, in_threads=False: spread_partitions(
                     self.spark, items, copier_for, label, started,
                     (self.store, run_id, schema, landing.name) if run_id is not None else None, in_threads)))
