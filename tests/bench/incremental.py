@@ -60,6 +60,8 @@ OPTION_SIDES = {
     "extras": ("benchext", {"deletes": "soft", "metadata": ["synced_at", "op", "source_ts", "source_position"]},
                "_tideline_deleted_at IS NULL"),
     "history": ("benchhist", {"history": True}, "_tideline_current"),
+    # the same events staged the other way (stream.stage_on): its ratio is the other way over this run's
+    "other_stage": ("benchstg", {}, "true"),
 }
 PEER_SCHEMA = "bench_jdbc_sink"
 PEER = "bench-jdbc-sink"
@@ -286,6 +288,11 @@ def main() -> int:
     ap.add_argument("--with-history", action="store_true",
                     help="also the same events into a history (SCD type 2) table, submitted alike right after: "
                          "prints history_events_per_s and history_ratio")
+    ap.add_argument("--stage-on", choices=("driver", "executors"), default=None,
+                    help="stream.stage_on of Tideline's run (default: the setting's default)")
+    ap.add_argument("--with-other_stage", action="store_true", dest="with_other_stage",
+                    help="also the same events with the other stream.stage_on, submitted alike right after: prints "
+                         "other_stage_events_per_s and other_stage_ratio (other over this run's)")
     ap.add_argument("--source-block", choices=("slim", "full"), default="full",
                     help="events keep Debezium's whole source block (the default) or only source.ts_ms "
                          "(kafka.source_fields: [ts_ms]), for both Tideline's and the peer's topic")
@@ -293,15 +300,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         pipelines = Path(tmp)
         chosen = [o for o in OPTION_SIDES if getattr(args, f"with_{o}")]
+        from tideline.core.settings import StreamSettings
+        stage = args.stage_on or StreamSettings().stage_on
+        other = {"driver": "executors", "executors": "driver"}[stage]
         sides = ((PIPELINE, False, {}), (PEER_PIPELINE, True, {})) + \
             tuple((OPTION_SIDES[o][0], False, OPTION_SIDES[o][1]) for o in chosen)
         for name, schemas, table in sides:
+            stream = {"stage_on": other if name == OPTION_SIDES["other_stage"][0] else stage}
             (pipelines / f"{name}.yaml").write_text(yaml.safe_dump({
                 "name": name, "source": {"conn_id": "tideline_source"},
                 "target": {"conn_id": "tideline_target", "schema": name},
                 "kafka": {"topic_prefix": name, "partitions": 3, "json_schemas": schemas,
                           **({"source_fields": ["ts_ms"]} if args.source_block == "slim" else {})},
-                "tables": [{"name": TABLE, **table}]}))
+                "stream": stream, "tables": [{"name": TABLE, **table}]}))
         cfg = load_pipeline(pipelines / f"{PIPELINE}.yaml")
         peer_cfg = load_pipeline(pipelines / f"{PEER_PIPELINE}.yaml")
         option_cfgs = {o: load_pipeline(pipelines / f"{OPTION_SIDES[o][0]}.yaml") for o in chosen}

@@ -87,7 +87,7 @@ def fill_chains(rows: pa.Table) -> pa.Table:
     filled = []
     for t, k, off, op, a in zip(*(rows.column(c).to_pylist() for c in ("topic", "key", "offset", "op", "after"))):
         before = chains.setdefault((t, k), [])
-        filled.append(_filled(a, before) if a is not None and "__debezium_unavailable_value" in a else a)
+        filled.append(fill_image(a, before) if a is not None and "__debezium_unavailable_value" in a else a)
         before.append((off, op, filled[-1]))
     return rows.set_column(rows.schema.get_field_index("after"), "after", pa.array(filled, pa.string()))
 
@@ -134,11 +134,11 @@ def fill_unavailable(kept: pa.Table, rows: pa.Table) -> pa.Table:
     for i, (t, k, off, h) in enumerate(zip(kept.column("topic").to_pylist(), kept.column("key").to_pylist(),
                                            kept.column("offset").to_pylist(), holes.to_pylist())):
         if h:
-            filled[i] = _filled(filled[i], sorted(e for e in earlier[(t, k)] if e[0] < off))
+            filled[i] = fill_image(filled[i], sorted(e for e in earlier[(t, k)] if e[0] < off))
     return kept.set_column(kept.schema.get_field_index("after"), "after", pa.array(filled, pa.string()))
 
 
-def _filled(image: str, before: list[tuple[int, str, str | None]]) -> str:
+def fill_image(image: str, before: list[tuple[int, str, str | None]]) -> str:
     """`image` with its placeholders replaced by the latest earlier value of each field (raw JSON,
     never re-serialised); `before` is the key's earlier events in offset order."""
     known: dict[str, msgspec.Raw] = {}

@@ -20,9 +20,10 @@ import pyarrow.compute as pc
 
 from tideline import state
 from tideline.core import schema_drift
+from tideline.stream.batch_rows import ArrowRows
 from tideline.stream.handed import hand_over
 from tideline.stream.source_fill import fill_from_source
-from tideline.core.batch_events import drop_applied, newest_source_commit
+from tideline.core.batch_events import newest_source_commit
 from tideline.core.change_events import too_large_marker
 from tideline.core.config import PipelineConfig
 from tideline.core.errors import FencedError, ResnapshotRequired, SourceError, TidelineError
@@ -145,22 +146,23 @@ class BatchCommitter:
                 if not hand_over(self.cfg.name, self.tables, self.halted, self.handed, exc.table, exc.owner):
                     raise
 
-    def _commit_once(self, spark_batch_id, per_partition, bad_rows, truncates, rows: pa.Table,
-                     started_at: datetime, log_rows: pa.Table | None = None) -> BatchFigures | None:
+    def _commit_once(self, spark_batch_id, per_partition, bad_rows, truncates, rows, started_at: datetime,
+                     log_rows: pa.Table | None = None) -> BatchFigures | None:
+        """`rows`: the batch's rows (stream.batch_rows), or its compacted rows as Arrow with
+        `log_rows` its change-log events."""
         cfg, conn = self.cfg, self._tgt
+        if isinstance(rows, pa.Table):
+            rows = ArrowRows(rows, log_rows)
         live = {t.topic for t in self.tables.values() if t.name not in self.halted and t.name not in self.handed}
         per_partition = [r for r in per_partition if r["topic"] in live]   # a halted table keeps its offsets
         bad_rows = [b for b in bad_rows if b["topic"] in live]
         truncates = [t for t in truncates if t["topic"] in live]
-        if (self.halted or self.handed) and rows.num_rows:
-            rows = rows.filter(pc.is_in(rows.column("topic"), pa.array(sorted(live), pa.string())))
-        if (self.halted or self.handed) and log_rows is not None:
-            log_rows = log_rows.filter(pc.is_in(log_rows.column("topic"), pa.array(sorted(live), pa.string())))
         figures = BatchFigures(events=sum(r["n"] for r in per_partition))
-        if not per_partition:
-            return None
         halting: dict[str, tuple[str, dict | None]] = {}
         with conn, conn.cursor() as cur:
+            if not per_partition:
+                rows.discard(cur)
+                return None
             # 1. fencing: lock every state row this run owns; any newer epoch refuses the batch
             streamed = {t.name: t for t in self.tables.values() if t.topic in live}
             recorded = state.check_epochs(cur, cfg.name, {name: t.epoch for name, t in streamed.items()})
@@ -169,14 +171,15 @@ class BatchCommitter:
                 for name, t in streamed.items()}
             # 2. exactly once: events below the committed position were applied by an earlier batch
             fresh = [r for r in per_partition if r["hi"] >= current[r["topic"]].get(r["partition"], 0)]
-            logging_only = log_rows is not None and log_rows.num_rows > 0   # a change log starts before its table
-            if not fresh and not logging_only:
+            if not fresh and not rows.logs(live):   # a change log starts before its table
                 log.info("spark batch %d holds only events already applied; skipped", spark_batch_id)
+                rows.discard(cur)
                 return None
-            rows = drop_applied(rows, current)
-            # what Debezium left out and the batch cannot fill: the source's row now (stream.source_fill);
-            # not a history table's: a version's value is the one before it (its apply reads it there)
-            rows = self._fill_from_source(rows)
+            # staged where the apply reads them, without the events applied already; what Debezium
+            # left out and the batch cannot fill: the source's row now (stream.source_fill); not a
+            # history table's: a version's value is the one before it (its apply reads it there)
+            topics = rows.stage(cur, self.store, live, current, self._fill_from_source,
+                                {tp: t.target for tp, t in self.by_topic.items()})
             figures.skipped = figures.events - sum(_unapplied(r, current) for r in fresh)
             bad_rows = [b for b in bad_rows if b["offset"] >= current[b["topic"]].get(b["partition"], 0)]
             truncates = [t for t in truncates if t["offset"] >= current[t["topic"]].get(t["partition"], 0)]
@@ -200,13 +203,7 @@ class BatchCommitter:
                 halting.update(unparsed)
             # 3. per table, under its own savepoint: schema drift, then the rows. A table the
             # target refuses is halted alone; the others are applied and advance.
-            topics = set(pc.unique(rows.column("topic")).to_pylist()) | (
-                set(pc.unique(log_rows.column("topic")).to_pylist()) if logging_only else set())
             touched = sorted({self.by_topic[tp].name for tp in topics} - set(halting))
-            if touched:
-                self.store.stage_changes(cur, rows, {tp: t.target for tp, t in self.by_topic.items()})
-            if logging_only:   # every event of the tables with a change log (each logs what it lacks)
-                self.store.stage_log(cur, log_rows, {tp: t.target for tp, t in self.by_topic.items()})
             # the source's catalog now: any schema change behind this batch's events shows in it
             shapes = self.engine.describe_many(self._src, [(cfg.source_schema(n), n, cfg.table(n)) for n in touched],
                                                check_key=False, for_stream=True)
@@ -250,6 +247,7 @@ class BatchCommitter:
                                    dead_letters=figures.dead_letters, started_at=started_at,
                                    source_ts_max=newest_source_commit(per_partition, end_offsets),
                                    table_events=table_events)
+            rows.discard(cur)
         self.on_halts(halting)
         if not end_offsets:
             return None

@@ -23,8 +23,9 @@ from pyspark.sql.pandas.serializers import ArrowCollectSerializer
 from pyspark.traceback_utils import SCCallSiteSync
 from pyspark.util import local_connect_and_auth
 
-from tideline.core.batch_events import SplitBatch, split_batch
+from tideline.core.batch_events import split_batch
 from tideline.core.change_events import RECORD_COLUMNS, decode_records
+from tideline.stream.batch_rows import ArrowRows
 
 # Events per Spark task of a batch. Each task's result (its raw records as Arrow, ~3.5 MB at the
 # benchmark's ~570 bytes per event) is held by the driver JVM until Python has collected it; results
@@ -38,9 +39,14 @@ INTERPRETED_BELOW = 2_000   # events per Kafka offset range (see interpreted())
 
 @dataclass
 class ReadBatch:
-    """A batch read and decoded by Spark's batch thread, waiting for the committer."""
+    """A batch read and decoded by Spark's batch thread, waiting for the committer: its figures
+    per Kafka partition, bad messages and truncates (core.batch_events), and its rows — held by
+    the driver, or staged by the tasks (stream.batch_rows)."""
     spark_batch_id: int
-    batch: SplitBatch
+    per_partition: list[dict]
+    bad_rows: list[dict]
+    truncates: list[dict]
+    rows: object   # stream.batch_rows: ArrowRows | StagedRows
     started: float
     started_at: datetime
     read_s: float
@@ -67,8 +73,9 @@ def read_batch(df, spark_batch_id: int, versioned: frozenset[str] = frozenset(),
         context.setLocalProperty(CODEGEN_FACTORY_MODE, None)
     if not events.num_rows:
         return None
-    return ReadBatch(spark_batch_id, split_batch(events, versioned, logged), started, started_at,
-                     time.monotonic() - started)
+    split = split_batch(events, versioned, logged)
+    return ReadBatch(spark_batch_id, split.per_partition, split.bad_rows, split.truncates,
+                     ArrowRows(split.rows, split.log), started, started_at, time.monotonic() - started)
 
 
 def arrow_batches(df) -> Iterator[pa.RecordBatch]:
@@ -143,22 +150,21 @@ def kafka_range_sizes(df) -> list[int]:
 
 
 class BatchHandover:
-    """`foreachBatch`'s function. `commit(read)` runs in the committer thread; `failed(exc)` hears
-    every failure on either thread (once per exception object is the caller's concern), and a
-    commit failure also calls `stop_query` — an idle stream would never call back to hear of it."""
+    """`foreachBatch`'s function. `read(df, spark_batch_id)` runs in Spark's batch thread (this
+    module's read_batch, or stream.executor_stage's stage_batch); `commit(read)` in the committer
+    thread; `failed(exc)` hears every failure on either thread (once per exception object is the
+    caller's concern), and a commit failure also calls `stop_query` — an idle stream would never
+    call back to hear of it."""
 
-    def __init__(self, commit: Callable[[ReadBatch], None], failed: Callable[[BaseException], None],
-                 stop_query: Callable[[], None], versioned: frozenset[str] = frozenset(),
-                 logged: frozenset[str] = frozenset()):
-        self._commit, self._failed, self._stop_query = commit, failed, stop_query
-        self._versioned = versioned   # history tables' topics: every event is a version (core.batch_events)
-        self._logged = logged         # change-log tables' topics: every event is logged
+    def __init__(self, read: Callable[..., ReadBatch | None], commit: Callable[[ReadBatch], None],
+                 failed: Callable[[BaseException], None], stop_query: Callable[[], None]):
+        self._read, self._commit, self._failed, self._stop_query = read, commit, failed, stop_query
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tideline-commit")
         self._inflight: Future | None = None
 
     def __call__(self, df, spark_batch_id: int) -> None:
         try:
-            read = read_batch(df, spark_batch_id, self._versioned, self._logged)
+            read = self._read(df, spark_batch_id)
             self.wait()
             if read is not None:
                 self._inflight = self._thread.submit(self._run_commit, read)

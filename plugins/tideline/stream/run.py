@@ -40,7 +40,8 @@ from tideline.core.table_shape import Column
 from tideline.load.full_load import run_owner
 from tideline.stream import position
 from tideline.stream.commit import BatchCommitter, StreamTable
-from tideline.stream.handover import TASK_EVENTS, BatchHandover, ReadBatch
+from tideline.stream.executor_stage import StageSpace, stage_batch
+from tideline.stream.handover import TASK_EVENTS, BatchHandover, ReadBatch, read_batch
 from tideline.stream.history import StreamHistory
 from tideline.stream.watch import ORPHAN_EXIT_S, StreamWatch
 
@@ -80,9 +81,8 @@ class IncrementalRun:
         self.handed: dict[str, str] = {}   # tables a full load took over: name -> the load (stream.handed)
         self.history = StreamHistory(cfg, self.store, self.kafka, mode, self.owner)
         # one thread commits batch N to the target while Spark's batch thread reads N+1
-        self.handover = BatchHandover(self._commit_and_report, self._batch_failed, self._stop_query,
-                                      frozenset(cfg.topic(t.name) for t in cfg.tables if t.history),
-                                      frozenset(cfg.topic(t.name) for t in cfg.tables if t.changelog))
+        self.stage_space: StageSpace | None = None   # stream.stage_on: executors (made in prepare)
+        self.handover = BatchHandover(self._read, self._commit_and_report, self._batch_failed, self._stop_query)
         self.committer = BatchCommitter(cfg, self.store, self.engine, self.owner, self.tables, self.by_topic,
                                         self.halted, self._after_halts, self.handed)
         self.watch = StreamWatch(cfg, self.store, self.engine, self.tables, self.halted, self._needs_resnapshot,
@@ -157,6 +157,8 @@ class IncrementalRun:
             self.history.start(self._tgt, t.name, t.epoch)
         start = self._check_coverage(self._tgt)
         self.committer.attach(self._tgt, self._src)   # the batches' connections from here on
+        if cfg.stream.stage_on == "executors":
+            self.stage_space = StageSpace(self.store, cfg.name)
         self._tgt = self._src = None
         return start
 
@@ -254,6 +256,8 @@ class IncrementalRun:
             fence_watch.set()
             self.handover.shutdown()   # before its connections close
             self.committer.close()
+            if self.stage_space is not None:
+                self.stage_space.close()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
             if checkpoint is not None:
@@ -307,18 +311,26 @@ class IncrementalRun:
         if not isinstance(exc, HaltedError):   # a halt is raised after its batch committed
             log.error("batch failed, nothing of it was committed: %s", exc)
 
+    def _read(self, df, spark_batch_id: int) -> ReadBatch | None:
+        """The batch read and decoded: by the driver (stream.handover) or staged by the tasks
+        (stream.executor_stage), as stream.stage_on says."""
+        versioned = frozenset(self.cfg.topic(t.name) for t in self.cfg.tables if t.history)
+        logged = frozenset(self.cfg.topic(t.name) for t in self.cfg.tables if t.changelog)
+        if self.stage_space is None:
+            return read_batch(df, spark_batch_id, versioned, logged)
+        return stage_batch(df, spark_batch_id, self.stage_space, {tp: t.target for tp, t in self.by_topic.items()},
+                           versioned, logged)
+
     def _commit_and_report(self, read: ReadBatch) -> None:
-        batch = read.batch
         commit_started = time.monotonic()
-        figures = self.committer.commit_through_outages(read.spark_batch_id, batch.per_partition, batch.bad_rows,
-                                               batch.truncates, batch.rows, read.started_at,
-                                                       log_rows=batch.log)
+        figures = self.committer.commit_through_outages(read.spark_batch_id, read.per_partition, read.bad_rows,
+                                                        read.truncates, read.rows, read.started_at)
         if figures is None:
             return
         self.batches += 1
         self.history.count(figures.per_table)
         self.history.mirror(figures.end_offsets)
-        newest = newest_source_commit(batch.per_partition)
+        newest = newest_source_commit(read.per_partition)
         age = (datetime.now(timezone.utc) - newest).total_seconds() if newest else 0.0
         tables = ", ".join(f"{t} +{u:,}/-{d:,}" for t, (u, d) in sorted(figures.per_table.items()))
         log.info("batch %d: %s events (%s already applied, %s dead letters) -> %s; source-to-target lag %.1fs; "
