@@ -289,7 +289,7 @@ def main() -> int:
                     help="also the same events into a history (SCD type 2) table, submitted alike right after: "
                          "prints history_events_per_s and history_ratio")
     ap.add_argument("--stage-on", choices=("driver", "executors"), default=None,
-                    help="stream.stage_on of Tideline's run (default: the setting's default)")
+                    help="stream.stage_on of Tideline's run (default: driver, what auto picks on the local master)")
     ap.add_argument("--with-other_stage", action="store_true", dest="with_other_stage",
                     help="also the same events with the other stream.stage_on, submitted alike right after: prints "
                          "other_stage_events_per_s and other_stage_ratio (other over this run's)")
@@ -301,7 +301,7 @@ def main() -> int:
         pipelines = Path(tmp)
         chosen = [o for o in OPTION_SIDES if getattr(args, f"with_{o}")]
         from tideline.core.settings import StreamSettings
-        stage = args.stage_on or StreamSettings().stage_on
+        stage = args.stage_on or ("driver" if StreamSettings().stage_on == "auto" else StreamSettings().stage_on)
         other = {"driver": "executors", "executors": "driver"}[stage]
         sides = ((PIPELINE, False, {}), (PEER_PIPELINE, True, {})) + \
             tuple((OPTION_SIDES[o][0], False, OPTION_SIDES[o][1]) for o in chosen)

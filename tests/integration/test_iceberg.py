@@ -563,7 +563,8 @@ def test_kill_9_and_a_second_run_at_once_lose_and_duplicate_nothing_in_iceberg(s
     first = second = None
     try:
         cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}], capture=True,
-                               stream={"max_offsets_per_trigger": 300, "trigger_interval_s": 0.5})
+                               stream={"max_offsets_per_trigger": 300, "trigger_interval_s": 0.5,
+                                       "stage_on": "executors"})   # Spark's tasks stage each batch
         FullLoad(cfg, spark).run([t])
         writer.start()
         env = {"TIDELINE_PIPELINES": str(pipelines.dir)}
@@ -604,6 +605,10 @@ def test_kill_9_and_a_second_run_at_once_lose_and_duplicate_nothing_in_iceberg(s
         for before, after in zip(commits, commits[1:]):
             assert all(after["offsets"][p] >= o for p, o in before["offsets"].items())
             assert after["epoch"] >= before["epoch"]   # no commit of an older run after a newer one's
+        # the batches the killed runs staged and never committed: dropped by the runs after them
+        with lake.connect() as conn, conn.cursor() as cur:
+            cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'tideline' AND tablename LIKE 'stage\\_%'")
+            assert cur.fetchall() == []
     finally:
         writer.stop_event.set()
         for p in (first, second):

@@ -234,11 +234,13 @@ class StreamSettings(_Model):
     outage_wait_minutes: float = Field(default=10, ge=0, description="a database that restarts or refuses "
                                                                      "connections is waited out this long by a "
                                                                      "running stream before its task fails")
-    stage_on: Literal["driver", "executors"] = Field(
-        default="executors", description="where a batch's events are decoded, compacted and staged for its commit: "
-                                      "driver (the driver's Python, as its tasks hand them over) or executors (each "
-                                      "Spark task decodes its Kafka partitions and COPYs its rows into the batch's "
-                                      "table; the driver only commits). See the sizing guide")
+    stage_on: Literal["auto", "driver", "executors"] = Field(
+        default="auto", description="where a batch's events are decoded, compacted and staged for its commit: "
+                                    "driver (the driver's Python, as the read's tasks hand them over), executors "
+                                    "(each Spark task decodes its share of the Kafka ranges and COPYs its rows "
+                                    "into the batch's table; the driver only commits), or auto: executors on a "
+                                    "cluster, driver on a local master (whose executors are the driver's own "
+                                    "cores). See the sizing guide")
     on_bad_message: Literal["stop", "dead_letter"] = Field(
         default="stop", description="stop: halt with topic/partition/offset; dead_letter: record it and go on")
     checkpoint_dir: str | None = Field(

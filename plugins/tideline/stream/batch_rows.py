@@ -82,6 +82,7 @@ class StagedRows:
                 f"{self.summary.staged:,}): the database restarted after a crash (which empties unlogged tables) or "
                 f"another run removed them. Nothing of the batch was applied; the stream starts again from the "
                 f"offsets committed in the target.")
+        cur.execute(sql.SQL("ANALYZE {}").format(self._batch))   # before the statements below plan their joins
         gone = self._leave_out(cur, live, current)
         if self.summary.split:
             self._join_tasks(cur)
@@ -93,7 +94,8 @@ class StagedRows:
             topics = {t for (t,) in cur.fetchall()} & live
         if len(topics) > 1:   # each table's statements read only its events (apply_sql.INDEX_STAGE)
             cur.execute(sql.SQL("CREATE INDEX ON {} (tbl)").format(self._batch))
-        cur.execute(sql.SQL("ANALYZE {}").format(self._batch))
+        if gone or self.summary.split:
+            cur.execute(sql.SQL("ANALYZE {}").format(self._batch))
         for view, kind, columns in ((apply_sql.STAGE, ROW, "tbl, op, key, after, part, off, ts, pos"),
                                     (apply_sql.LOG_STAGE, LOG, "tbl, topic, op, key, before, after, part, off, ts, pos")):
             # a plain view: PostgreSQL updates and deletes through it, as the apply does on tl_stage
@@ -134,9 +136,10 @@ class StagedRows:
                 cur.execute(sql.SQL("UPDATE {} SET after = %s::jsonb, hole = %s WHERE kind = 'r' AND topic = %s AND "
                                     "part = %s AND off = %s").format(self._batch),
                             (after, "__debezium_unavailable_value" in after, topic, part, off))
-        cur.execute(sql.SQL("DELETE FROM {} b USING {} c WHERE {} AND b.topic <> ALL(%s) AND c.kind = 'r' AND "
-                            "c.topic = b.topic AND c.part = b.part AND c.key = b.key AND c.off > b.off").format(
-            self._batch, self._batch, where), (split, sorted(self.versioned)))
+        cur.execute(sql.SQL("DELETE FROM {} WHERE ctid IN (SELECT ctid FROM (SELECT b.ctid, row_number() OVER ("
+                            "PARTITION BY b.topic, b.part, b.key ORDER BY b.off DESC) AS nth FROM {} b WHERE {} AND "
+                            "b.topic <> ALL(%s)) r WHERE r.nth > 1)").format(self._batch, self._batch, where),
+                    (split, sorted(self.versioned)))
 
     def _fill(self, cur, fill: Fill) -> bool:
         """The rows with values Debezium left out, filled from the source (or left out); whether

@@ -29,8 +29,30 @@ from psycopg2 import sql
 
 from tideline.core.staged_batch import COLUMNS, ESCAPE, merge_summaries
 from tideline.stream.batch_rows import StagedRows
-from tideline.stream.handover import CODEGEN_FACTORY_MODE, TASK_EVENTS, ReadBatch, interpreted, kafka_range_sizes, \
+from tideline.stream.handover import CODEGEN_FACTORY_MODE, ReadBatch, interpreted, kafka_range_sizes, \
     read_tasks
+
+# Spark runs each Python task with ~0.1-0.4 s of its own around the function (2 cores, local
+# master: a trivial mapInArrow over 200,000 rows took 4.7 s in 32 tasks, 1.1 s in 4, where toArrow
+# took 0.7 s): a batch is cut into about TASKS_PER_SLOT tasks per core, not into TASK_EVENTS-event
+# tasks as the driver's read is.
+TASKS_PER_SLOT = 2
+MIN_TASK_EVENTS = 1_000
+
+
+def task_events(batch_events: int, slots: int) -> int:
+    """Events per task of a staged batch at most (the Kafka source's maxRecordsPerPartition)."""
+    return max(MIN_TASK_EVENTS, -(-batch_events // (TASKS_PER_SLOT * max(1, slots))))
+
+
+def stages_on_executors(setting: str, spark) -> bool:
+    """stream.stage_on: `auto` stages on the executors where they are not the driver's own cores
+    (a cluster); on a local master the tasks' Python would only add its per-task cost on the same
+    cores (tests/bench/incremental.py: see docs/operations/sizing.md)."""
+    if setting != "auto":
+        return setting == "executors"
+    from tideline.spark_session import local_cores
+    return local_cores(spark) is None
 
 log = logging.getLogger("tideline.incremental")
 
@@ -128,7 +150,7 @@ class StageSpace:
             self._conn.close()
 
 
-def stage_batch(df, spark_batch_id: int, space: StageSpace, table_of_topic: dict[str, str],
+def stage_batch(df, spark_batch_id: int, space: StageSpace, table_of_topic: dict[str, str], per_task: int,
                 versioned: frozenset[str] = frozenset(), logged: frozenset[str] = frozenset()) -> ReadBatch | None:
     """One Spark job: its tasks decode and stage the batch (make_stager); None when it is empty."""
     started, started_at = time.monotonic(), datetime.now(timezone.utc)
@@ -136,7 +158,7 @@ def stage_batch(df, spark_batch_id: int, space: StageSpace, table_of_topic: dict
     if not sum(ranges):
         return None
     table = space.create(spark_batch_id)
-    tasks = read_tasks(ranges, context.defaultParallelism, TASK_EVENTS)
+    tasks = read_tasks(ranges, context.defaultParallelism, per_task)
     records = df.select("topic", "partition", "offset", "key", "value")
     if tasks < len(ranges):
         records = records.coalesce(tasks)

@@ -40,7 +40,7 @@ from tideline.core.table_shape import Column
 from tideline.load.full_load import run_owner
 from tideline.stream import position
 from tideline.stream.commit import BatchCommitter, StreamTable
-from tideline.stream.executor_stage import StageSpace, stage_batch
+from tideline.stream.executor_stage import StageSpace, stage_batch, stages_on_executors, task_events
 from tideline.stream.handover import TASK_EVENTS, BatchHandover, ReadBatch, read_batch
 from tideline.stream.history import StreamHistory
 from tideline.stream.watch import ORPHAN_EXIT_S, StreamWatch
@@ -82,6 +82,7 @@ class IncrementalRun:
         self.history = StreamHistory(cfg, self.store, self.kafka, mode, self.owner)
         # one thread commits batch N to the target while Spark's batch thread reads N+1
         self.stage_space: StageSpace | None = None   # stream.stage_on: executors (made in prepare)
+        self.task_events = TASK_EVENTS   # events per Spark task of a batch at most
         self.handover = BatchHandover(self._read, self._commit_and_report, self._batch_failed, self._stop_query)
         self.committer = BatchCommitter(cfg, self.store, self.engine, self.owner, self.tables, self.by_topic,
                                         self.halted, self._after_halts, self.handed)
@@ -157,7 +158,7 @@ class IncrementalRun:
             self.history.start(self._tgt, t.name, t.epoch)
         start = self._check_coverage(self._tgt)
         self.committer.attach(self._tgt, self._src)   # the batches' connections from here on
-        if cfg.stream.stage_on == "executors":
+        if stages_on_executors(cfg.stream.stage_on, self.spark):
             self.stage_space = StageSpace(self.store, cfg.name)
         self._tgt = self._src = None
         return start
@@ -213,6 +214,8 @@ class IncrementalRun:
             stream = self.cfg.stream
             batch_events = position.batch_events(self.cfg, self.kafka, self._watermarks, self.store.capabilities(),
                                                  start)
+            self.task_events = TASK_EVENTS if self.stage_space is None else \
+                task_events(batch_events, self.spark.sparkContext.defaultParallelism)
             reader = (self.spark.readStream.format("kafka")
                       .options(**self.kafka.spark_options())
                       .option("subscribe", ",".join(sorted(self.by_topic)))
@@ -220,7 +223,7 @@ class IncrementalRun:
                       .option("failOnDataLoss", "true")
                       .option("maxOffsetsPerTrigger", batch_events)
                       # a big batch is read as tasks of at most TASK_EVENTS events (see there)
-                      .option("maxRecordsPerPartition", TASK_EVENTS)
+                      .option("maxRecordsPerPartition", self.task_events)
                       .option("kafka.isolation.level", "read_committed")
                       .option("kafka.fetch.max.wait.ms", FETCH_WAIT_MS)
                       .load())
@@ -319,7 +322,7 @@ class IncrementalRun:
         if self.stage_space is None:
             return read_batch(df, spark_batch_id, versioned, logged)
         return stage_batch(df, spark_batch_id, self.stage_space, {tp: t.target for tp, t in self.by_topic.items()},
-                           versioned, logged)
+                           self.task_events, versioned, logged)
 
     def _commit_and_report(self, read: ReadBatch) -> None:
         commit_started = time.monotonic()
