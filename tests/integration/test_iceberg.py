@@ -392,7 +392,8 @@ def test_every_type_streams_exactly_and_a_value_iceberg_cannot_hold_halts_only_i
             nums numeric[], vc varchar(20), ch char(3), mood {t}_mood, ip inet)""")
         cur.execute(f"CREATE TABLE public.{other} (id int PRIMARY KEY, v text)")
     try:
-        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}, {"name": other}], capture=True)
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}, {"name": other}], capture=True,
+                               stream={"stage_on": "executors"})   # decoded and staged by Spark's tasks
         FullLoad(cfg, spark).run([t, other])   # empty: every row below arrives through the stream
         with source_db.cursor() as cur:
             cur.execute(f"""INSERT INTO public.{t} VALUES

@@ -205,7 +205,9 @@ def _drop_types(cur, p: str) -> None:
         cur.execute(f"DROP {kind} IF EXISTS public.{p}_{name} CASCADE")
 
 
-def test_every_type_streams_exactly_as_the_full_load_copies_it(spark, source_db, target_db, pipelines, unique_name):
+@pytest.mark.parametrize("stage_on", ["driver", "executors"])   # decoded by the driver, or by Spark's tasks
+def test_every_type_streams_exactly_as_the_full_load_copies_it(spark, source_db, target_db, pipelines, unique_name,
+                                                               stage_on):
     p, t, k2, kd = unique_name, f"{unique_name}_types", f"{unique_name}_k2", f"{unique_name}_kd"
     with target_db.cursor() as cur:
         cur.execute("CREATE EXTENSION IF NOT EXISTS hstore")
@@ -236,7 +238,7 @@ def test_every_type_streams_exactly_as_the_full_load_copies_it(spark, source_db,
         assert columns.status == "fail" and "c_timetz (time with time zone)" in columns.detail
         # ...and synced once the user leaves it out, as the message says.
         tables[0]["exclude_columns"] = ["c_timetz"]
-        cfg = pipelines.make(tables, create_topics=False, capture=True)
+        cfg = pipelines.make(tables, create_topics=False, capture=True, stream={"stage_on": stage_on})
         FullLoad(cfg, spark).run([t, k2, kd])
         shape = engines.for_source(get_connection("tideline_source")).describe(source_db, "public", t, cfg.table(t))
         source_db.rollback()
