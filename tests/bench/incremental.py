@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import tempfile
@@ -42,6 +43,7 @@ import psycopg2
 import requests
 import yaml
 
+from cluster import executors as cluster_executors
 from benchlib import (ROOT, Drain, PeakRss, SteadyLoad, checkpoint, forget_pipeline, run_bench, pg,
                      stackctl, wal_counters, wal_since)
 
@@ -66,6 +68,14 @@ OPTION_SIDES = {
 PEER_SCHEMA = "bench_jdbc_sink"
 PEER = "bench-jdbc-sink"
 JOB_LOG = Path(tempfile.gettempdir()) / "bench-incremental-job.log"   # the availableNow job's whole output
+CLUSTER = False   # --cluster: Tideline's jobs on the stack's standalone cluster
+DRIVER_CPU = re.compile(r"driver Python CPU ([0-9.]+)s while streaming")
+
+
+def driver_cpu(out: str) -> float:
+    """The stream driver's Python CPU seconds from its query's start, as its last line says (stream.run)."""
+    found = DRIVER_CPU.findall(out)
+    return float(found[-1]) if found else float("nan")
 
 
 
@@ -79,8 +89,14 @@ def spark_submit(pipelines: Path, *args: str, pipeline: str = PIPELINE) -> subpr
     cfg = load_pipeline(pipelines / f"{pipeline}.yaml")
     env = dict(os.environ, TIDELINE_PIPELINES=str(pipelines), **cfg.spark.job_env("stream"))
     conf = driver_conf(cfg.job_conf("stream"))
-    return subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master", "local[2]",
-                             *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")],
+    cluster = ()
+    if CLUSTER:   # the library as --py-files, as the operator submits it; both one-core workers
+        from tideline.packaging import library_zip
+        cluster = ("--py-files", str(library_zip()), "--conf", "spark.executor.memory=1g", "--conf",
+                   f"spark.cores.max={stackctl.SPARK_WORKERS}")
+    return subprocess.Popen([str(stackctl.VENV_BIN / "spark-submit"), "--master",
+                             stackctl.spark_master_url() if CLUSTER else "local[2]",
+                             *[x for k, v in conf.items() for x in ("--conf", f"{k}={v}")], *cluster,
                              "--jars", env["TIDELINE_SPARK_JARS"],
                              str(ROOT / "spark_jobs" / "incremental.py"), "--pipeline", pipeline, *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -289,19 +305,39 @@ def main() -> int:
                     help="also the same events into a history (SCD type 2) table, submitted alike right after: "
                          "prints history_events_per_s and history_ratio")
     ap.add_argument("--stage-on", choices=("driver", "executors"), default=None,
-                    help="stream.stage_on of Tideline's run (default: driver, what auto picks on the local master)")
+                    help="stream.stage_on of Tideline's run (default: what auto picks: driver on local[2], executors with "
+                         "--cluster)")
     ap.add_argument("--with-other_stage", action="store_true", dest="with_other_stage",
                     help="also the same events with the other stream.stage_on, submitted alike right after: prints "
                          "other_stage_events_per_s and other_stage_ratio (other over this run's)")
+    ap.add_argument("--cluster", action="store_true",
+                    help="Tideline's jobs on the stack's standalone cluster (a master, two one-core workers; started "
+                         "for the run if it is not up): prints executors=<n>, the executors the stream ran")
     ap.add_argument("--source-block", choices=("slim", "full"), default="full",
                     help="events keep Debezium's whole source block (the default) or only source.ts_ms "
                          "(kafka.source_fields: [ts_ms]), for both Tideline's and the peer's topic")
     args = ap.parse_args()
+    global CLUSTER
+    CLUSTER = args.cluster
+    started_cluster = CLUSTER and not stackctl.spark_cluster_healthy()
+    if started_cluster:
+        log("starting the standalone cluster (master + 2 one-core workers)")
+        stackctl.start_spark_cluster()
+    try:
+        return measure(args)
+    finally:
+        if started_cluster:
+            stackctl.stop_spark_cluster()
+
+
+def measure(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         pipelines = Path(tmp)
         chosen = [o for o in OPTION_SIDES if getattr(args, f"with_{o}")]
         from tideline.core.settings import StreamSettings
-        stage = args.stage_on or ("driver" if StreamSettings().stage_on == "auto" else StreamSettings().stage_on)
+        stage = args.stage_on or StreamSettings().stage_on
+        if stage == "auto":   # what stream.executor_stage.stages_on_executors picks
+            stage = "executors" if CLUSTER else "driver"
         other = {"driver": "executors", "executors": "driver"}[stage]
         sides = ((PIPELINE, False, {}), (PEER_PIPELINE, True, {})) + \
             tuple((OPTION_SIDES[o][0], False, OPTION_SIDES[o][1]) for o in chosen)
@@ -356,10 +392,11 @@ def main() -> int:
             print(out[-4000:])
             raise SystemExit(f"incremental job failed with {proc.returncode}")
         assert equal_to_source(PIPELINE), "Tideline's target differs from the source"
-        log(f"Tideline: {total:,} events in {apply_secs:.1f}s end to end, peak RSS {rss.peak / 1e6:,.0f} MB "
+        cpu = driver_cpu(out)
+        log(f"Tideline: {total:,} events in {apply_secs:.1f}s end to end, driver Python CPU {cpu:.1f}s, peak RSS {rss.peak / 1e6:,.0f} MB "
             f"(PSS {rss.peak_pss / 1e6:,.0f}); {wal_since(wal)}; the job's log: {JOB_LOG}")
 
-        option_secs = {}
+        option_secs, option_cpu = {}, {}
         for o in chosen:
             name, table_options, live = OPTION_SIDES[o]
             log(f"Tideline into a table with {table_options}, availableNow ... (checkpoint: {checkpoint():.1f}s)")
@@ -367,6 +404,7 @@ def main() -> int:
             proc = spark_submit(pipelines, "--mode", "available_now", pipeline=name)
             out, _ = proc.communicate()
             option_secs[o] = time.monotonic() - started
+            option_cpu[o] = driver_cpu(out)
             if proc.returncode != 0:
                 print(out[-4000:])
                 raise SystemExit(f"the {o} job failed with {proc.returncode}")
@@ -408,7 +446,11 @@ def main() -> int:
           f"ratio={apply_rate / sink_rate:.2f} p50_latency_s={p50:.2f} p95_latency_s={p95:.2f} peak_rss_mb={peak:.0f} "
           f"p99_latency_s={p99:.2f} peak_pss_mb={peak_pss:.0f}"
           + "".join(f" {o}_events_per_s={option_totals[o] / option_secs[o]:.0f} "
-                    f"{o}_ratio={(option_totals[o] / option_secs[o]) / apply_rate:.2f}" for o in chosen))
+                    f"{o}_ratio={(option_totals[o] / option_secs[o]) / apply_rate:.2f}" for o in chosen)
+          + f" stage_on={stage} driver_cpu_s_per_m={cpu / total * 1e6:.1f}"
+          + (f" other_stage_driver_cpu_s_per_m={option_cpu['other_stage'] / option_totals['other_stage'] * 1e6:.1f}"
+             if "other_stage" in chosen else "")
+          + (f" executors={cluster_executors(f'tideline-incremental-{PIPELINE}')}" if CLUSTER else ""))
     return 0
 
 
