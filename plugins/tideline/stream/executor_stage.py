@@ -65,8 +65,8 @@ class StageSpace:
     """Where one run's tasks stage its batches, on the state database (the target for PostgreSQL;
     the catalog's database for Iceberg: both apply from there)."""
 
-    def __init__(self, store, pipeline: str):
-        self.store, self.pipeline = store, pipeline
+    def __init__(self, store):
+        self.store = store
         self.dsn = store.dsn()
         self.key: int | None = None
         self._conn = None
@@ -181,7 +181,6 @@ def make_stager(dsn: str, table: str, table_of_topic: dict[str, str], versioned:
     into the batch's table; yields the task's summary (core.staged_batch.task_summary)."""
 
     def stage(batches):
-        import psycopg2
         from pyspark import TaskContext
 
         from tideline.core.batch_events import split_batch

@@ -159,7 +159,7 @@ class IncrementalRun:
         start = self._check_coverage(self._tgt)
         self.committer.attach(self._tgt, self._src)   # the batches' connections from here on
         if stages_on_executors(cfg.stream.stage_on, self.spark):
-            self.stage_space = StageSpace(self.store, cfg.name)
+            self.stage_space = StageSpace(self.store)
         self._tgt = self._src = None
         return start
 
