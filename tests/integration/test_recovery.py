@@ -511,10 +511,11 @@ def test_a_stream_waits_for_a_source_that_does_not_answer_and_streams_again_by_i
         rows = pipeline_status(cfg, environ=env, exact_counts=False)   # (status logs in as the stream does)
         assert rows[0].stream_tries >= 1 and rows[0].source_error.startswith(f"the source ({cfg.source.conn_id}) "
                                                                              f"does not answer: ")
-        # the outage goes on: it waits, does not give up, and looks again (every 15 s)
-        tries = rows[0].stream_tries
-        _wait(lambda: (pipeline_status(cfg, environ=env, exact_counts=False)[0].stream_tries or 0) > tries, 60,
-              "the waiting stream task to look at the source again", every=2)
+        # the outage goes on: it waits, does not give up, and looks again (every 15 s: its wait's row
+        # is written at each look)
+        looked = "SELECT updated_at FROM tideline.stream_waits WHERE pipeline = 'demo'"
+        first = _query(TARGET_URL, looked)[0][0]
+        _wait(lambda: _query(TARGET_URL, looked)[0][0] > first, 60, "the waiting stream task to look again", every=2)
         assert pipeline_status(cfg, environ=env, exact_counts=False)[0].stream_waiting
         hba.write_text(original)
         _query(SUPER_URL, "SELECT pg_reload_conf()")
