@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from tideline.core.batch_events import BAD_ROWS_KEPT, EVENT_SCHEMA, split_batch
 from tideline.core.copy_text import batch_to_copy_text
-from tideline.core.staged_batch import COLUMNS, ESCAPE, fill_across, merge_summaries, staged_rows, task_summary
+from tideline.core.staged_batch import COLUMNS, ESCAPE, applied_floors, fill_across, merge_summaries, staged_rows, task_summary
 
 U = "__debezium_unavailable_value"
 
@@ -88,3 +88,12 @@ def test_bad_messages_stay_bounded_across_tasks():
     merged = merge_summaries([task_summary(p, b, staged_rows(p, b, {"a": "t"})) for p, b in enumerate(tasks)])
     assert len(merged.bad_rows) == BAD_ROWS_KEPT and merged.bad_rows[-1]["partition"] == 0
     assert merged.staged == 0 and merged.topics == set()
+
+
+def test_only_live_partitions_that_start_below_their_committed_offset_have_rows_left_out():
+    per_partition = [{"topic": "a", "partition": 0, "lo": 10}, {"topic": "h", "partition": 0, "lo": 50},
+                     {"topic": "z", "partition": 0, "lo": 5}, {"topic": "z", "partition": 1, "lo": 70}]
+    # "a" is halted (not live): its figures come first in Kafka order and must not shift the others'
+    current = {"h": {0: 40}, "z": {0: 8, 1: 70}}
+    assert applied_floors(per_partition, {"h", "z"}, current) == [("z", 0, 8)]
+    assert applied_floors(per_partition, {"a", "h", "z"}, {"a": {0: 12}, **current}) == [("a", 0, 12), ("z", 0, 8)]

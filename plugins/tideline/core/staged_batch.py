@@ -118,6 +118,15 @@ def merge_summaries(summaries: list[str]) -> StagedSummary:
     return out
 
 
+def applied_floors(per_partition: list[dict], live: set[str],
+                   current: dict[str, dict[int, int]]) -> list[tuple[str, int, int]]:
+    """(topic, partition, committed offset) of each live partition whose staged rows start below
+    its committed offset: the rows an earlier batch applied, which the commit leaves out."""
+    return [(r["topic"], r["partition"], floor) for r in per_partition
+            if r["topic"] in live and r["topic"] in current
+            and (floor := current[r["topic"]].get(r["partition"], 0)) > r["lo"]]
+
+
 def fill_across(rows: list[tuple[str, str, int, int, str, str | None]]) -> dict[tuple[str, int, int], str]:
     """Staged rows (topic, key, partition, offset, op, after) of the keys with a placeholder left,
     every task's -> the new image of each row an earlier row of its key fills (by (topic,

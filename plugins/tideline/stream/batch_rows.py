@@ -16,7 +16,7 @@ from psycopg2 import sql
 from tideline.core import apply_sql
 from tideline.core.batch_events import drop_applied
 from tideline.core.errors import TidelineError
-from tideline.core.staged_batch import LOG, ROW, StagedSummary, fill_across
+from tideline.core.staged_batch import LOG, ROW, StagedSummary, applied_floors, fill_across
 
 Fill = Callable[[pa.Table], pa.Table]   # rows with placeholders -> filled (some may be left out)
 
@@ -110,9 +110,7 @@ class StagedRows:
         if self.summary.topics - live or self.summary.log_topics - live:
             cur.execute(sql.SQL("DELETE FROM {} WHERE topic <> ALL(%s)").format(self._batch), (sorted(live),))
             gone = cur.rowcount > 0
-        floors = [(r["topic"], r["partition"], current[r["topic"]].get(r["partition"], 0))
-                  for r in self.summary.per_partition if r["topic"] in live and r["topic"] in current]
-        floors = [f for f, r in zip(floors, self.summary.per_partition) if f[2] > r["lo"]]
+        floors = applied_floors(self.summary.per_partition, live, current)
         if floors:
             cur.execute(sql.SQL("DELETE FROM {} b USING (SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[])) "
                                 "f(topic, part, floor) WHERE b.kind = 'r' AND b.topic = f.topic AND b.part = f.part "
