@@ -74,6 +74,8 @@ class StageSpace:
         self.sweep()
 
     def _connect(self) -> None:
+        if self._conn is not None:   # lost: its lock went with it
+            self._conn.close()
         self._conn = self.store.connect(autocommit=True)
         with self._conn.cursor() as cur:
             while True:   # a key no live run holds

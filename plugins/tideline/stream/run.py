@@ -82,6 +82,9 @@ class IncrementalRun:
         self.history = StreamHistory(cfg, self.store, self.kafka, mode, self.owner)
         # one thread commits batch N to the target while Spark's batch thread reads N+1
         self.stage_space: StageSpace | None = None   # stream.stage_on: executors (made in prepare)
+        # topics of history tables (every event a version) and of tables with a change log (core.batch_events)
+        self._versioned = frozenset(cfg.topic(t.name) for t in cfg.tables if t.history)
+        self._logged = frozenset(cfg.topic(t.name) for t in cfg.tables if t.changelog)
         self.task_events = TASK_EVENTS   # events per Spark task of a batch at most
         self.handover = BatchHandover(self._read, self._commit_and_report, self._batch_failed, self._stop_query)
         self.committer = BatchCommitter(cfg, self.store, self.engine, self.owner, self.tables, self.by_topic,
@@ -321,12 +324,10 @@ class IncrementalRun:
     def _read(self, df, spark_batch_id: int) -> ReadBatch | None:
         """The batch read and decoded: by the driver (stream.handover) or staged by the tasks
         (stream.executor_stage), as stream.stage_on says."""
-        versioned = frozenset(self.cfg.topic(t.name) for t in self.cfg.tables if t.history)
-        logged = frozenset(self.cfg.topic(t.name) for t in self.cfg.tables if t.changelog)
         if self.stage_space is None:
-            return read_batch(df, spark_batch_id, versioned, logged)
+            return read_batch(df, spark_batch_id, self._versioned, self._logged)
         return stage_batch(df, spark_batch_id, self.stage_space, {tp: t.target for tp, t in self.by_topic.items()},
-                           self.task_events, versioned, logged)
+                           self.task_events, self._versioned, self._logged)
 
     def _commit_and_report(self, read: ReadBatch) -> None:
         commit_started = time.monotonic()
