@@ -17,14 +17,15 @@ from tideline.stream.run import IncrementalRun
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.parametrize("stage_on", ["driver", "executors"])   # the halted table's rows left out of either
 def test_refused_change_halts_one_table_and_the_others_go_on(spark, source_db, target_db, pipelines, unique_name,
-                                                              webhook):
+                                                              webhook, stage_on):
     a, b, c = (f"{unique_name}_{x}" for x in ("a", "b", "c"))
     for t in (a, b, c):
         make_items(source_db, t, 200)
     try:
         cfg = pipelines.make([{"name": a}, {"name": b}, {"name": c}], partitions=1, capture=True,
-                             alerts={"webhook_conn_id": "tideline_test_hook"})
+                             alerts={"webhook_conn_id": "tideline_test_hook"}, stream={"stage_on": stage_on})
         FullLoad(cfg, spark).run([a, b, c])
         resume_at_load = {cfg.topic(t): dict(state.get(target_db, cfg.name, t).resume_offsets) for t in (a, b, c)}
         # a person adds, on the target only, a rule the source does not have
