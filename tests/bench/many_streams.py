@@ -54,6 +54,7 @@ from incremental import jdbc_sink_config, spark_submit  # noqa: E402
 from tideline.capture.connector import drop_capture, ensure_capture  # noqa: E402
 from tideline.core.config import load_pipeline  # noqa: E402
 from tideline.core.connections import get_connection  # noqa: E402
+from tideline.core.settings import StreamSettings  # noqa: E402
 
 SCHEMA, PIPELINE, PEER_PIPELINE, PEER_SCHEMA, PEER = "bench_ms", "benchms", "benchmspeer", "bench_ms_sink", \
     "bench-ms-jdbc-sink"
@@ -235,6 +236,8 @@ def main() -> int:
     ap.add_argument("--tables", type=int, default=100)
     ap.add_argument("--trigger-s", type=float, default=0.5,
                     help="Tideline's stream.trigger_interval_s (default 0.5; the product's default is 1.0)")
+    ap.add_argument("--stage-on", choices=("driver", "executors"), default=None,
+                    help="Tideline's stream.stage_on (default: what auto picks: driver on local[2])")
     ap.add_argument("--skip-peer", action="store_true", help="Tideline only (no ratio): for profiling")
     ap.add_argument("--stream-log", default=str(Path(tempfile.gettempdir()) / "bench-many-streams.log"))
     args = ap.parse_args()
@@ -246,7 +249,8 @@ def main() -> int:
                 "name": name, "source": {"conn_id": "tideline_source", "schema": SCHEMA},
                 "target": {"conn_id": "tideline_target", "schema": name},
                 "kafka": {"topic_prefix": name, "partitions": 1, "json_schemas": schemas},
-                "tables": [{"name": t} for t in names], "stream": {"trigger_interval_s": args.trigger_s}}))
+                "tables": [{"name": t} for t in names],
+                "stream": {"trigger_interval_s": args.trigger_s, **({"stage_on": args.stage_on} if args.stage_on else {})}}))
         cfg, peer_cfg = (load_pipeline(pipelines / f"{n}.yaml") for n in (PIPELINE, PEER_PIPELINE))
         log(f"{args.tables} tables of {ROWS:,} rows ...")
         reset(names, [cfg, peer_cfg])
@@ -275,7 +279,8 @@ def main() -> int:
         if not same:
             raise SystemExit("Tideline's target differs from the source: no figure is reported")
         ours_line = (f"RESULT tables={args.tables} trigger_s={args.trigger_s:g} settle_s={args.settle_s:g} "
-                     f"rate_asked={args.rate} rate_made={made:.0f} p50_s={statistics.median(ours.steady):.2f} "
+                     f"stage_on={args.stage_on or StreamSettings().stage_on} rate_asked={args.rate} rate_made={made:.0f} "
+                     f"p50_s={statistics.median(ours.steady):.2f} "
                      f"p95_s={pct(ours.steady, 0.95):.2f} p99_s={pct(ours.steady, 0.99):.2f} "
                      f"settle_p95_s={pct(ours.settle, 0.95):.2f} all_p95_s={pct(ours.settle + ours.steady, 0.95):.2f}")
         if args.skip_peer:

@@ -3,6 +3,7 @@ source tables, and letting Kafka retention really delete what a stopped stream s
 from __future__ import annotations
 
 import random
+import subprocess
 import threading
 import time
 from typing import Callable
@@ -17,20 +18,43 @@ SOURCE_URL = stackctl.pg_url(stackctl.DATABASES["source"])
 
 
 def wait_until(check: Callable[[], object], timeout: float, what: str, every: float = 0.5,
-               passing: tuple[type[BaseException], ...] = ()) -> None:
-    """Polls `check` every `every` seconds until it is true; an AssertionError naming `what` once
-    `timeout` seconds have passed. An exception of `passing` (a database restarting under the
-    test) counts as not yet. The tests' one polling helper."""
+               passing: tuple[type[BaseException], ...] = (), proc=None):
+    """Polls `check` every `every` seconds until it is true, and returns what it returned; an
+    AssertionError naming `what` once `timeout` seconds have passed, or as soon as `proc` (a job
+    the wait is for) has exited, with the end of its output. An exception of `passing` (a
+    database restarting under the test) counts as not yet. The tests' one polling helper."""
     deadline = time.time() + timeout
     while True:
         try:
-            if check():
-                return
+            found = check()
+            if found:
+                return found
         except passing:
             pass
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the job exited ({proc.returncode}) while waiting for {what}: "
+                                 f"{proc.stdout.read()[-3000:]}")
         if time.time() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(every)
+
+
+def active_query(conn, like: str) -> bool:
+    """Whether another session of `conn`'s database runs a statement LIKE `like` right now."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s AND pid <> "
+                    "pg_backend_pid()", (like,))
+        return cur.fetchone()[0] > 0
+
+
+def python_workers(jvm: int) -> list[int]:
+    """The pyspark worker processes under a driver JVM (its daemon's children): the local master's
+    executors' Python."""
+    out = []
+    for daemon in map(int, subprocess.run(["pgrep", "-f", "-P", str(jvm), "pyspark.daemon"], capture_output=True,
+                                          text=True).stdout.split()):
+        out += map(int, subprocess.run(["pgrep", "-P", str(daemon)], capture_output=True, text=True).stdout.split())
+    return out
 
 
 def rows_as_text(conn, schema: str, table: str, order_by: str = "1") -> list[str]:

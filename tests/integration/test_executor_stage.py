@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 
 import psycopg2
@@ -13,7 +12,7 @@ import pytest
 
 import stackctl
 
-from helpers import Writer, catching_up, drop_source
+from helpers import Writer, active_query, catching_up, drop_source, python_workers, wait_until
 from test_incremental import assert_batches_contiguous, batches, spark_submit, sync_until_equal
 from tideline.core.errors import EXIT_FENCED
 from tideline.load.full_load import FullLoad
@@ -30,33 +29,6 @@ def _staged_tables(conn) -> list[str]:
     with conn.cursor() as cur:
         cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'tideline' AND tablename LIKE 'stage\\_%'")
         return sorted(r[0] for r in cur.fetchall())
-
-
-def _activity(conn, like: str) -> bool:
-    with conn.cursor() as cur:
-        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s AND pid <> "
-                    "pg_backend_pid()", (like,))
-        return cur.fetchone()[0] > 0
-
-
-def _python_workers(jvm: int) -> list[int]:
-    """The pyspark worker processes under a driver JVM (its daemon's children): the local master's
-    executors' Python."""
-    out = []
-    for daemon in map(int, subprocess.run(["pgrep", "-f", "-P", str(jvm), "pyspark.daemon"], capture_output=True,
-                                          text=True).stdout.split()):
-        out += map(int, subprocess.run(["pgrep", "-P", str(daemon)], capture_output=True, text=True).stdout.split())
-    return out
-
-
-def _wait(what, timeout: float, why: str, proc=None, every: float = 0.02):
-    deadline = time.time() + timeout
-    while not (found := what()):
-        if proc is not None:
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-        assert time.time() < deadline, f"timed out waiting for {why}"
-        time.sleep(every)
-    return found
 
 
 def test_staged_batches_survive_tasks_killed_mid_copy_the_driver_killed_before_and_during_commit_and_two_runs(
@@ -83,7 +55,8 @@ def test_staged_batches_survive_tasks_killed_mid_copy_the_driver_killed_before_a
         return proc
 
     def committed_more(than: int, proc) -> None:
-        _wait(lambda: len(batches(target_db, cfg.name)) > than, 180, "a batch of this run to commit", proc, 0.1)
+        wait_until(lambda: len(batches(target_db, cfg.name)) > than, 180, "a batch of this run to commit", 0.1,
+                   proc=proc)
 
     try:
         cfg = pipelines.make([{"name": t}], partitions=2, capture=True, stream={
@@ -95,8 +68,9 @@ def test_staged_batches_survive_tasks_killed_mid_copy_the_driver_killed_before_a
         # four attempts) and the run goes on; the attempt's rows are staged once
         backlog()
         proc = stream("local[2,4]")
-        _wait(lambda: _activity(watch, 'COPY "tideline"."stage\\_%'), 180, "a task to COPY its staged rows", proc)
-        killed = _python_workers(proc.pid)
+        wait_until(lambda: active_query(watch, 'COPY "tideline"."stage\\_%'), 180, "a task to COPY its staged rows",
+                   0.02, proc=proc)
+        killed = python_workers(proc.pid)
         assert killed, "no pyspark worker under the stream's driver"
         for pid in killed:
             os.kill(pid, signal.SIGKILL)
@@ -105,7 +79,8 @@ def test_staged_batches_survive_tasks_killed_mid_copy_the_driver_killed_before_a
 
         # 2. the driver killed while a batch is staged and not committed
         backlog()
-        staged = _wait(lambda: [n for n in _staged_tables(watch) if _rows(watch, n)], 180, "a staged batch", proc)
+        staged = wait_until(lambda: [n for n in _staged_tables(watch) if _rows(watch, n)], 180, "a staged batch", 0.02,
+                            proc=proc)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
         assert set(staged) <= set(_staged_tables(watch)), "the killed run's staged batch is gone before any run swept"
@@ -114,7 +89,8 @@ def test_staged_batches_survive_tasks_killed_mid_copy_the_driver_killed_before_a
         backlog()
         proc = stream()
         before = len(batches(target_db, cfg.name))
-        _wait(lambda: _activity(watch, "%tl_stage%"), 180, "a commit applying from its staged batch", proc)
+        wait_until(lambda: active_query(watch, "%tl_stage%"), 180, "a commit applying from its staged batch", 0.02,
+                   proc=proc)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
         assert not set(staged) & set(_staged_tables(watch)), "the staged tables of the run killed in 2. were left"

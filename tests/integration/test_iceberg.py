@@ -553,8 +553,9 @@ def test_kill_9_and_a_second_run_at_once_lose_and_duplicate_nothing_in_iceberg(s
     import os
     import random
     import signal
+    from contextlib import closing
 
-    from helpers import Writer
+    from helpers import Writer, active_query, python_workers, wait_until
     from test_incremental import make_items, spark_submit
     from tideline.core.errors import EXIT_FENCED
     t = f"{unique_name}_crash"
@@ -570,23 +571,32 @@ def test_kill_9_and_a_second_run_at_once_lose_and_duplicate_nothing_in_iceberg(s
         writer.start()
         env = {"TIDELINE_PIPELINES": str(pipelines.dir)}
         commits = len(stamped_commits(lake, unique_name, t))
-        proc = spark_submit("incremental.py", cfg, env_extra=env)
-        deadline = time.time() + 180
-        while len(stamped_commits(lake, unique_name, t)) == commits:   # it commits at least once...
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-            assert time.time() < deadline, "no Iceberg commit within 180s"
-            time.sleep(0.2)
-        time.sleep(rng.uniform(0.0, 1.5))   # ...then dies at a random moment, mid-commit or not
+        proc = spark_submit("incremental.py", cfg, env_extra=env, master="local[2,4]")   # a task is tried 4 times
+
+        def commits_after(than: int, run) -> None:
+            deadline = time.time() + 180
+            while len(stamped_commits(lake, unique_name, t)) == than:
+                assert run.poll() is None, run.stdout.read()[-3000:]
+                assert time.time() < deadline, "no Iceberg commit within 180s"
+                time.sleep(0.2)
+        commits_after(commits, proc)   # it commits at least once...
+        # ...its tasks' Python is killed while one COPYs its staged rows: Spark runs them again, the
+        # run goes on, and the rows are staged once (the contiguity and equality checks below)
+        with closing(lake.connect()) as watch:
+            watch.autocommit = True
+            wait_until(lambda: active_query(watch, 'COPY "tideline"."stage\\_%'), 180, "a task to COPY its staged rows",
+                       0.02, proc=proc)
+        killed = python_workers(proc.pid)
+        assert killed, "no pyspark worker under the stream's driver"
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+        commits_after(len(stamped_commits(lake, unique_name, t)), proc)
+        time.sleep(rng.uniform(0.0, 1.5))   # ...then the driver dies at a random moment, mid-commit or not
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
         # two runs at once: the second claims the table; the first is fenced and commits nothing more
         first = spark_submit("incremental.py", cfg, env_extra=env)
-        commits = len(stamped_commits(lake, unique_name, t))
-        deadline = time.time() + 180
-        while len(stamped_commits(lake, unique_name, t)) == commits:
-            assert first.poll() is None, first.stdout.read()[-3000:]
-            assert time.time() < deadline, "no Iceberg commit within 180s"
-            time.sleep(0.2)
+        commits_after(len(stamped_commits(lake, unique_name, t)), first)
         second = spark_submit("incremental.py", cfg, env_extra=env)
         out, _ = first.communicate(timeout=180)
         assert first.returncode == EXIT_FENCED, out[-3000:]
