@@ -9,7 +9,10 @@ job again itself:
   **waits for that part** — it looks again every LOOK_EVERY_S and submits as soon as every part
   answers, however long the outage (a weekend, an upgrade). No give-up: the outage is not ours.
 - every part answers and the job still failed (its driver was killed, its JVM died): it submits
-  again after a backoff that doubles from FIRST_DELAY_S up to MAX_DELAY_S. A job that ran longer
+  again after a backoff that starts at FIRST_DELAY_S and grows BACKOFF_FACTOR times up to
+  MAX_DELAY_S. One death (a kill -9, an OOM) is the common case and costs only the driver's
+  start; failures that repeat reach the cap by the fourth try (5, 15, 45, 120 s: ~3 minutes
+  before the same error a fifth time gives up, as 15, 30, 60, 120 s did). A job that ran longer
   than RAN_WELL_S before it failed starts a new episode (the backoff starts low again).
 - the same error, with every part answering, REPEATS times in a row, each within RAN_WELL_S of
   its start: a failure that will fail again. The task fails, with that error, and alerts — never
@@ -22,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
-FIRST_DELAY_S = 15.0
+FIRST_DELAY_S = 5.0
+BACKOFF_FACTOR = 3
 MAX_DELAY_S = 120.0      # the bound is ~5 min between tries; recovery stays within 2 min of an outage
 LOOK_EVERY_S = 15.0      # how often a waiting stream asks whether its parts answer again
 RAN_WELL_S = 300.0       # a job that ran this long before failing was streaming: a new episode
@@ -85,6 +89,6 @@ def after_failure(episode: Episode | None, ran_s: float, now: datetime, unreacha
                        f"the stream failed {same} times in a row the same way, with every part it needs "
                        f"answering, each within {RAN_WELL_S:.0f}s of its start: it will fail again until a "
                        f"person acts. Last error: {line or 'none reported (see the task log)'}")
-    delay = min(FIRST_DELAY_S * 2 ** (episode.crashes - 1), MAX_DELAY_S)
+    delay = min(FIRST_DELAY_S * BACKOFF_FACTOR ** (episode.crashes - 1), MAX_DELAY_S)
     return Verdict("retry", episode, delay, f"the stream ended ({line or 'no error reported'}) with every part "
                                             f"answering")
