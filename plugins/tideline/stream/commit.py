@@ -36,6 +36,7 @@ from tideline.targets import ApplyRefused
 from tideline.targets.base import CommitStamp
 
 log = logging.getLogger("tideline.incremental.commit")
+RECONNECT_EVERY_S = 5.0   # the longest wait between tries of a batch whose database went away
 
 
 @dataclass
@@ -104,8 +105,10 @@ class BatchCommitter:
     def commit_through_outages(self, *batch, log_rows: pa.Table | None = None) -> BatchFigures | None:
         """Commits the batch, waiting out a database that restarts or refuses connections for up
         to stream.outage_wait_minutes: the failed attempt committed nothing, so the batch is simply
-        run again on new connections (its offsets decide what applies). Then the stream catches up
-        by itself, with no task restart."""
+        run again on new connections (its offsets decide what applies), after 1, 2, 4 s, then every
+        RECONNECT_EVERY_S: a connection attempt costs the database nothing, and each second of
+        waiting longer than the outage is a second of lag. Then the stream catches up by itself,
+        with no task restart."""
         deadline = time.monotonic() + self.cfg.stream.outage_wait_minutes * 60
         delay, lost_at = 1.0, None
         while True:
@@ -125,7 +128,7 @@ class BatchCommitter:
                             str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, delay,
                             self.cfg.stream.outage_wait_minutes)
                 time.sleep(delay)
-                delay = min(delay * 2, 15.0)
+                delay = min(delay * 2, RECONNECT_EVERY_S)
 
     def _reconnect(self) -> None:
         for conn in (self._tgt, self._src):
