@@ -485,7 +485,7 @@ def test_a_stream_waits_for_a_source_that_does_not_answer_and_streams_again_by_i
     """The stream's driver dies while the source refuses the stream's role (capture goes on: its
     replication connection was open before). The stream task does not fail nor spend an Airflow
     retry: it says what it waits for in the state (status, the view, the metrics), looks again
-    every 15 s, and submits the stream as soon as the source answers (core.keep_alive)."""
+    every 10 s, and submits the stream as soon as the source answers (core.keep_alive)."""
     from tideline.core.config import load_pipeline
     from tideline.ops.status import pipeline_status
     cfg = load_pipeline(stackctl.ROOT / "pipelines" / "demo.yaml")
@@ -511,7 +511,7 @@ def test_a_stream_waits_for_a_source_that_does_not_answer_and_streams_again_by_i
         rows = pipeline_status(cfg, environ=env, exact_counts=False)   # (status logs in as the stream does)
         assert rows[0].stream_tries >= 1 and rows[0].source_error.startswith(f"the source ({cfg.source.conn_id}) "
                                                                              f"does not answer: ")
-        # the outage goes on: it waits, does not give up, and looks again (every 15 s: its wait's row
+        # the outage goes on: it waits, does not give up, and looks again (every 10 s: its wait's row
         # is written at each look)
         looked = "SELECT updated_at FROM tideline.stream_waits WHERE pipeline = 'demo'"
         first = _query(TARGET_URL, looked)[0][0]
@@ -521,7 +521,7 @@ def test_a_stream_waits_for_a_source_that_does_not_answer_and_streams_again_by_i
         _query(SUPER_URL, "SELECT pg_reload_conf()")
     try:
         _scenario("the source refuses the stream for 1-2 minutes as its driver dies", fault,
-                  "the stream task waited for the source, looking every 15 s, and submitted the stream as soon "
+                  "the stream task waited for the source, looking every 10 s, and submitted the stream as soon "
                   "as it answered: no Airflow retry, no person")
     finally:
         hba.write_text(original)

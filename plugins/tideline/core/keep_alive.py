@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 FIRST_DELAY_S = 5.0
 BACKOFF_FACTOR = 3
 MAX_DELAY_S = 120.0      # the bound is ~5 min between tries; recovery stays within 2 min of an outage
-LOOK_EVERY_S = 15.0      # how often a waiting stream asks whether its parts answer again
+LOOK_EVERY_S = 10.0      # how often a waiting stream asks whether its parts answer again (a few connects)
 RAN_WELL_S = 300.0       # a job that ran this long before failing was streaming: a new episode
 REPEATS = 5              # the same failure this many times in a row, all parts up: it will fail again
 
