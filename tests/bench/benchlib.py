@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -335,3 +336,12 @@ class CpuMeter:
     @property
     def total_per_m(self) -> float:
         return self.tool_per_m + self.server_per_m
+
+
+DRIVER_CPU = re.compile(r"driver Python CPU ([0-9.]+)s while streaming")
+
+
+def driver_cpu(out: str) -> float:
+    """The stream driver's Python CPU seconds from its query's start, as its last line says (stream.run)."""
+    found = DRIVER_CPU.findall(out)
+    return float(found[-1]) if found else float("nan")

@@ -24,7 +24,8 @@ Last line:
 RESULT full_load_rows_per_s=<n> plain_spark_rows_per_s=<n> ratio=<full_load/plain> cpu_per_m=<CPU-s per
        million rows, the job's processes and the databases'> plain_cpu_per_m=<n> plain_cpu_ratio=<plain/ours>
        stream_events_per_s=<n>
-       stream_sustained_events_per_s=<after the first batch> stream_peak_rss_mb=<n> files_before=<data+delete> files_after=<n> scan_s_before=<x> scan_s_after=<x>
+       stream_sustained_events_per_s=<after the first batch> stream_peak_rss_mb=<n> stage_on=<auto|driver|executors>
+       driver_cpu_s_per_m=<the stream driver's Python CPU per million events> files_before=<data+delete> files_after=<n> scan_s_before=<x> scan_s_after=<x>
        commit_interval_s=<x> fresh_p50_s=<x> fresh_p95_s=<x> fresh_p95_ratio=<p95/commit interval>
 """
 from __future__ import annotations
@@ -41,7 +42,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import (ROOT, CpuMeter, PeakRss, SteadyLoad, checkpoint, ensure_topic, run_bench, pg, run_full_load,
+from benchlib import (ROOT, CpuMeter, driver_cpu, PeakRss, SteadyLoad, checkpoint, ensure_topic, run_bench, pg, run_full_load,
                      stackctl)
 from full_load import TABLE, ensure_source
 
@@ -194,8 +195,11 @@ def lake_digest(store) -> tuple[int, str]:
     return digest(list(zip(arrow["id"].to_pylist(), arrow["v"].to_pylist(), arrow["note"].to_pylist())))
 
 
+STAGE_ON: dict = {}   # --stage-on: the stream.stage_on of every stream this bench runs (else what auto picks)
+
+
 def stream_pipeline(folder: Path, max_events: int | None = None, commit_s: float | None = None) -> Path:
-    stream = {"max_offsets_per_trigger": max_events} if max_events else {}
+    stream = dict(STAGE_ON, **({"max_offsets_per_trigger": max_events} if max_events else {}))
     if commit_s:
         stream["trigger_interval_s"] = commit_s
     (folder / f"{STREAM_PIPELINE}.yaml").write_text(yaml.safe_dump({
@@ -216,20 +220,21 @@ def wait_for_events(cfg, at_least: int) -> None:
         time.sleep(1)
 
 
-def run_stream(folder: Path, env: dict, store) -> tuple[float, float, float]:
+def run_stream(folder: Path, env: dict, store) -> tuple[float, float, float, float]:
     env = dict(env, TIDELINE_PIPELINES=str(folder))
     cfg = load_pipeline(folder / f"{STREAM_PIPELINE}.yaml")
     arrivals = []
     secs, peak, _ = submit([str(ROOT / "spark_jobs" / "incremental.py"), "--pipeline", STREAM_PIPELINE,
                             "--mode", "available_now"], env, store, cfg, "stream", arrivals)
     committed = []   # (when its line arrived, events) per batch, from the job's log
+    cpu = driver_cpu("\n".join(line for _, line in arrivals))
     for at, line in arrivals:
         if ("batch " in line and "events" in line) or "merged in one Iceberg commit" in line:
             print("   ", line.strip()[-170:])
         m = BATCH_LINE.search(line)
         if m:
             committed.append((at, int(m.group(1).replace(",", ""))))
-    return secs, peak, sustained(committed)
+    return secs, peak, sustained(committed), cpu
 
 
 BATCH_LINE = re.compile(r"\] INFO tideline\.incremental: batch \d+: ([\d,]+) events")
@@ -278,12 +283,12 @@ def bench_stream(args, env: dict, store) -> tuple[float, float, float, int, int,
         events = (args.events // 100) * 100
         wait_for_events(cfg, base + events)
         log(f"stream of {events:,} events into Iceberg (spark-submit, available_now)")
-        secs, peak, steady = run_stream(folder, env, store)
+        secs, peak, steady, cpu = run_stream(folder, env, store)
         expected, got = source_digest(), lake_digest(store)
         if got != expected:
             raise SystemExit(f"the Iceberg table differs from the source after the stream: {got} vs {expected}")
         log(f"stream: {secs:.1f}s end to end ({events / secs:,.0f} events/s; {steady:,.0f} events/s sustained, "
-            f"after the first batch), peak RSS {peak:.0f} MB; equal {got}")
+            f"after the first batch), driver Python CPU {cpu:.1f}s, peak RSS {peak:.0f} MB; equal {got}")
         # a day of small commits, then maintenance
         folder = stream_pipeline(Path(tmp), max_events=100)
         per = 100
@@ -313,7 +318,7 @@ def bench_stream(args, env: dict, store) -> tuple[float, float, float, int, int,
         spark.stop()
         # the connector and its replication slot go too: a slot left behind pins the source's WAL
         drop_capture(cfg, get_connection("tideline_connect"), get_connection("tideline_source"))
-    return (events / secs, steady, peak, before["data_files"] + before["delete_files"],
+    return (events / secs, steady, peak, cpu / events * 1e6, before["data_files"] + before["delete_files"],
             after["data_files"] + after["delete_files"], scan_before, scan_after, fresh)
 
 
@@ -404,22 +409,28 @@ def main() -> int:
     ap.add_argument("--load-conf", action="append", default=[], metavar="KEY=VALUE", type=setting,
                     help="a Spark setting of Tideline's load job (the pipeline's spark.conf): to try a tuning")
     ap.add_argument("--skip-stream", action="store_true", help="only the full load against the plain job")
+    ap.add_argument("--stage-on", choices=("driver", "executors"), default=None,
+                    help="stream.stage_on of the streams (default: what auto picks: driver on local[2])")
     args = ap.parse_args()
+    if args.stage_on:
+        STAGE_ON["stage_on"] = args.stage_on
     env = stackctl.full_env()
     store = lake()
     ours = plain = peak_load = cpu = plain_cpu = 0.0
     if not args.skip_load:
         ours, plain, peak_load, cpu, plain_cpu = bench_load(args, env, store)
-    rate = steady = peak = files_before = files_after = scan_before = scan_after = 0
+    rate = steady = peak = stream_cpu = files_before = files_after = scan_before = scan_after = 0
     fresh = (0.0, 0.0)
     if not args.skip_stream:
-        rate, steady, peak, files_before, files_after, scan_before, scan_after, fresh = bench_stream(args, env, store)
+        rate, steady, peak, stream_cpu, files_before, files_after, scan_before, scan_after, fresh = \
+            bench_stream(args, env, store)
     print(f"RESULT full_load_rows_per_s={ours:.0f} plain_spark_rows_per_s={plain:.0f} "
           f"ratio={ours / plain if plain else 0:.2f} load_peak_rss_mb={peak_load:.0f} cpu_per_m={cpu:.2f} "
           f"plain_cpu_per_m={plain_cpu:.2f} plain_cpu_ratio={plain_cpu / cpu if cpu else 0:.2f} "
           f"stream_events_per_s={rate:.0f} "
           f"stream_sustained_events_per_s={steady:.0f} "
-          f"stream_peak_rss_mb={peak:.0f} files_before={files_before} files_after={files_after} "
+          f"stream_peak_rss_mb={peak:.0f} stage_on={STAGE_ON.get('stage_on', 'auto')} "
+          f"driver_cpu_s_per_m={stream_cpu:.1f} files_before={files_before} files_after={files_after} "
           f"scan_s_before={scan_before:.2f} scan_s_after={scan_after:.2f} commit_interval_s={args.commit_s:g} "
           f"fresh_p50_s={fresh[0]:.2f} fresh_p95_s={fresh[1]:.2f} fresh_p95_ratio={fresh[1] / args.commit_s:.2f}")
     return 0

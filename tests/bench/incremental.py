@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import tempfile
@@ -44,7 +43,7 @@ import requests
 import yaml
 
 from cluster import executors as cluster_executors
-from benchlib import (ROOT, Drain, PeakRss, SteadyLoad, checkpoint, forget_pipeline, run_bench, pg,
+from benchlib import (ROOT, Drain, driver_cpu, PeakRss, SteadyLoad, checkpoint, forget_pipeline, run_bench, pg,
                      stackctl, wal_counters, wal_since)
 
 os.environ.update(stackctl.environment())
@@ -69,13 +68,6 @@ PEER_SCHEMA = "bench_jdbc_sink"
 PEER = "bench-jdbc-sink"
 JOB_LOG = Path(tempfile.gettempdir()) / "bench-incremental-job.log"   # the availableNow job's whole output
 CLUSTER = False   # --cluster: Tideline's jobs on the stack's standalone cluster
-DRIVER_CPU = re.compile(r"driver Python CPU ([0-9.]+)s while streaming")
-
-
-def driver_cpu(out: str) -> float:
-    """The stream driver's Python CPU seconds from its query's start, as its last line says (stream.run)."""
-    found = DRIVER_CPU.findall(out)
-    return float(found[-1]) if found else float("nan")
 
 
 
