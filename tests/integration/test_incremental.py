@@ -302,14 +302,15 @@ def test_zombie_run_is_fenced(spark, source_db, target_db, pipelines, unique_nam
         drop_source(source_db, t)
 
 
-def test_schema_drift_mid_stream(spark, source_db, target_db, pipelines, unique_name):
+@pytest.mark.parametrize("stage_on", ["driver", "executors"])   # decoded by the driver, or by Spark's tasks
+def test_schema_drift_mid_stream(spark, source_db, target_db, pipelines, unique_name, stage_on):
     t = f"{unique_name}_drift"
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, small int, code varchar(10), "
                     f"amount numeric(10,2), legacy text)")
         cur.execute(f"INSERT INTO public.{t} SELECT g, g, 'c' || g, g / 3.0, 'old' FROM generate_series(1, 100) g")
     try:
-        cfg = pipelines.make([{"name": t}], capture=True)
+        cfg = pipelines.make([{"name": t}], capture=True, stream={"stage_on": stage_on})
         FullLoad(cfg, spark).run([t])
         with source_db.cursor() as cur:
             cur.execute(f"ALTER TABLE {t} ADD COLUMN added text")
@@ -500,11 +501,13 @@ def test_a_failed_commit_ends_a_continuous_stream_that_then_sits_idle(
         drop_source(source_db, t)
 
 
-def test_poison_message_stops_or_goes_to_dead_letters(stack, spark, source_db, target_db, pipelines, unique_name):
+@pytest.mark.parametrize("stage_on", ["driver", "executors"])   # found by the driver, or by Spark's tasks
+def test_poison_message_stops_or_goes_to_dead_letters(stack, spark, source_db, target_db, pipelines, unique_name,
+                                                      stage_on):
     t = f"{unique_name}_poison"
     make_items(source_db, t, 10)
     try:
-        cfg = pipelines.make([{"name": t}], partitions=1, capture=True)
+        cfg = pipelines.make([{"name": t}], partitions=1, capture=True, stream={"stage_on": stage_on})
         FullLoad(cfg, spark).run([t])
         sync_until_equal(cfg, spark, source_db, target_db, {t: "id"})
         producer = Producer({"bootstrap.servers": stack.kafka_bootstrap(), "acks": "all"})
@@ -521,7 +524,7 @@ def test_poison_message_stops_or_goes_to_dead_letters(stack, spark, source_db, t
         assert st.phase == "halted"
         # opt in to dead letters: it is recorded, the stream goes on and converges
         dl = pipelines.make([{"name": t}], partitions=1, create_topics=False,
-                            stream={"on_bad_message": "dead_letter"})
+                            stream={"on_bad_message": "dead_letter", "stage_on": stage_on})
         with target_db.cursor() as cur:
             cur.execute("UPDATE tideline.table_state SET phase = 'streaming' WHERE pipeline = %s", (cfg.name,))
         sync_until_equal(dl, spark, source_db, target_db, {t: "id"})
