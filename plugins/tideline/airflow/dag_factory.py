@@ -63,7 +63,7 @@ def _kept_alive(cfg: PipelineConfig) -> dict:
     """The task outlives any outage and a killed driver itself (core.keep_alive): it fails only for
     what a person must fix. Airflow's retries are for the task's own process dying (its scheduler
     or host killed): soon and evenly, as often as that happens."""
-    return dict(keep_alive_for=cfg.name, retries=STREAM_TASK_RETRIES, retry_delay=pendulum.duration(seconds=15),
+    return dict(keep_alive_for=cfg.name, retries=STREAM_TASK_RETRIES, retry_delay=pendulum.duration(seconds=5),
                 retry_exponential_backoff=False)
 
 
