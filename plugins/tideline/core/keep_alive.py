@@ -12,7 +12,7 @@ job again itself:
   again after a backoff that starts at FIRST_DELAY_S and grows BACKOFF_FACTOR times up to
   MAX_DELAY_S. One death (a kill -9, an OOM) is the common case and costs only the driver's
   start; failures that repeat reach the cap by the fourth try (5, 15, 45, 120 s: ~3 minutes
-  before the same error a fifth time gives up, as 15, 30, 60, 120 s did). A job that ran longer
+  of tries before the same error a fifth time gives up; the doubling from 15 s gave ~4). A job that ran longer
   than RAN_WELL_S before it failed starts a new episode (the backoff starts low again).
 - the same error, with every part answering, REPEATS times in a row, each within RAN_WELL_S of
   its start: a failure that will fail again. The task fails, with that error, and alerts — never

@@ -106,7 +106,7 @@ class BatchCommitter:
         """Commits the batch, waiting out a database that restarts or refuses connections for up
         to stream.outage_wait_minutes: the failed attempt committed nothing, so the batch is simply
         run again on new connections (its offsets decide what applies), after 1, 2, 4 s, then every
-        RECONNECT_EVERY_S: a connection attempt costs the database nothing, and each second of
+        RECONNECT_EVERY_S: a connection attempt costs the database little, and each second of
         waiting longer than the outage is a second of lag. Then the stream catches up by itself,
         with no task restart."""
         deadline = time.monotonic() + self.cfg.stream.outage_wait_minutes * 60
