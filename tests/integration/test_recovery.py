@@ -440,8 +440,9 @@ def test_stream_spark_driver_killed(streaming_demo):
     def fault():
         killed_at.append(_query(TARGET_URL, "SELECT now()")[0][0])
         os.kill(driver, signal.SIGKILL)
-    _scenario("kill -9 the stream's Spark driver", fault, "Airflow retried the stream task; it resumed from the "
-                                                          "offsets committed in the target")
+    _scenario("kill -9 the stream's Spark driver", fault, "the stream task submitted it again after 5 s "
+                                                          "(core.keep_alive); it resumed from the offsets committed "
+                                                          "in the target")
     # the run history says what died and when: the task's Python side outlives its JVM and closes
     # the row itself; if it could not, the run that took over closes it as abandoned
     rows = _query(TARGET_URL, "SELECT started_at, ended_at, detail FROM tideline.runs WHERE pipeline = 'demo' AND "
