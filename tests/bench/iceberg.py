@@ -4,6 +4,7 @@ instead, the change stream's rate, and a day of commits before and after mainten
 
     .venv/bin/python tests/bench/iceberg.py [--rows 5000000] [--parallelism 4] [--events 1000000]
                                             [--commits 240] [--skip-load] [--skip-stream]
+                                            [--stage-on driver|executors]
 
 1. Full load: spark-submit of spark_jobs/full_load.py into catalog tideline_lake (Spark start-up
    included), vs spark-submit of a plain PySpark job on the same table with the same parallelism:

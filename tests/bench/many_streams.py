@@ -3,6 +3,7 @@
 the Debezium JDBC sink on the same workload in the same run, one after the other.
 
     .venv/bin/python tests/bench/many_streams.py [--rate 10000] [--seconds 90] [--tables 100]
+                                                 [--stage-on driver|executors] [--skip-peer]
 
 Source schema `bench_ms`: `--tables` tables of 2,000 rows (id bigint key, qty, note, amount), and
 a probe row in each; one partition per topic. Each contestant runs alone, with only its own
@@ -25,7 +26,7 @@ Debezium task sends ~1,000 events/s for ~15 s) are reported apart, as settle_p95
 every probe, all_p95_s. Then the load stops, and the target must equal the source table by table (count and a
 digest of every row) before anything is reported — Tideline's, or no line; a JDBC sink still
 behind after the wait is reported as such (same_result=tideline_only): it did not keep up. Last line:
-RESULT tables=<n> trigger_s=<x> settle_s=<x> rate_asked=<n> rate_made=<n> p50_s=<x> p95_s=<x> p99_s=<x>
+RESULT tables=<n> trigger_s=<x> settle_s=<x> stage_on=<auto|driver|executors> rate_asked=<n> rate_made=<n> p50_s=<x> p95_s=<x> p99_s=<x>
        settle_p95_s=<x> all_p95_s=<x> jdbc_sink_p50_s=<x> jdbc_sink_p95_s=<x> jdbc_sink_settle_p95_s=<x>
        jdbc_sink_all_p95_s=<x> jdbc_sink_rate_made=<n> ratio_p95=<jdbc_sink p95 / Tideline p95>
        peak_rss_mb=<n> same_result=yes|tideline_only
