@@ -2,7 +2,9 @@
 source tables, and letting Kafka retention really delete what a stopped stream still needs."""
 from __future__ import annotations
 
+import os
 import random
+import signal
 import subprocess
 import threading
 import time
@@ -55,6 +57,19 @@ def python_workers(jvm: int) -> list[int]:
                                           text=True).stdout.split()):
         out += map(int, subprocess.run(["pgrep", "-P", str(daemon)], capture_output=True, text=True).stdout.split())
     return out
+
+
+def kill_tasks_mid_copy(watch, proc) -> list[int]:
+    """Once a task of the stream `proc` COPYs its rows into a staged batch table (seen from
+    `watch`, an autocommit connection to the state database), kill -9 every Python worker of its
+    tasks; returns their pids."""
+    wait_until(lambda: active_query(watch, 'COPY "tideline"."stage\\_%'), 180, "a task to COPY its staged rows",
+               0.02, proc=proc)
+    killed = python_workers(proc.pid)
+    assert killed, "no pyspark worker under the stream's driver"
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    return killed
 
 
 def rows_as_text(conn, schema: str, table: str, order_by: str = "1") -> list[str]:

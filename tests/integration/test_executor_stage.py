@@ -12,7 +12,7 @@ import pytest
 
 import stackctl
 
-from helpers import Writer, active_query, catching_up, drop_source, python_workers, wait_until
+from helpers import Writer, active_query, catching_up, drop_source, kill_tasks_mid_copy, wait_until
 from test_incremental import assert_batches_contiguous, batches, spark_submit, sync_until_equal
 from tideline.core.errors import EXIT_FENCED
 from tideline.load.full_load import FullLoad
@@ -68,12 +68,7 @@ def test_staged_batches_survive_tasks_killed_mid_copy_the_driver_killed_before_a
         # four attempts) and the run goes on; the attempt's rows are staged once
         backlog()
         proc = stream("local[2,4]")
-        wait_until(lambda: active_query(watch, 'COPY "tideline"."stage\\_%'), 180, "a task to COPY its staged rows",
-                   0.02, proc=proc)
-        killed = python_workers(proc.pid)
-        assert killed, "no pyspark worker under the stream's driver"
-        for pid in killed:
-            os.kill(pid, signal.SIGKILL)
+        kill_tasks_mid_copy(watch, proc)
         committed_more(len(batches(target_db, cfg.name)), proc)
         assert proc.poll() is None, "the stream ended instead of running the killed tasks again"
 

@@ -555,7 +555,7 @@ def test_kill_9_and_a_second_run_at_once_lose_and_duplicate_nothing_in_iceberg(s
     import signal
     from contextlib import closing
 
-    from helpers import Writer, active_query, python_workers, wait_until
+    from helpers import Writer, kill_tasks_mid_copy
     from test_incremental import make_items, spark_submit
     from tideline.core.errors import EXIT_FENCED
     t = f"{unique_name}_crash"
@@ -584,12 +584,7 @@ def test_kill_9_and_a_second_run_at_once_lose_and_duplicate_nothing_in_iceberg(s
         # run goes on, and the rows are staged once (the contiguity and equality checks below)
         with closing(lake.connect()) as watch:
             watch.autocommit = True
-            wait_until(lambda: active_query(watch, 'COPY "tideline"."stage\\_%'), 180, "a task to COPY its staged rows",
-                       0.02, proc=proc)
-        killed = python_workers(proc.pid)
-        assert killed, "no pyspark worker under the stream's driver"
-        for pid in killed:
-            os.kill(pid, signal.SIGKILL)
+            kill_tasks_mid_copy(watch, proc)
         commits_after(len(stamped_commits(lake, unique_name, t)), proc)
         time.sleep(rng.uniform(0.0, 1.5))   # ...then the driver dies at a random moment, mid-commit or not
         os.killpg(proc.pid, signal.SIGKILL)
