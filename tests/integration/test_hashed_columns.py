@@ -16,7 +16,7 @@ from tideline.core.column_hash import python_hash
 from tideline.core.errors import ResnapshotRequired
 from tideline.load.full_load import FullLoad
 from tideline.stream.run import IncrementalRun
-from tideline.verify import compare
+from tideline.verify import command as compare
 
 pytestmark = pytest.mark.integration
 SALT = "pe'pp\\er ✓ 😀"   # a quote, a backslash and characters beyond Latin-1

@@ -15,7 +15,7 @@ from test_mariadb import CONN_ID, DB, _drop, _exec, maria, mariadb_pipeline  # n
 from tideline.core.table_extras import SOURCE_ORDER
 from tideline.load.full_load import FullLoad
 from tideline.stream.run import IncrementalRun
-from tideline.verify import compare
+from tideline.verify import command as compare
 
 pytestmark = pytest.mark.integration
 

@@ -2,7 +2,7 @@
 import pytest
 
 from tideline.core.config import parse_pipeline
-from tideline.core.params import ParamError, check_sync_params, hands_back, plan_tables
+from tideline.core.params import ParamError, check_sync_params, hands_back, plan_tables, resumed_phase
 
 CFG = parse_pipeline({"name": "shop", "source": {"conn_id": "s"}, "target": {"conn_id": "t"},
                       "kafka": {"topic_prefix": "p"}, "tables": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}, "x")
@@ -46,11 +46,38 @@ def test_plan_by_phase_and_action():
 
 
 def test_a_person_resumes_halted_tables_the_automatic_restart_does_not():
-    phases = {"a": ("streaming", None), "b": ("halted", "refused"), "c": ("halted", "refused")}
+    phases = {"a": ("streaming", None), "b": ("halted", "refused", "streaming"), "c": ("halted", "refused", "streaming")}
     plan = plan_tables(CFG, "auto", ["a", "b"], phases, resume_halted=True)
     assert (plan["stream"], plan["resumed"], plan["halted"]) == (["a", "b"], ["b"], ["c"])
     plan = plan_tables(CFG, "auto", ["a", "b", "c"], phases, resume_halted=False)
     assert (plan["stream"], plan["resumed"], plan["halted"]) == (["a"], [], ["b", "c"])
+
+
+def test_a_table_halted_during_its_load_is_loaded_again_never_streamed_onto_no_rows():
+    """Found from outside: a table refused at its first load (a value its target cannot hold),
+    fixed at the source, then `auto` (resume_halted true by default) was streamed from offsets with
+    no load under them: no row of it ever reached the target, and status said streaming."""
+    phases = {"a": ("streaming", None), "b": ("halted", "full load: column ts holds infinity", "loading"),
+              "c": ("halted", "an old halt, from before phase_before was kept")}
+    plan = plan_tables(CFG, "auto", ["a", "b", "c"], phases, resume_halted=True)
+    assert (plan["full_load"], plan["stream"], plan["resumed"]) == (["b", "c"], ["a"], ["b", "c"])
+    assert "nothing of it committed" in plan["reasons"]["b"]
+    assert resumed_phase(plan, "b") == "new" and resumed_phase(plan, "a") == "streaming"
+    plan = plan_tables(CFG, "resume", ["b"], phases, resume_halted=True)   # the view's Resume button
+    assert plan["full_load"] == ["b"] and "b" not in plan["stream"]
+    assert plan_tables(CFG, "auto", ["a", "b"], phases)["halted"] == ["b", "c"]   # the automatic restart waits
+
+
+@pytest.mark.parametrize("phase,before,why", [
+    ("paused", "new", "paused before any load of it committed"),
+    ("paused", "loading", "paused before any load of it committed"),
+    ("removed", "streaming", "back in the YAML after it was removed"),
+    ("batch", None, "was a batch-mode table"),
+])
+def test_siblings_a_table_without_a_committed_load_or_a_continuous_position_is_loaded(phase, before, why):
+    phases = {"a": (phase, None, before)}
+    plan = plan_tables(CFG, "resume" if phase == "paused" else "auto", ["a"], phases, resume_halted=True)
+    assert "a" in plan["full_load"] and "a" not in plan["stream"] and why in plan["reasons"]["a"]
 
 
 def test_repair_params_normalized():
@@ -89,7 +116,7 @@ def test_a_paused_table_keeps_out_of_every_run_until_a_person_resumes_it():
     phases = {"a": ("streaming", None), "b": ("streaming", None), "c": ("needs_resnapshot", "lost")}
     plan = plan_tables(CFG, "pause", ["b"], phases)
     assert (plan["paused"], plan["pause"], plan["stream"], plan["full_load"]) == (["b"], ["b"], ["a"], ["c"])
-    phases["b"] = ("paused", "paused by a person")
+    phases["b"] = ("paused", "paused by a person", "streaming")
     for action, tables in (("auto", ["a", "b", "c"]), ("full_reload", ["b"]), ("resume", ["a"])):
         plan = plan_tables(CFG, action, tables, phases)
         assert plan["paused"] == ["b"] and "b" not in plan["stream"] + plan["full_load"], action

@@ -56,6 +56,9 @@ class DuckTarget(Target):
     def can_create(self, conn, schema):
         return True
 
+    def table_exists(self, conn, schema, table):
+        return False
+
     def drop_table(self, schema, table):
         return False
 

@@ -54,9 +54,13 @@ def test_resume_streams_a_paused_and_a_halted_table_in_the_dags_own_plan():
     _dag, conf = trigger_request(DEMO, "customers", "resume")
     checked = check_sync_params(DEMO, conf)
     for phase in ("paused", "halted"):
-        plan = plan_tables(DEMO, checked["action"], checked["tables"], {"customers": (phase, None)},
+        plan = plan_tables(DEMO, checked["action"], checked["tables"], {"customers": (phase, None, "streaming")},
                            checked["resume_halted"])
         assert "customers" in plan["stream"], (phase, plan)
+        # halted or paused before any load of it committed: the same button loads it
+        plan = plan_tables(DEMO, checked["action"], checked["tables"], {"customers": (phase, None, "loading")},
+                           checked["resume_halted"])
+        assert "customers" in plan["full_load"] and "customers" not in plan["stream"], (phase, plan)
 
 
 def test_the_batch_table_runs_its_batch_dag_and_nothing_else_is_let_through():

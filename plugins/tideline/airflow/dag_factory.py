@@ -106,8 +106,9 @@ def build_sync_dag(cfg: PipelineConfig) -> DAG:
                                  description="continuous: keep streaming. available_now: apply what Kafka "
                                              "holds, then finish the run."),
             "resume_halted": Param(True, type="boolean", title="Resume halted tables",
-                                   description="Halted tables (see make status) resume streaming from their own "
-                                               "offsets: trigger once what their error names is fixed."),
+                                   description="Halted tables (see make status) are taken up again once what "
+                                               "their error names is fixed: streamed from their own offsets, or "
+                                               "loaded again if they halted during their load."),
             "drop_target": Param(False, type="boolean", title="Remove: drop target tables",
                                  description="with action=remove: drop the target tables of the tables removed "
                                              "from the YAML too (by default they stay)"),

@@ -14,7 +14,7 @@ from tideline.airflow.operators import alert_sender
 from tideline.airflow.pipelines import get_pipeline
 from tideline.core import watchdog
 from tideline.core.connections import look_up_elsewhere
-from tideline.core.params import ParamError, check_sync_params, hands_back, plan_tables
+from tideline.core.params import ParamError, TablePhase, check_sync_params, hands_back, plan_tables, resumed_phase
 
 log = logging.getLogger("tideline.dag")
 # a connection the library looks up by id itself (the salt of hashed columns, core.column_hash) is
@@ -79,7 +79,7 @@ def decide(cfg, checked: dict) -> dict:
         phases = {}
         for t in cfg.tables:
             st = state.get(conn, cfg.name, t.name)
-            phases[t.name] = (st.phase, st.last_error) if st else ("new", None)
+            phases[t.name] = TablePhase(st.phase, st.last_error, st.raw.get("phase_before")) if st else TablePhase("new")
         held = {t for t, run in state.latest_streams(conn, cfg.name).items() if run.holds and run.mode == "continuous"}
     finally:
         conn.close()
@@ -93,9 +93,8 @@ def decide(cfg, checked: dict) -> dict:
         conn = state.connect(connections.get(cfg.target.conn_id))
         try:
             for table in plan["resumed"]:
-                log.warning("%s.%s was HALTED (%s); resuming it from its own offsets", cfg.name, table,
-                            phases[table][1])
-                state.set_phase(conn, cfg.name, table, "streaming", None)
+                log.warning("%s.%s was HALTED (%s); %s", cfg.name, table, phases[table][1], plan["reasons"][table])
+                state.set_phase(conn, cfg.name, table, resumed_phase(plan, table), None)
         finally:
             conn.close()
     for table, why in plan["reasons"].items():
@@ -140,8 +139,8 @@ def _pause_and_resume(cfg, plan: dict, checked: dict) -> None:
                 log.warning("%s.%s PAUSED: the stream that held it stops; the other tables stream on", cfg.name,
                             table)
         for table in plan["unpause"]:
-            state.set_phase(conn, cfg.name, table, "streaming", None)
-            log.warning("%s.%s resumed from its own position", cfg.name, table)
+            state.set_phase(conn, cfg.name, table, resumed_phase(plan, table), None)
+            log.warning("%s.%s %s", cfg.name, table, plan["reasons"][table])
     finally:
         conn.close()
 
@@ -270,6 +269,7 @@ def watch(pipeline: str) -> dict:
     when a stream has committed nothing for alerts.stalled_after_minutes while Kafka holds
     events for it — dead, stuck in retries, failed or never started, it is said — and when the
     pipeline's connector failed (no table receives a change; it would look like a quiet source)."""
+    from tideline.ops import in_target
     from tideline.stream import coverage
     cfg = get_pipeline(pipeline)
     conn = state.connect(connections.get(cfg.target.conn_id))
@@ -298,6 +298,7 @@ def watch(pipeline: str) -> dict:
                     send(alerts.STREAM_STALLED, watchdog.describe(cfg.name, table, pending[table], idle,
                                                                   st.last_error, st.raw.get("last_error_at")),
                          subject=table)
+        missing = in_target.watch(cfg, conn, tables, send, connections.get)
         held = watch_source_hold(cfg, conn, send)
         from tideline.capture.connector import capture_failure
         capture = capture_failure(cfg, connections.get(cfg.connect.conn_id))
@@ -310,7 +311,7 @@ def watch(pipeline: str) -> dict:
     finally:
         conn.close()
     return {"not_covered": lost, "halted": halted, "stalled": stalled, "capture_failed": capture,
-            "source_hold": held}
+            "source_hold": held, "target_missing": missing}
 
 
 def watch_source_hold(cfg, conn, send) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from tideline.core.config import PipelineConfig
 from tideline.core.names import name_problem
 from tideline.core.errors import TerminalError
+from tideline.core.phases import TablePhase, holds_load
 
 ACTIONS = ("auto", "full_reload", "repair", "validate", "pause", "resume", "remove", "decommission")
 LIFECYCLE_ACTIONS = ("pause", "resume")   # per table; the stream of the others goes on
@@ -112,16 +113,20 @@ def _check_repair(cfg: PipelineConfig, tables: list[str], params: dict) -> dict:
 
 
 def plan_tables(cfg: PipelineConfig, action: str, tables: list[str],
-                phases: dict[str, tuple[str, str | None]], resume_halted: bool = False) -> dict:
+                phases: dict[str, tuple], resume_halted: bool = False) -> dict:
     """Which tables get a full load and which go straight to streaming, with the reason for each.
-    A halted table resumes from its own offsets when a person triggers the run (resume_halted:
-    they fixed what its error named; if not, it halts again on the same event and says so)."""
+    `phases`: table -> TablePhase (or a tuple of its fields). A halted table is taken up again when
+    a person triggers the run (resume_halted: they fixed what its error named): streamed from its
+    own offsets if it halted while streaming (if the cause is not fixed, it halts again on the same
+    event and says so), loaded again if it halted during its load — nothing of it is in the target.
+    Every table not named as loaded (holds_load) gets a full load: never a stream onto no rows."""
     full_load, stream, halted, refused, resnapshot, resumed, reasons = [], [], [], [], [], [], {}
     paused, pause, unpause = [], [], []
     for t in cfg.tables:
         if t.mode != "cdc":
             continue
-        phase, _error = phases.get(t.name, ("new", None))
+        phase, _error, before = TablePhase(*phases.get(t.name, ("new",)))
+        loaded = holds_load(phase, before)
         if phase == "refused":   # its shape cannot be carried: nothing is done until the cause is fixed
             refused.append(t.name)
         elif action == "pause" and t.name in tables:
@@ -133,30 +138,51 @@ def plan_tables(cfg: PipelineConfig, action: str, tables: list[str],
             paused.append(t.name)
             reasons[t.name] = "paused: not streamed until resumed (action=resume)"
         elif phase == "paused":
-            stream.append(t.name)
             unpause.append(t.name)
-            reasons[t.name] = "paused, resumed by this run from its own position"
+            if loaded:
+                stream.append(t.name)
+                reasons[t.name] = "paused, resumed by this run from its own position"
+            else:
+                full_load.append(t.name)
+                reasons[t.name] = (f"paused before any load of it committed ({before or 'new'}), resumed by this "
+                                   f"run: full load")
         elif action == "full_reload" and t.name in tables:
             full_load.append(t.name)
             reasons[t.name] = "full reload requested"
         elif phase == "halted" and resume_halted and t.name in tables:
-            stream.append(t.name)
             resumed.append(t.name)
-            reasons[t.name] = "halted, resumed by this run from its own offsets"
+            if loaded:
+                stream.append(t.name)
+                reasons[t.name] = "halted, resumed by this run from its own offsets"
+            else:
+                full_load.append(t.name)
+                reasons[t.name] = ("halted during its load (nothing of it committed), resumed by this run: "
+                                   "full load from a new snapshot")
         elif phase == "halted":
             halted.append(t.name)
-        elif phase in ("new", "loading"):
-            full_load.append(t.name)
-            reasons[t.name] = "never loaded: full load"
         elif phase == "needs_resnapshot":
             full_load.append(t.name)
             resnapshot.append(t.name)
             reasons[t.name] = "needs a re-snapshot (see its last error): full load"
-        else:
+        elif loaded:
             stream.append(t.name)
             reasons[t.name] = "loaded: straight to streaming"
+        else:
+            full_load.append(t.name)
+            reasons[t.name] = {"new": "never loaded: full load", "loading": "never loaded: full load",
+                               "removed": "back in the YAML after it was removed (its capture stopped meanwhile): "
+                                          "full load",
+                               "batch": "was a batch-mode table, now a change stream: full load"}.get(
+                phase, f"phase {phase}: not a loaded table, full load")
     return {"full_load": full_load, "stream": stream, "halted": halted, "refused": refused, "resnapshot": resnapshot,
             "resumed": resumed, "reasons": reasons, "paused": paused, "pause": pause, "unpause": unpause}
+
+
+def resumed_phase(plan: dict, table: str) -> str:
+    """The phase a halted or paused table takes when a run resumes it: 'streaming' where the plan
+    streams it, 'new' where it loads it (the load makes it 'streaming' when it commits; if the load
+    fails, the next run loads it again rather than streaming a table with no rows)."""
+    return "streaming" if table in plan["stream"] else "new"
 
 
 def hands_back(stream_mode: str, tables: list[str], held_continuously: set[str]) -> list[str]:

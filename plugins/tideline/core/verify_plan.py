@@ -142,14 +142,13 @@ class VerifyReport:
     keyless: bool = False
     seconds: float = 0.0
     note: str = ""
+    no_table: bool = False   # the target lacks the table: every source row missing, whatever the phase said
 
-    @property
-    def differences(self) -> int:
-        return sum(self.counts.values())
+    differences = property(lambda self: sum(self.counts.values()))
 
     @property
     def equal(self) -> bool:
-        return self.differences == 0 and not self.truncated and not (self.keyless and self.note)
+        return self.differences == 0 and not self.truncated and not (self.keyless and self.note) and not self.no_table
 
     def add(self, finding: Finding, sample_limit: int) -> None:
         self.counts[finding.kind] += 1
@@ -158,8 +157,8 @@ class VerifyReport:
 
     def summary(self) -> str:
         head = f"{self.table}: source {self.source_rows:,} rows, target {self.target_rows:,} rows"
-        if self.keyless and self.note:
-            return f"{head}; {self.note}"
+        if (self.keyless or self.no_table) and self.note:
+            return f"{head}; DIFFERENT: {self.note}" if self.no_table else f"{head}; {self.note}"
         if self.equal:
             text = f"{head}; equal"
         else:

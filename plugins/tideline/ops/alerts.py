@@ -27,10 +27,11 @@ TABLE_HALTED = "table_halted"
 STREAM_STALLED = "stream_stalled"
 TABLE_REFUSED = "table_refused"
 CAPTURE_FAILED = "capture_failed"
+TARGET_MISSING = "target_missing"   # the state says a table holds a load; the target lacks it, or it is empty
 # what capture holds on the source (core.capture_hold judges them)
 SOURCE_LOG_RETAINED, SOURCE_LOG_UNREAD, SOURCE_LOG_LOST = RETAINED_HIGH, HOLDER_IDLE, HOLDER_LOST
 SOURCE_LOG_EXPIRING = HOLDER_EXPIRING
-_LEVEL = {PIPELINE_FAILED: logging.ERROR, TABLE_HALTED: logging.ERROR, TABLE_REFUSED: logging.ERROR,
+_LEVEL = {PIPELINE_FAILED: logging.ERROR, TARGET_MISSING: logging.ERROR, TABLE_HALTED: logging.ERROR, TABLE_REFUSED: logging.ERROR,
           CAPTURE_FAILED: logging.ERROR, STREAM_STALLED: logging.ERROR, VERIFY_DIFFERENCES: logging.ERROR, HEADROOM_LOW: logging.WARNING,
           RESNAPSHOT_STARTED: logging.WARNING, RESNAPSHOT_FINISHED: logging.INFO, SOURCE_LOG_RETAINED: logging.ERROR,
           SOURCE_LOG_UNREAD: logging.ERROR, SOURCE_LOG_LOST: logging.ERROR, SOURCE_LOG_EXPIRING: logging.WARNING}

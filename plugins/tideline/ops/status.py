@@ -13,12 +13,14 @@ from psycopg2.extras import RealDictCursor
 
 from tideline import engines, sqlfiles, state, targets
 
+from tideline.ops import in_target
 from tideline.stream import coverage
 from tideline.core import capture_hold
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import get_connection
 from tideline.core.errors import TidelineError, TransientError
 from tideline.core.load_progress import LoadProgress
+from tideline.core.phases import holds_load
 from tideline.core.readable import ago, duration
 from tideline.entrypoints import pipelines_dir
 
@@ -72,6 +74,8 @@ class TableStatus:
     source_expires_in_s: float | None = None   # MariaDB: at most this long until binlog expiry purges the position
     source_oldest_xact_s: float | None = None   # while a load runs: the source role's oldest open transaction
     auto_reloads: int = 0                # times the table was found needing a reload (the DAG reloads it)
+    target_missing: bool = False         # its state says it holds a load, and the target lacks the table (error says)
+    holds_load: bool = False             # a committed load a stream goes on from (core.phases): Resume streams it
 
     @property
     def load_progress(self) -> LoadProgress | None:
@@ -173,6 +177,8 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
                 batch_line=_batch_line(cfg, f, now) if t.mode == "batch" else None,
                 auto_reloads=st.raw.get("auto_reloads") or 0 if st else 0,
                 last_reload=_reload_line(st, now) if st else None))
+            out[-1].holds_load = st is not None and holds_load(st.phase, st.raw.get("phase_before"))
+            _check_in_target(cfg, store, target, st, out[-1])
         capture = None if source_error else _capture_error(cfg, resolve, out)   # (it asks the source)
         hold = _source_hold(cfg, engine, source, target, resolve) if source is not None else None
         oldest = engine.oldest_transaction_s(source) if source is not None and any(
@@ -211,6 +217,14 @@ def _source_hold(cfg: PipelineConfig, engine, source, target, resolve):
         target.rollback()
         log.warning("%s: what capture holds on the source was not looked at: %s", cfg.name, _first_line(exc))
         return None
+
+
+def _check_in_target(cfg: PipelineConfig, store, conn, st: state.TableState | None, row: TableStatus) -> None:
+    """ops.in_target's check, asked only where no rows were counted (a table with rows exists)."""
+    missing = None if row.target_rows else in_target.not_in_target(cfg, store, conn, st)
+    if missing:
+        row.target_missing = True
+        row.error = missing + (f" Before: {row.error}" if row.error else "")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -314,7 +328,7 @@ def render(cfg: PipelineConfig, rows: list[TableStatus]) -> str:
         if r.last_maintenance:
             lines.append(f"  {'':22s} last maintenance {r.last_maintenance[:300]}")
         if r.error:
-            lines.append(f"  {'':22s} last error: {r.error[:1500 if r.phase == 'halted' else 300]}")
+            lines.append(f"  {'':22s} last error: {r.error[:1500 if r.phase == 'halted' or r.target_missing else 300]}")
         if r.last_verify:
             lines.append(f"  {'':22s} last verify {r.last_verify[:300]}")
         if r.load_rows is not None:

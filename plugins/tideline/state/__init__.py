@@ -298,10 +298,14 @@ def advance_streams(cur, pipeline: str, batch_id: int, advances: list[Advance]) 
                           f"batch; nothing committed")
 
 
-def halt_in(cur, *, pipeline: str, table: str, epoch: int, error: str, event: dict | None) -> None:
-    """Halts the table in the caller's transaction (the stream batch that met the failure)."""
+def halt_in(cur, *, pipeline: str, table: str, epoch: int, error: str, event: dict | None,
+            during_load: bool = False) -> None:
+    """Halts the table in the caller's transaction (the stream batch or the full load that met the
+    failure). `during_load`: nothing of a load committed, so a resume must load it again, never
+    stream it (phase_before 'loading'; core.params.plan_tables)."""
     cur.execute(sqlfiles.load("state/halt_table"), {"pipeline": pipeline, "table": table, "epoch": epoch,
-                                                    "error": error, "event": json.dumps(event) if event else None})
+                                                    "error": error, "event": json.dumps(event) if event else None,
+                                                    "during": "loading" if during_load else None})
     if cur.rowcount != 1:
         raise FencedError(f"{pipeline}.{table}: the state row changed epoch during the batch; nothing committed")
 

@@ -32,6 +32,7 @@ from tideline.ops import alerts
 from tideline.core import column_hash
 from tideline.core.batch_events import newest_source_commit
 from tideline.core.config import PipelineConfig
+from tideline.core.phases import missing_target
 from tideline.core.connections import get_connection
 from tideline.core.errors import (FencedError, HaltedError, ResnapshotRequired, SourceError, TidelineError,
                                   exit_code)
@@ -134,6 +135,11 @@ class IncrementalRun:
             source = {c.name: c for c in shape.columns}
             names = cfg.target_names(name)   # what the target calls it (core.target_names)
             try:   # what the target holds was written otherwise than the config says now: marked, reloaded
+                if not self.store.table_exists(self._tgt, cfg.target_schema(name), names.table):
+                    raise ResnapshotRequired(missing_target(
+                        cfg.name, name, f"{cfg.target_schema(name)}.{names.table}", ready[name].phase,
+                        ready[name].raw.get("snapshot_at"), ready[name].snapshot_rows,
+                        f"it is reloaded by itself (a full load from a new snapshot), then streamed"), table=name)
                 rehashed = column_hash.changed_since_load(shape, ready[name].raw.get("hashed_columns"),
                                                           f"{cfg.name}.{name}") or \
                     names.changed_since_load(cfg.target_schema(name), name, ready[name].raw.get("target_names"),

@@ -228,20 +228,20 @@ class Target(ABC):
         target's statistics without a scan. None when it cannot be read (status shows "-")."""
 
     @abstractmethod
-    def drop_table(self, schema: str, table: str) -> bool:
-        """Drops the synced table (a table removed from its pipeline with drop_target); True when
-        there was one. Only ever asked for by a person, never by itself."""
+    def table_exists(self, conn, schema: str, table: str) -> bool:
+        """Whether the synced table is in the target (one the state says is loaded: ops.in_target)."""
 
-    def load_leftover(self, table: str) -> str | None:
-        """The table a chunked load of `table` cut off mid-way keeps its rows in until it resumes (a
-        shadow, a staging table): Tideline's own, dropped when the table or its pipeline goes."""
+    @abstractmethod
+    def drop_table(self, schema: str, table: str) -> bool:
+        """Drops the synced table (removed from its pipeline with drop_target, by a person only); True when there was one."""
+
+    def load_leftover(self, table: str) -> str | None:   # a chunked load cut off keeps its rows there (Tideline's)
         return None
 
     def table_facts(self, schema: str, table: str) -> dict | None:
         """What status and the view show about a table beyond its rows, in the target's terms (an
-        Iceberg table's current snapshot and file counts); None when there is nothing more to say.
-        Besides its own keys, `line` (status's line), `short` (the view's cell) and `files` (the
-        files a reader opens), which callers show without knowing the target."""
+        Iceberg table's snapshot and files), or None. Besides its own keys, `line` (status's line),
+        `short` (the view's cell) and `files` (the files a reader opens), shown without knowing the target."""
         return None
 
     def maintain(self, spark, schema: str, table: str, settings, fence) -> dict | None:

@@ -1,6 +1,6 @@
 """`python -m tideline.verify --pipeline NAME [--tables a,b] [--repair]`"""
 import sys
 
-from tideline.verify.compare import main
+from tideline.verify.command import main
 
 sys.exit(main())

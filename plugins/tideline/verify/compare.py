@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tideline import engines, kafka_offsets, state, targets
-from tideline.verify.findings import record
+from tideline.verify.findings import missing_report, record
 from tideline.core.verify_side import VerifySide
 from tideline.core.kafka_access import KafkaAccess
 from tideline.core.config import PipelineConfig
@@ -307,7 +307,8 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], k
     settings = settings or VerifySettings()
     engine = engines.for_pipeline(cfg, source)
     src = engine.verify_side("source")
-    tgt = targets.for_pipeline(cfg, target).verify_side("target")
+    store = targets.for_pipeline(cfg, target)
+    tgt = store.verify_side("target")
     state_conn = state.connect(target)
     state_conn.autocommit = True
     reports = []
@@ -324,6 +325,12 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], k
                 if st is not None and st.phase == "refused":   # found following the tutorial: a raw SQL error
                     log.warning("%s.%s is refused, not carried (%s): not verified", cfg.name, table,
                                 (st.last_error or "").splitlines()[0][:300] if st.last_error else "see make status")
+                    continue
+                if not store.table_exists(state_conn, cfg.target_schema(table), cfg.target_table(table)):
+                    report = missing_report(cfg, engine, src.conn, table, st)
+                    record(state_conn, cfg.name, report)
+                    log.error("%s.%s", cfg.name, report.summary())
+                    reports.append(report)
                     continue
                 try:
                     report = verifier.run(table)
@@ -355,46 +362,12 @@ def verify_and_repair(cfg: PipelineConfig, source: Conn, target: Conn, tables: l
         notify(alerts.VERIFY_DIFFERENCES, r.summary() + "".join(f"\n{line}" for line in r.sample_lines()[:10]))
     if not (different and repair_found):
         return reports
-    for r in different:
+    repairable = [r for r in different if not r.no_table]   # a table the target lacks needs a full reload
+    if not repairable:
+        return reports
+    for r in repairable:
         repair_verified(cfg, source, target, r.table)
-    again = {r.table: r for r in verify(cfg, source, target, [r.table for r in different], kafka, settings)}
+    again = {r.table: r for r in verify(cfg, source, target, [r.table for r in repairable], kafka, settings)}
     for r in again.values():
         (log.info if r.equal else log.error)("after the repair: %s", r.summary())
     return [again.get(r.table, r) for r in reports]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m tideline.verify --pipeline NAME [--tables a,b] [--repair]`"""
-    import argparse
-
-    from tideline.ops import alerts
-    from tideline.core.config import load_pipeline
-    from tideline.core.connections import get_connection
-    from tideline.entrypoints import pipelines_dir, setup_logging
-    ap = argparse.ArgumentParser(description="Verify a pipeline's tables against the source (and repair)")
-    ap.add_argument("--pipeline", required=True)
-    ap.add_argument("--tables", default="", help="comma-separated (default: every cdc table)")
-    ap.add_argument("--repair", action="store_true", help="repair what differs, then verify again")
-    ap.add_argument("--pipelines-dir", default=None)
-    args = ap.parse_args(argv)
-    setup_logging()
-    from tideline.airflow.connections import for_commands
-    for_commands()
-    try:
-        cfg = load_pipeline(pipelines_dir(args.pipelines_dir) / f"{args.pipeline}.yaml")
-        tables = [t for t in args.tables.split(",") if t] or [t.name for t in cfg.tables if t.mode == "cdc"]
-        for t in tables:
-            cfg.table(t)   # names the pipeline's tables when one is unknown
-        reports = verify_and_repair(cfg, get_connection(cfg.source.conn_id), get_connection(cfg.target.conn_id),
-                                    tables, get_connection(cfg.kafka.conn_id).kafka_access,
-                                    lambda event, message, subject="": alerts.notify(cfg, event, message),
-                                    args.repair)
-    except TidelineError as exc:
-        log.error("%s", exc)
-        return 2
-    return 0 if all(r.equal for r in reports) else 1
-
-
-if __name__ == "__main__":
-    import sys
-    sys.exit(main())

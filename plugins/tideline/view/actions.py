@@ -20,9 +20,12 @@ class Action:
     asks: str | None = None      # what the page asks for first ("key_range": a repair's optional range)
 
 
-def offered(cfg: PipelineConfig, table: str, phase: str, stream_ended: bool = False) -> list[Action]:
+def offered(cfg: PipelineConfig, table: str, phase: str, stream_ended: bool = False,
+            loaded: bool = True) -> list[Action]:
     """The actions that make sense for a table in `phase` (its pipeline's pair decides repair and
-    validate), most useful first. A batch-mode table has one: run its batch now."""
+    validate), most useful first; `loaded`: a halted or paused table left 'streaming' (its Resume
+    streams it; else Resume loads it: core.params.plan_tables). A batch-mode table has one: run its
+    batch now."""
     if cfg.table(table).mode == "batch":
         return [Action("batch_now", "Run batch now", f"trigger batch_{cfg.name}: every batch-mode table lands "
                                                      f"the rows of the latest interval")]
@@ -32,7 +35,11 @@ def offered(cfg: PipelineConfig, table: str, phase: str, stream_ended: bool = Fa
                                                   f"tables stream on",
                     confirm=f"Reload {cfg.name}.{table} from a new snapshot? Readers keep the current table until "
                             f"the new one replaces it in one step.")
-    if phase == "halted":
+    if phase in ("halted", "paused") and not loaded:
+        out.append(Action("resume", "Resume", f"load {table} from a new snapshot, then stream it: it was {phase} "
+                                              f"before any load of it committed (do this once what its error "
+                                              f"names is fixed)"))
+    elif phase == "halted":
         out.append(Action("resume", "Resume", f"stream {table} again from its own offsets: do this once what its "
                                               f"error names is fixed (if not, it halts again on the same event)"))
     elif phase == "paused":

@@ -88,7 +88,8 @@ def _one(cfg: PipelineConfig, connection: Callable[[str], Conn], timeout_s: floa
     capture = next((t.capture_error for t in tables if t.capture_error), None)
     view = _shell(cfg, "capture failed", f"no table receives changes: {capture}") if capture else _shell(cfg, "ok")
     view.tables, view.took_s = tables, round(time.monotonic() - started, 3)
-    view.actions = {t.table: as_json(offered(cfg, t.table, t.phase, stream_ended=bool(t.stream_ended)))
+    view.actions = {t.table: as_json(offered(cfg, t.table, t.phase, stream_ended=bool(t.stream_ended),
+                                                       loaded=t.holds_load))
                     for t in tables}
     waiting = next((t for t in tables if t.stream_waiting), None)
     if waiting is not None:

@@ -307,6 +307,10 @@ class IcebergTarget(Target):
         except NoSuchTableError:
             return False
 
+    def table_exists(self, conn, schema: str, table: str) -> bool:
+        """In the catalog (the state connection `conn` is not needed: the catalog says)."""
+        return self.iceberg_table(schema, table) is not None
+
     def iceberg_table(self, schema: str, table: str):
         """The table's newest metadata (PyIceberg), or None."""
         from pyiceberg.exceptions import NoSuchTableError

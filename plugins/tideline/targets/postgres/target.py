@@ -66,6 +66,14 @@ class PostgresTarget(Target):
         cur.execute(sqlfiles.load("full_load/target_columns"), {"relid": f'"{schema}"."{table}"'})
         return list(cur.fetchall())
 
+    def table_exists(self, conn, schema: str, table: str) -> bool:
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT to_regclass(%s) IS NOT NULL", (f'"{schema}"."{table}"',))
+                return cur.fetchone()[0]
+        finally:
+            conn.rollback()
+
     def drop_table(self, schema: str, table: str) -> bool:
         conn = self.connect()
         try:

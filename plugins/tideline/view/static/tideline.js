@@ -88,6 +88,8 @@ function renderPipelines(pipelines) {
           el("td", {}, el("span", { class: `phase phase-${t.phase}` }, t.phase),
             // what the phase alone does not say: a stream that ended, a batch table before its first run
             t.stream_ended || t.batch_line ? el("div", { class: "muted", "data-phase-note": "" }, t.stream_ended || t.batch_line) : null,
+            // its state says it holds a load, and the target lacks the table (ops.in_target): whatever the phase says
+            t.target_missing ? el("div", { class: "problem", "data-target-missing": "" }, "NOT IN THE TARGET: none of its rows is there") : null,
             // the state keeps the table's phase while a load runs (new, or streaming during a reload)
             t.load_rows !== null ? el("div", { class: "muted", "data-load-rows": t.load_rows },
               el("span", { class: "phase phase-loading" }, "loading"),
