@@ -15,7 +15,8 @@ from tideline.core.connections import get_connection
 from tideline.core.errors import ResnapshotRequired
 from tideline.load.full_load import FullLoad
 from tideline.stream.run import IncrementalRun
-from tideline.verify import compare
+from tideline.verify import command as compare
+from tideline.verify.compare import verify
 
 pytestmark = pytest.mark.integration
 BIG = "z" * 9000 + " 😀"   # stored out of line (TOAST): an update of another column leaves it out
@@ -145,7 +146,7 @@ def test_a_renamed_mariadb_table_lands_under_its_names_in_postgresql_and_in_iceb
                      "the renamed MariaDB table to equal the source in PostgreSQL")
         stream_until(into_lake, spark, lambda: lake_rows() == source_rows(),
                      "the renamed MariaDB table to equal the source in Iceberg")
-        [report] = compare.verify(into_pg, get_connection(into_pg.source.conn_id),
+        [report] = verify(into_pg, get_connection(into_pg.source.conn_id),
                                   get_connection(into_pg.target.conn_id), [t])   # (its YAML is into_lake's now)
         assert report.equal and report.target_rows == len(source_rows())
     finally:

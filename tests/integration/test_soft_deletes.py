@@ -14,7 +14,7 @@ from test_mariadb import maria  # noqa: F401  (the MariaDB source fixture)
 from tideline.core.table_extras import DELETED_AT
 from tideline.load.full_load import FullLoad
 from tideline.stream.run import IncrementalRun
-from tideline.verify import compare
+from tideline.verify import command as compare
 
 pytestmark = pytest.mark.integration
 COLUMNS = "id, note, amount, at, tags"

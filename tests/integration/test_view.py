@@ -62,7 +62,7 @@ def demo(stack):
     and 1 change waiting on Kafka. Yields the two DAG run ids and an Airflow token."""
     import psycopg2
 
-    from tideline.verify import compare as verify
+    from tideline.verify import command as verify
     source_db = psycopg2.connect(stackctl.pg_url(stackctl.DATABASES["source"]))
     source_db.autocommit = True
     try:

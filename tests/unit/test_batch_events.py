@@ -98,3 +98,42 @@ def test_an_unchanged_large_value_folded_into_one_batch_comes_from_the_earlier_e
     batch = split_batch(events([ev("b", 0, 1, '{"id":"1"}', op="c", after=raw),
                                 ev("b", 0, 2, '{"id":"1"}', after='{"id":"1","doc":"' + U + '","n":"2"}')]))
     assert batch.rows.to_pylist()[0]["after"] == '{"id":"1","doc":"a\\u00e9\\n","n":"2"}'
+
+
+def test_a_delete_carries_the_rows_last_image_from_its_batch_so_soft_deletes_can_mark_it():
+    """Found from outside: a key inserted and deleted within one batch vanished from an Iceberg
+    table with soft deletes (neither live nor marked): the delete had only its key, and the table
+    no row to mark. Now the delete carries the row's last image of the batch."""
+    batch = split_batch(events([
+        ev("a", 0, 1, '{"id":1}', op="c", after='{"id": 1, "v": "born"}'),
+        ev("a", 0, 2, '{"id":1}', op="u", after='{"id": 1, "v": "last"}'),
+        ev("a", 0, 3, '{"id":1}', op="d"),                                     # inserted, updated, deleted
+        ev("a", 0, 4, '{"id":2}', op="d"),                                     # deleted, nothing before it
+        ev("a", 0, 5, '{"id":3}', op="c", after='{"id": 3, "v": "one"}'),
+        ev("a", 0, 6, '{"id":3}', op="d"),
+        ev("a", 0, 7, '{"id":3}', op="c", after='{"id": 3, "v": "two"}'),
+        ev("a", 0, 8, '{"id":3}', op="d"),                                     # born twice: the second's image
+        ev("a", 0, 9, '{"id":4}', op="c", after='{"id": 4, "v": "stays"}'),
+        ev("b", 0, 1, '{"id":1}', op="c", after='{"id": 1, "v": "other table"}'),
+        ev("a", 0, 10, '{"id":5}', op="u", after='{"id": 5, "big": "__debezium_unavailable_value", "v": 1}'),
+        ev("a", 0, 11, '{"id":5}', op="d"),   # the image's placeholder stays: the target's row holds the value
+    ]))
+    rows = {(r["topic"], r["key"]): (r["op"], r["offset"], r["after"]) for r in batch.rows.to_pylist()}
+    assert rows == {("a", '{"id":1}'): ("d", 3, '{"id": 1, "v": "last"}'), ("a", '{"id":2}'): ("d", 4, None),
+                    ("a", '{"id":3}'): ("d", 8, '{"id": 3, "v": "two"}'), ("a", '{"id":4}'): ("c", 9, '{"id": 4, "v": "stays"}'),
+                    ("b", '{"id":1}'): ("c", 1, '{"id": 1, "v": "other table"}'),
+                    ("a", '{"id":5}'): ("d", 11, '{"id": 5, "big": "__debezium_unavailable_value", "v": 1}')}
+
+
+def test_a_deletes_image_is_never_filled_from_the_source_which_no_longer_has_the_row():
+    """stream.source_fill leaves out an event whose key the source lacks: a delete with a carried
+    image must never be one of them (that would drop the delete itself)."""
+    from tideline.stream.source_fill import fill_from_source
+    batch = split_batch(events([
+        ev("a", 0, 1, '{"id":5}', op="u", after='{"id": 5, "big": "__debezium_unavailable_value"}'),
+        ev("a", 0, 2, '{"id":5}', op="d")]))
+
+    class NoSource:
+        def current_values(self, *args):
+            raise AssertionError("a delete's image was looked up at the source")
+    assert fill_from_source(batch.rows, {}, None, NoSource(), None).num_rows == 1

@@ -105,7 +105,10 @@ def test_a_soft_delete_marks_the_row_with_the_source_delete_time_and_keeps_its_v
 def test_an_upsert_clears_the_mark_and_writes_the_metadata_from_the_event():
     extras = TableExtras(True, ("synced_at", "op", "source_ts", "source_position"))
     update = rendered(apply_sql.update_sql("s", "t", COLUMNS, ["id"], extras=extras))
-    assert '"_tideline_deleted_at" = NULL' in update and '"_tideline_synced_at" = now()' in update
+    # an insert or update clears the mark; a delete carrying its row's last image writes it marked
+    assert '"_tideline_deleted_at" = CASE WHEN s.op = \'d\' THEN coalesce(to_timestamp(s.ts / 1000000.0), now()) END' \
+        in update and '"_tideline_synced_at" = now()' in update
+    assert "(s.op <> 'd' OR s.after IS NOT NULL)" in update
     assert '"_tideline_source_ts" = to_timestamp(s.ts / 1000000.0)' in update
     assert "concat(coalesce(s.pos, '-'), ' kafka ', s.part, ':', s.off)" in update
     insert = rendered(apply_sql.insert_sql("s", "t", COLUMNS, ["id"], extras=extras))
@@ -126,11 +129,16 @@ def test_the_iceberg_merge_marks_a_soft_delete_and_writes_the_metadata_like_the_
     from tideline.targets.iceberg.apply import LakeApply
     apply = LakeApply(None, "p", "s", "t", "topic", COLUMNS, ["id"], extras=TableExtras(True, ("op", "source_ts")))
     merge = apply.merge_sql("lake.s.t", "v")
-    assert ("WHEN MATCHED AND s.__tl_op = 'd' THEN UPDATE SET t.`_tideline_deleted_at` = "
+    assert ("WHEN MATCHED AND s.__tl_op = 'd' AND NOT s.__tl_img THEN UPDATE SET t.`_tideline_deleted_at` = "
             "coalesce(timestamp_micros(s.__tl_ts), current_timestamp()), t.`_tideline_op` = s.__tl_op") in merge
-    assert "t.`_tideline_deleted_at` = CAST(NULL AS TIMESTAMP)" in merge and "DELETE" not in merge
+    assert ("t.`_tideline_deleted_at` = CASE WHEN s.__tl_op = 'd' THEN coalesce(timestamp_micros(s.__tl_ts), "
+            "current_timestamp()) ELSE CAST(NULL AS TIMESTAMP) END") in merge and "DELETE" not in merge
+    # a key inserted and deleted within one batch: its delete carries the row's last image, written marked
+    assert "WHEN NOT MATCHED AND (s.__tl_op <> 'd' OR s.__tl_img) THEN INSERT" in merge
     assert merge.endswith("INSERT (`id`, `note`, `_tideline_deleted_at`, `_tideline_op`, `_tideline_source_ts`) "
-                          "VALUES (s.`id`, s.`note`, CAST(NULL AS TIMESTAMP), s.__tl_op, timestamp_micros(s.__tl_ts))")
+                          "VALUES (s.`id`, s.`note`, CASE WHEN s.__tl_op = 'd' THEN coalesce(timestamp_micros("
+                          "s.__tl_ts), current_timestamp()) ELSE CAST(NULL AS TIMESTAMP) END, s.__tl_op, "
+                          "timestamp_micros(s.__tl_ts))")
     plain = LakeApply(None, "p", "s", "t", "topic", COLUMNS, ["id"]).merge_sql("lake.s.t", "v")
     assert "THEN DELETE" in plain and "_tideline" not in plain
 
@@ -165,7 +173,8 @@ def test_the_config_refuses_a_filter_on_a_column_not_synced_or_on_a_batch_table(
 
 def test_events_the_filter_does_not_keep_become_deletes_of_their_key_in_the_stage():
     text = rendered(apply_sql.leave_filter_sql("t", COLUMNS, 'v."note" <> \'x\''))
-    assert text.startswith("UPDATE \"tl_stage\" AS t SET op = 'd' WHERE t.tbl = 't' AND t.op <> 'd'")
+    # an insert or update, or a delete's carried row image (core.batch_events.with_last_image): never written
+    assert text.startswith("UPDATE \"tl_stage\" AS t SET op = 'd', after = NULL WHERE t.tbl = 't' AND t.after IS NOT NULL")
     assert "LATERAL (SELECT " in text and "AND NOT coalesce((v.\"note\" <> 'x'), false)) RETURNING 1" in text
 
 

@@ -91,13 +91,22 @@ _METADATA = {"synced_at": sql.SQL("now()"), "op": sql.SQL("s.op::text"), "source
              "source_position": sql.SQL("concat(coalesce(s.pos, '-'), ' kafka ', s.part, ':', s.off)")}
 
 
-def extra_values(extras: TableExtras, deleting: bool) -> list[tuple[str, sql.Composable]]:
+def extra_values(extras: TableExtras, deleting: bool | None) -> list[tuple[str, sql.Composable]]:
     """(column, value) of the table's extra columns for a staged event (core.table_extras): the
     metadata from the event, and the soft-delete time — the source's delete time (now() when the
-    event has none) for a delete, NULL for an insert or update (a key inserted again is not deleted)."""
-    out = [(DELETED_AT, sql.SQL("coalesce({}, now())").format(_SOURCE_TS) if deleting else sql.SQL("NULL"))] \
-        if extras.soft_deletes else []
+    event has none) for a delete, NULL for an insert or update (a key inserted again is not deleted);
+    `deleting` None: by the event's op (a delete carrying its row's last image, written marked)."""
+    deleted = sql.SQL("coalesce({}, now())").format(_SOURCE_TS)
+    if deleting is None:
+        deleted = sql.SQL("CASE WHEN s.op = 'd' THEN {} END").format(deleted)
+    out = [(DELETED_AT, deleted if deleting is not False else sql.SQL("NULL"))] if extras.soft_deletes else []
     return out + [(PREFIX + m, _METADATA[m]) for m in extras.metadata]
+
+
+def _upserted(extras: TableExtras) -> sql.Composable:
+    """The staged events that write a row's values: inserts and updates, and with soft deletes a
+    delete carrying its row's last image (core.batch_events.with_last_image), written marked."""
+    return sql.SQL("(s.op <> 'd' OR s.after IS NOT NULL)" if extras.soft_deletes else "s.op <> 'd'")
 
 
 def leave_filter_sql(table: str, columns: list[Column], predicate: str) -> sql.Composed:
@@ -106,12 +115,14 @@ def leave_filter_sql(table: str, columns: list[Column], predicate: str) -> sql.C
     the target, and one that never was in it is not written. `predicate` is the filter in
     PostgreSQL over the alias v, whose columns are the event's values decoded as the apply
     decodes them (NULL and an unknown result count as not kept, as in a WHERE). Returns a row per
-    event turned."""
+    event turned. A delete's carried row image (core.batch_events.with_last_image) the filter does
+    not keep is dropped the same way: a soft-delete table never writes a row the filter leaves out."""
     decoded = sql.SQL(", ").join(sql.SQL("{} AS {}").format(row_value(c), sql.Identifier(c.name))
                                  for c in _written(columns))
-    return sql.SQL("UPDATE {stage} AS t SET op = 'd' WHERE t.tbl = {tbl} AND t.op <> 'd' AND (t.part, t.off) IN ("
-                   "SELECT s.part, s.off FROM {stage} AS s, LATERAL (SELECT {decoded}) AS v "
-                   "WHERE s.tbl = {tbl} AND s.op <> 'd' AND NOT coalesce(({predicate}), false)) RETURNING 1").format(
+    return sql.SQL("UPDATE {stage} AS t SET op = 'd', after = NULL WHERE t.tbl = {tbl} AND t.after IS NOT NULL AND "
+                   "(t.part, t.off) IN (SELECT s.part, s.off FROM {stage} AS s, LATERAL (SELECT {decoded}) AS v "
+                   "WHERE s.tbl = {tbl} AND s.after IS NOT NULL AND NOT coalesce(({predicate}), false)) "
+                   "RETURNING 1").format(
         stage=sql.Identifier(STAGE), tbl=sql.Literal(table), decoded=decoded, predicate=sql.SQL(predicate))
 
 
@@ -121,8 +132,8 @@ def delete_sql(schema: str, table: str, columns: list[Column], pk: list[str],
     if extras.soft_deletes:   # the row stays with its last values, marked deleted
         sets = sql.SQL(", ").join(sql.SQL("{} = {}").format(sql.Identifier(name), value)
                                   for name, value in extra_values(extras, deleting=True))
-        return sql.SQL("UPDATE {t} AS t SET {sets} FROM {stage} AS s WHERE s.tbl = {tbl} AND s.op = 'd'{only} "
-                       "AND {match} RETURNING 1").format(
+        return sql.SQL("UPDATE {t} AS t SET {sets} FROM {stage} AS s WHERE s.tbl = {tbl} AND s.op = 'd' "
+                       "AND s.after IS NULL{only} AND {match} RETURNING 1").format(
             t=_target(schema, table), sets=sets, stage=sql.Identifier(STAGE), tbl=sql.Literal(table),
             only=_only(only), match=_key_match(by_name, pk, "key"))
     return sql.SQL("DELETE FROM {t} AS t USING {stage} AS s WHERE s.tbl = {tbl} AND s.op = 'd'{only} AND {match} "
@@ -144,12 +155,12 @@ def update_sql(schema: str, table: str, columns: list[Column], pk: list[str],
             new = sql.SQL("CASE WHEN {test} THEN t.{col} ELSE {new} END").format(
                 test=unavailable_test(raw, c.type), col=sql.Identifier(c.name), new=new)
         sets.append(sql.SQL("{} = {}").format(sql.Identifier(c.name), new))
-    sets += [sql.SQL("{} = {}").format(sql.Identifier(name), value) for name, value in extra_values(extras, False)]
+    sets += [sql.SQL("{} = {}").format(sql.Identifier(name), value) for name, value in extra_values(extras, None)]
     if not sets:  # a table that is all key: nothing to update
         return sql.SQL("SELECT 1 WHERE false")
-    return sql.SQL("UPDATE {t} AS t SET {sets} FROM {stage} AS s WHERE s.tbl = {tbl} AND s.op <> 'd'{only} "
+    return sql.SQL("UPDATE {t} AS t SET {sets} FROM {stage} AS s WHERE s.tbl = {tbl} AND {upserted}{only} "
                    "AND {match} RETURNING 1").format(
-        t=_target(schema, table), sets=sql.SQL(", ").join(sets), stage=sql.Identifier(STAGE),
+        t=_target(schema, table), sets=sql.SQL(", ").join(sets), stage=sql.Identifier(STAGE), upserted=_upserted(extras),
         tbl=sql.Literal(table), only=_only(only), match=_key_match(by_name, pk, "after"))
 
 
@@ -162,26 +173,27 @@ def _missing(schema: str, table: str, columns: list[Column], pk: list[str]) -> s
 def insert_sql(schema: str, table: str, columns: list[Column], pk: list[str],
                only: sql.Composable | None = None, extras: TableExtras = TableExtras()) -> sql.Composed:
     columns = _written(columns)
-    extra = extra_values(extras, deleting=False)
+    extra = extra_values(extras, deleting=None)
     values = [row_value(c) for c in columns] + [value for _name, value in extra]
     return sql.SQL("INSERT INTO {t} ({cols}) SELECT {vals} FROM {stage} AS s "
-                   "WHERE s.tbl = {tbl} AND s.op <> 'd'{only} AND {missing} RETURNING 1").format(
-        t=_target(schema, table),
+                   "WHERE s.tbl = {tbl} AND {upserted}{only} AND {missing} RETURNING 1").format(
+        t=_target(schema, table), upserted=_upserted(extras),
         cols=sql.SQL(", ").join([sql.Identifier(c.name) for c in columns] + [sql.Identifier(n) for n, _ in extra]),
         vals=sql.SQL(", ").join(values), stage=sql.Identifier(STAGE), tbl=sql.Literal(table), only=_only(only),
         missing=_missing(schema, table, columns, pk))
 
 
-def unavailable_on_insert_sql(schema: str, table: str, columns: list[Column], pk: list[str]) -> sql.Composed:
+def unavailable_on_insert_sql(schema: str, table: str, columns: list[Column], pk: list[str],
+                              extras: TableExtras = TableExtras()) -> sql.Composed:
     """Rows about to be inserted that carry a TOAST placeholder: the target lacks a row the source
     has, so the value cannot be known. Returns (part, off, key) of the first few."""
     tests = [unavailable_test(field("after", c.source_name), c.type) for c in _written(columns)
              if may_be_unavailable(c.type, c.encoding)]
     if not tests:
         return sql.SQL("SELECT NULL::int, NULL::bigint, NULL::text WHERE false")
-    return sql.SQL("SELECT s.part, s.off, s.key::text FROM {stage} AS s WHERE s.tbl = {tbl} AND s.op <> 'd' "
+    return sql.SQL("SELECT s.part, s.off, s.key::text FROM {stage} AS s WHERE s.tbl = {tbl} AND {upserted} "
                    "AND ({tests}) AND {missing} LIMIT 5").format(
-        stage=sql.Identifier(STAGE), tbl=sql.Literal(table), tests=sql.SQL(" OR ").join(tests),
+        upserted=_upserted(extras), stage=sql.Identifier(STAGE), tbl=sql.Literal(table), tests=sql.SQL(" OR ").join(tests),
         missing=_missing(schema, table, columns, pk))
 
 
@@ -198,7 +210,7 @@ def apply_statement(schema: str, table: str, columns: list[Column], pk: list[str
                    "SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM updated), "
                    "(SELECT count(*) FROM inserted), b.* FROM (SELECT 1) AS one "
                    "LEFT JOIN (SELECT * FROM broken LIMIT 1) AS b ON true").format(
-        broken=unavailable_on_insert_sql(schema, table, columns, pk),
+        broken=unavailable_on_insert_sql(schema, table, columns, pk, extras),
         delete=delete_sql(schema, table, columns, pk, only, extras), update=update_sql(schema, table, columns, pk, only,
                                                                                       extras),
         insert=insert_sql(schema, table, columns, pk, only, extras))

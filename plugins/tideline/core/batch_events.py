@@ -68,11 +68,39 @@ def split_batch(events: pa.Table, versioned: frozenset[str] = frozenset(),
             .select(["topic", "op", "key", "before", "after", "partition", "offset", "ts_us", "position"])
     rows = events.filter(good).select(["topic", "op", "key", "after", "partition", "offset", "ts_us", "position"])
     if not versioned:
-        return SplitBatch(per_partition, bad_rows, truncates, fill_unavailable(latest_per_key(rows), rows), log)
+        return SplitBatch(per_partition, bad_rows, truncates, compacted(rows), log)
     every = pc.is_in(rows.column("topic"), pa.array(sorted(versioned), pa.string()))
     plain, history = rows.filter(pc.invert(every)), rows.filter(every)
-    return SplitBatch(per_partition, bad_rows, truncates,
-                      pa.concat_tables([fill_unavailable(latest_per_key(plain), plain), fill_chains(history)]), log)
+    return SplitBatch(per_partition, bad_rows, truncates, pa.concat_tables([compacted(plain), fill_chains(history)]),
+                      log)
+
+
+def compacted(rows: pa.Table) -> pa.Table:
+    """The last event per key, a delete carrying the row's last image (with_last_image), each
+    unchanged-value placeholder filled from the key's earlier events (fill_unavailable)."""
+    return fill_unavailable(with_last_image(latest_per_key(rows), rows), rows)
+
+
+def with_last_image(kept: pa.Table, rows: pa.Table) -> pa.Table:
+    """`kept` (the last event per key of `rows`) where a key's last event is a delete that an
+    insert or update of the same batch came before: the delete carries that event's row image as
+    its `after` (a delete's own is NULL). A table with soft deletes writes the row marked deleted
+    with its last values — and writes it at all when the target never had it: a key inserted and
+    deleted within one batch was lost from soft-delete tables (found from outside; the apply had
+    only a key to mark, and no row to mark it on). Other tables' deletes ignore it. A delete with
+    nothing before it in the batch keeps NULL: the target has the row, with its values."""
+    deletes = pc.fill_null(pc.equal(kept.column("op"), "d"), False)
+    if not pc.any(deletes).as_py() or rows.num_rows == kept.num_rows:
+        return kept
+    live = rows.filter(pc.invert(pc.fill_null(pc.equal(rows.column("op"), "d"), False)))
+    if not live.num_rows:
+        return kept
+    last = latest_per_key(live).select(["topic", "key", "after"]).rename_columns(["topic", "key", "__image"])
+    joined = kept.join(last, keys=["topic", "key"], join_type="left outer")
+    after = pc.if_else(pc.and_(pc.fill_null(pc.equal(joined.column("op"), "d"), False),
+                               pc.is_null(joined.column("after"))), joined.column("__image"), joined.column("after"))
+    return joined.set_column(joined.schema.get_field_index("after"), "after", after).drop_columns(["__image"]) \
+        .select(kept.column_names)
 
 
 def fill_chains(rows: pa.Table) -> pa.Table:

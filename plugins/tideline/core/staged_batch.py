@@ -48,7 +48,8 @@ def staged_rows(task: int, split: SplitBatch, table_of_topic: dict[str, str]) ->
         topics = pc.dictionary_encode(rows.column("topic").combine_chunks())
         names = pa.array([table_of_topic[t] for t in topics.dictionary.to_pylist()], pa.string())
         if kind == ROW:
-            hole = pc.fill_null(pc.match_substring(rows.column("after"), "__debezium_unavailable_value"), False)
+            hole = pc.and_(pc.fill_null(pc.match_substring(rows.column("after"), "__debezium_unavailable_value"), False),
+                           pc.fill_null(pc.not_equal(rows.column("op"), "d"), True))   # a delete's image: source_fill
             before = pa.nulls(n, pa.string())
         else:
             hole, before = pa.array([False] * n), rows.column("before")

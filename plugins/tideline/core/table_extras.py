@@ -131,13 +131,16 @@ def spark_loaded(extras: TableExtras, seeded_at=None, order: str | None = None) 
     return [(c.name, values[c.name]) for c in extras.columns]
 
 
-def spark_event(extras: TableExtras, deleting: bool, op: str, ts_us: str, pos: str, part: str, off: str
+def spark_event(extras: TableExtras, deleting: bool | None, op: str, ts_us: str, pos: str, part: str, off: str
                 ) -> list[tuple[str, str]]:
     """(column, Spark SQL value) of a row a change event writes, from the view's columns named
     op, ts_us (the source's commit time in µs), pos, part and off: as the PostgreSQL target's
-    apply (core.apply_sql.extra_values)."""
+    apply (core.apply_sql.extra_values; `deleting` None: by the event's op)."""
     source_ts = f"timestamp_micros({ts_us})"
-    values = {DELETED_AT: f"coalesce({source_ts}, current_timestamp())" if deleting else "CAST(NULL AS TIMESTAMP)",
+    deleted = f"coalesce({source_ts}, current_timestamp())"
+    if deleting is None:
+        deleted = f"CASE WHEN {op} = 'd' THEN {deleted} ELSE CAST(NULL AS TIMESTAMP) END"
+    values = {DELETED_AT: deleted if deleting is not False else "CAST(NULL AS TIMESTAMP)",
               PREFIX + "synced_at": "current_timestamp()", PREFIX + "op": op, PREFIX + "source_ts": source_ts,
               PREFIX + "source_position": f"concat(coalesce({pos}, '-'), ' kafka ', CAST({part} AS STRING), ':', "
                                           f"CAST({off} AS STRING))"}

@@ -134,6 +134,14 @@ class StagedRows:
                 cur.execute(sql.SQL("UPDATE {} SET after = %s::jsonb, hole = %s WHERE kind = 'r' AND topic = %s AND "
                                     "part = %s AND off = %s").format(self._batch),
                             (after, "__debezium_unavailable_value" in after, topic, part, off))
+        # a key deleted in one task's part and inserted or updated in an earlier one: the delete
+        # carries that row image (core.batch_events.with_last_image, across tasks)
+        cur.execute(sql.SQL("UPDATE {} d SET after = r.prev_after FROM (SELECT b.ctid AS id, lag(b.after) OVER w AS "
+                            "prev_after, lag(b.op) OVER w AS prev_op, lead(b.off) OVER w AS next_off FROM {} b WHERE {} "
+                            "AND b.topic <> ALL(%s) WINDOW w AS (PARTITION BY b.topic, b.part, b.key ORDER BY b.off)) r "
+                            "WHERE d.ctid = r.id AND r.next_off IS NULL AND d.op = 'd' AND d.after IS NULL "
+                            "AND r.prev_op <> 'd'").format(self._batch, self._batch, where),
+                    (split, sorted(self.versioned)))
         cur.execute(sql.SQL("DELETE FROM {} WHERE ctid IN (SELECT ctid FROM (SELECT b.ctid, row_number() OVER ("
                             "PARTITION BY b.topic, b.part, b.key ORDER BY b.off DESC) AS nth FROM {} b WHERE {} AND "
                             "b.topic <> ALL(%s)) r WHERE r.nth > 1)").format(self._batch, self._batch, where),

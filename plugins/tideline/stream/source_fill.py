@@ -34,7 +34,10 @@ def fill_from_source(rows: pa.Table, by_topic: dict, source_schema, engine, src)
     no longer has left out (see the module). `by_topic`: topic -> StreamTable; `source_schema(name)`."""
     if not rows.num_rows:
         return rows
-    holes = pc.fill_null(pc.match_substring(rows.column("after"), "__debezium_unavailable_value"), False)
+    # a delete's image (core.batch_events.with_last_image) is never read from the source, which no
+    # longer has the row: what it leaves unfilled, the target's row holds (core.apply_sql)
+    holes = pc.and_(pc.fill_null(pc.match_substring(rows.column("after"), "__debezium_unavailable_value"), False),
+                    pc.fill_null(pc.not_equal(rows.column("op"), "d"), True))
     if not pc.any(holes).as_py():
         return rows
     after, keep = rows.column("after").to_pylist(), [True] * rows.num_rows

@@ -27,7 +27,7 @@ from tideline.core.verify_side import VerifySide
 from tideline.core.kafka_access import KafkaAccess
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
-from tideline.core.errors import SourceError, TargetError, TidelineError
+from tideline.core.errors import SourceError, TargetError
 from tideline.core.row_filter import RowFilter
 from tideline.core.table_extras import DELETED_AT, VALID_TO, TableExtras
 from tideline.core.table_shape import TableShape

@@ -3,6 +3,7 @@ by verify, read back by repair, which re-reads exactly the ranges found differen
 from __future__ import annotations
 
 from tideline import state
+from tideline.core.config import PipelineConfig
 from tideline.core.verify_plan import KeyRange, VerifyReport
 
 

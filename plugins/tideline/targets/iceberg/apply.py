@@ -49,6 +49,7 @@ _ARROW = {"int": pa.int32(), "long": pa.int64(), "float": pa.float32(), "double"
           "boolean": pa.bool_(), "string": pa.string(), "binary": pa.binary(), "date": pa.int32(),
           "timestamp": pa.int64(), "timestamptz": pa.int64()}
 OP, PART, OFF, KEY, TS, POS, SEQ = "__tl_op", "__tl_part", "__tl_off", "__tl_key", "__tl_ts", "__tl_pos", "__tl_seq"
+IMG = "__tl_img"   # a soft-delete table's delete carrying its row's last image (core.batch_events.with_last_image)
 
 
 def arrow_type(lake: lake_types.LakeColumn) -> pa.DataType:
@@ -100,9 +101,15 @@ class LakeApply:
 
     # ------------------------------------------------------------------ decode
 
+    def _imaged(self) -> str:
+        """The events whose row image is written: every one but a delete, and with soft deletes a
+        delete carrying its row's last image too (written marked deleted)."""
+        return "(s.op <> 'd' OR s.after IS NOT NULL)" if self.extras.soft_deletes else "s.op <> 'd'"
+
     def _decoded(self, c: Column) -> sql.Composable:
         """The column's value of the event, in its source type (NULL where Debezium did not send
-        an unchanged large value; a delete carries only the key)."""
+        an unchanged large value; a delete carries only the key, or with soft deletes its row's
+        last image)."""
         if c.name in self.primary_key:
             return sql.SQL("CASE WHEN s.op = 'd' THEN {} ELSE {} END").format(
                 value_expr(apply_sql.field("key", c.source_name), c.type, c.encoding), apply_sql.row_value(c))
@@ -110,13 +117,14 @@ class LakeApply:
         if may_be_unavailable(c.type, c.encoding):
             value = sql.SQL("CASE WHEN {} THEN NULL ELSE {} END").format(
                 unavailable_test(apply_sql.field("after", c.source_name), c.type), value)
-        return sql.SQL("CASE WHEN s.op = 'd' THEN NULL ELSE {} END").format(value)
+        return sql.SQL("CASE WHEN {} THEN {} END").format(sql.SQL(self._imaged()), value)
 
     def _query(self, cur, where: sql.Composable | None = None, columns: list[int] | None = None) -> str:
         idx = range(len(self.columns)) if columns is None else columns
         decoded = sql.SQL(", ").join(sql.SQL("{} AS {}").format(self._decoded(self.columns[i]), sql.Identifier(f"c{i}"))
                                      for i in idx)
-        out = ["s.op", "s.part", "s.off", "s.key::text", "s.ts", "s.pos", "s.seq"]
+        out = ["s.op", "s.part", "s.off", "s.key::text", "s.ts", "s.pos", "s.seq",
+               "s.op = 'd' AND s.after IS NOT NULL" if self.extras.soft_deletes else "false"]
         for i in idx:
             lake, value = self.lake[i], f'v."c{i}"'
             refused = f"coalesce(({lake.refuse.replace('{c}', value)}), false)" if lake.refuse else None
@@ -126,8 +134,8 @@ class LakeApply:
             out.append(refused or "false")
             c = self.columns[i]
             unsent = unavailable_test(apply_sql.field("after", c.source_name), c.type)
-            out.append(sql.SQL("s.op <> 'd' AND {}").format(unsent).as_string(cur) if may_be_unavailable(c.type, c.encoding) and c.name not in self.primary_key
-                       else "false")
+            out.append(sql.SQL("{} AND {}").format(sql.SQL(self._imaged()), unsent).as_string(cur)
+                       if may_be_unavailable(c.type, c.encoding) and c.name not in self.primary_key else "false")
         return sql.SQL("SELECT {out} FROM {stage} s, LATERAL (SELECT {decoded}) v WHERE s.tbl = {tbl}{where} "
                        "ORDER BY s.part, s.off").format(
             out=sql.SQL(", ".join(out)), stage=self._events(), decoded=decoded,
@@ -173,11 +181,11 @@ class LakeApply:
         Python (a 258,000-change batch: 2.4 -> ~1 s). NULL is an unquoted empty field, an empty
         string a quoted one; booleans are t/f. Bytes (bytea's hex) and lists (as JSON) are the
         Python-converted exceptions."""
-        names = [OP, PART, OFF, KEY, TS, POS, SEQ] + [f"{x}{i}" for i in range(len(self.lake)) for x in "cru"]
+        names = [OP, PART, OFF, KEY, TS, POS, SEQ, IMG] + [f"{x}{i}" for i in range(len(self.lake)) for x in "cru"]
         typed = {f"c{i}": arrow_type(lake) for i, lake in enumerate(self.lake)}
         as_text = [n for n, t in typed.items() if pa.types.is_binary(t) or pa.types.is_list(t)]
         types = {OP: pa.string(), PART: pa.int32(), OFF: pa.int64(), KEY: pa.string(), TS: pa.int64(),
-                 POS: pa.string(), SEQ: pa.int64()}   # as the CSV is read
+                 POS: pa.string(), SEQ: pa.int64(), IMG: pa.bool_()}   # as the CSV is read
         for i in range(len(self.lake)):
             c = f"c{i}"
             types.update({c: pa.string() if c in as_text else typed[c], f"r{i}": pa.bool_(), f"u{i}": pa.bool_()})
@@ -272,28 +280,34 @@ class LakeApply:
 
     # ------------------------------------------------------------------ the MERGE
 
-    def _extras(self, deleting: bool) -> list[tuple[str, str]]:
+    def _extras(self, deleting: bool | None) -> list[tuple[str, str]]:
         return [(spark_ident(n), v) for n, v in spark_event(self.extras, deleting, f"s.{OP}", f"s.{TS}", f"s.{POS}",
                                                             f"s.{PART}", f"s.{OFF}")]
 
     def merge_sql(self, table_id: str, view: str) -> str:
         """Deletes (with soft deletes: marks), updates (a value Debezium did not send keeps the
-        table's) and inserts by key, each writing the table's extra columns from its event."""
+        table's) and inserts by key, each writing the table's extra columns from its event. With
+        soft deletes, a delete carrying its row's last image (IMG) writes those values marked: onto
+        the row, or as a new row when the table never had it (a key inserted and deleted within
+        one batch), as the PostgreSQL target's apply does (core.apply_sql)."""
         on = " AND ".join(f"t.{spark_ident(k)} <=> s.{spark_ident(k)}" for k in self.primary_key)
         names = [spark_ident(c.name) for c in self.columns]
+        by_op = None if self.extras.soft_deletes else False   # deleted_at by the event's op
         sets = [f"t.{n} = CASE WHEN s.`u{i}` THEN t.{n} ELSE s.{n} END" for i, n in enumerate(names)
-                if self.columns[i].name not in self.primary_key] + [f"t.{n} = {v}" for n, v in self._extras(False)]
+                if self.columns[i].name not in self.primary_key] + [f"t.{n} = {v}" for n, v in self._extras(by_op)]
         update = f" WHEN MATCHED THEN UPDATE SET {', '.join(sets)}" if sets else ""
         delete = ("UPDATE SET " + ", ".join(f"t.{n} = {v}" for n, v in self._extras(True))
                   if self.extras.soft_deletes else "DELETE")
-        added = self._extras(False)
-        return (f"MERGE INTO {table_id} t USING {view} s ON {on} WHEN MATCHED AND s.{OP} = 'd' THEN {delete}{update} "
-                f"WHEN NOT MATCHED AND s.{OP} <> 'd' THEN INSERT ({', '.join(names + [n for n, _ in added])}) "
+        added = self._extras(by_op)
+        marks_only = f" AND NOT s.{IMG}" if self.extras.soft_deletes else ""
+        return (f"MERGE INTO {table_id} t USING {view} s ON {on} WHEN MATCHED AND s.{OP} = 'd'{marks_only} THEN "
+                f"{delete}{update} WHEN NOT MATCHED AND (s.{OP} <> 'd' OR s.{IMG}) THEN INSERT "
+                f"({', '.join(names + [n for n, _ in added])}) "
                 f"VALUES ({', '.join(['s.' + n for n in names] + [v for _, v in added])})")
 
     def projection(self) -> list[str]:
         """Spark values from the read ones (lake_types), plus the op and the unsent-value flags."""
-        out = [OP, PART, OFF, KEY, TS, POS, SEQ]
+        out = [OP, PART, OFF, KEY, TS, POS, SEQ, IMG]
         for i, lake in enumerate(self.lake):
             out.append(f"{lake.spark.replace('{v}', f'c{i}')} AS {spark_ident(lake.name)}")
             out.append(f"u{i}")
@@ -304,7 +318,7 @@ class LakeApply:
         on = " AND ".join(f"t.{spark_ident(k)} <=> s.{spark_ident(k)}" for k in self.primary_key)
         flags = " OR ".join(f"s.`u{i}`" for i in range(len(self.columns)))
         return (f"SELECT s.{PART}, s.{OFF}, s.{KEY} FROM {view} s LEFT ANTI JOIN {table_id} t ON {on} "
-                f"WHERE s.{OP} <> 'd' AND ({flags}) LIMIT 1")
+                f"WHERE (s.{OP} <> 'd' OR s.{IMG}) AND ({flags}) LIMIT 1")
 
     def view_name(self) -> str:
         return f"tl_changes_{uuid.uuid4().hex[:12]}"
