@@ -54,7 +54,7 @@ def test_a_load_halted_by_an_earlier_version_is_loaded_again_by_auto_after_the_u
 def test_a_streaming_table_the_target_lacks_is_said_by_status_watch_and_verify_and_reloaded(
         airflow_env, spark, source_db, target_db, pipelines, unique_name):
     from tideline.airflow import tasks
-    from tideline.ops.status import pipeline_status
+    from tideline.ops.status import not_caught_up, pipeline_status
     from tideline.core.connections import get_connection
     from tideline.verify.compare import verify
     t = f"{unique_name}_gone"
@@ -63,10 +63,15 @@ def test_a_streaming_table_the_target_lacks_is_said_by_status_watch_and_verify_a
         cfg, dag_id = dag_pipeline(pipelines, t)
         assert run_dag(dag_id, stream_mode="available_now")["__run__"] == "success"
         schema = cfg.target_schema(t)
+        with target_db.cursor() as cur:   # emptied by hand: the state still says streaming
+            cur.execute(f"TRUNCATE {schema}.{t}")
+            cur.execute(f"ANALYZE {schema}.{t}")
+        assert tasks.watch(cfg.name)["target_missing"] == [t]
         with target_db.cursor() as cur:
             cur.execute(f"DROP TABLE {schema}.{t}")   # by hand, or a hole not found yet: the state says streaming
         [row] = pipeline_status(cfg)
         assert row.phase == "streaming" and row.target_missing, row
+        assert not_caught_up(cfg, [row]), "streaming onto no table counted as caught up"
         assert f"{cfg.name}.{t}: NOT IN THE TARGET" in row.error and f"tables=[{t}]" in row.error
         watched = tasks.watch(cfg.name)
         assert watched["target_missing"] == [t], watched

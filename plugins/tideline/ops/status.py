@@ -288,7 +288,7 @@ def not_caught_up(cfg: PipelineConfig, rows: list[TableStatus], max_lag: int = 1
     for r in rows:
         if cfg.table(r.table).mode != "cdc":   # batch tables land on their schedule
             continue
-        if r.phase != "streaming":
+        if r.phase != "streaming" or r.target_missing:   # streaming onto no table is not caught up
             out.append(f"{r.table}: {r.phase}" + (f" ({r.error[:200]})" if r.error else ""))
         elif r.lag_total >= max_lag:
             out.append(f"{r.table}: {r.lag_total:,} events behind")
