@@ -241,7 +241,7 @@ def test_a_value_iceberg_cannot_hold_halts_only_its_table_naming_column_and_key_
         st = state.get(lake.connect(), cfg.name, t)
         assert st.phase == "halted", st.phase
         assert f"{cfg.name}.{t}: column due holds infinity" in st.last_error and "key id=777" in st.last_error
-        assert f"action=full_reload and tables=[{t}]" in st.last_error
+        assert f"action=full_reload and tables=[{t}]" in st.last_error and "(action=auto, or Resume" in st.last_error
         assert not lake.pyiceberg_catalog().table_exists((unique_name, t))
         assert state.get(lake.connect(), cfg.name, ok).phase == "streaming"
         with source_db.cursor() as cur:

@@ -358,9 +358,9 @@ class FullLoad:
         waits for a person (the watch DAG alerts it) while the pipeline's other tables go on."""
         with tgt, tgt.cursor() as cur:
             state.halt_in(cur, pipeline=self.cfg.name, table=table, epoch=epoch, event=None, during_load=True,
-                          error=f"full load: {exc} Fix the value at the source, then trigger sync_{self.cfg.name} "
-                                f"with action=full_reload and tables=[{table}] (or action=auto, or Resume in the "
-                                f"view): it is loaded again from a new snapshot, never streamed without its rows.")
+                          error=f"full load: {str(exc).rstrip('. ')}. Once fixed, trigger sync_{self.cfg.name} "
+                                f"(action=auto, or Resume in the view; or action=full_reload and tables=[{table}]): it "
+                                f"is loaded again from a new snapshot, never streamed without its rows.")
 
     def _mode(self, src, shape: TableShape, tcfg) -> tuple[bool, str]:
         """(load in chunks?, why): the table's `snapshot` setting, and for `auto` its size (the
