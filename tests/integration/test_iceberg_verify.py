@@ -139,3 +139,27 @@ def test_verify_refuses_a_key_whose_iceberg_order_is_not_the_sources(spark, sour
             verify(cfg, *conns(), [t])
     finally:
         drop_source(source_db, t)
+
+
+def test_an_infinite_time_at_the_source_is_a_difference_verify_reports_not_a_crash(spark, source_db, pipelines,
+                                                                                     unique_name, lake):
+    """Found trying the halted-table fix as a new user: a table halted on a -infinity the Iceberg
+    column cannot hold, then verified, failed the whole verify ("cannot convert infinity to
+    bigint") instead of naming the row that differs; a table the target lacks is a difference too."""
+    t, gone = f"{unique_name}_inf", f"{unique_name}_gone"
+    with source_db.cursor() as cur:
+        for name in (t, gone):
+            cur.execute(f"CREATE TABLE public.{name} (id int PRIMARY KEY, at timestamptz, day date)")
+            cur.execute(f"INSERT INTO public.{name} SELECT g, now(), current_date FROM generate_series(1, 50) g")
+    try:
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}, {"name": gone}], capture=True)
+        FullLoad(cfg, spark).run([t])   # `gone` never loaded
+        with source_db.cursor() as cur:
+            cur.execute(f"UPDATE public.{t} SET at = '-infinity' WHERE id = 7")
+            cur.execute(f"UPDATE public.{t} SET day = 'infinity' WHERE id = 8")
+        reports = {r.table: r for r in verify(cfg, *conns(), [t, gone])}
+        assert not reports[t].equal and reports[t].counts["different"] == 2, reports[t].summary()
+        assert sorted(f.key for f in reports[t].samples) == [("7",), ("8",)]
+        assert not reports[gone].equal and reports[gone].counts["missing"] == 50 and reports[gone].no_table
+    finally:
+        drop_source(source_db, t, gone)
