@@ -11,7 +11,7 @@ import pytest
 
 import stackctl
 from tideline import state
-from tideline.ops import alerts
+from tideline import alerts
 
 pytestmark = pytest.mark.integration
 

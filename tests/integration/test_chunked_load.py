@@ -280,7 +280,7 @@ def test_auto_sees_the_size_of_a_plain_table_and_of_a_partitioned_one(source_db,
     consistent snapshot whatever its size), a partitioned one's leaves'; none before ANALYZE."""
     from tideline.core.connections import get_connection
     from tideline.core.table_shape import TableShape
-    from tideline.engines.postgres import PostgresEngine
+    from tideline.engines.postgres.engine import PostgresEngine
     plain, parted = f"{unique_name}_plain", f"{unique_name}_parted"
     with source_db.cursor() as cur:
         cur.execute(f"CREATE TABLE public.{plain} (id int PRIMARY KEY)")

@@ -626,7 +626,7 @@ def test_keys_of_strings_bytes_decimals_and_date_times_are_read_in_slices_of_the
     bytes sort otherwise side by side), bytes from 0x00 to 0xff, negative and positive decimals,
     date-times to the microsecond — every row once, as the row-by-row read gives it, with slices
     cut short by wide rows and read again with fewer keys."""
-    from tideline.pipes import mariadb_pipe
+    from tideline.engines.mariadb import pipe as mariadb_pipe
     from tideline.pipes.copy_pipe import SESSION_OPTIONS
     import psycopg2
     rng = random.Random(5)
@@ -698,7 +698,7 @@ def test_the_pipe_reads_every_row_once_in_key_slices_whatever_their_width_and_sq
     as text, bytes, NULL); a row longer
     than a slice may be stops the read with its key; the source's session killed mid-read fails the
     partition with MariaDB's error."""
-    from tideline.pipes import mariadb_pipe
+    from tideline.engines.mariadb import pipe as mariadb_pipe
     from tideline.pipes.copy_pipe import SESSION_OPTIONS
     import psycopg2
     t = "pipe_slices"

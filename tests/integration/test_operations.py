@@ -16,7 +16,7 @@ from test_dags import airflow_env, dag_pipeline, make_table, run_dag  # noqa: F4
 from tideline import state
 from tideline.ops import doctor
 from tideline.stream import coverage
-from tideline.ops.alerts import notify
+from tideline.alerts import notify
 from tideline.capture.connector import ConnectClient
 from tideline.core.connections import get_connection
 from tideline.core.debezium import connector_name
@@ -222,7 +222,7 @@ def test_an_idle_pipeline_does_not_pin_the_sources_wal(spark, source_db, pipelin
 
 def test_the_doctor_judges_the_source_role_least_privilege_naming_the_grant(source_db, pipelines, unique_name):
     """Each role a user's DBA might give Tideline, asked the real database what it may do."""
-    from tideline.engines.postgres_capture import role_checks
+    from tideline.engines.postgres.capture import role_checks
     t, role = f"{unique_name}_priv", f"r_{unique_name}"
     make_table(source_db, t, 10)
     super_url = stackctl.pg_url(stackctl.DATABASES["source"], stackctl.PG_SUPERUSER, stackctl.PG_SUPERPASS)
@@ -280,7 +280,7 @@ def test_the_stacks_own_roles_are_least_privileged_and_the_dbas_functions_do_onl
     """Tideline runs as tideline_cdc / tideline_sync, as a DBA would set it up: the publication and
     heartbeat table come from tideline_dba's two functions, and those refuse anything else."""
     from tideline import engines
-    from tideline.engines.postgres_capture import role_checks
+    from tideline.engines.postgres.capture import role_checks
     t, t2, hidden = f"{unique_name}_a", f"{unique_name}_b", f"{unique_name}_hidden"
     make_table(source_db, t, 10)
     make_table(source_db, t2, 10)

@@ -108,3 +108,72 @@ def test_the_core_imports_nothing_above_it_and_only_the_registry_names_a_targets
         inside = [d for d in deps if d.startswith(("tideline.targets.postgres", "tideline.targets.iceberg"))]
         if not name.startswith("tideline.targets."):
             assert inside == [], f"{name} imports a target's package ({inside}): ask the registry (tideline.targets)"
+
+
+# The library's layers, top to bottom (docs/architecture.md draws them): a module imports only
+# its own layer or the ones below. Within a layer, packages import each other freely (no circle:
+# the test above). A new package must be placed here, or this test names it.
+LAYERS = (
+    ("orchestration", {"airflow", "view"}),
+    ("operations", {"ops"}),                       # status, doctor, lifecycle: they read everything below
+    ("the work", {"stream", "verify"}),
+    ("the load", {"load"}),                        # the stream starts from a load's position
+    ("capture", {"capture"}),
+    ("seams", {"engines", "targets", "entrypoints", "commands"}),
+    ("services", {"state", "alerts", "pipes", "postgres_sql", "kafka_offsets", "packaging", "launcher",
+                  "spark_session", "sqlfiles"}),
+    ("pure core", {"core"}),
+)
+OUTSIDE = {"tideline", "__main__"}   # the package's face and `python -m tideline` (the command line over it)
+
+
+def _layer_of(module: str) -> int | None:
+    top = module.split(".")[1] if "." in module else module
+    if top in OUTSIDE:
+        return None
+    for i, (_name, tops) in enumerate(LAYERS):
+        if top in tops:
+            return i
+    raise AssertionError(f"{module}: its package {top!r} is in no layer of test_architecture.LAYERS")
+
+
+def test_each_layer_imports_only_itself_and_the_layers_below():
+    graph = _graph(ROOT / "plugins" / "tideline", "tideline")
+    upward = []
+    for name, deps in sorted(graph.items()):
+        mine = _layer_of(name)
+        for dep in sorted(deps):
+            theirs = _layer_of(dep)
+            if mine is not None and theirs is not None and theirs < mine:
+                upward.append(f"{name} ({LAYERS[mine][0]}) imports {dep} ({LAYERS[theirs][0]})")
+    assert upward == [], upward
+
+
+def test_only_the_registries_name_a_source_or_target_package():
+    graph = _graph(ROOT / "plugins" / "tideline", "tideline")
+    kinds = ("tideline.engines.postgres", "tideline.engines.mariadb", "tideline.targets.postgres",
+             "tideline.targets.iceberg")
+    for name, deps in graph.items():
+        inside = [d for d in deps if d.startswith(kinds) and not name.startswith(".".join(d.split(".")[:3]))]
+        assert inside == [], f"{name} imports a source's or target's package ({inside}): ask the registry"
+
+
+def test_no_sql_on_the_state_schema_outside_the_state_room():
+    """One way into the state: tideline.state (records, chunks, staging, ledger). A query on
+    `tideline.*` written anywhere else is a second door, which the state's own database (the lake
+    work: state in a database of its own) would have to find and move."""
+    import re
+    query = re.compile(r"\b(FROM|INTO|UPDATE|JOIN|TABLE|to_regclass\(')\s+'?tideline\.", re.IGNORECASE)
+    found = []
+    for path in sorted((ROOT / "plugins" / "tideline").rglob("*.py")):
+        if "state" in path.relative_to(ROOT / "plugins" / "tideline").parts[:1]:
+            continue
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)   # docstrings may name the state's tables
+                if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs \
+                    and query.search(node.value):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == [], found

@@ -1,5 +1,5 @@
 """The doctor's judgements from facts: each misconfiguration it knows, and what it tells to do."""
-from tideline.ops.alerts import webhook_url
+from tideline.alerts import webhook_url
 from tideline.core import doctor_checks as dc
 from tideline.core.config import parse_pipeline
 from tideline.core.connections import Conn

@@ -64,7 +64,7 @@ def test_postgres_tls_reaches_psycopg2_and_jdbc():
 def test_the_connectors_get_tls_and_the_schema_history_login():
     from tideline.core import debezium
     from tideline.core.config import load_pipeline
-    from tideline.engines.mariadb_capture import MariaDbCapture
+    from tideline.engines.mariadb.capture import MariaDbCapture
     cfg = load_pipeline(ROOT / "pipelines" / "demo.yaml")
     src = get_connection("s", {"AIRFLOW_CONN_S": json.dumps({
         "conn_type": "postgres", "host": "h", "login": "u", "password": "p", "schema": "d",

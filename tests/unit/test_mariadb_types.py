@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tideline.core import mariadb_types as mt
-from tideline.engines.mariadb_capture import capture_problems, gtids_cover, mariadb_privileges, parse_gtids
+from tideline.engines.mariadb.capture import capture_problems, gtids_cover, mariadb_privileges, parse_gtids
 
 
 @pytest.mark.parametrize("column_type, pg_type, encoding", [
@@ -107,7 +107,7 @@ def test_what_existing_rows_hold_when_a_column_is_added():
 
 def test_an_integer_key_is_cut_by_value_without_ranking_the_table_unless_its_keys_lie_unevenly():
     from tideline.core.verify_plan import integer_cuts
-    from tideline.engines.mariadb_keys import integer_type, uneven
+    from tideline.engines.mariadb.keys import integer_type, uneven
 
     def value_cuts(lo, hi, parts):   # as the full load asks: `parts` ranges of equal width
         return [int(c) for (c,) in integer_cuts(lo, hi, parts, 1, parts)]
@@ -125,7 +125,7 @@ def test_an_integer_key_is_cut_by_value_without_ranking_the_table_unless_its_key
 
 
 def test_keys_read_in_slices_of_their_own_order_are_those_whose_max_order_and_comparison_agree():
-    from tideline.engines.mariadb import _keyset_type
+    from tideline.engines.mariadb.engine import _keyset_type
     for pg_type in ("character varying(40)", "character(3)", "bytea", "numeric(20,6)", "date",
                     "timestamp(6) without time zone", "timestamp(0) with time zone"):
         assert _keyset_type(pg_type), pg_type

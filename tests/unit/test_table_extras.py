@@ -305,7 +305,7 @@ def test_a_slimmed_source_block_must_keep_what_the_tables_read_from_it():
 
 def test_history_from_mariadb_is_refused_on_a_binlog_of_several_gtid_domains_and_seeds_each_partitions_snapshot():
     from tideline.engines.base import Snapshot
-    from tideline.engines.mariadb import MariaDbEngine, _one_domain
+    from tideline.engines.mariadb.engine import MariaDbEngine, _one_domain
     _one_domain("0-1-42", "p.t")
     _one_domain("", "p.t")
     with pytest.raises(SourceError, match=r"p\.t: .*several GTID domains \(0-1-42,1-2-7\)"):
@@ -316,5 +316,5 @@ def test_history_from_mariadb_is_refused_on_a_binlog_of_several_gtid_domains_and
     assert "BINLOG_GTID_POS(" in snap.session_init and "BINLOG_SNAPSHOT_POSITION" in snap.session_init
     assert snap.order == "CAST(@tl_snapshot_seq AS CHAR)"
     with pytest.raises(SourceError, match="orders a history table's versions by commit time"):
-        from tideline.engines.postgres import PostgresEngine
+        from tideline.engines.postgres.engine import PostgresEngine
         PostgresEngine.order_snapshot(type("E", (), {"kind": "postgres"})(), snap, "p.t")

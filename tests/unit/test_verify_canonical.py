@@ -9,7 +9,7 @@ from tideline.core.errors import SourceError
 from tideline.core.table_shape import Column, TableShape
 from tideline.core.verify_canonical import MariaDbDialect, check_keys
 from tideline.core.verify_plan import KeyRange
-from tideline.engines.mariadb import batch_bounds
+from tideline.engines.mariadb.engine import batch_bounds
 
 
 def quote(text: str) -> str:

@@ -1,10 +1,10 @@
-"""Airflow connections -> Tideline's Conn: inside tasks, and for the command lines (never at DAG
-parse time)."""
+"""Airflow connections -> Tideline's Conn inside tasks (never at DAG parse time); outside a task, as
+Airflow's api-server finds them: tideline.commands.from_airflow."""
 from __future__ import annotations
 
 import json
-import os
 
+from tideline.commands import from_airflow  # noqa: F401 — the view's lookup, re-exported
 from tideline.core.connections import Conn, env_var_name
 
 
@@ -25,22 +25,3 @@ def spark_env(conn_ids: list[str]) -> dict[str, str]:
             "conn_type": c.conn_type, "host": c.host, "port": c.port, "login": c.login,
             "password": c.password, "schema": c.schema, "extra": c.extra})
     return env
-
-
-def from_airflow(conn_id: str) -> Conn:
-    """A connection looked up the way Airflow's api-server does (secrets backends, AIRFLOW_CONN_*,
-    the metadata database) — for code that runs in Airflow but outside a task (the view)."""
-    from airflow.models.connection import Connection
-    c = Connection.get_connection_from_secrets(conn_id)
-    return Conn(conn_id, c.conn_type or "", c.host, int(c.port) if c.port else None, c.login, c.password,
-                c.schema, c.extra_dejson or {})
-
-
-def for_commands() -> None:
-    """Tideline's command lines (status, doctor, verify, lifecycle) find a connection kept in
-    Airflow — added in its UI or with `airflow connections add` — as its tasks do, when the
-    environment does not define it; on a machine without Airflow configured they keep to the
-    environment."""
-    from tideline.core.connections import look_up_elsewhere
-    if os.environ.get("AIRFLOW_HOME") or os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
-        look_up_elsewhere(from_airflow)

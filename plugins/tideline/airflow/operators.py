@@ -133,7 +133,7 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
         from tideline import state
         from tideline.airflow import connections
         try:
-            conn = state.connect(connections.get(cfg.target.conn_id), connect_timeout=10)
+            conn = state.of_pipeline(cfg, connections.get, connect_timeout=10)
         except state.ERRORS as exc:
             self.log.warning("the wait is not recorded in the state (its database does not answer: %s)",
                              str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
@@ -199,7 +199,7 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
 
 def alert_sender(cfg):
     """notify(event, message) for this pipeline, resolving its webhook through Airflow."""
-    from tideline.ops import alerts
+    from tideline import alerts
     from tideline.airflow import connections
     return lambda event, message, subject="": alerts.notify(cfg, event, message, resolve=connections.get)
 
@@ -238,7 +238,7 @@ class CoverageSensor(BaseSensorOperator, Follows):
         tables += [t for t in plan.get("paused", []) if t not in tables]   # warned when retention nears them
         try:
             kafka = connections.get(cfg.kafka.conn_id).kafka_access
-            conn = state.connect(connections.get(cfg.target.conn_id))
+            conn = state.of_pipeline(cfg, connections.get)
         except errors.TransientError as exc:
             self.log.warning("cannot check coverage yet: %s", exc)
             return False

@@ -7,8 +7,9 @@ from datetime import datetime, timezone
 from airflow.sdk.exceptions import AirflowFailException
 
 from tideline import state
+from tideline.state import ledger
 
-from tideline.ops import alerts
+from tideline import alerts
 from tideline.airflow import connections
 from tideline.airflow.operators import alert_sender
 from tideline.airflow.pipelines import get_pipeline
@@ -45,7 +46,7 @@ def ensure_capture(cfg) -> list[str]:
     from tideline.capture.connector import ensure_capture as ensure
     from tideline.core.errors import SourceError
     target = connections.get(cfg.target.conn_id)
-    conn = state.connect(target)
+    conn = state.of_pipeline(cfg, connections.get)
     try:
         state.migrate(conn)
         return ensure(cfg, connections.get(cfg.kafka.conn_id), connections.get(cfg.connect.conn_id),
@@ -74,7 +75,7 @@ def doctor(cfg) -> None:
 def decide(cfg, checked: dict) -> dict:
     """Per table: full load (never loaded, needs re-snapshot, or asked for) or straight to streaming.
     The state schema is in place (ensure_capture, before it)."""
-    conn = state.connect(connections.get(cfg.target.conn_id))
+    conn = state.of_pipeline(cfg, connections.get)
     try:
         phases = {}
         for t in cfg.tables:
@@ -90,7 +91,7 @@ def decide(cfg, checked: dict) -> dict:
                     "applied what Kafka holds, starts a continuous stream again", cfg.name, ", ".join(plan["hand_back"]))
     _pause_and_resume(cfg, plan, checked)
     if plan["resumed"]:
-        conn = state.connect(connections.get(cfg.target.conn_id))
+        conn = state.of_pipeline(cfg, connections.get)
         try:
             for table in plan["resumed"]:
                 log.warning("%s.%s was HALTED (%s); %s", cfg.name, table, phases[table][1], plan["reasons"][table])
@@ -125,7 +126,7 @@ def _pause_and_resume(cfg, plan: dict, checked: dict) -> None:
     own position (the coverage sensor checks Kafka still holds it)."""
     if not plan["pause"] and not plan["unpause"]:
         return
-    conn = state.connect(connections.get(cfg.target.conn_id))
+    conn = state.of_pipeline(cfg, connections.get)
     try:
         for table in list(plan["pause"]):
             if not state.park(conn, cfg.name, table, "paused", f"paused by {checked.get('run', 'a person')}",
@@ -249,15 +250,9 @@ def scheduled_verify(pipeline: str) -> list[dict]:
 
 def loaded_tables(cfg, tables: list[str]) -> list[str]:
     """The tables a full load has finished for and that are not waiting for a reload."""
-    conn = state.connect(connections.get(cfg.target.conn_id))
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT to_regclass('tideline.table_state') IS NOT NULL")
-            if not cur.fetchone()[0]:
-                return []
-            cur.execute("SELECT table_name FROM tideline.table_state WHERE pipeline = %s AND table_name = ANY(%s) "
-                        "AND phase IN ('streaming', 'halted')", (cfg.name, tables))
-            done = {r[0] for r in cur.fetchall()}
+    conn = state.of_pipeline(cfg, connections.get)
+    try:   # paused ones too: verify finds what differs whatever the phase (a halted load: a table the target lacks)
+        done = set(ledger.tables_in_phases(conn, cfg.name, tables, ("streaming", "halted", "paused")))
         return [t for t in tables if t in done]
     finally:
         conn.close()
@@ -272,7 +267,7 @@ def watch(pipeline: str) -> dict:
     from tideline.ops import in_target
     from tideline.stream import coverage
     cfg = get_pipeline(pipeline)
-    conn = state.connect(connections.get(cfg.target.conn_id))
+    conn = state.of_pipeline(cfg, connections.get)
     try:
         state.migrate(conn)
         tables = [t.name for t in cfg.tables if t.mode == "cdc"]

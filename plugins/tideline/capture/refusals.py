@@ -43,7 +43,7 @@ def record(cfg: PipelineConfig, target_conn, refused: dict[str, Refusal],
         log.error("%s", text)
         state.refuse(target_conn, cfg.name, name, text)
         if notify is not None:
-            from tideline.ops import alerts
+            from tideline import alerts
             notify(alerts.TABLE_REFUSED, text, subject=name)
     back = [name for name in checked if name not in refused and state.unrefuse(target_conn, cfg.name, name)]
     for name in back:

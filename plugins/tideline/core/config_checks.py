@@ -3,6 +3,8 @@ runs them while it validates; each raises ValueError, which the config names wit
 and field)."""
 from __future__ import annotations
 
+from tideline.core.support import source_facts
+
 
 def source_fields(cfg) -> None:
     """A slimmed source block (kafka.source_fields) must keep what the tables' options read from it:
@@ -11,11 +13,11 @@ def source_fields(cfg) -> None:
     kept = cfg.kafka.source_fields
     if kept is None:
         return
-    wants = {"postgres": ["lsn"], "mariadb": ["gtid", "file", "pos"]}[cfg.source.kind]
+    facts = source_facts(cfg.source.kind)
     for t in cfg.tables:
-        missing = ([f for f in wants if f not in kept] if "source_position" in t.metadata else []) + \
+        missing = ([f for f in facts.position_fields if f not in kept] if "source_position" in t.metadata else []) + \
             (["ts_us"] if t.history and "ts_us" not in kept else []) + \
-            (["gtid"] if t.history and cfg.source.kind == "mariadb" and "gtid" not in kept else [])
+            ([f for f in facts.order_fields if f not in kept] if t.history else [])
         if missing:
             raise ValueError(f"table {t.name!r} reads {', '.join(missing)} from the change events' source block "
                              f"(metadata: source_position / history), which kafka.source_fields leaves out: add "

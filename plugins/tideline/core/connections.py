@@ -103,7 +103,7 @@ def parse_connection(conn_id: str, value: str) -> Conn:
 
 # Where a connection the process environment lacks is looked up next: a command line run on a
 # machine with Airflow sets Airflow's own lookup (its secrets backends and metadata database, so
-# a connection added in Airflow's UI or CLI is found: tideline.airflow.connections.for_commands);
+# a connection added in Airflow's UI or CLI is found: tideline.commands.for_commands);
 # None in a Spark job, which gets every connection it needs in its environment.
 _elsewhere: Callable[[str], "Conn"] | None = None
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import sqlglot
 from sqlglot import exp
 
-DIALECTS = {"postgres": "postgres", "mariadb": "mysql"}   # a source kind -> sqlglot's dialect
+from tideline.core.support import source_facts   # a source kind's SQL dialect and its case of names
+
 _REFUSED = (exp.Select, exp.Subquery, exp.AggFunc, exp.Window, exp.Placeholder, exp.Parameter)
 # a predicate over the clock or chance holds differently at the snapshot and at each event, and a
 # row drifts out of it with no event to say so: refused (filter on the row's own values)
@@ -28,7 +29,7 @@ class RowFilter:
 
     @property
     def _tree(self) -> exp.Expression:
-        return sqlglot.parse_one(self.text, read=DIALECTS[self.source_kind])
+        return sqlglot.parse_one(self.text, read=source_facts(self.source_kind).filter_dialect)
 
     @property
     def columns(self) -> list[str]:
@@ -41,7 +42,7 @@ class RowFilter:
 
     def source_sql(self) -> str:
         """The predicate as the source runs it (snapshot reads, verify's source side, repair)."""
-        return self._tree.sql(dialect=DIALECTS[self.source_kind])
+        return self._tree.sql(dialect=source_facts(self.source_kind).filter_dialect)
 
     def target_sql(self, have: list[str], alias: str, renamed: dict[str, str] | None = None) -> str:
         """The predicate in PostgreSQL, each column read from `alias` (a row of the decoded
@@ -59,7 +60,7 @@ class RowFilter:
 def _resolve(name: str, have: list[str], source_kind: str) -> str | None:
     if name in have:
         return name
-    if source_kind == "mariadb" or name == name.lower():   # unquoted: PostgreSQL folds to lower case
+    if not source_facts(source_kind).folds_unquoted_names or name == name.lower():   # unquoted: folded
         found = [h for h in have if h.lower() == name.lower()]
         return found[0] if len(found) == 1 else None
     return None
@@ -68,7 +69,7 @@ def _resolve(name: str, have: list[str], source_kind: str) -> str | None:
 def parse(text: str, source_kind: str) -> RowFilter:
     """A checked predicate; ValueError saying what is wrong with it."""
     try:
-        tree = sqlglot.parse_one(text, read=DIALECTS[source_kind])
+        tree = sqlglot.parse_one(text, read=source_facts(source_kind).filter_dialect)
     except sqlglot.errors.ParseError as exc:
         raise ValueError(f"{text!r} does not parse as a {source_kind} predicate: "
                          f"{str(exc).splitlines()[0]}") from None

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tideline.core.errors import SourceError
+from tideline.core.table_shape import TableShape, select_columns
+
 KINDS = {"r": "table", "p": "partitioned table", "v": "view", "m": "materialized view", "f": "foreign table",
          "S": "sequence", "c": "composite type", "t": "TOAST table", "I": "partitioned index", "i": "index"}
 IDENTITIES = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX"}
@@ -146,3 +149,28 @@ def partition_tree_change(known: dict[str, dict], now: dict[str, dict]) -> str |
     if gone:
         parts.append(f"partition(s) {', '.join(gone)} detached or dropped (their rows left without delete events)")
     return "; ".join(parts) or None
+
+
+def finish_shape(label: str, shape: TableShape, configured_pk, tcfg) -> TableShape:
+    """Checks the configured key against the source's and applies the column selection (every engine)."""
+    if not shape.columns:
+        raise SourceError(f"{label} has no columns.")
+    if configured_pk is not None:
+        if not shape.primary_key:
+            raise SourceError(
+                f"{label}: the pipeline config says primary_key {configured_pk} but the source table has no "
+                f"primary key. Add it at the source (ALTER TABLE {shape.schema}.{shape.name} ADD PRIMARY KEY "
+                f"(...)): changes are applied by key.")
+        if list(shape.primary_key) != list(configured_pk):
+            raise SourceError(f"{label}: the pipeline config says primary_key {configured_pk} but the source's "
+                              f"primary key is {list(shape.primary_key)}. Make the config match the source.")
+    if tcfg is not None and (tcfg.columns is not None or tcfg.exclude_columns):
+        shape = select_columns(shape, tcfg.columns, tcfg.exclude_columns, label)
+    if tcfg is not None and tcfg.rename:   # the names the target gives its columns (core.target_names)
+        from tideline.core.target_names import TargetNames
+        TargetNames.of(tcfg).check(shape, label)
+    if tcfg is not None and tcfg.hash_columns:   # held as salted hashes (core.column_hash)
+        from tideline.core import column_hash
+        salt = column_hash.salt_of(tcfg._hash_salt_conn) if tcfg._hash_salt_conn else None
+        shape = column_hash.hashed_shape(shape, tcfg.hash_columns, salt, label)
+    return shape

@@ -18,6 +18,8 @@ Modes:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 MODES = ("cdc", "batch", "verify", "maintenance", "extras", "partitioning", "history")
 
 # (source kind, target kind) -> the modes built and tested for the pair
@@ -28,6 +30,28 @@ SUPPORT: dict[tuple[str, str], frozenset[str]] = {
     ("postgres", "iceberg"): frozenset({"cdc", "verify", "maintenance", "extras", "partitioning", "history"}),
     ("mariadb", "iceberg"): frozenset({"cdc", "maintenance", "extras", "partitioning", "history"}),   # verify: no MariaDB side in Iceberg's order yet
 }
+
+
+@dataclass(frozen=True)
+class SourceFacts:
+    """What the pure core must know of a kind of source before any of its code is imported (config
+    validation, row filters, the extras of a history table): one line per kind in SOURCES, which
+    the engines' registry checks against the packages it finds (engines.check_support). Everything
+    else about a source is its package's (engines.<kind>)."""
+    position_fields: tuple[str, ...]   # the Debezium source block's fields a row's source_position is made of
+    order_fields: tuple[str, ...]      # ...and those a history table orders its versions by ((): commit time)
+    filter_dialect: str                # sqlglot's name of its SQL: a row_filter is written in it
+    folds_unquoted_names: bool         # an unquoted name in its SQL is lower case (PostgreSQL), or as written
+
+
+SOURCES: dict[str, SourceFacts] = {
+    "postgres": SourceFacts(("lsn",), (), "postgres", True),
+    "mariadb": SourceFacts(("gtid", "file", "pos"), ("gtid",), "mysql", False),
+}
+
+
+def source_facts(kind: str) -> SourceFacts:
+    return SOURCES[kind]
 
 
 def source_kinds() -> list[str]:

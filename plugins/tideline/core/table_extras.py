@@ -57,10 +57,13 @@ class TableExtras:
     @classmethod
     def of(cls, table_config, source_kind: str | None = None) -> "TableExtras":
         """The table's extras; `source_kind` (the pipeline's source.kind) says how a history
-        table orders its versions: by commit time (PostgreSQL), or by GTID (MariaDB)."""
+        table orders its versions: by commit time (PostgreSQL), or by its log position (MariaDB's
+        GTID): core.support.SourceFacts.order_fields."""
+        from tideline.core.support import source_facts
         history = getattr(table_config, "history", False)
+        by_position = history and source_kind is not None and bool(source_facts(source_kind).order_fields)
         return cls(table_config.deletes == "soft", tuple(m for m in METADATA if m in table_config.metadata),
-                   history, getattr(table_config, "changelog", False), history and source_kind == "mariadb")
+                   history, getattr(table_config, "changelog", False), by_position)
 
     @property
     def columns(self) -> list[ExtraColumn]:

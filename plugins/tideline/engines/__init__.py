@@ -1,34 +1,106 @@
-"""Source engines: everything that differs between the databases Tideline reads from.
+"""Source engines: everything that differs between the databases Tideline reads from, behind one
+registry — the same shape as the targets' (tideline.targets).
 
-One module per engine (postgres, mariadb), one interface (`base.SourceEngine`); full load, stream,
-batch, verify, repair and doctor call the interface and never ask which engine they hold. The
-engine is the pipeline's `source.kind` (known when DAGs are parsed); the source connection's type
-is checked against it wherever a pipeline's engine is made (`for_pipeline`).
+Each kind of source is a package here (`postgres/`, `mariadb/`) whose `__init__` declares a
+`SOURCE = SourceSpec(...)`: its kind, the Airflow connection types that name it, and its
+implementation ("module:Class"). The registry finds the packages by themselves and reads those
+declarations without importing any driver; only `engine_class` imports a source's code. What the
+pure core must know of a kind of source before that (its SQL dialect for row filters, the fields
+of its log position) is its line in core.support.SOURCES, which `check_support` holds to the
+packages. Full load, stream, batch, verify, repair and doctor call the interface (`base.SourceEngine`)
+and never ask which engine they hold.
+
+The kind is the pipeline's `source.kind` (known when DAGs are parsed); the source connection's type
+is checked against it wherever a pipeline's engine is made (`for_pipeline`). Adding a source is a
+new package here and its lines in core.support; nothing else changes.
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from tideline.core.connections import Conn, check_kind
 from tideline.core.errors import ConfigError
-from tideline.engines.base import Snapshot, SourceEngine
+from tideline.engines.base import Snapshot, SourceEngine, SourceSpec
 
-KINDS = {"postgres": "postgres", "postgresql": "postgres", "mysql": "mariadb", "mariadb": "mariadb"}
+_REGISTRY: dict[str, SourceSpec] = {}
+_CLASSES: dict[str, type[SourceEngine]] = {}
+_DISCOVERED = False
+
+
+def register(spec: SourceSpec) -> None:
+    """Adds a kind of source (the packages here register themselves; a plugin or a test may add one)."""
+    _REGISTRY[spec.kind] = spec
+    _CLASSES.pop(spec.kind, None)
+
+
+def unregister(kind: str) -> None:
+    _REGISTRY.pop(kind, None)
+    _CLASSES.pop(kind, None)
+
+
+def _discover() -> None:
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    for info in pkgutil.iter_modules(__path__):
+        if info.ispkg:
+            spec = getattr(importlib.import_module(f"{__name__}.{info.name}"), "SOURCE", None)
+            if isinstance(spec, SourceSpec) and spec.kind not in _REGISTRY:
+                register(spec)
+    _DISCOVERED = True
+    check_support()
+
+
+def kinds() -> list[str]:
+    """Every registered kind of source, sorted."""
+    _discover()
+    return sorted(_REGISTRY)
+
+
+def spec(kind: str) -> SourceSpec:
+    _discover()
+    try:
+        return _REGISTRY[kind]
+    except KeyError:
+        raise ConfigError("source", [("kind", f"is {kind!r}; the kinds of source are: {', '.join(kinds())}")]) from None
+
+
+def check_support() -> None:
+    """Every registered source has its facts in core.support.SOURCES and every source the support
+    table names is registered; else a ConfigError says which and what to add."""
+    from tideline.core import support
+    problems = [(kind, "is a registered source with no line in core.support.SOURCES (its SQL dialect, its log "
+                       "position's fields): add one") for kind in sorted(_REGISTRY) if kind not in support.SOURCES]
+    problems += [(kind, f"is named by core.support but no package registers it (registered: "
+                        f"{', '.join(sorted(_REGISTRY))})")
+                 for kind in sorted(set(support.SOURCES) | set(support.source_kinds())) if kind not in _REGISTRY]
+    if problems:
+        raise ConfigError("the sources (tideline.engines, tideline.core.support)", problems)
 
 
 def kind_of_connection(source: Conn) -> str:
-    """The engine an Airflow connection names, by its connection type."""
-    kind = KINDS.get((source.conn_type or "").lower())
-    if kind is None:
-        raise ConfigError(f"connection {source.conn_id!r}", [(
-            "conn_type", f"is {source.conn_type!r}; a Tideline source is a postgres, mysql or mariadb connection")])
-    return kind
+    """The kind of source an Airflow connection names, by its connection type."""
+    conn_type = (source.conn_type or "").lower()
+    for kind in kinds():
+        if conn_type in _REGISTRY[kind].conn_types:
+            return kind
+    types = sorted({t for k in kinds() for t in _REGISTRY[k].conn_types})
+    raise ConfigError(f"connection {source.conn_id!r}", [(
+        "conn_type", f"is {source.conn_type!r}; a Tideline source is a connection of type {', '.join(types)}")])
 
 
 def engine_class(kind: str) -> type[SourceEngine]:
-    if kind == "postgres":
-        from tideline.engines.postgres import PostgresEngine
-        return PostgresEngine
-    from tideline.engines.mariadb import MariaDbEngine
-    return MariaDbEngine
+    """The implementation of a kind of source, imported on first use."""
+    if kind not in _CLASSES:
+        module, _, name = spec(kind).implementation.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        abstract = sorted(getattr(cls, "__abstractmethods__", ()))
+        if abstract:
+            raise ConfigError(f"source kind {kind!r} ({spec(kind).implementation})", [(
+                "implementation", f"does not implement {', '.join(abstract)}, which every source needs")])
+        _CLASSES[kind] = cls
+    return _CLASSES[kind]
 
 
 def for_source(source: Conn) -> SourceEngine:
@@ -42,4 +114,5 @@ def for_pipeline(cfg, source: Conn) -> SourceEngine:
     return engine_class(cfg.source.kind)(source)
 
 
-__all__ = ["KINDS", "Snapshot", "SourceEngine", "engine_class", "for_pipeline", "for_source", "kind_of_connection"]
+__all__ = ["Snapshot", "SourceEngine", "SourceSpec", "check_support", "engine_class", "for_pipeline", "for_source",
+           "kind_of_connection", "kinds", "register", "spec", "unregister"]

@@ -27,6 +27,17 @@ class Snapshot:
     order: str | None = None
 
 
+@dataclass(frozen=True)
+class SourceSpec:
+    """A kind of source as the registry knows it (engines.<kind>.SOURCE): read without importing
+    its driver (its class is `implementation`, "module:Class", imported on first use). What the
+    pure core must know of it besides is its line in core.support.SOURCES."""
+    kind: str
+    conn_types: tuple[str, ...]    # the Airflow connection types of this kind of source
+    implementation: str
+    description: str = ""
+
+
 class SourceEngine(ABC):
     kind: str = ""
     label: str = ""
@@ -294,8 +305,18 @@ class SourceEngine(ABC):
         """Clears the source's side of a lost position so capture can start afresh."""
 
     @abstractmethod
-    def drop_capture(self, cfg) -> None:
-        """Removes what the source holds for the pipeline's capture."""
+    def drop_capture(self, cfg) -> str:
+        """Removes what the source holds for the pipeline's capture; says what, in words."""
+
+    holds_slots = False   # capture holds a named slot on the source that outlives its connector (orphans)
+
+    def orphan_retained(self, slot: str) -> str | None:
+        """What an orphaned connector's slot retains on the source, in words (None: nothing, or no slot)."""
+        return None
+
+    def drop_orphan_hold(self, slot: str, publication: str | None) -> str:
+        """Drops what an orphaned connector held on the source (its slot, its publication); says what."""
+        raise NotImplementedError(f"{type(self).__name__}: capture holds nothing on the source that outlives it")
 
     # ---------------------------------------------------------------- batch mode
     @abstractmethod

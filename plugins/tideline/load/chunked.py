@@ -141,5 +141,4 @@ def staged(cur, read: ChunkedRead, chunks_rows: dict[int, int], epoch: int, run_
     """Chunks a target staged itself (Iceberg), recorded in the transaction that fenced them, with
     a progress sample of the rows staged so far (the view's bar)."""
     chunks.record_staged(cur, read.load_id, chunks_rows, epoch)
-    cur.execute("SELECT coalesce(sum(rows), 0) FROM tideline.load_chunks WHERE load_id = %s", (read.load_id,))
-    state.record_load_progress(cur.connection, run_id, cur.fetchone()[0], 0)
+    state.record_load_progress(cur.connection, run_id, chunks.rows_stored(cur, read.load_id), 0)

@@ -13,6 +13,7 @@ from typing import Callable
 from confluent_kafka.admin import ConfigResource
 
 from tideline import engines, sqlfiles, state, targets
+from tideline.state import ledger
 from tideline.capture.connector import ConnectClient
 from tideline.core.kafka_access import KafkaAccess
 from tideline.core import doctor_checks as dc
@@ -82,30 +83,20 @@ def kafka_checks(cfg: PipelineConfig, kafka: KafkaAccess | str, skip: set[str] =
     return out
 
 
-def target_checks(cfg: PipelineConfig, target: Conn) -> tuple[list[dc.Check], int]:
+def target_checks(cfg: PipelineConfig, target: Conn, resolve: Callable[[str], Conn]) -> tuple[list[dc.Check], int]:
     """The target's checks, and how many of the pipeline's cdc tables stream (for the slot check)."""
     cdc = [t.name for t in cfg.tables if t.mode == "cdc"]
     store = targets.for_pipeline(cfg, target)
     with store.connect() as conn:
         can_create = {schema: store.can_create(conn, schema) for schema in cfg.target_schemas}
     conn.close()
-    with state.connect(target) as conn, conn.cursor() as cur:
+    with state.of_pipeline(cfg, resolve) as conn, conn.cursor() as cur:
         cur.execute("SELECT CASE WHEN to_regnamespace('tideline') IS NULL THEN has_database_privilege("
                     "current_database(), 'CREATE') ELSE has_schema_privilege('tideline', 'USAGE, CREATE') END")
         state_ok = cur.fetchone()[0]
         cur.execute("SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user")
         role = dc.target_role(*cur.fetchone())
-        cur.execute("SELECT to_regclass('tideline.schema_version') IS NOT NULL")
-        version, streaming, halted = None, 0, []
-        if cur.fetchone()[0]:   # the state schema exists (migrate creates both tables together)
-            cur.execute("SELECT max(version) FROM tideline.schema_version")
-            version = cur.fetchone()[0]
-            cur.execute("SELECT count(*) FROM tideline.table_state WHERE pipeline = %s AND phase = 'streaming' "
-                        "AND table_name = ANY(%s)", (cfg.name, cdc))
-            streaming = cur.fetchone()[0]
-            cur.execute("SELECT table_name, last_error FROM tideline.table_state WHERE pipeline = %s AND phase = "
-                        "'halted' AND table_name = ANY(%s) ORDER BY table_name", (cfg.name, cdc))
-            halted = cur.fetchall()
+        version, streaming, halted = ledger.summary(cur, cfg.name, cdc)
     conn.close()
     return [dc.target_privileges(schema, ok, state_ok) for schema, ok in can_create.items()] + [role] \
         + [dc.state_version(version, _latest_state_version())] \
@@ -128,7 +119,7 @@ def run(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection) ->
     streaming = 0
     if target is not None:
         try:
-            target_found, streaming = target_checks(cfg, target)
+            target_found, streaming = target_checks(cfg, target, conns.get)
             checks += target_found
         except state.ERRORS as exc:   # every target's connections are its state database's
             checks.append(_unreachable("target", "database", exc))
@@ -211,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pipeline", help="one pipeline (default: all)")
     ap.add_argument("--pipelines-dir", default=None)
     args = ap.parse_args(argv)
-    from tideline.airflow.connections import for_commands
+    from tideline.commands import for_commands
     for_commands()
     good, bad = load_pipelines(pipelines_dir(args.pipelines_dir))
     worst = 0

@@ -10,7 +10,7 @@ import logging
 
 from tideline import engines, state, targets
 from tideline.core.phases import holds_load, missing_target
-from tideline.ops import alerts
+from tideline import alerts
 
 log = logging.getLogger("tideline.watch")
 

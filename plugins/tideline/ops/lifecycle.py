@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from psycopg2 import sql
 
 from tideline import engines, state
+from tideline.state import ledger
 from tideline.core.config import PipelineConfig, load_pipeline, load_pipelines
 from tideline.core.connections import Conn, get_connection
 from tideline.core.debezium import connector_name
@@ -66,12 +66,10 @@ def decommission(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conne
     from tideline.engines import connect_secrets
     from tideline.kafka_offsets import admin_client
     done: list[str] = []
-    target = state.connect(resolve(cfg.target.conn_id))
+    target = state.of_pipeline(cfg, resolve)
     try:
         state.migrate(target)
-        with target.cursor() as cur:
-            cur.execute("SELECT table_name FROM tideline.table_state WHERE pipeline = %s", (cfg.name,))
-            tables = [r[0] for r in cur.fetchall()]
+        tables = ledger.tables_in_phases(target, cfg.name, None, ())
         target.rollback()
         for table in tables:   # first: a running stream applies nothing more and stops
             state.park(target, cfg.name, table, "removed", "decommission", "the pipeline is being decommissioned")
@@ -82,9 +80,7 @@ def decommission(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conne
         done.append(f"connector {connector_name(cfg)} and its stored position")
         source = resolve(cfg.source.conn_id)
         engine = engines.for_pipeline(cfg, source)
-        engine.drop_capture(cfg)
-        done.append(f"what the source holds for capture ({engine.position_holder(cfg)}; a publication)"
-                    if cfg.source.kind == "postgres" else f"capture's place on the source ({engine.position_holder(cfg)})")
+        done.append(engine.drop_capture(cfg))
         if cfg.source.heartbeat_table:
             done.append(_forget_heartbeat(cfg, engine))
         admin = admin_client(resolve(cfg.kafka.conn_id).kafka_access)
@@ -95,7 +91,7 @@ def decommission(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conne
         done.append(f"{len(topics)} Kafka topic(s)" + (f": {', '.join(topics)}" if topics else ""))
         done += _drop_leftovers(cfg, resolve, [(cfg.target_schema(t), cfg.target_table(t)) if t in cfg.table_names
                                                else (cfg.target.schema_, t) for t in tables])
-        done.append(f"{_delete_state(target, cfg.name)} state row(s)")
+        done.append(f"{ledger.delete_pipeline(target, cfg.name)} state row(s)")
     finally:
         target.close()
     if config_path is not None and config_path.exists():
@@ -117,7 +113,7 @@ def remove_tables(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conn
     from tideline import targets
     from tideline.kafka_offsets import admin_client
     target = resolve(cfg.target.conn_id)
-    conn = state.connect(target)
+    conn = state.of_pipeline(cfg, resolve)
     try:
         rows = state.removed_tables(conn, cfg.name, [t.name for t in cfg.tables])
         gone = [r[:3] for r in rows]   # where its load put it: the YAML no longer says
@@ -173,21 +169,6 @@ def _forget_heartbeat(cfg: PipelineConfig, engine) -> str:
         conn.close()
     return f"its row of the heartbeat table {cfg.source.heartbeat_table} (the table is shared: it stays)"
 
-
-def _delete_state(conn, pipeline: str) -> int:
-    """Every row of the pipeline in the state schema (each state table has a `pipeline` column)."""
-    with conn, conn.cursor() as cur:
-        cur.execute("SELECT table_name FROM information_schema.columns WHERE table_schema = 'tideline' "
-                    "AND column_name = 'pipeline' ORDER BY table_name")
-        removed = 0
-        for (name,) in cur.fetchall():
-            cur.execute(sql.SQL("DELETE FROM tideline.{} WHERE pipeline = %s").format(sql.Identifier(name)),
-                        (pipeline,))
-            removed += cur.rowcount
-    return removed
-
-
-# ---------------------------------------------------------------- orphans
 
 def orphan_lines(folder: Path, resolve: Callable[[str], Conn] = get_connection) -> list[str]:
     """The orphans in a line each, for the doctor and status (a Connect or Kafka that does not
@@ -254,7 +235,7 @@ def orphans(folder: Path, resolve: Callable[[str], Conn] = get_connection, reach
             orphan.topics = _topics_of(config, resolve, reach.kafka)
             source = _source_of(orphan, reach, resolve)
             if source is not None:
-                orphan.retained = _slot_retained(orphan.slot, source)
+                orphan.retained = engines.for_source(source).orphan_retained(orphan.slot)
             out.append(orphan)
     return out
 
@@ -274,22 +255,9 @@ def _source_of(orphan: Orphan, reach: Reach, resolve) -> Conn | None:
         return None
     for conn_id in reach.sources:
         conn = resolve(conn_id)
-        if conn.conn_type.startswith("postgres") and conn.schema == orphan.database:
+        if engines.engine_class(engines.kind_of_connection(conn)).holds_slots and conn.schema == orphan.database:
             return conn
     return None
-
-
-def _slot_retained(slot: str, source: Conn) -> str | None:
-    from tideline.core.capture_hold import mb
-    conn = engines.for_source(source).connect(autocommit=True, connect_timeout=10)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM "
-                        "pg_replication_slots WHERE slot_name = %s", (slot,))
-            row = cur.fetchone()
-    finally:
-        conn.close()
-    return mb(row[0]) + " of WAL" if row and row[0] is not None else None
 
 
 def remove_orphan(connector: str, folder: Path, resolve: Callable[[str], Conn] = get_connection,
@@ -316,40 +284,13 @@ def remove_orphan(connector: str, folder: Path, resolve: Callable[[str], Conn] =
     client.delete(connector)
     done = [f"connector {connector} and its stored position"]
     if source is not None:
-        conn = engines.for_source(source).connect(autocommit=True)
-        try:
-            with conn.cursor() as cur:
-                _drop_slot(cur, orphan.slot)
-                if orphan.publication:
-                    cur.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(orphan.publication)))
-        finally:
-            conn.close()
-        done.append(f"replication slot {orphan.slot}" + (f" and publication {orphan.publication}"
-                                                          if orphan.publication else ""))
+        done.append(engines.for_source(source).drop_orphan_hold(orphan.slot, orphan.publication))
     if orphan.topics:
         admin = admin_client(resolve(reach.kafka).kafka_access)
         for fut in admin.delete_topics(orphan.topics, operation_timeout=30).values():
             fut.result(60)
         done.append(f"{len(orphan.topics)} topic(s): {', '.join(orphan.topics)}")
     return done
-
-
-def _drop_slot(cur, slot: str, timeout_s: float = 60) -> None:
-    """Drops the slot once the removed connector's walsender has let go of it."""
-    import time
-    deadline = time.monotonic() + timeout_s
-    while True:
-        cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
-        row = cur.fetchone()
-        if row is None:
-            return
-        if not row[0]:
-            cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            return
-        if time.monotonic() > deadline:
-            raise TerminalError(f"replication slot {slot} is still read {timeout_s:.0f}s after its connector was "
-                                f"removed: something else reads it (pg_stat_replication says what); not dropped")
-        time.sleep(0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -368,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--source", action="append", help="source connection id(s) of the orphans' slots")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from tideline.airflow.connections import for_commands
+    from tideline.commands import for_commands
     for_commands()
     folder = pipelines_dir()
     try:

@@ -115,7 +115,7 @@ def pipeline_status(cfg: PipelineConfig, environ=None, connection=None, connect_
     resolve = connection or (lambda conn_id: get_connection(conn_id, environ))
     target_conn = resolve(cfg.target.conn_id)
     store = targets.for_pipeline(cfg, target_conn)
-    target = state.connect(target_conn, connect_timeout)
+    target = state.of_pipeline(cfg, resolve, connect_timeout)
     source, source_error = None, None
     try:
         engine = engines.for_pipeline(cfg, resolve(cfg.source.conn_id))
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pipeline", help="one pipeline (default: all)")
     ap.add_argument("--watch", type=float, default=0, help="refresh every N seconds")
     args = ap.parse_args(argv)
-    from tideline.airflow.connections import for_commands
+    from tideline.commands import for_commands
     for_commands()
     good, bad = load_pipelines(pipelines_dir())
     for path, err in bad.items():

@@ -33,6 +33,13 @@ def connect(target, connect_timeout: int | None = None):
     return connect_postgres(target, connect_timeout=connect_timeout)
 
 
+def of_pipeline(cfg, resolve, connect_timeout: int | None = None):
+    """A connection to a pipeline's state, its connections resolved by `resolve` (conn id -> Conn):
+    the one place that says which database holds a pipeline's state — today the one its target
+    connection names (connect). Callers that have a pipeline come here, not to connect(...)."""
+    return connect(resolve(cfg.target.conn_id), connect_timeout)
+
+
 def migrate(conn) -> int:
     """Creates/updates the state schema idempotently; returns the schema version now in place."""
     files = [n for n in sqlfiles.names("state") if re.match(r"\d{3}_", n)]

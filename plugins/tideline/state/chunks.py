@@ -61,3 +61,9 @@ def record_staged(cur, load_id: int, staged: dict[int, int], epoch: int) -> None
     for chunk, rows in sorted(staged.items()):
         cur.execute("INSERT INTO tideline.load_chunks (load_id, chunk, rows, epoch) VALUES (%s, %s, %s, %s) "
                     "ON CONFLICT DO NOTHING", (load_id, chunk, rows, epoch))
+
+
+def rows_stored(cur, load_id: int) -> int:
+    """Rows the load's committed chunks hold (its progress)."""
+    cur.execute("SELECT coalesce(sum(rows), 0) FROM tideline.load_chunks WHERE load_id = %s", (load_id,))
+    return cur.fetchone()[0]

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tideline import state
+from tideline.state import ledger
 from tideline.core import schema_drift
 from tideline.stream.batch_rows import ArrowRows
 from tideline.stream.handed import hand_over
@@ -330,11 +331,7 @@ class BatchCommitter:
                     {"table": table, "topic": b["topic"], "partition": b["partition"], "offset": b["offset"],
                      "key": b["key"], "error": "not a Debezium change event"})
             return 0, halting
-        for b in bad_rows:
-            cur.execute("INSERT INTO tideline.dead_letters (pipeline, topic, kafka_partition, kafka_offset, key, "
-                        "value, error) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                        (self.cfg.name, b["topic"], b["partition"], b["offset"], b["key"], b["value"],
-                         "not a Debezium change event (unparseable JSON, unknown op, or missing key/row image)"))
+        ledger.keep_unparseable(cur, self.cfg.name, bad_rows)
         log.warning("pipeline %s: %d unparseable events recorded in tideline.dead_letters, first at %s",
                     self.cfg.name, len(bad_rows), where)
         return len(bad_rows), halting

@@ -111,7 +111,7 @@ def review(cfg: PipelineConfig, target_conn, kafka: KafkaAccess | str, tables: l
     needs_resnapshot (the sync DAG reloads them); covered ones are logged with their lag and
     headroom, and headroom under the pipeline's threshold raises an alert.
     notify(event, message, subject=table)."""
-    from tideline.ops import alerts
+    from tideline import alerts
     lost = []
     threshold_s = cfg.alerts.headroom_below_hours * 3600
     for r in (checked if checked is not None else check(cfg, target_conn, kafka, tables)):
@@ -146,7 +146,7 @@ def _warn_paused(cfg: PipelineConfig, r: TableCoverage, notify) -> None:
     look, with the time retention takes it — resumed after that, the table reloads by itself."""
     from datetime import datetime, timedelta, timezone
 
-    from tideline.ops import alerts
+    from tideline import alerts
     if r.gaps:
         notify(alerts.HEADROOM_LOW, f"{r.table} is paused and Kafka's retention already deleted events it needs "
                                     f"({'; '.join(g.describe() for g in r.gaps)}): resuming it (action=resume) "

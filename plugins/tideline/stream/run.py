@@ -28,7 +28,7 @@ from tideline import engines, launcher, state, targets
 
 from tideline.capture import refusals
 
-from tideline.ops import alerts
+from tideline import alerts
 from tideline.core import column_hash
 from tideline.core.batch_events import newest_source_commit
 from tideline.core.config import PipelineConfig

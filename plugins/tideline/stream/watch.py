@@ -12,6 +12,7 @@ import time
 from typing import Callable
 
 from tideline import state
+from tideline.state import ledger
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import get_connection
 from tideline.stream.handed import hand_over
@@ -19,7 +20,7 @@ from tideline.core.errors import (FencedError, OrphanedError, PipelineRemovedErr
                                    TidelineError)
 from tideline.core.source_shapes import partition_tree_change
 from tideline.launcher import Launcher
-from tideline.ops import alerts
+from tideline import alerts
 
 log = logging.getLogger("tideline.incremental.watch")
 
@@ -79,9 +80,7 @@ class StreamWatch:
                 conn = self.store.connect(connect_timeout=5)
                 try:
                     with conn.cursor() as cur:
-                        cur.execute("SELECT table_name, epoch, epoch_owner FROM tideline.table_state "
-                                    "WHERE pipeline = %s AND table_name = ANY(%s)", (self.cfg.name, list(live)))
-                        taken = [(n, e, o) for n, e, o in cur.fetchall() if e != live[n]]
+                        taken = [(n, e, o) for n, e, o in ledger.epochs(cur, self.cfg.name, list(live)) if e != live[n]]
                 finally:
                     conn.close()
             except self.store.errors:

@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m tideline.verify --pipeline NAME [--tables a,b] [--repair]`"""
     import argparse
 
-    from tideline.ops import alerts
+    from tideline import alerts
     from tideline.core.config import load_pipeline
     from tideline.core.connections import get_connection
     from tideline.entrypoints import pipelines_dir, setup_logging
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pipelines-dir", default=None)
     args = ap.parse_args(argv)
     setup_logging()
-    from tideline.airflow.connections import for_commands
+    from tideline.commands import for_commands
     for_commands()
     try:
         cfg = load_pipeline(pipelines_dir(args.pipelines_dir) / f"{args.pipeline}.yaml")

@@ -22,7 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tideline import engines, kafka_offsets, state, targets
-from tideline.verify.findings import missing_report, record
+from tideline.state.ledger import record_verify
+from tideline.verify.findings import missing_report
 from tideline.core.verify_side import VerifySide
 from tideline.core.kafka_access import KafkaAccess
 from tideline.core.config import PipelineConfig
@@ -328,7 +329,7 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], k
                     continue
                 if not store.table_exists(state_conn, cfg.target_schema(table), cfg.target_table(table)):
                     report = missing_report(cfg, engine, src.conn, table, st)
-                    record(state_conn, cfg.name, report)
+                    record_verify(state_conn, cfg.name, report)
                     log.error("%s.%s", cfg.name, report.summary())
                     reports.append(report)
                     continue
@@ -336,7 +337,7 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], k
                     report = verifier.run(table)
                 except (*src.errors, *tgt.errors) as exc:
                     raise SourceError(f"{cfg.name}.{table}: verify failed: {str(exc).strip()}", table=table) from None
-                record(state_conn, cfg.name, report)
+                record_verify(state_conn, cfg.name, report)
                 (log.info if report.equal else log.error)("%s.%s (%.1fs)", cfg.name, report.summary(),
                                                            report.seconds)
                 for line in report.sample_lines():
@@ -353,7 +354,7 @@ def verify_and_repair(cfg: PipelineConfig, source: Conn, target: Conn, tables: l
                       notify, repair_found: bool = False) -> list[VerifyReport]:
     """Verify; alert on each differing table (notify(event, message)); with repair_found, repair
     exactly what differed and verify those tables again. Returns the final reports."""
-    from tideline.ops import alerts
+    from tideline import alerts
     from tideline.verify.repair import repair_verified
     settings = VerifySettings(sample_rows=cfg.verify.sample_rows)
     reports = verify(cfg, source, target, tables, kafka, settings)

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from tideline import engines, state, targets
+from tideline.state import ledger
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.errors import TerminalError
@@ -38,8 +39,7 @@ def _lock_for_repair(cur, pipeline: str, table: str, epoch: int) -> None:
     """The stream's fence (state row locked, epoch unchanged since the repair read its epoch),
     plus: the table must be loaded."""
     state.check_epoch(cur, pipeline, table, epoch)
-    cur.execute("SELECT phase FROM tideline.table_state WHERE pipeline = %s AND table_name = %s", (pipeline, table))
-    phase = cur.fetchone()[0]
+    phase = ledger.phase(cur, pipeline, table)
     if phase not in ("streaming", "batch"):
         raise RepairError(f"{pipeline}.{table} is {phase}: repair works on a loaded table (run the sync first, "
                           f"or action=full_reload)", table=table)
@@ -161,7 +161,7 @@ def repair(cfg: PipelineConfig, source: Conn, target: Conn, table: str, *, key_f
 def repair_verified(cfg: PipelineConfig, source: Conn, target: Conn, table: str,
                     ranges_per_transaction: int = 200) -> RepairResult:
     """Re-reads exactly the key ranges the table's last verify found different."""
-    from tideline.verify.findings import last_differences
+    from tideline.state.ledger import last_differences
     engine, src, store, tgt = _connections(cfg, source, target)
     try:
         run_id, ranges = last_differences(tgt, cfg.name, table)

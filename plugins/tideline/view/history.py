@@ -9,6 +9,7 @@ from urllib.parse import quote
 from psycopg2.extras import RealDictCursor
 
 from tideline import sqlfiles, state
+from tideline.state import ledger
 
 # window -> (its length, the bucket one chart point covers): ~60-170 points per chart
 WINDOWS = {"1h": (3600, 60), "24h": (86400, 600), "7d": (7 * 86400, 3600)}
@@ -42,8 +43,7 @@ def table_history(target, pipeline: str, table: str, window_name: str, connect_t
     try:
         conn.set_session(readonly=True, autocommit=True)
         with conn.cursor(cursor_factory=RealDictCursor) as cur:
-            cur.execute("SELECT to_regclass('tideline.load_progress') IS NOT NULL AS ready")
-            if not cur.fetchone()["ready"]:   # state not migrated yet: nothing has run
+            if not ledger.exists(conn):   # state not migrated yet: nothing has run
                 return {"window": window_name, "since": since.isoformat(), "bucket_s": bucket,
                         "series": [], "runs": [], "progress": []}
             cur.execute(sqlfiles.load("view/table_series"), args)

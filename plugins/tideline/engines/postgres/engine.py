@@ -10,10 +10,9 @@ from tideline.core.errors import SourceError
 from tideline.core.pg_session import SESSION_OPTIONS
 from tideline.core.column_hash import pg_source_value, pg_text
 from tideline.core.table_shape import (Column, TableShape, boundaries_query, copy_options,
-                                       ctid_predicates, hash_predicates, key_range_predicates, read_query,
-                                       select_columns)
+                                       ctid_predicates, hash_predicates, key_range_predicates, read_query)
 from tideline.engines.base import Snapshot, SourceEngine
-from tideline.engines.postgres_capture import PostgresCapture
+from tideline.engines.postgres.capture import PostgresCapture
 from tideline.postgres_sql import PgSide, between, collatable_keys, key_ranges_where
 
 # Above this many rows the partition boundaries come from a block sample, not the whole index.
@@ -136,7 +135,7 @@ class PostgresEngine(PostgresCapture, SourceEngine):
                               f"Run: GRANT SELECT ON {schema}.{table} TO <the role of the source connection>;",
                               table=table)
         configured_pk = tcfg.primary_key if (tcfg is not None and check_key) else None
-        shape = finish_shape(label, TableShape(schema, table, tuple(columns[relid]), tuple(keys[relid])),
+        shape = source_shapes.finish_shape(label, TableShape(schema, table, tuple(columns[relid]), tuple(keys[relid])),
                              configured_pk, tcfg)
         if for_stream and tcfg is not None and tcfg.mode == "cdc":
             lossy = debezium.unstreamable(shape.columns)
@@ -313,27 +312,3 @@ class PostgresEngine(PostgresCapture, SourceEngine):
                                 "ORDINALITY AS k(key, n) CROSS JOIN LATERAL jsonb_populate_record(NULL::{}, k.key) r "
                                 "JOIN {} t ON {}").format(values, t, t, on), ("[" + ",".join(keys) + "]",))
             return {int(n) - 1: image for n, image in cur.fetchall()}
-
-def finish_shape(label: str, shape: TableShape, configured_pk, tcfg) -> TableShape:
-    """Checks the configured key against the source's and applies the column selection (every engine)."""
-    if not shape.columns:
-        raise SourceError(f"{label} has no columns.")
-    if configured_pk is not None:
-        if not shape.primary_key:
-            raise SourceError(
-                f"{label}: the pipeline config says primary_key {configured_pk} but the source table has no "
-                f"primary key. Add it at the source (ALTER TABLE {shape.schema}.{shape.name} ADD PRIMARY KEY "
-                f"(...)): changes are applied by key.")
-        if list(shape.primary_key) != list(configured_pk):
-            raise SourceError(f"{label}: the pipeline config says primary_key {configured_pk} but the source's "
-                              f"primary key is {list(shape.primary_key)}. Make the config match the source.")
-    if tcfg is not None and (tcfg.columns is not None or tcfg.exclude_columns):
-        shape = select_columns(shape, tcfg.columns, tcfg.exclude_columns, label)
-    if tcfg is not None and tcfg.rename:   # the names the target gives its columns (core.target_names)
-        from tideline.core.target_names import TargetNames
-        TargetNames.of(tcfg).check(shape, label)
-    if tcfg is not None and tcfg.hash_columns:   # held as salted hashes (core.column_hash)
-        from tideline.core import column_hash
-        salt = column_hash.salt_of(tcfg._hash_salt_conn) if tcfg._hash_salt_conn else None
-        shape = column_hash.hashed_shape(shape, tcfg.hash_columns, salt, label)
-    return shape

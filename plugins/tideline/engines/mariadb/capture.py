@@ -199,8 +199,9 @@ class MariaDbCapture:
     def reset_capture(self, cfg) -> None:
         """Nothing on the server holds a position for the connector (unlike a slot)."""
 
-    def drop_capture(self, cfg) -> None:
+    def drop_capture(self, cfg) -> str:
         """Nothing on the server to drop; the connector and its offsets are removed by the caller."""
+        return f"capture's place on the source ({self.position_holder(cfg)})"
 
     # ---------------------------------------------------------------- doctor
 

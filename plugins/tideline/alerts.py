@@ -79,17 +79,11 @@ def once_per(conn, cfg: PipelineConfig, notify: Callable[[str, str], bool]) -> C
     quiet_s = cfg.alerts.repeat_after_hours * 3600
 
     def send(event: str, message: str, subject: str = "") -> None:
-        with conn, conn.cursor() as cur:
-            cur.execute("SELECT 1 FROM tideline.alerts_sent WHERE pipeline = %s AND event = %s AND subject = %s "
-                        "AND sent_at >= now() - make_interval(secs => %s)", (cfg.name, event, subject, quiet_s))
-            due = cur.fetchone() is None
-        if due:
+        from tideline.state import ledger
+        if ledger.alert_due(conn, cfg.name, event, subject, quiet_s):
             if notify(event, message) is False:
                 return
-            with conn, conn.cursor() as cur:
-                cur.execute("INSERT INTO tideline.alerts_sent (pipeline, event, subject, sent_at, message) "
-                            "VALUES (%s, %s, %s, now(), %s) ON CONFLICT (pipeline, event, subject) DO UPDATE "
-                            "SET sent_at = now(), message = EXCLUDED.message", (cfg.name, event, subject, message))
+            ledger.alert_sent(conn, cfg.name, event, subject, message)
         else:
             log.log(_LEVEL.get(event, logging.WARNING), "ALERT [%s] (already sent within %gh, not repeated) "
                     "Tideline %s: %s", event, cfg.alerts.repeat_after_hours, cfg.name, message)

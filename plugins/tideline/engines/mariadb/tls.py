@@ -28,7 +28,7 @@ class MariaDbTls:
 
     def ssl_context(self) -> ssl.SSLContext:
         """pymysql's (the same rule on the load's executors: pipes.mariadb_pipe)."""
-        from tideline.pipes.mariadb_pipe import client_ssl
+        from tideline.engines.mariadb.pipe import client_ssl
         return client_ssl(self.mode, self.ca)
 
     def jdbc_query(self) -> str:

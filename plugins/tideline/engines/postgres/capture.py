@@ -212,7 +212,7 @@ class PostgresCapture:
         finally:
             conn.close()
 
-    def drop_capture(self, cfg) -> None:
+    def drop_capture(self, cfg) -> str:
         """The slot and the publication, so nothing keeps pinning WAL on the source."""
         self.reset_capture(cfg)
         conn = self.connect(autocommit=True)
@@ -221,6 +221,45 @@ class PostgresCapture:
                 cur.execute(f'DROP PUBLICATION IF EXISTS "{cfg.publication_name}"')
         finally:
             conn.close()
+        return f"what the source holds for capture ({self.position_holder(cfg)}; a publication)"
+
+    holds_slots = True
+
+    def orphan_retained(self, slot: str) -> str | None:
+        from tideline.core.capture_hold import mb
+        conn = self.connect(autocommit=True, connect_timeout=10)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM "
+                            "pg_replication_slots WHERE slot_name = %s", (slot,))
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        return mb(row[0]) + " of WAL" if row and row[0] is not None else None
+
+    def drop_orphan_hold(self, slot: str, publication: str | None, timeout_s: float = 60) -> str:
+        """The slot, once the removed connector's walsender has let go of it, and the publication."""
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                deadline = time.monotonic() + timeout_s
+                while True:
+                    cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+                    row = cur.fetchone()
+                    if row is not None and not row[0]:
+                        cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                    if row is None or not row[0]:
+                        break
+                    if time.monotonic() > deadline:
+                        raise SourceError(f"replication slot {slot} is still read {timeout_s:.0f}s after its connector "
+                                          f"was removed: something else reads it (pg_stat_replication says what); "
+                                          f"not dropped")
+                    time.sleep(0.5)
+                if publication:
+                    cur.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(publication)))
+        finally:
+            conn.close()
+        return f"replication slot {slot}" + (f" and publication {publication}" if publication else "")
 
     # ---------------------------------------------------------------- doctor
 

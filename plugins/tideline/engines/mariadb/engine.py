@@ -33,10 +33,9 @@ from tideline.core import source_shapes
 from tideline.core.errors import SourceError, TransientError
 from tideline.core.table_shape import CSV_QUOTE, KEY_ALIAS, Column, TableShape
 from tideline.engines.base import Snapshot, SourceEngine
-from tideline.engines.mariadb_capture import MariaDbCapture, capture_problems
-from tideline.engines.mariadb_tls import mariadb_tls
-from tideline.engines.mariadb_keys import integer_type, key_ranges
-from tideline.engines.postgres import finish_shape
+from tideline.engines.mariadb.capture import MariaDbCapture, capture_problems
+from tideline.engines.mariadb.tls import mariadb_tls
+from tideline.engines.mariadb.keys import integer_type, key_ranges
 
 FETCH_SIZE = 10_000
 _TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
@@ -66,7 +65,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         return (pymysql.err.Error,)
 
     def verify_side(self, label: str = "source"):
-        from tideline.engines.mariadb_verify import MariaDbSide
+        from tideline.engines.mariadb.verify import MariaDbSide
         return MariaDbSide(self.connect(autocommit=True), label, self.errors)
 
     def connect_args(self, connect_timeout: int | None = None) -> dict:
@@ -167,7 +166,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         if refused:
             raise SourceError(f"{label}: column(s) cannot be synced: " + "; ".join(refused), table=table)
         configured_pk = tcfg.primary_key if (tcfg is not None and check_key) else None
-        return finish_shape(label, TableShape(schema, table, tuple(columns), pk), configured_pk, tcfg)
+        return source_shapes.finish_shape(label, TableShape(schema, table, tuple(columns), pk), configured_pk, tcfg)
 
     # ---------------------------------------------------------------- full load
 
@@ -188,7 +187,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         a full load with a one-column integer key reads its partitions in key slices
         (pipes.mariadb_pipe says why), anything else streams row by row."""
         from tideline.pipes.copy_pipe import Pipe
-        from tideline.pipes.mariadb_pipe import MariaDbPipeSource
+        from tideline.engines.mariadb.pipe import MariaDbPipeSource
         key_type = shape.column(shape.primary_key[0]).type if where is None and len(shape.primary_key) == 1 else ""
         slicing = "value" if key_type and integer_type(key_type) else "keyset" if _keyset_type(key_type) else None
         key = q(KEY_ALIAS.format(0))

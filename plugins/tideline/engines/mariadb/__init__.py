@@ -1,0 +1,10 @@
+"""The MariaDB (and MySQL-protocol) source: its binlog through Debezium's MariaDB connector
+(`capture`, GTID positions), the full load's consistent snapshot and keyset reads (`engine`,
+`keys`), its rows streamed as COPY text without Spark's JVM (`pipe`), TLS in each client's terms
+(`tls`) and verify's side (`verify`). Its type mapping is core.mariadb_types: the change-event
+decoding (core.debezium) reads it too."""
+from tideline.engines.base import SourceSpec
+
+SOURCE = SourceSpec(kind="mariadb", conn_types=("mysql", "mariadb"),
+                    implementation="tideline.engines.mariadb.engine:MariaDbEngine",
+                    description="MariaDB 10.6 or later (row-based binlog with GTIDs)")
