@@ -170,3 +170,32 @@ def test_soft_deletes_in_iceberg_keep_every_short_lived_row_through_kill_9_of_th
         drop_source(source_db, t, f"{t}_born")
         with source_db.cursor() as cur:
             cur.execute(f"DROP FUNCTION IF EXISTS public.{t}_born()")
+
+
+def test_keys_inserted_in_one_task_and_deleted_in_the_next_of_a_staged_batch_are_marked_with_their_values(
+        spark, source_db, target_db, pipelines, unique_name):
+    """stream.stage_on: executors cuts a big partition of a batch into several tasks, each keeping
+    its own last event per key: a key inserted in one task's part and deleted in the next one's is
+    joined up at the commit (stream.batch_rows), its delete carrying the insert's row image."""
+    t = f"{unique_name}_split"
+    with source_db.cursor() as cur:
+        cur.execute(f"CREATE TABLE public.{t} (id int PRIMARY KEY, note text)")
+    try:
+        cfg = pipelines.make([{"name": t, "deletes": "soft"}], partitions=2, capture=True,
+                             stream={"stage_on": "executors", "max_offsets_per_trigger": 8_000})   # tasks of 2,000 events
+        schema = cfg.target_schema(t)
+        [loaded] = FullLoad(cfg, spark).run([t])
+        with source_db.cursor() as cur:
+            cur.execute(f"INSERT INTO public.{t} SELECT g, 'born ' || g FROM generate_series(1, 3000) g")
+            cur.execute(f"DELETE FROM public.{t} WHERE id % 3 <> 0")   # 2,000 short-lived rows
+        wait_until(lambda: sum(end_offsets(pipelines.bootstrap(), cfg.topic(t)).values())
+                   - sum(loaded.offsets.values()) >= 7000, 60, "Debezium to write the changes")
+        IncrementalRun(cfg, spark, "available_now").run()
+        with target_db.cursor() as cur:
+            cur.execute("SELECT count(*) FROM tideline.batches WHERE pipeline = %s", (cfg.name,))
+            assert cur.fetchone()[0] == 1
+            cur.execute(f"SELECT count(*) FILTER (WHERE {DELETED_AT} IS NULL), count(*) FILTER (WHERE {DELETED_AT} "
+                        f"IS NOT NULL AND note = 'born ' || id), count(*) FROM {schema}.{t}")
+            assert cur.fetchone() == (1000, 2000, 3000)
+    finally:
+        drop_source(source_db, t)
