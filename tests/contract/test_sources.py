@@ -58,6 +58,11 @@ class SourceContract:
             "kafka": {"topic_prefix": f"contract.{name}", "partitions": 1}, "spark": {"parallelism": 2},
             "tables": [{"name": self.table}, {"name": self.keyless}]}, f"{name}.yaml")
         self.engine = engines.for_pipeline(self.cfg, get_connection(conn_id))
+        conn = state.connect(get_connection("tideline_target"))   # the suite may run first on a new stack
+        try:
+            state.migrate(conn)
+        finally:
+            conn.close()
         self.run(f"CREATE TABLE {self.table} (id int PRIMARY KEY, note varchar(40), amount decimal(12,2))",
                  f"CREATE TABLE {self.keyless} (v int)")
         with self.admin.cursor() as cur:
