@@ -120,7 +120,7 @@ LAYERS = (
     ("the load", {"load"}),                        # the stream starts from a load's position
     ("capture", {"capture"}),
     ("seams", {"engines", "targets", "entrypoints", "commands"}),
-    ("services", {"state", "alerts", "pipes", "postgres_sql", "kafka_offsets", "packaging", "launcher",
+    ("services", {"state", "alerts", "kinds", "pipes", "postgres_sql", "kafka_offsets", "packaging", "launcher",
                   "spark_session", "sqlfiles"}),
     ("pure core", {"core"}),
 )

@@ -17,53 +17,19 @@ new package here and its lines in core.support; nothing else changes.
 from __future__ import annotations
 
 import importlib
-import pkgutil
 
 from tideline.core.connections import Conn, check_kind
 from tideline.core.errors import ConfigError
+from tideline.kinds import KindRegistry
 from tideline.engines.base import Snapshot, SourceEngine, SourceSpec
 
-_REGISTRY: dict[str, SourceSpec] = {}
-_CLASSES: dict[str, type[SourceEngine]] = {}
-_DISCOVERED = False
-
-
-def register(spec: SourceSpec) -> None:
-    """Adds a kind of source (the packages here register themselves; a plugin or a test may add one)."""
-    _REGISTRY[spec.kind] = spec
-    _CLASSES.pop(spec.kind, None)
-
-
-def unregister(kind: str) -> None:
-    _REGISTRY.pop(kind, None)
-    _CLASSES.pop(kind, None)
-
-
-def _discover() -> None:
-    global _DISCOVERED
-    if _DISCOVERED:
-        return
-    for info in pkgutil.iter_modules(__path__):
-        if info.ispkg:
-            spec = getattr(importlib.import_module(f"{__name__}.{info.name}"), "SOURCE", None)
-            if isinstance(spec, SourceSpec) and spec.kind not in _REGISTRY:
-                register(spec)
-    _DISCOVERED = True
-    check_support()
-
-
-def kinds() -> list[str]:
-    """Every registered kind of source, sorted."""
-    _discover()
-    return sorted(_REGISTRY)
+_KINDS = KindRegistry(__name__, __path__, "SOURCE", SourceSpec, "source", lambda: check_support())
+_REGISTRY, _CLASSES = _KINDS.specs, _KINDS.classes
+register, unregister, kinds = _KINDS.register, _KINDS.unregister, _KINDS.kinds   # register: a plugin or a test adds one
 
 
 def spec(kind: str) -> SourceSpec:
-    _discover()
-    try:
-        return _REGISTRY[kind]
-    except KeyError:
-        raise ConfigError("source", [("kind", f"is {kind!r}; the kinds of source are: {', '.join(kinds())}")]) from None
+    return _KINDS.spec(kind)
 
 
 def check_support() -> None:
@@ -79,15 +45,9 @@ def check_support() -> None:
         raise ConfigError("the sources (tideline.engines, tideline.core.support)", problems)
 
 
-def kind_of_connection(source: Conn) -> str:
+def kind_of_connection(conn: Conn) -> str:
     """The kind of source an Airflow connection names, by its connection type."""
-    conn_type = (source.conn_type or "").lower()
-    for kind in kinds():
-        if conn_type in _REGISTRY[kind].conn_types:
-            return kind
-    types = sorted({t for k in kinds() for t in _REGISTRY[k].conn_types})
-    raise ConfigError(f"connection {source.conn_id!r}", [(
-        "conn_type", f"is {source.conn_type!r}; a Tideline source is a connection of type {', '.join(types)}")])
+    return _KINDS.kind_of_connection(conn)
 
 
 def engine_class(kind: str) -> type[SourceEngine]:

@@ -15,55 +15,20 @@ Adding a target is a new package here and its rows in core.support; nothing else
 from __future__ import annotations
 
 import importlib
-import pkgutil
 
 from tideline.core.connections import Conn, check_kind
 from tideline.core.errors import ConfigError
+from tideline.kinds import KindRegistry
 from tideline.targets.base import (PROMISES, ApplyRefused, Capabilities, Published, SnapshotLoad, Target,
                                    TargetSpec)
 
-_REGISTRY: dict[str, TargetSpec] = {}
-_CLASSES: dict[str, type[Target]] = {}
-_DISCOVERED = False
-
-
-def register(spec: TargetSpec) -> None:
-    """Adds a kind of target (the packages here register themselves; a plugin or a test may add one)."""
-    _REGISTRY[spec.kind] = spec
-    _CLASSES.pop(spec.kind, None)
-
-
-def unregister(kind: str) -> None:
-    _REGISTRY.pop(kind, None)
-    _CLASSES.pop(kind, None)
-
-
-def _discover() -> None:
-    global _DISCOVERED
-    if _DISCOVERED:
-        return
-    for info in pkgutil.iter_modules(__path__):
-        if info.ispkg:
-            module = importlib.import_module(f"{__name__}.{info.name}")
-            spec = getattr(module, "TARGET", None)
-            if isinstance(spec, TargetSpec) and spec.kind not in _REGISTRY:
-                register(spec)
-    _DISCOVERED = True
-    check_support()   # the support table and the registry agree, or nothing starts
-
-
-def kinds() -> list[str]:
-    """Every registered kind of target, sorted."""
-    _discover()
-    return sorted(_REGISTRY)
+_KINDS = KindRegistry(__name__, __path__, "TARGET", TargetSpec, "target", lambda: check_support())
+_REGISTRY, _CLASSES = _KINDS.specs, _KINDS.classes
+register, unregister, kinds = _KINDS.register, _KINDS.unregister, _KINDS.kinds   # register: a plugin or a test adds one
 
 
 def spec(kind: str) -> TargetSpec:
-    _discover()
-    try:
-        return _REGISTRY[kind]
-    except KeyError:
-        raise ConfigError("target", [("kind", f"is {kind!r}; the kinds of target are: {', '.join(kinds())}")]) from None
+    return _KINDS.spec(kind)
 
 
 def capabilities(kind: str) -> Capabilities:
@@ -128,15 +93,9 @@ def check_support() -> None:
         raise ConfigError("the support table (tideline.core.support)", problems)
 
 
-def kind_of_connection(target: Conn) -> str:
+def kind_of_connection(conn: Conn) -> str:
     """The kind of target an Airflow connection names, by its connection type."""
-    conn_type = (target.conn_type or "").lower()
-    for kind in kinds():
-        if conn_type in _REGISTRY[kind].conn_types:
-            return kind
-    types = sorted({t for k in kinds() for t in _REGISTRY[k].conn_types})
-    raise ConfigError(f"connection {target.conn_id!r}", [(
-        "conn_type", f"is {target.conn_type!r}; a Tideline target is a connection of type {', '.join(types)}")])
+    return _KINDS.kind_of_connection(conn)
 
 
 def for_pipeline(cfg, target: Conn) -> Target:
