@@ -46,7 +46,7 @@ SELECT seq, (seq * 7919) % 100000, ELT(1 + seq % 4, 'new', 'paid', 'shipped', 'c
        IF(seq % 3 = 0, NULL, CONCAT('Lieferung an Zoë Müller, Straße ', seq)),
        JSON_OBJECT('src', 'web', 'n', seq % 10), seq % 1000
   FROM seq_1_to_{{rows}}"""
-# the same table in the target, as Tideline's type rules map it (core.mariadb_types)
+# the same table in the target, as Tideline's type rules map it (engines.mariadb.types)
 TARGET_COLUMNS = ("id numeric(20,0) NOT NULL, customer_id bigint NOT NULL, status text NOT NULL, "
                   "total numeric(12,2) NOT NULL, currency character(3) NOT NULL, "
                   "placed_at timestamp(6) without time zone NOT NULL, delivery_on date, "

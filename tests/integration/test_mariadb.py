@@ -2,7 +2,7 @@
 writes during the full load, and sources the product must refuse before any work.
 
 The oracle: the source's rows read in one transaction, each value as its mapping's text
-(core.mariadb_types), put into PostgreSQL by its input functions in a scratch table — then the
+(engines.mariadb.types), put into PostgreSQL by its input functions in a scratch table — then the
 target must equal it row for row as `row::text`. Values whose mapping matters most are also
 asserted literally, so the oracle cannot share a mistake with the product.
 """

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tideline.core import mariadb_types as mt
+from tideline.engines.mariadb import types as mt
 from tideline.engines.mariadb.capture import capture_problems, gtids_cover, mariadb_privileges, parse_gtids
 
 

@@ -4,10 +4,12 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tideline.core import mariadb_types as mt
+from tideline.engines.mariadb import types as mt
 from tideline.core.errors import SourceError
 from tideline.core.table_shape import Column, TableShape
-from tideline.core.verify_canonical import MariaDbDialect, check_keys
+from tideline.core import verify_canonical
+from tideline.core.verify_canonical import check_keys
+from tideline.engines.mariadb.verify import MariaDbDialect
 from tideline.core.verify_plan import KeyRange
 from tideline.engines.mariadb.engine import batch_bounds
 
@@ -53,11 +55,11 @@ def test_every_column_enters_the_fingerprint_as_its_canonical_text():
 
 
 def test_the_target_prints_what_mariadb_prints():
-    assert mt.target_canon("double precision") == "tideline.mysql_double_text({c}::float8)"
-    assert mt.target_canon("timestamp(3) with time zone") == \
+    assert verify_canonical.target_canon("double precision") == "tideline.mysql_double_text({c}::float8)"
+    assert verify_canonical.target_canon("timestamp(3) with time zone") == \
         "to_char({c} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
-    assert mt.target_canon("interval") == "(extract(epoch FROM {c}) * 1000000)::bigint::text"
-    assert mt.target_canon("numeric(20,0)") == "{c}::text"
+    assert verify_canonical.target_canon("interval") == "(extract(epoch FROM {c}) * 1000000)::bigint::text"
+    assert verify_canonical.target_canon("numeric(20,0)") == "{c}::text"
 
 
 def test_keys_verify_cannot_order_alike_are_refused_by_name():
@@ -81,3 +83,11 @@ def test_batch_bounds_of_an_integer_cursor():
     assert batch_bounds(None, None, None, 0, 41, False) == (None, "42", "42")
     assert batch_bounds("42", None, None, 0, 99, False) == ("42", "100", "100")
     assert batch_bounds("42", None, None, 0, None, False) == ("42", None, "42")   # empty table
+
+
+@pytest.mark.parametrize("pg_type", ["smallint", "integer", "bigint", "numeric(20,0)", "numeric", "text",
+                                     "character varying(20)", "character(3)", "date", "timestamp(6) without time zone",
+                                     "timestamp(3) with time zone", "bytea", "real", "double precision", "interval",
+                                     "bit(1)", "json", "boolean"])
+def test_the_canonical_modes_cuttable_keys_are_exactly_those_mariadb_can_order(pg_type):
+    assert verify_canonical.cuttable_key(pg_type) == (mt.key_sql(pg_type) is not None)

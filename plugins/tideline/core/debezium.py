@@ -10,7 +10,7 @@ import re
 
 from psycopg2 import sql
 
-from tideline.core import mariadb_types as mt
+from tideline.core import wire_encodings as mt
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
 from tideline.core.settings import RETRY_WAIT_MS
@@ -145,7 +145,7 @@ def value_expr(raw: sql.Composable, pg_type: str, encoding: str = mt.PG_TEXT) ->
     """SQL turning a change event's value (`raw`, e.g. after->>'col') into the target column's
     type. From PostgreSQL sources it is the column's PostgreSQL text form (our converter), read by
     the same input function COPY applies to the full load's text; from MariaDB it is Debezium's
-    representation (`encoding`, see core.mariadb_types), decoded exactly. NULL stays NULL."""
+    representation (`encoding`, core.wire_encodings), decoded exactly. NULL stays NULL."""
     t = sql.SQL(pg_type)
     if encoding in (mt.PG_TEXT, mt.TEXT, mt.ZONED):
         return sql.SQL("({})::{}").format(raw, t)

@@ -179,7 +179,7 @@ def spark_projection(label: str, shape: TableShape, columns: list[LakeColumn]) -
 
 def lake_column_from_text(col: Column) -> LakeColumn:
     """The same Iceberg type, for a source that reads every value as the exact text PostgreSQL's
-    input function of the column's type reads (a MariaDB source: core.mariadb_types): Spark parses
+    input function of the column's type reads (a MariaDB source: engines.mariadb.types): Spark parses
     that text (numbers, dates and times exactly; bytes from their \\x-hex). `read` is the source's
     own text expression, which the engine supplies."""
     lake = lake_column(col)

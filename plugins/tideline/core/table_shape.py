@@ -26,7 +26,7 @@ class Column:
     has_missing: bool = False    # PostgreSQL gave existing rows a stored value (no rewrite)...
     missing_value: str | None = None  # ...this one, as text
     generated: str | None = None      # GENERATED ALWAYS AS (this) STORED: computed, never written
-    encoding: str = "pgtext"          # how change events carry it (core.mariadb_types)
+    encoding: str = "pgtext"          # how change events carry it (engines.mariadb.types)
     read: str | None = None           # the source's expression for its exact text (MariaDB sources)
     canon: str | None = None          # ...and for its canonical text, which verify fingerprints
     # COPY's binary form of its values reads the same in the target (built-in types: see

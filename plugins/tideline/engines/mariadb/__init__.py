@@ -1,8 +1,8 @@
 """The MariaDB (and MySQL-protocol) source: its binlog through Debezium's MariaDB connector
 (`capture`, GTID positions), the full load's consistent snapshot and keyset reads (`engine`,
 `keys`), its rows streamed as COPY text without Spark's JVM (`pipe`), TLS in each client's terms
-(`tls`) and verify's side (`verify`). Its type mapping is core.mariadb_types: the change-event
-decoding (core.debezium) reads it too."""
+(`tls`) and verify's side (`verify`). Its type mapping is `types`: each column names the
+Debezium representation its changes travel in (core.wire_encodings), which core.debezium decodes."""
 from tideline.engines.base import SourceSpec
 
 SOURCE = SourceSpec(kind="mariadb", conn_types=("mysql", "mariadb"),

@@ -10,7 +10,7 @@ import time
 import zlib
 
 from tideline.core.kafka_access import KafkaAccess
-from tideline.core import mariadb_types as mt
+from tideline.engines.mariadb import types as mt
 from tideline.core.errors import ConfigError, SourceError, TransientError
 
 # The connector's binlog client id: unique per pipeline, away from the servers' own ids.

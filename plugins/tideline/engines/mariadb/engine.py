@@ -1,5 +1,5 @@
 """MariaDB (and MySQL) sources: information_schema catalog, per-partition consistent snapshots,
-binlog capture by Debezium's MariaDB connector. Types follow core.mariadb_types.
+binlog capture by Debezium's MariaDB connector. Types follow engines.mariadb.types.
 
 The full-load handover without a shared snapshot
 ------------------------------------------------
@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 
 from tideline import sqlfiles
-from tideline.core import mariadb_types as mt
+from tideline.engines.mariadb import types as mt
 from tideline.core import source_shapes
 from tideline.core.errors import SourceError, TransientError
 from tideline.core.table_shape import CSV_QUOTE, KEY_ALIAS, Column, TableShape
@@ -197,7 +197,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         source = MariaDbPipeSource(self.connect_args(), tls, session_init, key if slicing else None, slicing)
         return Pipe(source, [f"SELECT {line} FROM {query} WHERE {p}" for p in predicates], "csv")
 
-    values_as_text = True   # every value is read as its exact text (core.mariadb_types)
+    values_as_text = True   # every value is read as its exact text (engines.mariadb.types)
 
     def column_value(self, column: Column, alias: str = "t") -> str:
         """The column's exact text (the full load's read), generated columns included."""
@@ -310,7 +310,7 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         return rows
 
     def key_ranges_where(self, conn, shape: TableShape, ranges: list) -> str:
-        from tideline.core.verify_canonical import MariaDbDialect
+        from tideline.engines.mariadb.verify import MariaDbDialect
         dialect = MariaDbDialect(shape, shape.schema, conn.escape)
         return " OR ".join(f"({dialect.range_predicate(r)})" for r in ranges)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tideline.core import mariadb_types as mt
+from tideline.engines.mariadb import types as mt
 from tideline.core.table_shape import KEY_ALIAS, TableShape
 from tideline.core.verify_plan import INTEGER_KEY_TYPES, integer_cuts
 

@@ -6,7 +6,7 @@ Each rule gives
 - how the full load reads it: a MariaDB expression whose text is what PostgreSQL's input
   function of the target type reads back to the same value (COPY text, as for PostgreSQL sources);
 - how the stream carries it: Debezium's representation in the change event (`Encoding`), which
-  `core.debezium.value_expr` turns into the same target value.
+  `core.debezium.value_expr` turns into the same target value (core.wire_encodings).
 
 The rules, in words (README "MariaDB sources" repeats them):
 - integers: signed keep their width; unsigned take the next wider type (bigint unsigned →
@@ -36,19 +36,8 @@ from dataclasses import dataclass
 _CAST = "CAST({c} AS CHAR)"   # text in the connection's utf8mb4, whatever the column's character set
 _DATETIME_CANON = "DATE_FORMAT({v}, '%Y-%m-%d %H:%i:%s.%f')"
 
-# How a column's value travels in a Debezium change event (JSON, without schemas).
-PG_TEXT = "pgtext"              # PostgreSQL sources: the column's PostgreSQL text (our converter)
-TEXT = "text"                   # a JSON string or number whose text is the value's input form
-EPOCH_DAYS = "epoch_days"       # io.debezium.time.Date: days since 1970-01-01
-EPOCH_MILLIS = "epoch_millis"   # io.debezium.time.Timestamp: ms since 1970-01-01T00:00 (no zone)
-EPOCH_MICROS = "epoch_micros"   # io.debezium.time.MicroTimestamp
-MICRO_DURATION = "micro_duration"  # io.debezium.time.MicroTime: µs, negative and > 24 h allowed
-ZONED = "zoned"                 # io.debezium.time.ZonedTimestamp: ISO-8601 text in UTC
-HEX = "hex"                     # bytes as hex (binary.handling.mode=hex)
-BITS_LE_HEX = "bits_le_hex"     # io.debezium.data.Bits: little-endian bytes, hex
-BOOL_BIT = "bool_bit"           # bit(1): a JSON boolean
-YEAR = "year"                   # a number; the binlog reader turns year 0000 into 1900 (outside
-                                # YEAR's 1901-2155, so 1900 can only mean 0000)
+from tideline.core.wire_encodings import (BITS_LE_HEX, BOOL_BIT, EPOCH_DAYS, EPOCH_MICROS, EPOCH_MILLIS,  # noqa: F401
+                                         HEX, MICRO_DURATION, PG_TEXT, TEXT, YEAR, ZONED)
 
 
 @dataclass(frozen=True)
@@ -149,21 +138,6 @@ def read_expr(mapping: Mapping, quoted_column: str) -> str:
 
 def canon_expr(mapping: Mapping, quoted_column: str) -> str:
     return mapping.canon.format(c=quoted_column)
-
-
-def target_canon(pg_type: str) -> str:
-    """The PostgreSQL expression ({c} = the quoted target column) whose text equals the MariaDB
-    canon expression of the same value: the column's own text, except where the two databases
-    print a value differently — floats (MariaDB's layout, tideline.mysql_double_text),
-    date-times (six fractional digits, UTC) and durations (microseconds)."""
-    if pg_type in ("real", "double precision"):
-        return "tideline.mysql_double_text({c}::float8)"
-    if pg_type.startswith("timestamp"):
-        zone = " AT TIME ZONE 'UTC'" if pg_type.endswith("with time zone") else ""
-        return "to_char({c}" + zone + ", 'YYYY-MM-DD HH24:MI:SS.US')"
-    if pg_type == "interval":
-        return "(extract(epoch FROM {c}) * 1000000)::bigint::text"
-    return "{c}::text"
 
 
 def key_sql(pg_type: str) -> tuple[str, str] | None:
