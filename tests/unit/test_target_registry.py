@@ -11,7 +11,7 @@ from tideline import targets
 from tideline.core import support
 from tideline.core.config import parse_pipeline
 from tideline.core.connections import Conn
-from tideline.core.errors import ConfigError
+from tideline.core.errors import ConfigError, TargetError
 from tideline.targets import Capabilities, Published, SnapshotLoad, Target, TargetSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,8 +94,44 @@ def test_a_new_target_that_promises_the_stream_without_implementing_it_is_refuse
         targets.target_class("duck")
     message = str(info.value)
     assert "target kind 'duck'" in message and f"{__name__}:DuckTarget" in message
-    assert "stream needs columns, apply_changes, evolve" in message
+    assert "stream needs StreamsChanges (apply_changes, columns, evolve)" in message
     assert "declare the capability false" in message
+
+
+class HalfStreamingDuck(DuckTarget, targets.StreamsChanges):
+    """It took the stream's interface but has written one of its methods only."""
+
+    def columns(self, cur, schema, table):
+        return []
+
+
+def test_a_target_that_takes_an_interface_but_leaves_methods_of_it_unwritten_is_refused_naming_them(duck):
+    spec = duck(stream=True)
+    targets.register(TargetSpec(**{**spec.__dict__, "implementation": f"{__name__}:HalfStreamingDuck"}))
+    with pytest.raises(ConfigError) as info:
+        targets.target_class("duck")
+    assert "stream needs apply_changes, evolve" in str(info.value)
+
+
+def test_a_caller_asks_for_a_capability_by_its_interface_and_a_target_without_it_says_what_it_cannot_do(duck):
+    duck(stream=False)
+    target = targets.target_class("duck")(Conn("t", "duckdb", None, None, None, None, "/tmp/x.duckdb"))
+    with pytest.raises(TargetError) as info:
+        targets.able(target, targets.Verifies)
+    assert str(info.value).startswith("the duck target (connection 't') cannot do verify and repair")
+    postgres = targets.target_class("postgres")(Conn("t", "postgres", "h", 5432, "u", "p", "db"))
+    assert targets.able(postgres, targets.StreamsChanges) is postgres
+
+
+def test_every_interface_is_small():
+    """What a new target implements is what it declares: no interface is wider than a dozen
+    methods (Target had 46 before it was cut by capability)."""
+    import inspect
+    from tideline.targets import interfaces
+    cut = [Target] + [c for c in vars(interfaces).values() if inspect.isclass(c) and c.__module__ == interfaces.__name__
+                      and hasattr(c, "what")]
+    widths = {c.__name__: len([m for m, v in vars(c).items() if callable(v) and not m.startswith("_")]) for c in cut}
+    assert max(widths.values()) <= 16, widths
 
 
 def test_a_new_target_whose_promises_are_kept_loads_and_the_support_table_must_name_it(duck, monkeypatch):

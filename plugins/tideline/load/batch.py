@@ -38,7 +38,7 @@ class BatchSync:
         self.source = get_connection(cfg.source.conn_id, environ)
         self.engine = engines.for_pipeline(cfg, self.source)
         self.target = get_connection(cfg.target.conn_id, environ)
-        self.store = targets.for_pipeline(cfg, self.target)
+        self.store = targets.able(targets.for_pipeline(cfg, self.target), targets.MergesBatches)
 
     def run(self, start: datetime, end: datetime, tables: list[str] | None = None) -> list[BatchResult]:
         names = tables or [t.name for t in self.cfg.tables if t.mode == "batch"]

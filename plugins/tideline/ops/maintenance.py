@@ -19,6 +19,7 @@ def maintain(cfg: PipelineConfig, spark, tables: list[str] | None = None, enviro
     table yet). A table that fails is recorded and the others still run; the first failure is
     raised at the end."""
     store = targets.for_pipeline(cfg, get_connection(cfg.target.conn_id, environ))
+    store = targets.able(store, targets.Maintains)
     if not store.capabilities().maintenance:
         raise ConfigError(f"pipeline {cfg.name}", [("target", f"a {store.kind} target needs no table maintenance "
                                                               f"(its commits add no files)")])

@@ -33,8 +33,7 @@ from tideline.core.row_filter import RowFilter
 from tideline.core.table_extras import PREFIX as EXTRAS_PREFIX, TableExtras
 from tideline.core.table_shape import Column, TableShape
 from tideline.core.target_names import TargetNames
-from tideline.targets import ApplyRefused
-from tideline.targets.base import CommitStamp
+from tideline.targets import ApplyRefused, CommitStamp, StagedTable
 
 log = logging.getLogger("tideline.incremental.commit")
 RECONNECT_EVERY_S = 5.0   # the longest wait between tries of a batch whose database went away
@@ -279,10 +278,10 @@ class BatchCommitter:
                 predicate = RowFilter(tcfg.row_filter, self.cfg.source.kind).target_sql(
                     [c.source_name for c in table.columns], "v", {c.source_name: c.name for c in table.columns})
                 self.store.leave_filter(cur, table.target, table.columns, predicate)
-            applied = self.store.apply_changes(cur, self.cfg.name, self.cfg.target_schema(table.name), table.target,
-                                               table.topic, table.columns, table.primary_key,
-                                               dead_letter=self.cfg.stream.on_bad_message == "dead_letter",
-                                               stamp=stamp, extras=TableExtras.of(tcfg, self.cfg.source.kind))
+            staged = StagedTable(self.cfg.target_schema(table.name), table.target, table.topic, table.columns,
+                                 table.primary_key, dead_letter=self.cfg.stream.on_bad_message == "dead_letter",
+                                 extras=TableExtras.of(tcfg, self.cfg.source.kind))
+            applied = self.store.apply_changes(cur, staged, stamp)
         except (schema_drift.SchemaChangeError, SourceError) as exc:   # e.g. a column added that cannot stream
             self.store.undo_table(cur)
             return str(exc), None

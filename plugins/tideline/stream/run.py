@@ -66,7 +66,7 @@ class IncrementalRun:
         self._environ = environ
         self.engine = engines.for_pipeline(cfg, self.source)
         self.target = get_connection(cfg.target.conn_id, environ)
-        self.store = targets.for_pipeline(cfg, self.target)
+        self.store = targets.able(targets.for_pipeline(cfg, self.target), targets.StreamsChanges)
         self.kafka = get_connection(cfg.kafka.conn_id, environ).kafka_access
         self.owner = run_owner("incremental")
         self.tables: dict[str, StreamTable] = {}

@@ -6,7 +6,8 @@ capabilities and its implementation ("module:Class"). The registry finds the pac
 themselves and reads those declarations without importing any target's client (psycopg2 apart,
 which the state room needs anyway): the config's allowed kinds, the DAG factory and the support
 matrix (core.support) ask the registry; only `target_class` imports a target's code, and refuses
-a class that does not keep its capabilities' promises (base.PROMISES), naming what is missing.
+a class that does not implement the interface of each capability it declares (interfaces.PROMISES),
+naming what is missing. A target implements only the interfaces of what it declares.
 
 The kind is the pipeline's `target.kind` (the one truth: it is known when DAGs are parsed); the
 connection is checked against it wherever a pipeline's target is made (`for_pipeline`).
@@ -19,8 +20,9 @@ import importlib
 from tideline.core.connections import Conn, check_kind
 from tideline.core.errors import ConfigError
 from tideline.kinds import KindRegistry
-from tideline.targets.base import (PROMISES, ApplyRefused, Capabilities, Published, SnapshotLoad, Target,
-                                   TargetSpec)
+from tideline.targets.base import Capabilities, Published, SnapshotLoad, Target, TargetSpec
+from tideline.targets.interfaces import (PROMISES, ApplyRefused, CommitStamp, KeepsChangeLog, Maintains, MergesBatches,
+                                         RepairsByCopy, StagedTable, StreamsChanges, TakesCopy, Verifies)
 
 _KINDS = KindRegistry(__name__, __path__, "TARGET", TargetSpec, "target", lambda: check_support())
 _REGISTRY, _CLASSES = _KINDS.specs, _KINDS.classes
@@ -37,15 +39,26 @@ def capabilities(kind: str) -> Capabilities:
 
 
 def missing_methods(cls: type[Target], caps: Capabilities) -> dict[str, list[str]]:
-    """Per promise its capabilities make, the methods `cls` does not implement (still Target's own
-    default, or abstract)."""
+    """Per capability `caps` promise, what `cls` lacks to keep it: the interface it does not
+    implement (targets.interfaces.PROMISES), or that interface's methods it leaves abstract."""
     out = {}
     for promise in caps.promised():
-        missing = [m for m in PROMISES[promise] if getattr(cls, m, None) is getattr(Target, m, None)
-                   or getattr(getattr(cls, m, None), "__isabstractmethod__", False)]
-        if missing:
-            out[promise] = missing
+        interface = PROMISES[promise]
+        if not issubclass(cls, interface):
+            out[promise] = [f"{interface.__name__} ({', '.join(sorted(interface.__abstractmethods__))})"]
+        else:
+            lacking = sorted(m for m in interface.__abstractmethods__ if getattr(getattr(cls, m), "__isabstractmethod__", False))
+            if lacking:
+                out[promise] = lacking
     return out
+
+
+def able(target: Target, interface: type):
+    """`target` as the capability `interface` (targets.interfaces), or the TargetError that says
+    it cannot do that: a caller asks for what it needs, never a kind."""
+    if isinstance(target, interface):
+        return target
+    raise target.not_built(interface.what)
 
 
 def target_class(kind: str) -> type[Target]:
@@ -109,7 +122,8 @@ def for_connection(target: Conn) -> Target:
     return target_class(kind_of_connection(target))(target)
 
 
-__all__ = ["ApplyRefused", "Capabilities", "Published", "SnapshotLoad", "Target", "TargetSpec", "capabilities",
-           "check_support",
+__all__ = ["ApplyRefused", "Capabilities", "CommitStamp", "KeepsChangeLog", "Maintains", "MergesBatches", "Published",
+           "RepairsByCopy", "SnapshotLoad", "StagedTable", "StreamsChanges", "TakesCopy", "Target", "TargetSpec", "Verifies", "able",
+           "capabilities", "check_support",
            "for_connection", "for_pipeline", "kind_of_connection", "kinds", "missing_methods", "register", "spec",
            "target_class", "unregister"]

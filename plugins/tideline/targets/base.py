@@ -1,4 +1,4 @@
-"""The one interface of a target (see tideline.targets).
+"""What every target is (see tideline.targets); what it may do besides is targets.interfaces.
 
 Shaped by what every target must do for Tideline's guarantees: hold a table of a source shape and
 evolve it; publish a snapshot atomically (readers see the old rows or the new, never half); apply
@@ -8,44 +8,23 @@ table and one transaction that also holds Tideline's state; a lake table one com
 """
 from __future__ import annotations
 
-import io
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable
 
-from tideline.core.apply_failure import FailedEvent
 from tideline.core.connections import Conn
-from tideline.core.errors import LoadVerificationError, TargetError, TidelineError
+from tideline.core.errors import LoadVerificationError, TargetError
 from tideline.state.database import StateDatabase
 from tideline.state.staging import ChangeStaging
 from tideline.core.table_extras import TableExtras
-from tideline.core.table_shape import Column, TableShape
-
-
-class ApplyRefused(TidelineError):
-    """The target refuses a change event of one table (deterministically); `event` says which.
-    The stream halts that table alone, or dead-letters the event."""
-
-    def __init__(self, message: str, event: FailedEvent):
-        super().__init__(message, table=event.table)
-        self.event = event
-
-
-@dataclass(frozen=True)
-class CommitStamp:
-    """What a table's share of a stream batch commits with: the run's fencing epoch and the
-    table's topic offsets after the batch (a target that keeps its own position stores them in
-    the same commit as the rows)."""
-    pipeline: str
-    epoch: int
-    offsets: dict[int, int]
+from tideline.core.table_shape import TableShape
 
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What callers may ask of a target instead of asking its kind. Each promise names the methods
-    that keep it (PROMISES): a target that promises what it does not implement is refused when its
-    class is loaded (targets.target_class), naming what is missing."""
+    """What callers may ask of a target instead of asking its kind. A promise is kept by an
+    interface (targets.interfaces.PROMISES): a target that promises what it does not implement is
+    refused when its class is loaded (targets.target_class), naming what is missing."""
     holds_state: bool          # Tideline's state schema lives in the target, in the same transactions
     snapshot_publish: str      # how a full load goes live: "shadow_swap" (rename in one transaction) | "commit"
     copy_in: bool              # accepts PostgreSQL COPY (text and binary) streamed by the load's tasks
@@ -67,23 +46,10 @@ class Capabilities:
     loads_from_csv: bool = False    # its loads write a CSV-reading source's rows as data files (SnapshotLoad.spread)
 
     def promised(self) -> list[str]:
-        """The promises this target makes, by name (keys of PROMISES)."""
-        return [name for name in PROMISES if name == "load" or getattr(self, name)]
-
-
-# what each promise needs the target class to implement (beyond Target's abstract methods)
-PROMISES: dict[str, tuple[str, ...]] = {
-    "load": ("publish_snapshot",),
-    "copy_in": ("copy_statement",),
-    "stream": ("columns", "apply_changes", "evolve"),
-    "batch": ("begin_interval", "ensure_table", "merge_interval", "drop_staging"),
-    "verifies": ("verify_side", "range_where", "key_ranges_where"),
-    "maintenance": ("maintain",),
-    "table_extras": ("publish_snapshot", "apply_changes"),
-    "partitioning": ("publish_snapshot",),
-    "history": ("publish_snapshot", "apply_changes"),
-    "loads_from_csv": ("publish_snapshot",),
-}
+        """The capabilities this target promises beyond the full load, by name (keys of
+        targets.interfaces.PROMISES: each names the interface its class implements)."""
+        from tideline.targets.interfaces import PROMISES
+        return [name for name in PROMISES if getattr(self, name)]
 
 
 @dataclass(frozen=True)
@@ -158,9 +124,11 @@ class Published:
 
 
 class Target(ABC):
-    """A target's connections and Tideline's state are the state room's (tideline.state): every
-    target composes a StateDatabase (where its state lives) and a ChangeStaging (a stream batch
-    staged beside the state) instead of inheriting another target's classes."""
+    """What every target is: its connections, its tables and the full load's atomic publish. What
+    it may do besides, it implements as the interfaces of tideline.targets.interfaces, one per
+    capability its package declares. A target's connections and Tideline's state are the state
+    room's (tideline.state): every target composes a StateDatabase (where its state lives) and a
+    ChangeStaging (a stream batch staged beside the state) instead of inheriting another target's classes."""
     kind: str = ""
     errors: tuple[type[BaseException], ...] = StateDatabase.errors   # the driver's error classes (the target said no)
     spec: TargetSpec | None = None   # its package's declaration, set when the registry loads the class
@@ -218,10 +186,6 @@ class Target(ABC):
     def can_create(self, conn, schema: str) -> bool:
         """The target role may create tables in the schema (or create the schema): the doctor's check."""
 
-    def columns(self, cur, schema: str, table: str) -> list[tuple]:
-        """The table's columns as (name, type, not_null, generated), in order."""
-        raise self.not_built("the change stream")
-
     @abstractmethod
     def row_count(self, conn, schema: str, table: str, exact: bool = True) -> int | None:
         """Rows in a table: counted, or (exact=False, for views refreshed every few seconds) from the
@@ -244,12 +208,6 @@ class Target(ABC):
         `short` (the view's cell) and `files` (the files a reader opens), shown without knowing the target."""
         return None
 
-    def maintain(self, spark, schema: str, table: str, settings, fence) -> dict | None:
-        """Compacts a table's files and expires what readers no longer need (capabilities().maintenance);
-        `fence()` is a context manager holding off the stream's commits while files are rewritten.
-        Returns the figures before and after; None when the table does not exist yet."""
-        raise self.not_built("table maintenance")
-
     # ---------------------------------------------------------------- full load
     @abstractmethod
     def publish_snapshot(self, load: SnapshotLoad) -> Published:
@@ -263,138 +221,7 @@ class Target(ABC):
         """A snapshot that failed leaves no trace; the live table stays (nothing, for a target whose
         snapshot is one commit)."""
 
-    def copy_statement(self, conn, schema: str, table: str, columns: list[str], copy_format: str) -> str:
-        """The statement each load task streams its rows with (Capabilities.copy_in)."""
-        raise self.not_built("a COPY load")
-
     @abstractmethod
     def stored_so_far(self, state_conn, schema: str, table: str) -> tuple[int, int] | None:
         """(rows, bytes) a running load has stored in `table` so far, for its progress chart; read
         through the state connection (the target itself when it holds_state); None when unknown."""
-
-    # ---------------------------------------------------------------- repair
-    def repair_from_source(self, cur, engine, src, shape: TableShape, schema: str, source_where: str,
-                           target_where: str, delete_missing: bool, label: str,
-                           extras: TableExtras = TableExtras()) -> tuple[int, int, int]:
-        """Reads the source's rows matching `source_where` (one consistent read, made now: the
-        caller holds the fence) and applies them (apply_repair). A target that stores values in
-        another form reads the source its own way. `shape` is the target's (core.target_names): the
-        source is read by its own names. Returns (read, upserted, deleted)."""
-        order, rows = engine.order_now(src, label) if extras.source_order else None, io.BytesIO()
-        engine.copy_out(src, shape.at_source, source_where, rows)
-        rows.seek(0)
-        return self.apply_repair(cur, shape, schema, rows, target_where, delete_missing, extras, order)
-
-    def apply_repair(self, cur, shape: TableShape, schema: str, rows, where, delete_missing: bool,
-                     extras: TableExtras = TableExtras(), order: int | None = None) -> tuple[int, int, int]:
-        """The source's rows of a range (COPY text in `rows`, read after the source's log `order`:
-        TableExtras.source_order) replace the table's rows of that range, in the caller's transaction
-        (behind the fence): upsert them and, when the range is over the key, delete the table's rows
-        matching `where` that the source no longer has. Returns (read, upserted, deleted)."""
-        raise self.not_built("repair")
-
-    def value_problem(self, conn, typ: str, value: str) -> str | None:
-        """Why `value` is not a value of the (target) type `typ`, in the target's words; None if it
-        is. The state database's input functions (the same types as a PostgreSQL target's, and as an
-        Iceberg catalog's declared columns)."""
-        return self.state_db.value_problem(conn, typ, value)
-
-    def in_order(self, conn, typ: str, lo: str, hi: str) -> bool:
-        """lo <= hi in the type's order."""
-        return self.state_db.in_order(conn, typ, lo, hi)
-
-    def utc_text(self, conn, value: str) -> str:
-        """A point in time (any form the target reads) as UTC text, which every engine's session reads."""
-        return self.state_db.utc_text(conn, value)
-
-    def range_where(self, conn, shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> str:
-        """The target's rows with `column` between lo and hi (values of its type, or UTC times)."""
-        raise self.not_built("repair")
-
-    def key_ranges_where(self, conn, shape: TableShape, ranges: list) -> str:
-        """The target's rows inside any of the key ranges (a verify's findings)."""
-        raise self.not_built("repair")
-
-    # ---------------------------------------------------------------- verify
-    def verify_side(self, label: str = "target"):
-        """The target as one side of a verify (tideline.core.verify_side), on its own connection."""
-        raise self.not_built("verify")
-
-    # ---------------------------------------------------------------- batch mode
-    def begin_interval(self, conn, shape: TableShape, schema: str, stage: str) -> None:
-        """An empty staging table for one batch-mode interval's rows."""
-        raise self.not_built("batch mode")
-
-    def ensure_table(self, cur, shape: TableShape, schema: str, label: str) -> None:
-        """The live table exists with the shape's key, its columns added or widened as the source's."""
-        raise self.not_built("batch mode")
-
-    def merge_interval(self, cur, shape: TableShape, schema: str, stage: str) -> None:
-        """Upserts the staged rows into the live table by key, inside the caller's transaction."""
-        raise self.not_built("batch mode")
-
-    def drop_staging(self, cur, schema: str, name: str) -> None:
-        """An interval that failed (or was merged) leaves no trace; the live table stays."""
-        raise self.not_built("batch mode")
-
-    # ---------------------------------------------------------------- stream
-    def stage_changes(self, cur, rows, table_of_topic: dict[str, str]) -> None:
-        """One batch's decoded changes (last image per key), staged for apply_changes."""
-        self.staging.stage_changes(cur, rows, table_of_topic)
-
-    def stage_log(self, cur, log, table_of_topic: dict[str, str]) -> None:
-        """One batch's every event of the tables with a change log, staged for append_changes."""
-        self.staging.stage_log(cur, log, table_of_topic)
-
-    def hash_log(self, cur, table: str, columns: list[Column]) -> None:
-        """The table's staged log images with its hashed columns hashed (hash_columns)."""
-        self.staging.hash_log(cur, table, columns)
-
-    def log_position(self, cur, schema: str, table: str, topic: str) -> dict[int, int] | None:
-        """The next Kafka offset per partition the table's change log lacks (None: no log yet)."""
-        raise self.not_built("a change log")
-
-    def append_changes(self, cur, pipeline: str, schema: str, table: str, stamp: CommitStamp) -> int:
-        """The table's staged events appended to its change log (core.table_extras.changes_table),
-        each exactly once: an event at a Kafka position the log holds is not appended again."""
-        raise self.not_built("a change log")
-
-    def leave_filter(self, cur, table: str, columns: list[Column], predicate: str) -> int:
-        """The staged upserts of `table` its row_filter does not keep become deletes (staging)."""
-        return self.staging.leave_filter(cur, table, columns, predicate)
-
-    def begin_table(self, cur) -> None:
-        """One table's share of a batch starts: it is kept or undone alone (a halt concerns one table)."""
-        self.staging.begin_table(cur)
-
-    def undo_table(self, cur) -> None:
-        self.staging.undo_table(cur)
-
-    def end_table(self, cur) -> None:
-        self.staging.end_table(cur)
-
-    def ensure_extras(self, conn, schema: str, table: str, extras: TableExtras) -> list[str]:
-        """Before a stream applies a table: the extra columns its config asks for (an option set
-        after the table was loaded) added to the target table, committed; the names added."""
-        if extras:
-            raise self.not_built("soft deletes and metadata columns")
-        return []
-
-    def apply_changes(self, cur, pipeline: str, schema: str, table: str, topic: str, columns: list[Column],
-                      primary_key: list[str], dead_letter: bool, stamp: CommitStamp,
-                      extras: TableExtras = TableExtras()) -> tuple[tuple[int, int], int]:
-        """Applies one table's staged changes: ((upserts, deletes), dead letters). Raises
-        ApplyRefused naming the first change the target refuses. `extras`: the table's soft
-        deletes and metadata columns (core.table_extras)."""
-        raise self.not_built("the change stream")
-
-    def applied_offsets(self, cur, pipeline: str, schema: str, table: str,
-                        recorded: dict[int, int] | None) -> dict[int, int] | None:
-        """The table's position: the offsets below which every event is applied. `recorded` is the
-        state's (committed with the rows when the target holds the state); a target that commits
-        the offsets with its rows elsewhere says which is further."""
-        return recorded
-
-    def evolve(self, cur, schema: str, table: str, drift) -> None:
-        """Adds and widens columns (core.schema_drift's plan) in the caller's transaction."""
-        raise self.not_built("the change stream")

@@ -308,7 +308,7 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], k
     settings = settings or VerifySettings()
     engine = engines.for_pipeline(cfg, source)
     src = engine.verify_side("source")
-    store = targets.for_pipeline(cfg, target)
+    store = targets.able(targets.for_pipeline(cfg, target), targets.Verifies)
     tgt = store.verify_side("target")
     state_conn = state.connect(target)
     state_conn.autocommit = True

@@ -86,7 +86,8 @@ def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, 
 def _connections(cfg: PipelineConfig, source: Conn, target: Conn):
     """The source's engine and connection, the target and a connection to it (with the state: the
     fence is there)."""
-    engine, store = engines.for_pipeline(cfg, source), targets.for_pipeline(cfg, target)
+    engine = engines.for_pipeline(cfg, source)
+    store = targets.able(targets.for_pipeline(cfg, target), targets.Verifies)
     return engine, engine.connect(), store, store.connect()
 
 

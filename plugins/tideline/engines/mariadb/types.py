@@ -36,8 +36,8 @@ from dataclasses import dataclass
 _CAST = "CAST({c} AS CHAR)"   # text in the connection's utf8mb4, whatever the column's character set
 _DATETIME_CANON = "DATE_FORMAT({v}, '%Y-%m-%d %H:%i:%s.%f')"
 
-from tideline.core.wire_encodings import (BITS_LE_HEX, BOOL_BIT, EPOCH_DAYS, EPOCH_MICROS, EPOCH_MILLIS,  # noqa: F401
-                                         HEX, MICRO_DURATION, PG_TEXT, TEXT, YEAR, ZONED)
+from tideline.core.wire_encodings import (BITS_LE_HEX, BOOL_BIT, EPOCH_DAYS, EPOCH_MICROS, EPOCH_MILLIS, HEX,
+                                         MICRO_DURATION, TEXT, YEAR, ZONED)
 
 
 @dataclass(frozen=True)

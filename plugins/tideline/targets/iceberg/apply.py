@@ -35,7 +35,7 @@ from tideline.core.errors import FencedError, ResnapshotRequired, SourceError, T
 from tideline.core.lake_types import spark_ident
 from tideline.core.table_extras import TableExtras, spark_event
 from tideline.core.table_shape import Column
-from tideline.targets.base import ApplyRefused, CommitStamp
+from tideline.targets.interfaces import ApplyRefused, CommitStamp
 from tideline.targets.iceberg.snapshots import (SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE, stamped_since,
                                                 summary_of)
 from tideline.state.staging import record_dead_letter

@@ -21,7 +21,8 @@ from tideline.core.readable import ago
 from tideline.core.errors import ConfigError, TargetError
 from tideline.core.table_extras import TableExtras
 from tideline.core.table_shape import Column
-from tideline.targets.base import CommitStamp, Published, SnapshotLoad, Target
+from tideline.targets.base import Published, SnapshotLoad, Target
+from tideline.targets.interfaces import CommitStamp, KeepsChangeLog, Maintains, StagedTable, StreamsChanges, Verifies
 from tideline.targets.iceberg.apply import LakeApply
 from tideline.targets.iceberg.schema import COLUMNS_PROPERTY, add_extras, columns_property, evolve
 from tideline.targets.iceberg.snapshots import (SUMMARY_EPOCH, SUMMARY_OFFSETS, SUMMARY_PIPELINE, newest_stamped,
@@ -43,7 +44,7 @@ TABLE_PROPERTIES = {"format-version": "3", "write.delete.mode": "merge-on-read",
                     "write.metadata.previous-versions-max": "50"}
 
 
-class IcebergTarget(Target):
+class IcebergTarget(Target, StreamsChanges, KeepsChangeLog, Verifies, Maintains):
     """Its state_db is the catalog's PostgreSQL database (errors: that database's, the state's)."""
     kind = "iceberg"
 
@@ -348,12 +349,10 @@ class IcebergTarget(Target):
             return committed
         return {p: max(recorded.get(p, 0), committed.get(p, 0)) for p in recorded.keys() | committed.keys()}
 
-    def apply_changes(self, cur, pipeline: str, schema: str, table: str, topic: str, columns: list[Column],
-                      primary_key: list[str], dead_letter: bool, stamp: CommitStamp = None,
-                      extras: TableExtras = TableExtras()) -> tuple[tuple[int, int], int]:
+    def apply_changes(self, cur, staged: StagedTable, stamp: CommitStamp) -> tuple[tuple[int, int], int]:
         """One MERGE commit carrying the stamp (iceberg_apply), while the caller holds the fence."""
-        apply = LakeApply(self, pipeline, schema, table, topic, columns, primary_key, dead_letter=dead_letter,
-                          extras=extras)
+        apply = LakeApply(self, stamp.pipeline, staged.schema, staged.table, staged.topic, staged.columns,
+                          staged.primary_key, dead_letter=staged.dead_letter, extras=staged.extras)
         counts = apply.run(cur, stamp)
         return counts, len(apply.dead_lettered)
 

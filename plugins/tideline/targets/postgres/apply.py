@@ -22,7 +22,7 @@ from tideline.core.errors import ResnapshotRequired
 from tideline.core.table_extras import TableExtras
 from tideline.core.table_shape import Column
 from tideline.state.staging import record_dead_letter
-from tideline.targets.base import ApplyRefused
+from tideline.targets.interfaces import ApplyRefused
 
 log = logging.getLogger("tideline.apply")
 

@@ -14,7 +14,9 @@ from tideline.core.errors import ResnapshotRequired, SourceError, TargetError
 from tideline.core.table_extras import DELETED_AT, LOADED_OP, PREFIX, VALID_FROM, TableExtras, changes_table
 from tideline.core.table_shape import Column, TableShape, copy_into, create_table, extra_column_sql
 from tideline.targets.postgres import dependents
-from tideline.targets.base import CommitStamp, Published, SnapshotLoad, Target
+from tideline.targets.base import Published, SnapshotLoad, Target
+from tideline.targets.interfaces import (CommitStamp, KeepsChangeLog, MergesBatches, StagedTable, StreamsChanges,
+                                         RepairsByCopy, TakesCopy)
 from tideline.targets.postgres.apply import TableApply
 from tideline import postgres_sql   # the same database's SQL as a PostgreSQL source's
 from tideline.postgres_sql import PgSide
@@ -34,7 +36,7 @@ def shadow_name(table: str) -> str:
     return f"{table[:46]}__tl_shadow"
 
 
-class PostgresTarget(Target):
+class PostgresTarget(Target, TakesCopy, StreamsChanges, KeepsChangeLog, MergesBatches, RepairsByCopy):
     """Its state is in the same database (state_db is the target): rows and state commit together."""
     kind = "postgres"
 
@@ -329,12 +331,10 @@ class PostgresTarget(Target):
                     sql.Identifier(schema), sql.Identifier(table), extra_column_sql(c)))
         return [c.name for c in added]
 
-    def apply_changes(self, cur, pipeline: str, schema: str, table: str, topic: str, columns: list[Column],
-                      primary_key: list[str], dead_letter: bool, stamp: CommitStamp = None,
-                      extras: TableExtras = TableExtras()) -> tuple[tuple[int, int], int]:
+    def apply_changes(self, cur, staged: StagedTable, stamp: CommitStamp) -> tuple[tuple[int, int], int]:
         """The stamp's offsets and epoch commit in the caller's transaction, with the state."""
-        apply = TableApply(pipeline, schema, table, topic, columns, primary_key, dead_letter=dead_letter,
-                           extras=extras)
+        apply = TableApply(stamp.pipeline, staged.schema, staged.table, staged.topic, staged.columns,
+                           staged.primary_key, dead_letter=staged.dead_letter, extras=staged.extras)
         counts = apply.run(cur)
         return counts, len(apply.dead_lettered)
 
