@@ -1,7 +1,8 @@
 """The one mechanism behind both registries (tideline.engines for sources, tideline.targets for
 targets): the kinds a package's subpackages declare (a SOURCE or TARGET spec with `kind` and
-`conn_types`), found on first use without importing any implementation, and the kind an Airflow
-connection's type names."""
+`conn_types`), found on first use without importing any implementation, the kind an Airflow
+connection's type names, and the check that a class implements the interface of every
+capability its declaration promises (`unkept_promises`)."""
 from __future__ import annotations
 
 import importlib
@@ -58,3 +59,20 @@ class KindRegistry:
         types = sorted({t for k in self.kinds() for t in self.specs[k].conn_types})
         raise ConfigError(f"connection {conn.conn_id!r}", [(
             "conn_type", f"is {conn.conn_type!r}; a Tideline {self.noun} is a connection of type {', '.join(types)}")])
+
+
+def unkept_promises(cls: type, promised: list[str], promises: dict[str, tuple[type, ...]]) -> dict[str, list[str]]:
+    """Per capability promised, what `cls` lacks to keep it: an interface it does not implement
+    (named with its methods), or that interface's methods it leaves abstract."""
+    out = {}
+    for promise in promised:
+        lacking = []
+        for interface in promises[promise]:
+            if not issubclass(cls, interface):
+                lacking.append(f"{interface.__name__} ({', '.join(sorted(interface.__abstractmethods__))})")
+            else:
+                lacking += sorted(m for m in interface.__abstractmethods__
+                                  if getattr(getattr(cls, m), "__isabstractmethod__", False))
+        if lacking:
+            out[promise] = lacking
+    return out

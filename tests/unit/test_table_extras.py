@@ -304,7 +304,7 @@ def test_a_slimmed_source_block_must_keep_what_the_tables_read_from_it():
 
 
 def test_history_from_mariadb_is_refused_on_a_binlog_of_several_gtid_domains_and_seeds_each_partitions_snapshot():
-    from tideline.engines.base import Snapshot
+    from tideline.engines import Snapshot
     from tideline.engines.mariadb.engine import MariaDbEngine, _one_domain
     _one_domain("0-1-42", "p.t")
     _one_domain("", "p.t")

@@ -31,6 +31,12 @@ class ConnectError(TerminalError):
     """Kafka Connect refused or failed the connector; the message carries Connect's own words."""
 
 
+def capturing(cfg: PipelineConfig, source: Conn):
+    """The pipeline's source as what capture needs of it (engines.Captures and HoldsPosition), or
+    the SourceError that says this kind of source has no change capture."""
+    return engines.able(engines.for_pipeline(cfg, source), engines.Captures)
+
+
 def ensure_topics(cfg: PipelineConfig, kafka: KafkaAccess | str, extra: dict[str, dict[str, str]] | None = None) -> list[str]:
     """Creates missing change topics with the pipeline's partitions, replication and retention,
     and the engine's own topics (`extra`: name -> config overrides; one partition each)."""
@@ -191,7 +197,7 @@ def capture_failure(cfg: PipelineConfig, connect: Conn) -> str | None:
     if state != "RUNNING" or not status.get("tasks"):
         return f"connector {name} is {state} with {len(status.get('tasks') or [])} task(s): no change is captured"
     try:
-        engine = engines.for_pipeline(cfg, get_connection(cfg.source.conn_id))
+        engine = capturing(cfg, get_connection(cfg.source.conn_id))
         config = client.config(name)
     except (TidelineError, KeyError) as exc:   # no source connection given to this caller: Connect's word stands
         log.debug("capture connection not checked: %s", exc)
@@ -217,7 +223,7 @@ def ensure_connector(cfg: PipelineConfig, connect: Conn, source: Conn, timeout: 
                      kafka: KafkaAccess | None = None) -> dict:
     """Creates or updates the connector and waits until it and its task run and the source side
     of capture is in place (the slot exists / the connector streams past a marker)."""
-    engine = engines.for_pipeline(cfg, source)
+    engine = capturing(cfg, source)
     engine.ensure_heartbeat_table(cfg)
     client = ConnectClient(connect.http_base_url())
     name = connector_name(cfg)
@@ -273,7 +279,7 @@ def recover_lost_capture(cfg: PipelineConfig, connect: Conn, source: Conn, targe
     needs_resnapshot (first, so a crash here still leaves them marked), the connector is removed
     with its stored position and the source side reset, so ensure_connector starts capture afresh
     — and the sync DAG reloads those tables by itself."""
-    engine = engines.for_pipeline(cfg, source)
+    engine = capturing(cfg, source)
     client = ConnectClient(connect.http_base_url())
     why = engine.lost_capture(cfg, client, connector_name(cfg))
     if why is None:
@@ -291,7 +297,7 @@ def drop_capture(cfg: PipelineConfig, connect: Conn, source: Conn) -> None:
     what the source holds for it (slot, publication), so nothing keeps pinning the source's log."""
     remove_connector(cfg, connect)
     secrets.remove(connector_name(cfg))
-    engines.for_pipeline(cfg, source).drop_capture(cfg)
+    capturing(cfg, source).drop_capture(cfg)
 
 
 def ensure_capture(cfg: PipelineConfig, kafka: Conn, connect: Conn, source: Conn, target: Conn | None = None,
@@ -301,7 +307,7 @@ def ensure_capture(cfg: PipelineConfig, kafka: Conn, connect: Conn, source: Conn
     the target given, a lost position is recovered first; returns the tables marked for a
     re-snapshot (lost position, or changes an earlier setup sent where the stream never reads)."""
     from tideline.capture import refusals
-    engine = engines.for_pipeline(cfg, source)
+    engine = capturing(cfg, source)
     cfg = refusals.carried(cfg, refusals.check_and_record(cfg, source, target, notify))
     ensure_topics(cfg, kafka.kafka_access, engine.capture_topics(cfg))
     marked = recover_lost_capture(cfg, connect, source, target) if target is not None else []

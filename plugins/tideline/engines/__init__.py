@@ -7,8 +7,9 @@ implementation ("module:Class"). The registry finds the packages by themselves a
 declarations without importing any driver; only `engine_class` imports a source's code. What the
 pure core must know of a kind of source before that (its SQL dialect for row filters, the fields
 of its log position) is its line in core.support.SOURCES, which `check_support` holds to the
-packages. Full load, stream, batch, verify, repair and doctor call the interface (`base.SourceEngine`)
-and never ask which engine they hold.
+packages. Each declares its capabilities too (base.SourceCapabilities), and `engine_class` holds
+the class to the interfaces of what it declares (engines.interfaces). Full load, stream, batch,
+verify, repair and doctor call those interfaces and never ask which engine they hold.
 
 The kind is the pipeline's `source.kind` (known when DAGs are parsed); the source connection's type
 is checked against it wherever a pipeline's engine is made (`for_pipeline`). Adding a source is a
@@ -19,9 +20,11 @@ from __future__ import annotations
 import importlib
 
 from tideline.core.connections import Conn, check_kind
-from tideline.core.errors import ConfigError
-from tideline.kinds import KindRegistry
-from tideline.engines.base import Snapshot, SourceEngine, SourceSpec
+from tideline.core.errors import ConfigError, SourceError
+from tideline.kinds import KindRegistry, unkept_promises
+from tideline.engines.base import SourceCapabilities, SourceEngine, SourceSpec
+from tideline.engines.interfaces import (PROMISES, Captures, HoldsPosition, LoadsInChunks, PipesRows, ReadsIntervals,
+                                         ReadsSnapshots, Snapshot, VerifiesSource)
 
 _KINDS = KindRegistry(__name__, __path__, "SOURCE", SourceSpec, "source", lambda: check_support())
 _REGISTRY, _CLASSES = _KINDS.specs, _KINDS.classes
@@ -41,8 +44,18 @@ def check_support() -> None:
     problems += [(kind, f"is named by core.support but no package registers it (registered: "
                         f"{', '.join(sorted(_REGISTRY))})")
                  for kind in sorted(set(support.SOURCES) | set(support.source_kinds())) if kind not in _REGISTRY]
+    for (source, target), modes in sorted(support.SUPPORT.items()):
+        caps = _REGISTRY[source].capabilities if source in _REGISTRY else None
+        lacking = [m for m in sorted(modes) if caps and m in MODE_NEEDS and not getattr(caps, MODE_NEEDS[m])]
+        if lacking:
+            problems.append((f"{source} -> {target}", "lists " + ", ".join(lacking) + f" but the {source} source's "
+                             "capabilities do not promise " + ", ".join(MODE_NEEDS[m] for m in lacking)))
     if problems:
         raise ConfigError("the sources (tideline.engines, tideline.core.support)", problems)
+
+
+# a support mode (core.support) and the source capability that must promise it
+MODE_NEEDS = {"cdc": "capture", "batch": "batch", "verify": "verifies"}
 
 
 def kind_of_connection(conn: Conn) -> str:
@@ -51,16 +64,32 @@ def kind_of_connection(conn: Conn) -> str:
 
 
 def engine_class(kind: str) -> type[SourceEngine]:
-    """The implementation of a kind of source, imported on first use."""
+    """The implementation of a kind of source, imported on first use and checked against its
+    declared capabilities: a promise it does not keep is refused here, before any work starts."""
     if kind not in _CLASSES:
-        module, _, name = spec(kind).implementation.partition(":")
+        s = spec(kind)
+        module, _, name = s.implementation.partition(":")
         cls = getattr(importlib.import_module(module), name)
+        missing = unkept_promises(cls, s.capabilities.promised(), PROMISES)
         abstract = sorted(getattr(cls, "__abstractmethods__", ()))
-        if abstract:
-            raise ConfigError(f"source kind {kind!r} ({spec(kind).implementation})", [(
-                "implementation", f"does not implement {', '.join(abstract)}, which every source needs")])
+        if missing or abstract:
+            said = [f"{promise} needs {', '.join(methods)}" for promise, methods in missing.items()]
+            if abstract:
+                said.append(f"every source needs {', '.join(abstract)}")
+            raise ConfigError(f"source kind {kind!r} ({s.implementation})", [(
+                "capabilities", "promise what the class does not implement: " + "; ".join(said)
+                + ". Implement them, or declare the capability false in its SourceSpec")])
         _CLASSES[kind] = cls
     return _CLASSES[kind]
+
+
+def able(engine: SourceEngine, interface: type):
+    """`engine` as the capability `interface` (engines.interfaces), or the SourceError that says it
+    cannot do that: a caller asks for what it needs, never a kind."""
+    if isinstance(engine, interface):
+        return engine
+    raise SourceError(f"a {engine.label or engine.kind} source (connection {engine.source.conn_id!r}) cannot do "
+                      f"{interface.what} in this version of Tideline; see the support matrix (docs/reference/support.md)")
 
 
 def for_source(source: Conn) -> SourceEngine:
@@ -74,5 +103,6 @@ def for_pipeline(cfg, source: Conn) -> SourceEngine:
     return engine_class(cfg.source.kind)(source)
 
 
-__all__ = ["Snapshot", "SourceEngine", "SourceSpec", "check_support", "engine_class", "for_pipeline", "for_source",
+__all__ = ["Captures", "HoldsPosition", "LoadsInChunks", "PipesRows", "ReadsIntervals", "ReadsSnapshots", "Snapshot",
+           "SourceCapabilities", "SourceEngine", "SourceSpec", "VerifiesSource", "able", "check_support", "engine_class", "for_pipeline", "for_source",
            "kind_of_connection", "kinds", "register", "spec", "unregister"]

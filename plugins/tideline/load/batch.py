@@ -36,7 +36,7 @@ class BatchSync:
     def __init__(self, cfg: PipelineConfig, spark, environ=None):
         self.cfg, self.spark = cfg, spark
         self.source = get_connection(cfg.source.conn_id, environ)
-        self.engine = engines.for_pipeline(cfg, self.source)
+        self.engine = engines.able(engines.for_pipeline(cfg, self.source), engines.ReadsIntervals)
         self.target = get_connection(cfg.target.conn_id, environ)
         self.store = targets.able(targets.for_pipeline(cfg, self.target), targets.MergesBatches)
 

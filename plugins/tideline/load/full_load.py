@@ -73,8 +73,9 @@ def piped_load_conf(source: Conn, target_kind: str) -> dict[str, str]:
 
 def loads_by_pipe(source: Conn, target_kind: str) -> bool:
     """Whether every row of a load goes source -> target as a COPY piped by Python, never
-    through the JVM (engine.pipes_copy into a target that does not write in the JVM)."""
-    return engines.for_source(source).pipes_copy and not targets.capabilities(target_kind).writes_in_jvm
+    through the JVM (a source that pipes, engines.PipesRows, into a target that does not write in the JVM)."""
+    return (engines.spec(engines.kind_of_connection(source)).capabilities.pipes
+            and not targets.capabilities(target_kind).writes_in_jvm)
 
 
 def session_needed(cfg: PipelineConfig) -> bool:
@@ -86,7 +87,7 @@ def session_needed(cfg: PipelineConfig) -> bool:
     the databases for the cores (tests/bench/full_load_mariadb.py) — nor when its tables' data
     files are written from CSV (files_written). Anything that does use the session starts it then."""
     engine, target = engines.engine_class(cfg.source.kind), targets.capabilities(cfg.target.kind)
-    piped = engine.pipes_copy and engine.pipes_in_threads and not target.writes_in_jvm
+    piped = issubclass(engine, engines.PipesRows) and engine.pipes_in_threads and not target.writes_in_jvm
     return master_cores(master_url()) is None or not (piped or files_written(cfg))
 
 
@@ -195,7 +196,8 @@ class FullLoad:
         try:
             src, tgt = self._connections()
             try:
-                self.engine.check_capture(src, f"source of pipeline {self.cfg.name}")
+                if isinstance(self.engine, engines.Captures):   # a load starts the stream's position
+                    self.engine.check_capture(src, f"source of pipeline {self.cfg.name}")
                 src.rollback()
                 refused = self.engine.refusals(src, self.cfg, tables)   # again: the source may have changed since
                 state.migrate(tgt)
@@ -365,7 +367,7 @@ class FullLoad:
     def _mode(self, src, shape: TableShape, tcfg) -> tuple[bool, str]:
         """(load in chunks?, why): the table's `snapshot` setting, and for `auto` its size (the
         catalog's estimate); chunks need a key, a source engine and a target that can."""
-        can = (self.engine.loads_in_chunks and self.store.capabilities().chunked_loads
+        can = (isinstance(self.engine, engines.LoadsInChunks) and self.store.capabilities().chunked_loads
                and bool(shape.primary_key))
         if tcfg.history:   # its first versions start at one point in time: the snapshot's
             return False, "history: one consistent snapshot"

@@ -64,7 +64,7 @@ class IncrementalRun:
         self.requested = tables
         self.source = get_connection(cfg.source.conn_id, environ)
         self._environ = environ
-        self.engine = engines.for_pipeline(cfg, self.source)
+        self.engine = engines.able(engines.for_pipeline(cfg, self.source), engines.Captures)
         self.target = get_connection(cfg.target.conn_id, environ)
         self.store = targets.able(targets.for_pipeline(cfg, self.target), targets.StreamsChanges)
         self.kafka = get_connection(cfg.kafka.conn_id, environ).kafka_access

@@ -19,7 +19,7 @@ import importlib
 
 from tideline.core.connections import Conn, check_kind
 from tideline.core.errors import ConfigError
-from tideline.kinds import KindRegistry
+from tideline.kinds import KindRegistry, unkept_promises
 from tideline.targets.base import Capabilities, Published, SnapshotLoad, Target, TargetSpec
 from tideline.targets.interfaces import (PROMISES, ApplyRefused, CommitStamp, KeepsChangeLog, Maintains, MergesBatches,
                                          RepairsByCopy, StagedTable, StreamsChanges, TakesCopy, Verifies)
@@ -39,18 +39,8 @@ def capabilities(kind: str) -> Capabilities:
 
 
 def missing_methods(cls: type[Target], caps: Capabilities) -> dict[str, list[str]]:
-    """Per capability `caps` promise, what `cls` lacks to keep it: the interface it does not
-    implement (targets.interfaces.PROMISES), or that interface's methods it leaves abstract."""
-    out = {}
-    for promise in caps.promised():
-        interface = PROMISES[promise]
-        if not issubclass(cls, interface):
-            out[promise] = [f"{interface.__name__} ({', '.join(sorted(interface.__abstractmethods__))})"]
-        else:
-            lacking = sorted(m for m in interface.__abstractmethods__ if getattr(getattr(cls, m), "__isabstractmethod__", False))
-            if lacking:
-                out[promise] = lacking
-    return out
+    """Per capability `caps` promise, what `cls` lacks to keep it (targets.interfaces.PROMISES)."""
+    return unkept_promises(cls, caps.promised(), PROMISES)
 
 
 def able(target: Target, interface: type):

@@ -235,12 +235,12 @@ class Maintains(ABC):
 
 
 # a capability (targets.base.Capabilities) and the interface a target promising it implements
-PROMISES: dict[str, type] = {
-    "copy_in": TakesCopy,
-    "stream": StreamsChanges,
-    "table_extras": KeepsChangeLog,
-    "history": StreamsChanges,
-    "batch": MergesBatches,
-    "verifies": Verifies,
-    "maintenance": Maintains,
+PROMISES: dict[str, tuple[type, ...]] = {
+    "copy_in": (TakesCopy,),
+    "stream": (StreamsChanges,),
+    "table_extras": (KeepsChangeLog,),
+    "history": (StreamsChanges,),
+    "batch": (MergesBatches,),
+    "verifies": (Verifies,),
+    "maintenance": (Maintains,),
 }

@@ -306,7 +306,7 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], k
            settings: VerifySettings | None = None) -> list[VerifyReport]:
     """Verifies each table and records the outcome, findings and ranges in the run history."""
     settings = settings or VerifySettings()
-    engine = engines.for_pipeline(cfg, source)
+    engine = engines.able(engines.for_pipeline(cfg, source), engines.VerifiesSource)
     src = engine.verify_side("source")
     store = targets.able(targets.for_pipeline(cfg, target), targets.Verifies)
     tgt = store.verify_side("target")

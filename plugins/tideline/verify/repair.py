@@ -86,7 +86,7 @@ def apply_from_source(cfg: PipelineConfig, engine, shape: TableShape, src, tgt, 
 def _connections(cfg: PipelineConfig, source: Conn, target: Conn):
     """The source's engine and connection, the target and a connection to it (with the state: the
     fence is there)."""
-    engine = engines.for_pipeline(cfg, source)
+    engine = engines.able(engines.for_pipeline(cfg, source), engines.VerifiesSource)
     store = targets.able(targets.for_pipeline(cfg, target), targets.Verifies)
     return engine, engine.connect(), store, store.connect()
 

@@ -3,8 +3,9 @@
 `keys`), its rows streamed as COPY text without Spark's JVM (`pipe`), TLS in each client's terms
 (`tls`) and verify's side (`verify`). Its type mapping is `types`: each column names the
 Debezium representation its changes travel in (core.wire_encodings), which core.debezium decodes."""
-from tideline.engines.base import SourceSpec
+from tideline.engines.base import SourceCapabilities, SourceSpec
 
 SOURCE = SourceSpec(kind="mariadb", conn_types=("mysql", "mariadb"),
                     implementation="tideline.engines.mariadb.engine:MariaDbEngine",
-                    description="MariaDB 10.6 or later (row-based binlog with GTIDs)")
+                    description="MariaDB 10.6 or later (row-based binlog with GTIDs)",
+                    capabilities=SourceCapabilities(capture=True, batch=True, verifies=True, chunked_loads=True, pipes=True))

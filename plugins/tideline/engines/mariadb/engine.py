@@ -32,7 +32,9 @@ from tideline.engines.mariadb import types as mt
 from tideline.core import source_shapes
 from tideline.core.errors import SourceError, TransientError
 from tideline.core.table_shape import CSV_QUOTE, KEY_ALIAS, Column, TableShape
-from tideline.engines.base import Snapshot, SourceEngine
+from tideline.engines.base import SourceEngine
+from tideline.engines.interfaces import (Captures, HoldsPosition, LoadsInChunks, PipesRows, ReadsIntervals,
+                                         ReadsSnapshots, Snapshot, VerifiesSource)
 from tideline.engines.mariadb.capture import MariaDbCapture, capture_problems
 from tideline.engines.mariadb.tls import mariadb_tls
 from tideline.engines.mariadb.keys import integer_type, key_ranges
@@ -51,7 +53,8 @@ SESSION_INIT = "SET time_zone = '+00:00', sql_mode = REPLACE(@@sql_mode, 'NO_BAC
 FOREIGN_ENGINES = frozenset({"CONNECT", "FEDERATED", "FEDERATEDX", "SPIDER"})
 
 
-class MariaDbEngine(MariaDbCapture, SourceEngine):
+class MariaDbEngine(MariaDbCapture, SourceEngine, ReadsSnapshots, LoadsInChunks, PipesRows, Captures,
+                     HoldsPosition, ReadsIntervals, VerifiesSource):
     kind, label = "mariadb", "MariaDB"
     quote = staticmethod(q)
 
@@ -177,7 +180,6 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         filtered = f" WHERE {where}" if where else ""
         return f"(SELECT {', '.join(keys + cols)} FROM {q(shape.schema)}.{q(shape.name)} t{filtered}) AS tideline_read"
 
-    pipes_copy = True
     # a slice of ~4 MB is one GROUP_CONCAT value: a handful of Python calls per slice
     # (tests/bench/full_load_mariadb.py: 1M rows 6.8 -> 5.2-5.8 s, tool CPU 4.5 -> 2.5 s)
     pipes_in_threads = True
@@ -236,7 +238,6 @@ class MariaDbEngine(MariaDbCapture, SourceEngine):
         _one_domain(gtid, label)
         return int(gtid.rsplit("-", 1)[-1]) if gtid else 0
 
-    loads_in_chunks = True
     # each chunk: the exact-text session, its own consistent snapshot for the seconds it reads
     chunk_session_init = (f"{SESSION_INIT}; SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
                           "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")

@@ -11,7 +11,9 @@ from tideline.core.pg_session import SESSION_OPTIONS
 from tideline.core.column_hash import pg_source_value, pg_text
 from tideline.core.table_shape import (Column, TableShape, boundaries_query, copy_options,
                                        ctid_predicates, hash_predicates, key_range_predicates, read_query)
-from tideline.engines.base import Snapshot, SourceEngine
+from tideline.engines.base import SourceEngine
+from tideline.engines.interfaces import (Captures, HoldsPosition, LoadsInChunks, PipesRows, ReadsIntervals,
+                                         ReadsSnapshots, Snapshot, VerifiesSource)
 from tideline.engines.postgres.capture import PostgresCapture
 from tideline.postgres_sql import PgSide, between, collatable_keys, key_ranges_where
 
@@ -24,7 +26,8 @@ SAMPLE_TARGET_ROWS = 100_000
 FETCH_SIZE = 10_000
 
 
-class PostgresEngine(PostgresCapture, SourceEngine):
+class PostgresEngine(PostgresCapture, SourceEngine, ReadsSnapshots, LoadsInChunks, PipesRows, Captures,
+                     HoldsPosition, ReadsIntervals, VerifiesSource):
     kind, label = "postgres", "PostgreSQL"
     errors = (psycopg2.Error,)
 
@@ -214,7 +217,6 @@ class PostgresEngine(PostgresCapture, SourceEngine):
     def jdbc_read_properties(self) -> dict[str, str]:
         return {**self.jdbc_properties(), "options": SESSION_OPTIONS}
 
-    pipes_copy = True
     # not pipes_in_threads: psycopg2 hands each row of COPY TO to Python, and two pipes in one
     # process contend for the GIL (tests/bench/full_load.py: 212-238k rows/s per pipe in driver
     # threads, 275-345k in Spark's Python workers)
@@ -253,7 +255,6 @@ class PostgresEngine(PostgresCapture, SourceEngine):
                 "RAISE EXCEPTION 'tideline: partition read is not inside the exported snapshot'; END IF; END $$")
         return Snapshot(snapshot_id, snapshot_at, snapshot_xmin, rows, predicates, init)
 
-    loads_in_chunks = True
 
     def estimate_rows(self, conn, shape: TableShape) -> int | None:
         """reltuples over the table's leaf partitions (the table itself when not partitioned:
