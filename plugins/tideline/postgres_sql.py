@@ -88,19 +88,22 @@ class PgSide(VerifySide):
     def binary_hash_probe(self) -> int:
         return self.all(PROBE_HASH_SQL)[0][0]
 
-    def typed_dialects(self, shape: TableShape, schema: str, peer: "PgSide", peer_schema: str,
-                       peer_shape: TableShape | None = None):
-        """Typed hashes; row text where the two servers hash values differently (byte order, version).
-        `peer_shape`: the table as the peer names it (a target's shape, core.target_names)."""
+    def pair_dialects(self, fingerprint: str, shape: TableShape, schema: str, peer: VerifySide, peer_schema: str,
+                      peer_shape: TableShape):
+        """Typed hashes are computed with the peer: row text where the two servers hash values
+        differently (byte order, version). `peer_shape`: the table as the peer names it (a
+        target's shape, core.target_names)."""
+        if fingerprint != "typed":
+            return super().pair_dialects(fingerprint, shape, schema, peer, peer_schema, peer_shape)
         binary = self.binary_hash_probe() == peer.binary_hash_probe()
         collatable = collatable_keys(self.conn, shape)
         text_columns = self._text_columns(shape)
-        peer_shape = peer_shape or shape
         named = {c.source_name: c.name for c in peer_shape.columns}.get
         peer_text, peer_collatable = (frozenset(named(c, c) for c in names) for names in (text_columns, collatable))
+        note = None if binary else ("source and target hash values differently (byte order or version); "
+                                    "fingerprinting row text instead (slower)")
         return (PgDialect(shape, schema, row_hash(shape, text_columns, binary, source=True), collatable),
-                PgDialect(peer_shape, peer_schema, row_hash(peer_shape, peer_text, binary), peer_collatable), binary)
-
+                PgDialect(peer_shape, peer_schema, row_hash(peer_shape, peer_text, binary), peer_collatable), note)
 
 def between(shape: TableShape, column: str, lo: str, hi: str, as_time: bool) -> sql.Composed:
     """`column BETWEEN lo AND hi` in PostgreSQL: values of the column's type, or UTC times."""

@@ -9,6 +9,7 @@ comparison (verify.compare) asks the sides, never their kind.
 from __future__ import annotations
 
 from tideline.core.table_shape import TableShape
+from tideline.core import verify_canonical, verify_lake
 from tideline.core.verify_canonical import MASK
 from tideline.core.verify_plan import IntegerCuts, KeyRange
 
@@ -40,12 +41,16 @@ class VerifySide:
         """The stored table's column types (raises one of `errors` when it cannot be read)."""
         raise NotImplementedError
 
-    def canonical_dialect(self, shape: TableShape, schema: str):
-        raise NotImplementedError
+    def dialect_of(self, fingerprint: str, shape: TableShape, schema: str):
+        """This side's fingerprint SQL of the table for one of its `fingerprints` (its
+        `<fingerprint>_dialect` method: canonical_dialect, lake_dialect)."""
+        return getattr(self, f"{fingerprint}_dialect")(shape, schema)
 
-    def typed_dialects(self, shape: TableShape, schema: str, peer: "VerifySide", peer_schema: str):
-        """Both sides' dialects for `typed` (this side and the peer compute it alike)."""
-        raise NotImplementedError
+    def pair_dialects(self, fingerprint: str, shape: TableShape, schema: str, peer: "VerifySide", peer_schema: str,
+                      peer_shape: TableShape) -> tuple[object, object, str | None]:
+        """Both sides' dialects for a fingerprint both compute, and a note when the pair had to
+        settle for a slower form: each side its own, unless a side computes it with its peer (typed)."""
+        return self.dialect_of(fingerprint, shape, schema), peer.dialect_of(fingerprint, peer_shape, peer_schema), None
 
     # ---------------------------------------------------------------- fingerprints
     def fingerprint(self, rng: KeyRange) -> tuple[int, int]:
@@ -87,3 +92,12 @@ class VerifySide:
             if cuts:
                 return [tuple(r) for r in cuts]
         return [tuple(r) for r in self.all(d.boundaries_query(pred, parts))]
+
+
+# a fingerprint and the check that refuses a key it cannot cut into ranges (typed: any key PostgreSQL orders)
+KEY_CHECKS = {"canonical": verify_canonical.check_keys, "lake": verify_lake.check_keys}
+
+
+def shared_fingerprint(source: VerifySide, target: VerifySide) -> str | None:
+    """The first fingerprint, in the source's preference, that both sides compute (None: none)."""
+    return next((m for m in source.fingerprints if m in target.fingerprints), None)

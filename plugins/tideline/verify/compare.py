@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from tideline import engines, kafka_offsets, state, targets
 from tideline.state.ledger import record_verify
 from tideline.verify.findings import missing_report
-from tideline.core.verify_side import VerifySide
+from tideline.core.verify_side import KEY_CHECKS, VerifySide, shared_fingerprint
 from tideline.core.kafka_access import KafkaAccess
 from tideline.core.config import PipelineConfig
 from tideline.core.connections import Conn
@@ -32,7 +32,6 @@ from tideline.core.errors import SourceError, TargetError
 from tideline.core.row_filter import RowFilter
 from tideline.core.table_extras import DELETED_AT, VALID_TO, TableExtras
 from tideline.core.table_shape import TableShape
-from tideline.core import verify_canonical, verify_lake
 from tideline.core.verify_plan import (INTEGER_KEY_TYPES, Candidate, Finding, KeyRange, VerifyReport, classify,
                                        integer_cuts)
 
@@ -87,30 +86,21 @@ class TableVerifier:
 
     def _dialects(self, shape: TableShape) -> None:
         """Each side's fingerprint SQL, for the first fingerprint (in the source's preference) both
-        sides compute: typed hashes between two PostgreSQL databases, canonical text across
-        engines (core.verify_canonical)."""
+        sides compute: the sides build it (core.verify_side), this asks neither's kind."""
         src_schema, tgt_schema = self.cfg.source_schema(shape.name), self.cfg.target_schema(shape.name)
-        mode = next((m for m in self.src.fingerprints if m in self.tgt.fingerprints), None)
-        if mode == "typed":
-            self.src.dialect, self.tgt.dialect, binary = self.src.typed_dialects(shape, src_schema, self.tgt,
-                                                                                 tgt_schema, self.landing)
-            if not binary:
-                log.warning("%s: source and target hash values differently (byte order or version); "
-                            "fingerprinting row text instead (slower)", shape.name)
-        elif mode == "canonical":
-            verify_canonical.check_keys(shape, f"{self.cfg.name}.{shape.name}")
-            self.src.dialect = self.src.canonical_dialect(shape, src_schema)
-            self.tgt.dialect = self.tgt.canonical_dialect(self.landing, tgt_schema)
-        elif mode == "lake":
-            verify_lake.check_keys(shape, f"{self.cfg.name}.{shape.name}")
-            self.src.dialect = self.src.lake_dialect(shape, src_schema)
-            self.tgt.dialect = self.tgt.lake_dialect(self.landing, tgt_schema)
-        else:
+        mode = shared_fingerprint(self.src, self.tgt)
+        if mode is None:
             raise TargetError(f"{self.cfg.name}.{shape.name}: verify cannot compare a {self.engine.label} source with "
                               f"a {self.cfg.target.kind} target in this version of Tideline (the source fingerprints "
                               f"rows as {'/'.join(self.src.fingerprints)}, the target as "
                               f"{'/'.join(self.tgt.fingerprints)}). The stream's own checks still hold; `make status` "
                               f"compares row counts, and action=full_reload re-copies the table.", table=shape.name)
+        if mode in KEY_CHECKS:
+            KEY_CHECKS[mode](shape, f"{self.cfg.name}.{shape.name}")
+        self.src.dialect, self.tgt.dialect, note = self.src.pair_dialects(mode, shape, src_schema, self.tgt,
+                                                                          tgt_schema, self.landing)
+        if note:
+            log.warning("%s: %s", shape.name, note)
 
     def _live_rows_only(self, table: str) -> None:
         """A table with soft deletes keeps the rows the source deleted: the target compares the
