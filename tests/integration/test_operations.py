@@ -15,7 +15,7 @@ from helpers import _set_topic_configs, drop_source, table_digest
 from test_dags import airflow_env, dag_pipeline, make_table, run_dag  # noqa: F401 (fixture)
 from tideline import state
 from tideline.ops import doctor
-from tideline.stream import coverage
+from tideline.capture import coverage
 from tideline.alerts import notify
 from tideline.capture.connector import ConnectClient
 from tideline.core.connections import get_connection

@@ -177,3 +177,45 @@ def test_no_sql_on_the_state_schema_outside_the_state_room():
                     and query.search(node.value):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert found == [], found
+
+
+def test_the_state_is_reached_by_one_door():
+    """A connection to the state is made in the state room only: callers with a pipeline ask
+    `state.of_pipeline(cfg, resolve)` (where a pipeline's state lives is said there once), a target
+    its StateDatabase. Before: state.connect(...) at 17 sites straight to the target's database."""
+    found = []
+    for path in sorted((ROOT / "plugins" / "tideline").rglob("*.py")):
+        if "state" in path.relative_to(ROOT / "plugins" / "tideline").parts[:1]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "connect" \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "state":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == [], found
+
+
+def test_the_state_schemas_sql_files_are_run_by_the_state_room_only():
+    """A .sql file that reads or writes `tideline.*` lives in sql/state/ and is loaded by
+    tideline.state alone (the other half of test_no_sql_on_the_state_schema_outside_the_state_room)."""
+    import re
+    query = re.compile(r"\b(FROM|INTO|UPDATE|JOIN|TABLE)\s+tideline\.", re.IGNORECASE)
+    on_state = {str(p.relative_to(ROOT / "sql").with_suffix("")) for p in (ROOT / "sql").rglob("*.sql")
+                if query.search("\n".join(l for l in p.read_text().splitlines() if not l.lstrip().startswith("--")))}
+    assert on_state and all(name.startswith("state/") for name in on_state), sorted(on_state)
+    found = []
+    for path in sorted((ROOT / "plugins" / "tideline").rglob("*.py")):
+        rel = path.relative_to(ROOT / "plugins" / "tideline")
+        if rel.parts[0] in ("state",) or rel.name == "sqlfiles.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "load" and node.args \
+                    and isinstance(node.args[0], ast.Constant) and node.args[0].value in on_state:
+                found.append(f"{rel}:{node.lineno} loads {node.args[0].value}")
+    assert found == [], found
+
+
+def test_the_stream_and_the_operations_do_not_depend_on_each_other():
+    graph = _graph(ROOT / "plugins" / "tideline", "tideline")
+    crossing = [f"{name} imports {dep}" for name, deps in sorted(graph.items()) for dep in sorted(deps)
+                if {(name.split(".") + [""])[1], (dep.split(".") + [""])[1]} == {"stream", "ops"}]
+    assert crossing == [], crossing

@@ -228,7 +228,7 @@ class CoverageSensor(BaseSensorOperator, Follows):
         from airflow.sdk import PokeReturnValue
 
         from tideline import state
-        from tideline.stream import coverage
+        from tideline.capture import coverage
         from tideline.airflow import connections
         from tideline.airflow.pipelines import get_pipeline
         cfg = get_pipeline(self.pipeline)

@@ -265,7 +265,7 @@ def watch(pipeline: str) -> dict:
     events for it — dead, stuck in retries, failed or never started, it is said — and when the
     pipeline's connector failed (no table receives a change; it would look like a quiet source)."""
     from tideline.ops import in_target
-    from tideline.stream import coverage
+    from tideline.capture import coverage
     cfg = get_pipeline(pipeline)
     conn = state.of_pipeline(cfg, connections.get)
     try:

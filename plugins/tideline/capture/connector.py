@@ -324,7 +324,7 @@ def ensure_capture(cfg: PipelineConfig, kafka: Conn, connect: Conn, source: Conn
 def mark_for_resnapshot(cfg: PipelineConfig, target: Conn, tables: list[str], why: str) -> list[str]:
     """Marks those of `tables` that stream needs_resnapshot with the reason; returns them."""
     from tideline import state
-    conn = state.connect(target)
+    conn = state.of_pipeline(cfg, state.given(target))
     marked = []
     try:
         state.migrate(conn)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tideline import sqlfiles
+from tideline.state import ledger
 from tideline.core.capture_hold import CaptureHold
 from tideline.core.connections import Conn
 from tideline.core.debezium import connector_name
@@ -21,9 +21,5 @@ def look(cfg, engine, source_conn, state_conn, connect: Conn | None) -> CaptureH
     if hold.missing:
         return hold
     unread = hold.active is False
-    with state_conn, state_conn.cursor() as cur:
-        cur.execute(sqlfiles.load("state/record_hold"), {"pipeline": cfg.name, "holder": hold.holder,
-                                                         "unread": unread, "server_since": hold.inactive_since,
-                                                         "retained": hold.retained_bytes})
-        since = cur.fetchone()[0]
+    since = ledger.record_hold(state_conn, cfg.name, hold.holder, unread, hold.inactive_since, hold.retained_bytes)
     return replace(hold, inactive_since=since) if unread else hold

@@ -66,7 +66,7 @@ def check_and_record(cfg: PipelineConfig, source: Conn, target: Conn | None,
     """find + record (when the target is given): what capture, load and stream start do first."""
     refused = find(cfg, source)
     if target is not None:
-        conn = state.connect(target)
+        conn = state.of_pipeline(cfg, state.given(source, target))
         try:
             record(cfg, conn, refused, notify)
         finally:

@@ -60,8 +60,7 @@ class Progress(threading.Thread):
         store, run_id, schema, table = self.sample
         try:
             if conn is None:
-                conn = state.connect(store.conn, connect_timeout=10)
-                conn.autocommit = True
+                conn = store.connect(autocommit=True, connect_timeout=10)   # the state's, as the load's
             stored = (rows, 0) if rows is not None else store.stored_so_far(conn, schema, table)
             if stored is not None:
                 state.record_load_progress(conn, run_id, *stored)

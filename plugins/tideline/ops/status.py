@@ -9,12 +9,11 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from psycopg2.extras import RealDictCursor
-
-from tideline import engines, sqlfiles, state, targets
+from tideline import engines, state, targets
 
 from tideline.ops import in_target
-from tideline.stream import coverage
+from tideline.state import ledger
+from tideline.capture import coverage
 from tideline.core import capture_hold
 from tideline.core.config import PipelineConfig, load_pipelines
 from tideline.core.connections import get_connection
@@ -92,11 +91,7 @@ class TableStatus:
 
 
 def _figures(conn, pipeline: str, table: str) -> dict:
-    with conn.cursor(cursor_factory=RealDictCursor) as cur:
-        cur.execute(sqlfiles.load("state/table_status"), {"pipeline": pipeline, "table": table})
-        row = cur.fetchone()
-    conn.rollback()
-    return dict(row) if row else {}
+    return ledger.table_figures(conn, pipeline, table)
 
 
 def _verify_line(f: dict) -> str | None:

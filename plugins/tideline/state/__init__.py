@@ -33,6 +33,15 @@ def connect(target, connect_timeout: int | None = None):
     return connect_postgres(target, connect_timeout=connect_timeout)
 
 
+def given(*conns, fallback=None):
+    """A `resolve` for of_pipeline over the connections a caller was handed (by conn id), else
+    `fallback` (the environment's, core.connections.get_connection): a caller given its target
+    connection still reaches the state by the pipeline's one door."""
+    from tideline.core.connections import get_connection
+    handed = {c.conn_id: c for c in conns}
+    return lambda conn_id: handed[conn_id] if conn_id in handed else (fallback or get_connection)(conn_id)
+
+
 def of_pipeline(cfg, resolve, connect_timeout: int | None = None):
     """A connection to a pipeline's state, its connections resolved by `resolve` (conn id -> Conn):
     the one place that says which database holds a pipeline's state — today the one its target

@@ -6,7 +6,9 @@ way into `tideline.*`: no SQL on the state schema outside tideline.state
 from __future__ import annotations
 
 from psycopg2 import sql
+from psycopg2.extras import RealDictCursor
 
+from tideline import sqlfiles
 from tideline.core.verify_plan import KeyRange, VerifyReport
 
 
@@ -137,3 +139,33 @@ def last_differences(conn, pipeline: str, table: str) -> tuple[int | None, list[
         cur.execute("SELECT lo, hi FROM tideline.verify_ranges WHERE run_id = %s ORDER BY id", (row[0],))
         return row[0], [KeyRange(tuple(lo) if lo is not None else None, tuple(hi) if hi is not None else None)
                         for lo, hi in cur.fetchall()]
+
+
+def table_history(conn, pipeline: str, table: str, since, bucket_s: int) -> tuple[list[dict], list[dict], list[dict]]:
+    """One table's stream figures in buckets of `bucket_s` since `since`, its runs and its loads'
+    progress samples (the view's history), as rows of dicts; read-only."""
+    args = {"pipeline": pipeline, "table": table, "since": since, "bucket": f"{bucket_s} seconds"}
+    out = []
+    with conn.cursor(cursor_factory=RealDictCursor) as cur:
+        for query in ("state/table_series", "state/table_runs", "state/load_progress"):
+            cur.execute(sqlfiles.load(query), args)
+            out.append([dict(r) for r in cur.fetchall()])
+    return out[0], out[1], out[2]
+
+
+def record_hold(state_conn, pipeline: str, holder: str, unread: bool, server_since, retained: int | None):
+    """Records what capture holds on the source (tideline.capture_holds); returns since when the
+    holder has been unread (the state's first sighting when the server cannot tell), committed."""
+    with state_conn, state_conn.cursor() as cur:
+        cur.execute(sqlfiles.load("state/record_hold"), {"pipeline": pipeline, "holder": holder, "unread": unread,
+                                                         "server_since": server_since, "retained": retained})
+        return cur.fetchone()[0]
+
+
+def table_figures(conn, pipeline: str, table: str) -> dict:
+    """What status shows of one table from the state (its phase, runs, verify, errors); {} when none."""
+    with conn.cursor(cursor_factory=RealDictCursor) as cur:
+        cur.execute(sqlfiles.load("state/table_status"), {"pipeline": pipeline, "table": table})
+        row = cur.fetchone()
+    conn.rollback()
+    return dict(row) if row else {}

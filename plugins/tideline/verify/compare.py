@@ -300,7 +300,7 @@ def verify(cfg: PipelineConfig, source: Conn, target: Conn, tables: list[str], k
     src = engine.verify_side("source")
     store = targets.able(targets.for_pipeline(cfg, target), targets.Verifies)
     tgt = store.verify_side("target")
-    state_conn = state.connect(target)
+    state_conn = state.of_pipeline(cfg, state.given(source, target))
     state_conn.autocommit = True
     reports = []
     try:

@@ -126,7 +126,7 @@ def create_app() -> FastAPI:
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from None
         try:
-            return history.table_history(_connection(cfg.target.conn_id), pipeline, table, window)
+            return history.table_history(cfg, _connection, table, window)
         except Exception as exc:   # the target is down or refuses: say so, for this table only
             return JSONResponse(status_code=503, content={
                 "detail": f"the target of pipeline {pipeline} ({cfg.target.conn_id}) did not answer: "

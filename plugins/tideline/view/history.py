@@ -6,9 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from urllib.parse import quote
 
-from psycopg2.extras import RealDictCursor
-
-from tideline import sqlfiles, state
+from tideline import state
 from tideline.state import ledger
 
 # window -> (its length, the bucket one chart point covers): ~60-170 points per chart
@@ -35,33 +33,29 @@ def airflow_links(ctx: dict | None) -> dict | None:
     return links
 
 
-def table_history(target, pipeline: str, table: str, window_name: str, connect_timeout: int = 5) -> dict:
+def table_history(cfg, resolve, table: str, window_name: str, connect_timeout: int = 5) -> dict:
     seconds, bucket = window(window_name)
     since = datetime.now(timezone.utc) - timedelta(seconds=seconds)
-    args = {"pipeline": pipeline, "table": table, "since": since, "bucket": f"{bucket} seconds"}
-    conn = state.connect(target, connect_timeout)
+    conn = state.of_pipeline(cfg, resolve, connect_timeout)
     try:
         conn.set_session(readonly=True, autocommit=True)
-        with conn.cursor(cursor_factory=RealDictCursor) as cur:
-            if not ledger.exists(conn):   # state not migrated yet: nothing has run
-                return {"window": window_name, "since": since.isoformat(), "bucket_s": bucket,
-                        "series": [], "runs": [], "progress": []}
-            cur.execute(sqlfiles.load("view/table_series"), args)
-            series = [{"at": r["at"].isoformat(), "events": int(r["events"] or 0),
-                       "events_per_s": round(float(r["events"] or 0) / bucket, 3),
-                       "lag_s": _num(r["lag_s"]), "batch_s": _num(r["batch_s"]), "batch_max_s": _num(r["batch_max_s"]),
-                       "batches": r["batches"], "first_batch": r["first_batch"], "last_batch": r["last_batch"]}
-                      for r in cur.fetchall()]
-            cur.execute(sqlfiles.load("view/table_runs"), args)
-            runs = [{"run_id": r["run_id"], "kind": "re-snapshot" if r["resnapshot"] else r["kind"],
-                     "epoch": r["epoch"], "started_at": r["started_at"].isoformat(),
-                     "ended_at": r["ended_at"].isoformat() if r["ended_at"] else None, "outcome": r["outcome"],
-                     "rows": r["rows"], "detail": r["detail"], "counts": r["counts"],
-                     "airflow": r["airflow"], "links": airflow_links(r["airflow"])} for r in cur.fetchall()]
-            cur.execute(sqlfiles.load("view/load_progress"), args)
-            progress = [{"run_id": r["run_id"], "at": r["at"].isoformat(), "rows": r["rows"]} for r in cur.fetchall()]
+        if not ledger.exists(conn):   # state not migrated yet: nothing has run
+            return {"window": window_name, "since": since.isoformat(), "bucket_s": bucket,
+                    "series": [], "runs": [], "progress": []}
+        series_rows, run_rows, progress_rows = ledger.table_history(conn, cfg.name, table, since, bucket)
     finally:
         conn.close()
+    series = [{"at": r["at"].isoformat(), "events": int(r["events"] or 0),
+               "events_per_s": round(float(r["events"] or 0) / bucket, 3),
+               "lag_s": _num(r["lag_s"]), "batch_s": _num(r["batch_s"]), "batch_max_s": _num(r["batch_max_s"]),
+               "batches": r["batches"], "first_batch": r["first_batch"], "last_batch": r["last_batch"]}
+              for r in series_rows]
+    runs = [{"run_id": r["run_id"], "kind": "re-snapshot" if r["resnapshot"] else r["kind"],
+             "epoch": r["epoch"], "started_at": r["started_at"].isoformat(),
+             "ended_at": r["ended_at"].isoformat() if r["ended_at"] else None, "outcome": r["outcome"],
+             "rows": r["rows"], "detail": r["detail"], "counts": r["counts"],
+             "airflow": r["airflow"], "links": airflow_links(r["airflow"])} for r in run_rows]
+    progress = [{"run_id": r["run_id"], "at": r["at"].isoformat(), "rows": r["rows"]} for r in progress_rows]
     return {"window": window_name, "since": since.isoformat(), "bucket_s": bucket, "series": series,
             "runs": runs, "progress": load_rates(progress)}
 
