@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything Tideline's local stack needs, from the package registries only:
-# PostgreSQL (apt, if missing), the Python venv (PyPI, pinned in requirements.txt) and the
+# PostgreSQL (apt, if missing), the Python venv (PyPI, pinned in requirements*.txt) and the
 # JVM parts (Maven Central, via stack/jvm/pom.xml). Each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,11 +40,11 @@ if [ ! -x .venv/bin/python ]; then
   say "creating .venv with $($PY --version)"
   $PY -m venv .venv
 fi
-REQ_HASH=$(sha256sum requirements.txt | cut -c1-16)
+REQ_HASH=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-16)
 if [ "$(cat .venv/.requirements 2>/dev/null)" != "$REQ_HASH" ]; then
-  say "pip install -r requirements.txt (pinned)"
+  say "pip install -r requirements-dev.txt (pinned: the runtime's requirements.txt and the tests' tools)"
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -r requirements.txt
+  .venv/bin/pip install -q -r requirements-dev.txt
   echo "$REQ_HASH" > .venv/.requirements
 fi
 

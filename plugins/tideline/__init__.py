@@ -8,6 +8,11 @@ from pathlib import Path
 
 __version__ = "0.1.0"
 
-# The checkout a job is submitted from (spark_jobs/, its log4j config): TIDELINE_HOME, else the
-# one holding this package.
-HOME = Path(os.environ.get("TIDELINE_HOME", Path(__file__).resolve().parents[2]))
+PACKAGE = Path(__file__).resolve().parent
+# The checkout a job is submitted from: TIDELINE_HOME, else the one holding this package.
+HOME = Path(os.environ.get("TIDELINE_HOME", PACKAGE.parents[1]))
+# The Spark entrypoints and their log4j config: the checkout's spark_jobs/, or, installed from the
+# wheel, the copy packed inside the package (pyproject.toml).
+JOBS = HOME / "spark_jobs" if (HOME / "spark_jobs").is_dir() else PACKAGE / "_jobs"
+# What puts `tideline` on a Spark job's sys.path: the checkout's plugins/, or site-packages.
+LIBRARY_PATH = PACKAGE.parent

@@ -21,7 +21,11 @@ def pipelines_dir(explicit: str | None = None) -> Path:
         return Path(explicit)
     if os.environ.get("TIDELINE_PIPELINES"):
         return Path(os.environ["TIDELINE_PIPELINES"])
-    return Path(__file__).resolve().parents[2] / "pipelines"
+    checkout = Path(__file__).resolve().parents[2] / "pipelines"
+    if checkout.is_dir():
+        return checkout
+    # installed from the wheel, with no TIDELINE_PIPELINES: beside Airflow's own folders
+    return Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "pipelines"
 
 
 def job_parser(description: str) -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ import time
 
 from pyspark.sql import SparkSession
 
-from tideline import HOME
+from tideline import JOBS
 
 
 DRIVER_ADDRESS_KEYS = ("spark.driver.host", "spark.driver.bindAddress")
@@ -26,7 +26,7 @@ def driver_java_options(*first: str, environ=None) -> str:
     classes mapped parsed and verified instead of loaded, ~2 s off every job's start
     (stack/spark_class_archive.py). A JVM that cannot use the archive says so and starts without."""
     archive = (os.environ if environ is None else environ).get("TIDELINE_SPARK_CLASS_ARCHIVE", "")
-    return " ".join(filter(None, [*first, f"-Dlog4j2.configurationFile={HOME / 'spark_jobs' / 'log4j2.properties'}",
+    return " ".join(filter(None, [*first, f"-Dlog4j2.configurationFile={JOBS / 'log4j2.properties'}",
                                   f"-XX:SharedArchiveFile={archive}" if archive and os.path.isfile(archive) else ""]))
 
 

@@ -55,8 +55,22 @@ def _leftovers(cfg) -> dict:
             "heartbeat": _source(f"SELECT pipeline FROM public.{cfg.source.heartbeat_table} WHERE pipeline = %s",
                                  (cfg.name,)) if cfg.source.heartbeat_table else [],
             "connector": client.status(connector_name(cfg)),
-            "topics": sorted(t for t in topics if t.startswith(cfg.kafka.topic_prefix + ".")),
+            "topics": sorted(t for t in topics if t.startswith(cfg.kafka.topic_prefix + ".")
+                             or t == f"__debezium-heartbeat.{cfg.kafka.topic_prefix}"),
             "state_rows": rows}
+
+
+def _decommission_read_only(cfg, folder):
+    """`tideline decommission` run with the pipelines folder mounted read-only (its own mount namespace)."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+    command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "tideline", "decommission", cfg.name,
+                                                 "--confirm", cfg.name, "--pipelines-dir", str(folder)])
+    return subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind -o ro {shlex.quote(str(folder))} "
+                           f"{shlex.quote(str(folder))} && exec {command}"], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(stackctl.ROOT / "plugins")})
 
 
 def test_pause_one_table_while_the_other_streams_then_resume_it_from_its_position(
@@ -110,6 +124,11 @@ def test_decommission_leaves_nothing_behind_but_the_target_tables(
         assert run_dag(dag, stream_mode="available_now")["__run__"] == "success"
         held = _leftovers(cfg)
         assert held["slot"] and held["publication"] and held["connector"] and held["topics"] and held["state_rows"]
+        assert f"__debezium-heartbeat.{cfg.kafka.topic_prefix}" in held["topics"], held["topics"]
+        # the pipelines folder read-only (a deployment's mount): refused before anything is taken down
+        refused = _decommission_read_only(cfg, pipelines.dir)
+        assert refused.returncode == 2 and "nothing was touched" in refused.stderr, (refused.stdout, refused.stderr)
+        assert "Read-only file system" in refused.stderr and _leftovers(cfg) == held
         # a wrong confirmation is refused before any work
         states = run_dag(dag, action="decommission", confirm="yes")
         assert states["check_params"] == "failed" and _leftovers(cfg)["slot"], states

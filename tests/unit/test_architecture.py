@@ -124,7 +124,7 @@ LAYERS = (
                   "spark_session", "sqlfiles"}),
     ("pure core", {"core"}),
 )
-OUTSIDE = {"tideline", "__main__"}   # the package's face and `python -m tideline` (the command line over it)
+OUTSIDE = {"tideline", "__main__", "cli"}   # the package's face and the command line over it (`tideline`, `python -m tideline`)
 
 
 def _layer_of(module: str) -> int | None:

@@ -21,7 +21,28 @@ def test_validate_checks_the_files_it_is_given_offline(tmp_path):
     assert refused.returncode == 1 and "INVALID" in refused.stdout and str(bad) in refused.stdout, refused
 
 
-def test_no_command_or_an_unknown_one_lists_the_commands():
-    assert run("help").returncode == 0 and "validate" in run("help").stdout
+def test_help_lists_the_commands_and_an_unknown_one_is_refused():
+    listed = run("--help")
+    assert listed.returncode == 0
+    for command in ("validate", "status", "doctor", "pause", "resume", "remove", "decommission", "orphans", "verify"):
+        assert command in listed.stdout, (command, listed.stdout)
     unknown = run("frobnicate")
-    assert unknown.returncode == 2 and "no command 'frobnicate'" in unknown.stderr and "doctor" in unknown.stderr
+    assert unknown.returncode == 2 and "No such command 'frobnicate'" in unknown.stderr
+
+
+def test_version_and_json():
+    from tideline import __version__
+    assert run("--version").stdout.strip() == f"tideline {__version__}"
+    import json
+    out = run("validate", "--json", str(ROOT / "pipelines" / "demo.yaml"))
+    [found] = json.loads(out.stdout)
+    assert out.returncode == 0 and found["valid"] and found["pipeline"] == "demo" and found["problems"] == []
+
+
+def test_a_lifecycle_action_is_checked_as_the_dag_checks_it_before_airflow_is_asked(tmp_path):
+    refused = run("pause", "demo", "--tables", "nosuch", "--pipelines-dir", str(ROOT / "pipelines"))
+    assert refused.returncode == 2 and "pipeline demo has no table 'nosuch'" in refused.stderr, refused
+    unset = run("pause", "demo", "--tables", "orders", "--pipelines-dir", str(ROOT / "pipelines"))
+    assert unset.returncode == 2 and "TIDELINE_AIRFLOW_USER" in unset.stderr, unset
+    wrong = run("decommission", "demo", "--confirm", "dmeo", "--pipelines-dir", str(tmp_path))
+    assert wrong.returncode == 2 and "demo" in wrong.stderr, wrong

@@ -11,7 +11,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from tideline import HOME
+from tideline import HOME, JOBS, LIBRARY_PATH
 from tideline.core import errors
 
 
@@ -75,10 +75,10 @@ class TidelineSparkSubmitOperator(SparkSubmitOperator):
 
     def __init__(self, *, pipeline_conn_ids: list[str], job: str, full_load_of: tuple[str, str] | None = None,
                  keep_alive_for: str | None = None, **kwargs: Any):
-        kwargs.setdefault("application", str(HOME / "spark_jobs" / job))
+        kwargs.setdefault("application", str(JOBS / job))
         kwargs.setdefault("jars", os.environ.get("TIDELINE_SPARK_JARS", ""))
         # env_vars: the job kind's memory settings (SparkSettings.job_env), given by the DAG
-        env = {"PYTHONPATH": os.pathsep.join([str(HOME / "plugins"), str(HOME)]),
+        env = {"PYTHONPATH": os.pathsep.join([str(LIBRARY_PATH), str(HOME)]),
                **(kwargs.pop("env_vars", None) or {})}
         super().__init__(env_vars=env, **kwargs)
         self.pipeline_conn_ids = pipeline_conn_ids

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -28,7 +29,7 @@ from tideline import engines, state
 from tideline.state import ledger
 from tideline.core.config import PipelineConfig, load_pipeline, load_pipelines
 from tideline.core.connections import Conn, get_connection
-from tideline.core.debezium import connector_name
+from tideline.core.debezium import connector_name, heartbeat_topic
 from tideline.core.errors import TerminalError
 from tideline.core.names import topic_name
 from tideline.entrypoints import pipelines_dir
@@ -55,7 +56,26 @@ def pipeline_topics(cfg: PipelineConfig, engine) -> list[str]:
     topics = [cfg.topic(t.name) for t in cfg.tables if t.mode == "cdc"]
     if cfg.source.heartbeat_table:
         topics.append(topic_name(cfg.kafka.topic_prefix, cfg.source.schema_, cfg.source.heartbeat_table))
+    topics.append(heartbeat_topic(cfg))   # the connector's own heartbeats (Debezium names it)
     return topics + list(engine.capture_topics(cfg))
+
+
+def check_retirable(cfg: PipelineConfig, config_path: Path | None) -> None:
+    """Decommission ends by renaming the pipeline's YAML (its DAGs leave Airflow): a folder this
+    process cannot write (a read-only mount in a deployment) is found *before* anything is taken
+    down, or the DAGs would stay and their next run set capture up again and reload every table."""
+    if config_path is None or not config_path.exists():
+        return
+    try:
+        with tempfile.NamedTemporaryFile(dir=config_path.parent, prefix=".tideline-probe-"):
+            pass
+    except OSError as exc:
+        raise TerminalError(
+            f"pipeline {cfg.name} was not decommissioned, and nothing was touched: its YAML's folder "
+            f"{config_path.parent} cannot be written here ({exc.strerror or exc}), and decommission ends by "
+            f"retiring {config_path.name} so its DAGs leave Airflow. Run it where the pipelines folder is "
+            f"writable (the folder the deployment mounts), or delete {config_path.name} there yourself and then "
+            f"take down what it held with `tideline orphans` and `tideline remove-orphan`") from None
 
 
 def decommission(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connection,
@@ -65,6 +85,7 @@ def decommission(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_conne
     from tideline.capture.connector import remove_connector
     from tideline.engines import connect_secrets
     from tideline.kafka_offsets import admin_client
+    check_retirable(cfg, config_path)
     done: list[str] = []
     target = state.of_pipeline(cfg, resolve)
     try:

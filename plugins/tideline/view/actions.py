@@ -86,33 +86,69 @@ def trigger_request(cfg: PipelineConfig, table: str, action: str, given: dict | 
     return f"sync_{cfg.name}", conf
 
 
-async def trigger(airflow_url: str, token: str, dag_id: str, conf: dict) -> dict:
-    """Triggers dag_id with conf through Airflow's REST API as the token's user. Airflow's refusal
-    (no right to trigger, the DAG not parsed) comes back as an HTTPException with its words."""
-    from urllib.parse import quote
+class TriggerRefused(Exception):
+    """Airflow did not trigger the run: `status` (an HTTP status) and Airflow's words."""
 
-    import httpx
-    from fastapi import HTTPException
-    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
-    async with httpx.AsyncClient(base_url=f"{airflow_url}/api/v2", headers=headers, timeout=30) as client:
-        try:
-            dag = await client.get(f"/dags/{dag_id}")
-            if dag.is_success:
-                made = await client.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf,
-                                                                          "note": "triggered from the Tideline view"})
-        except httpx.HTTPError as exc:
-            raise HTTPException(502, f"Airflow's REST API at {airflow_url} did not answer the trigger of {dag_id}: "
-                                     f"{type(exc).__name__}: {exc}") from None
-        answer = made if dag.is_success else dag
-        if not answer.is_success:
-            detail = answer.json().get("detail") if answer.headers.get("content-type", "").startswith(
-                "application/json") else answer.text[:300]
-            raise HTTPException(answer.status_code, f"Airflow refused to trigger {dag_id}: {detail}")
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _request(dag_id: str, conf: dict, note: str) -> tuple[str, str, dict]:
+    return f"/dags/{dag_id}", f"/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf, "note": note}
+
+
+def _outcome(airflow_url: str, dag_id: str, conf: dict, dag, made) -> dict:
+    """What a trigger did, from Airflow's answers (the DAG, then the run made), or TriggerRefused."""
+    from urllib.parse import quote
+    answer = made if dag.is_success else dag
+    if not answer.is_success:
+        detail = answer.json().get("detail") if answer.headers.get("content-type", "").startswith(
+            "application/json") else answer.text[:300]
+        raise TriggerRefused(answer.status_code, f"Airflow refused to trigger {dag_id}: {detail}")
     run_id, paused = made.json()["dag_run_id"], bool(dag.json().get("is_paused"))
     message = (f"{dag_id} triggered ({described(conf)}): run {run_id}" +
                (f". The DAG is PAUSED in Airflow: the run waits until you unpause {dag_id}" if paused else ""))
     return {"dag_id": dag_id, "dag_run_id": run_id, "conf": conf, "paused": paused, "message": message,
             "link": f"dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"}
+
+
+def _unanswered(airflow_url: str, dag_id: str, exc: BaseException) -> TriggerRefused:
+    return TriggerRefused(502, f"Airflow's REST API at {airflow_url} did not answer the trigger of {dag_id}: "
+                               f"{type(exc).__name__}: {exc}")
+
+
+async def trigger(airflow_url: str, token: str, dag_id: str, conf: dict) -> dict:
+    """Triggers dag_id with conf through Airflow's REST API as the token's user. Airflow's refusal
+    (no right to trigger, the DAG not parsed) comes back as an HTTPException with its words."""
+    import httpx
+    from fastapi import HTTPException
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+    get, post, body = _request(dag_id, conf, "triggered from the Tideline view")
+    try:
+        async with httpx.AsyncClient(base_url=f"{airflow_url}/api/v2", headers=headers, timeout=30) as client:
+            try:
+                dag = await client.get(get)
+                made = await client.post(post, json=body) if dag.is_success else None
+            except httpx.HTTPError as exc:
+                raise _unanswered(airflow_url, dag_id, exc) from None
+            return _outcome(airflow_url, dag_id, conf, dag, made)
+    except TriggerRefused as exc:
+        raise HTTPException(exc.status, str(exc)) from None
+
+
+def trigger_now(airflow_url: str, token: str, dag_id: str, conf: dict, note: str) -> dict:
+    """trigger(), for a command line: blocking, and TriggerRefused with Airflow's words."""
+    import httpx
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+    get, post, body = _request(dag_id, conf, note)
+    with httpx.Client(base_url=f"{airflow_url}/api/v2", headers=headers, timeout=30) as client:
+        try:
+            dag = client.get(get)
+            made = client.post(post, json=body) if dag.is_success else None
+        except httpx.HTTPError as exc:
+            raise _unanswered(airflow_url, dag_id, exc) from None
+        return _outcome(airflow_url, dag_id, conf, dag, made)
 
 
 def described(conf: dict) -> str:
