@@ -61,8 +61,8 @@ def cuttable_key(pg_type: str) -> bool:
     """Whether verify can cut key ranges on a key column of this (target) type across engines:
     numbers by value, text by its UTF-8 bytes, date-times by time, bytes by bytes; each source's
     dialect compares its own keys in that order."""
-    return (pg_type in ("smallint", "integer", "bigint") or pg_type.startswith(("numeric", "character", "text",
-                                                                                "timestamp")) or pg_type in ("date", "bytea"))
+    return (pg_type in ("smallint", "integer", "bigint", "date", "bytea")
+            or pg_type.startswith(("numeric", "character", "text", "timestamp")))
 
 
 def check_keys(shape: TableShape, label: str) -> None:

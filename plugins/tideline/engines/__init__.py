@@ -89,7 +89,8 @@ def able(engine: SourceEngine, interface: type):
     if isinstance(engine, interface):
         return engine
     raise SourceError(f"a {engine.label or engine.kind} source (connection {engine.source.conn_id!r}) cannot do "
-                      f"{interface.what} in this version of Tideline; see the support matrix (docs/reference/support.md)")
+                      f"{interface.what} in this version of Tideline; see the support matrix "
+                      f"(docs/reference/support.md)")
 
 
 def for_source(source: Conn) -> SourceEngine:
@@ -104,5 +105,6 @@ def for_pipeline(cfg, source: Conn) -> SourceEngine:
 
 
 __all__ = ["Captures", "HoldsPosition", "LoadsInChunks", "PipesRows", "ReadsIntervals", "ReadsSnapshots", "Snapshot",
-           "SourceCapabilities", "SourceEngine", "SourceSpec", "VerifiesSource", "able", "check_support", "engine_class", "for_pipeline", "for_source",
-           "kind_of_connection", "kinds", "register", "spec", "unregister"]
+           "SourceCapabilities", "SourceEngine", "SourceSpec", "VerifiesSource", "able", "check_support",
+           "engine_class", "for_pipeline", "for_source", "kind_of_connection", "kinds", "register", "spec",
+           "unregister"]

@@ -112,8 +112,7 @@ def for_connection(target: Conn) -> Target:
     return target_class(kind_of_connection(target))(target)
 
 
-__all__ = ["ApplyRefused", "Capabilities", "CommitStamp", "KeepsChangeLog", "Maintains", "MergesBatches", "Published",
-           "RepairsByCopy", "SnapshotLoad", "StagedTable", "StreamsChanges", "TakesCopy", "Target", "TargetSpec", "Verifies", "able",
-           "capabilities", "check_support",
-           "for_connection", "for_pipeline", "kind_of_connection", "kinds", "missing_methods", "register", "spec",
-           "target_class", "unregister"]
+__all__ = ["ApplyRefused", "Capabilities", "CommitStamp", "KeepsChangeLog", "Maintains", "MergesBatches",
+           "Published", "RepairsByCopy", "SnapshotLoad", "StagedTable", "StreamsChanges", "TakesCopy", "Target",
+           "TargetSpec", "Verifies", "able", "capabilities", "check_support", "for_connection", "for_pipeline",
+           "kind_of_connection", "kinds", "missing_methods", "register", "spec", "target_class", "unregister"]

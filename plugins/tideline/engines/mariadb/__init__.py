@@ -8,4 +8,5 @@ from tideline.engines.base import SourceCapabilities, SourceSpec
 SOURCE = SourceSpec(kind="mariadb", conn_types=("mysql", "mariadb"),
                     implementation="tideline.engines.mariadb.engine:MariaDbEngine",
                     description="MariaDB 10.6 or later (row-based binlog with GTIDs)",
-                    capabilities=SourceCapabilities(capture=True, batch=True, verifies=True, chunked_loads=True, pipes=True))
+                    capabilities=SourceCapabilities(capture=True, batch=True, verifies=True, chunked_loads=True,
+                                                    pipes=True))

@@ -6,4 +6,5 @@ from tideline.engines.base import SourceCapabilities, SourceSpec
 SOURCE = SourceSpec(kind="postgres", conn_types=("postgres", "postgresql"),
                     implementation="tideline.engines.postgres.engine:PostgresEngine",
                     description="PostgreSQL 14 or later (logical replication: a slot and a publication)",
-                    capabilities=SourceCapabilities(capture=True, batch=True, verifies=True, chunked_loads=True, pipes=True))
+                    capabilities=SourceCapabilities(capture=True, batch=True, verifies=True, chunked_loads=True,
+                                                    pipes=True))
