@@ -122,9 +122,12 @@ def test_decommission_leaves_nothing_behind_but_the_target_tables(
         cfg = pipelines.adopt(pipelines.make([{"name": t}], partitions=1, create_topics=False))
         dag = f"sync_{cfg.name}"
         assert run_dag(dag, stream_mode="available_now")["__run__"] == "success"
-        held = _leftovers(cfg)
+        # the connector's first heartbeat makes its heartbeat topic (every one left it behind before)
+        def with_heartbeat_topic():
+            found = _leftovers(cfg)
+            return found if f"__debezium-heartbeat.{cfg.kafka.topic_prefix}" in found["topics"] else None
+        held = wait_until(with_heartbeat_topic, 120, "the connector's heartbeat topic")
         assert held["slot"] and held["publication"] and held["connector"] and held["topics"] and held["state_rows"]
-        assert f"__debezium-heartbeat.{cfg.kafka.topic_prefix}" in held["topics"], held["topics"]
         # the pipelines folder read-only (a deployment's mount): refused before anything is taken down
         refused = _decommission_read_only(cfg, pipelines.dir)
         assert refused.returncode == 2 and "nothing was touched" in refused.stderr, (refused.stdout, refused.stderr)
