@@ -1,3 +1,5 @@
-"""Every Tideline pipeline in pipelines/*.yaml becomes its DAGs (tideline.airflow.dags builds them;
-this file is what Airflow's DAG processor reads, and all a team's own Airflow needs: docs/install.md)."""
-from tideline.airflow.dags import *  # noqa: F401,F403
+"""Every Tideline pipeline in pipelines/*.yaml becomes its DAGs (tideline.airflow.dags builds them,
+anew at each parse; these two lines are all a team's own Airflow needs too: docs/install.md)."""
+from tideline.airflow.dags import build_dags
+
+globals().update(build_dags())

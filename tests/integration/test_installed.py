@@ -50,8 +50,9 @@ def install(tmp_path_factory, stack):
     assert pip.returncode == 0, pip.stderr
     dags = base / "airflow" / "dags"
     dags.mkdir(parents=True)
-    (dags / "tideline.py").write_text("from tideline.airflow.dags import *  # noqa: F401,F403\n")
-    (dags / "tideline_config_errors.py").write_text("import tideline.airflow.config_errors  # noqa: F401 (a DAG file)\n")
+    (dags / "tideline.py").write_text("from tideline.airflow.dags import build_dags; globals().update(build_dags())\n")
+    (dags / "tideline_config_errors.py").write_text(
+        "from tideline.airflow.dags import raise_broken_pipelines; raise_broken_pipelines()\n")
     return venv, base, dags
 
 

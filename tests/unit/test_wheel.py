@@ -82,9 +82,9 @@ def test_airflow_finds_the_view_by_the_entry_point_and_the_dags_by_a_one_line_fi
     assert "EntryPoint(name='tideline', value='tideline.view.plugin:TidelineViewPlugin'" in plugin["source"]
     assert plugin["fastapi_apps"][0]["url_prefix"] == "/tideline"
     dags = home / "airflow" / "dags"
-    (dags / "tideline.py").write_text("from tideline.airflow.dags import *  # noqa: F401,F403\n")
-    # Airflow reads only files that name both "airflow" and "dag" (its safe mode): the comment does
-    (dags / "tideline_config_errors.py").write_text("import tideline.airflow.config_errors  # noqa: F401 (a DAG file)\n")
+    (dags / "tideline.py").write_text("from tideline.airflow.dags import build_dags; globals().update(build_dags())\n")
+    (dags / "tideline_config_errors.py").write_text(
+        "from tideline.airflow.dags import raise_broken_pipelines; raise_broken_pipelines()\n")
     code = ("from airflow.dag_processing.dagbag import DagBag; import json; "
             f"b = DagBag(dag_folder={str(dags)!r}); print(json.dumps([sorted(b.dag_ids), sorted(b.import_errors)]))")
     out = run(str(venv / "bin" / "python"), "-c", code)
