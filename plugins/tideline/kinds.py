@@ -50,6 +50,26 @@ class KindRegistry:
             raise ConfigError(self.noun, [("kind", f"is {kind!r}; the kinds of {self.noun} are: "
                                                    f"{', '.join(self.kinds())}")]) from None
 
+    def implementation(self, kind: str, promises: dict[str, tuple[type, ...]]) -> type:
+        """The class of a kind, imported on first use and held to its declaration: a capability it
+        promises (spec.capabilities.promised()) whose interface it does not implement, or an
+        abstract method every one needs, is refused here, naming them, before any work starts."""
+        if kind not in self.classes:
+            s = self.spec(kind)
+            module, _, name = s.implementation.partition(":")
+            cls = getattr(importlib.import_module(module), name)
+            missing = unkept_promises(cls, s.capabilities.promised(), promises)
+            abstract = sorted(getattr(cls, "__abstractmethods__", ()))
+            if missing or abstract:
+                said = [f"{promise} needs {', '.join(methods)}" for promise, methods in missing.items()]
+                if abstract:
+                    said.append(f"every {self.noun} needs {', '.join(abstract)}")
+                raise ConfigError(f"{self.noun} kind {kind!r} ({s.implementation})", [(
+                    "capabilities", "promise what the class does not implement: " + "; ".join(said)
+                    + f". Implement them, or declare the capability false in its {type(s).__name__}")])
+            self.classes[kind] = cls
+        return self.classes[kind]
+
     def kind_of_connection(self, conn: Conn) -> str:
         """The kind an Airflow connection names, by its connection type."""
         conn_type = (conn.conn_type or "").lower()

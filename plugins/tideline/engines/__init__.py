@@ -17,11 +17,10 @@ new package here and its lines in core.support; nothing else changes.
 """
 from __future__ import annotations
 
-import importlib
 
 from tideline.core.connections import Conn, check_kind
 from tideline.core.errors import ConfigError, SourceError
-from tideline.kinds import KindRegistry, unkept_promises
+from tideline.kinds import KindRegistry
 from tideline.engines.base import SourceCapabilities, SourceEngine, SourceSpec
 from tideline.engines.interfaces import (PROMISES, Captures, HoldsPosition, LoadsInChunks, PipesRows, ReadsIntervals,
                                          ReadsSnapshots, Snapshot, VerifiesSource)
@@ -66,21 +65,7 @@ def kind_of_connection(conn: Conn) -> str:
 def engine_class(kind: str) -> type[SourceEngine]:
     """The implementation of a kind of source, imported on first use and checked against its
     declared capabilities: a promise it does not keep is refused here, before any work starts."""
-    if kind not in _CLASSES:
-        s = spec(kind)
-        module, _, name = s.implementation.partition(":")
-        cls = getattr(importlib.import_module(module), name)
-        missing = unkept_promises(cls, s.capabilities.promised(), PROMISES)
-        abstract = sorted(getattr(cls, "__abstractmethods__", ()))
-        if missing or abstract:
-            said = [f"{promise} needs {', '.join(methods)}" for promise, methods in missing.items()]
-            if abstract:
-                said.append(f"every source needs {', '.join(abstract)}")
-            raise ConfigError(f"source kind {kind!r} ({s.implementation})", [(
-                "capabilities", "promise what the class does not implement: " + "; ".join(said)
-                + ". Implement them, or declare the capability false in its SourceSpec")])
-        _CLASSES[kind] = cls
-    return _CLASSES[kind]
+    return _KINDS.implementation(kind, PROMISES)
 
 
 def able(engine: SourceEngine, interface: type):

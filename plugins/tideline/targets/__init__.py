@@ -15,7 +15,6 @@ Adding a target is a new package here and its rows in core.support; nothing else
 """
 from __future__ import annotations
 
-import importlib
 
 from tideline.core.connections import Conn, check_kind
 from tideline.core.errors import ConfigError
@@ -54,22 +53,9 @@ def able(target: Target, interface: type):
 def target_class(kind: str) -> type[Target]:
     """The implementation of a kind of target, imported on first use and checked against its
     capabilities: a promise it does not keep is refused here, before any work starts."""
-    if kind not in _CLASSES:
-        s = spec(kind)
-        module, _, name = s.implementation.partition(":")
-        cls = getattr(importlib.import_module(module), name)
-        missing = missing_methods(cls, s.capabilities)
-        abstract = sorted(getattr(cls, "__abstractmethods__", ()))
-        if missing or abstract:
-            said = [f"{promise} needs {', '.join(methods)}" for promise, methods in missing.items()]
-            if abstract:
-                said.append(f"every target needs {', '.join(abstract)}")
-            raise ConfigError(f"target kind {kind!r} ({s.implementation})", [(
-                "capabilities", "promise what the class does not implement: " + "; ".join(said)
-                + ". Implement them, or declare the capability false in its TargetSpec")])
-        cls.spec = s   # its declaration: capabilities(), spark_jars()
-        _CLASSES[kind] = cls
-    return _CLASSES[kind]
+    cls = _KINDS.implementation(kind, PROMISES)
+    cls.spec = spec(kind)   # its declaration: capabilities(), spark_jars()
+    return cls
 
 
 # a support mode (core.support) and the capability that must promise it
