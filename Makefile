@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 STACK := $(PY) stack/stackctl.py
 
-.PHONY: help setup up down status doctor validate demo test test-unit test-contract bench soak docs clean env
+.PHONY: help setup up down status doctor validate demo test test-unit test-contract deploy-test bench soak docs clean env
 
 setup:            ## install PostgreSQL (apt), the venv (PyPI) and the JVM parts (Maven) if missing
 	@bash stack/setup.sh
@@ -33,6 +33,9 @@ test-unit: setup  ## the pure core only, no services
 
 test-contract: setup  ## every target's contract against the real PostgreSQL and Iceberg (no Kafka, Airflow): ~1 min
 	@$(PY) -m pytest tests/contract
+
+deploy-test: setup  ## build the images (podman), run the compose deployment, break it, recreate it: ~10 min
+	@$(PY) -m pytest tests/deploy -s
 
 bench: up         ## benchmarks with their baselines side by side (not part of `make test`)
 	@for b in tests/bench/*.py; do [ -e "$$b" ] || continue; [ "$$b" = tests/bench/soak.py ] && continue; \

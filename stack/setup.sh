@@ -33,6 +33,18 @@ command -v npm >/dev/null || apt_install npm
 # the view's browser test drives Debian's headless Chromium through its driver
 { command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || \
   apt_install --no-install-recommends chromium chromium-driver
+# the container deployment's test (tests/deploy): podman and runc run the images, mmdebstrap makes
+# their Debian base from Debian's packages (docker/images.sh)
+{ command -v podman >/dev/null && command -v runc >/dev/null && command -v mmdebstrap >/dev/null; } || \
+  apt_install podman runc mmdebstrap uidmap slirp4netns containernetworking-plugins
+if [ ! -e /etc/containers/containers.conf ]; then
+  # podman's defaults fail here: the default open-files limit is above what the host grants
+  # (RLIMIT_NOFILE), and crun cannot run on a host with cgroups in hybrid mode
+  say "writing /etc/containers/containers.conf (ulimits within the host's, runtime runc)"
+  $SUDO mkdir -p /etc/containers
+  printf '[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n[engine]\nruntime = "runc"\n' | \
+    $SUDO tee /etc/containers/containers.conf >/dev/null
+fi
 
 # --- Python venv
 PY=${PYTHON:-python3}

@@ -6,7 +6,7 @@ imports neither Airflow nor PySpark; I/O lives in the modules beside it.
 import os
 from pathlib import Path
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 PACKAGE = Path(__file__).resolve().parent
 # The checkout a job is submitted from: TIDELINE_HOME, else the one holding this package.

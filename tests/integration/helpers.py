@@ -100,6 +100,15 @@ def query(url: str, sql: str, args=()) -> list:
         conn.close()
 
 
+def full_loads(conn, pipeline: str) -> int:
+    """How many full loads a pipeline's run history holds: one unless something reloaded."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM tideline.runs WHERE pipeline = %s AND kind = 'full_load'", (pipeline,))
+        n = cur.fetchone()[0]
+    conn.rollback()
+    return n
+
+
 def drop_source(source_db, *tables: str) -> None:
     with source_db.cursor() as cur:
         for t in tables:

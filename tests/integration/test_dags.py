@@ -12,7 +12,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 import stackctl
-from helpers import drop_source, let_retention_delete, run_demo_dag, seed_demo, table_digest
+from helpers import drop_source, full_loads, let_retention_delete, run_demo_dag, seed_demo, table_digest
 from tideline import state
 
 pytestmark = pytest.mark.integration
@@ -139,9 +139,7 @@ def test_retention_boundary_reloads_by_itself(airflow_env, stack, source_db, tar
         assert states["resnapshot"] == "success"         # ...the sensor found the gap and reloaded it
         st = state.get(target_db, cfg.name, t)
         assert st.phase == "streaming" and st.last_error is None
-        with target_db.cursor() as cur:
-            cur.execute("SELECT count(*) FROM tideline.runs WHERE pipeline = %s AND kind = 'full_load'", (cfg.name,))
-            assert cur.fetchone()[0] == 2
+        assert full_loads(target_db, cfg.name) == 2
         with source_db.cursor() as cur:
             cur.execute(f"UPDATE {t} SET added_later = 'after' WHERE id = 2")
         converge(dag_id, source_db, target_db, cfg.name, t)

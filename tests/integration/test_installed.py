@@ -58,8 +58,11 @@ def install(tmp_path_factory, stack):
 
 def _env(venv, base, pipelines_dir) -> dict:
     """The stack's connections and services, with nothing of the checkout: no PYTHONPATH, no
-    TIDELINE_HOME, the install's own python for Spark's driver and workers, its own AIRFLOW_HOME."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TIDELINE_HOME")}
+    TIDELINE_HOME, no jar files named (Spark fetches the jars by their Maven coordinates:
+    tideline.spark_packages), the install's own python for Spark's driver and workers, its own
+    AIRFLOW_HOME."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "TIDELINE_HOME", "TIDELINE_SPARK_JARS", "TIDELINE_ICEBERG_JARS")}
     python = str(venv / "bin" / "python")
     dev_bin = os.path.dirname(sys.executable)   # spark-submit: the pyspark the install uses (via the .pth)
     return {**env, "PATH": f"{venv / 'bin'}:{dev_bin}:/usr/bin:/bin", "PYSPARK_PYTHON": python,

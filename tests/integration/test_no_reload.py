@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import drop_source, rows_as_text, wait_until
+from helpers import drop_source, full_loads, rows_as_text, wait_until
 from test_iceberg import iceberg_pipeline, lake_rows_equal
 from tideline import kafka_offsets, state
 from tideline.load.full_load import FullLoad
@@ -60,19 +60,11 @@ def test_events_of_one_row_folded_into_one_batch_keep_its_unchanged_large_value_
             assert lake_rows_equal(source_db, lake, cfg.name, t)
         else:
             assert rows_as_text(target_db, unique_name, t, "id") == rows_as_text(source_db, "public", t, "id")
-        runs = _reloads(lake.connect() if lake else target_db, cfg.name)
+        runs = full_loads(lake.connect() if lake else target_db, cfg.name)
         assert runs == 1 and not st.raw["auto_reloads"], "the full load only: no automatic reload"
         assert st.epoch >= loaded.epoch
     finally:
         drop_source(source_db, t)
-
-
-def _reloads(conn, pipeline: str) -> int:
-    with conn.cursor() as cur:
-        cur.execute("SELECT count(*) FROM tideline.runs WHERE pipeline = %s AND kind = 'full_load'", (pipeline,))
-        n = cur.fetchone()[0]
-    conn.rollback()
-    return n
 
 
 def test_a_key_changed_twice_before_capture_reads_it_reloads_nothing(spark, source_db, target_db, pipelines,
@@ -117,7 +109,7 @@ def test_a_key_changed_twice_before_capture_reads_it_reloads_nothing(spark, sour
         st = state.get(target_db, cfg.name, t)
         assert st.phase == "streaming" and st.last_error is None and not st.raw["auto_reloads"], st.last_error
         assert rows_as_text(target_db, unique_name, t, "id") == rows_as_text(source_db, "public", t, "id")
-        assert _reloads(target_db, cfg.name) == 1
+        assert full_loads(target_db, cfg.name) == 1
     finally:
         drop_source(source_db, t)
 

@@ -121,7 +121,7 @@ LAYERS = (
     ("capture", {"capture"}),
     ("seams", {"engines", "targets", "entrypoints", "commands"}),
     ("services", {"state", "alerts", "kinds", "pipes", "postgres_sql", "kafka_offsets", "packaging", "launcher",
-                  "spark_session", "sqlfiles"}),
+                  "spark_session", "spark_packages", "sqlfiles"}),
     ("pure core", {"core"}),
 )
 OUTSIDE = {"tideline", "__main__", "cli"}   # the package's face and the command line over it (`tideline`, `python -m tideline`)

@@ -276,3 +276,21 @@ def test_make_validate_checks_files_offline_and_fails_on_an_invalid_one(tmp_path
     out = capsys.readouterr().out
     assert f"ok      {good}: pipeline fine, 1 table(s), postgres -> postgres" in out
     assert f"INVALID {bad}" in out and "tables[0] (a).snapshot (line 5)" in out and "sometimes" in out, out
+
+
+def test_a_production_deployment_gives_replication_3_to_pipelines_that_do_not_state_it(tmp_path, monkeypatch):
+    """docker/docker-compose.yml sets TIDELINE_KAFKA_DURABILITY=production: a YAML written for a
+    laptop does not land on the 3-broker cluster with one replica; what a file states still wins."""
+    import yaml
+    (tmp_path / "shop.yaml").write_text(yaml.safe_dump(VALID))
+    stated = with_change(["kafka", "replication_factor"], 2)
+    stated["name"] = "stated"
+    (tmp_path / "stated.yaml").write_text(yaml.safe_dump(stated))
+    assert load_pipeline(tmp_path / "shop.yaml").kafka.replication_factor == 1
+    monkeypatch.setenv("TIDELINE_KAFKA_DURABILITY", "production")
+    cfg = load_pipeline(tmp_path / "shop.yaml")
+    assert (cfg.kafka.replication_factor, cfg.kafka.durability) == (3, "production")
+    assert load_pipeline(tmp_path / "stated.yaml").kafka.replication_factor == 2
+    monkeypatch.setenv("TIDELINE_KAFKA_DURABILITY", "prod")
+    with pytest.raises(ConfigError, match=r"TIDELINE_KAFKA_DURABILITY.*'prod' is not a Kafka profile: local or production"):
+        load_pipeline(tmp_path / "shop.yaml")

@@ -21,7 +21,6 @@ target by key-range bisection; differences alert, and are repaired when verify.r
 """
 from __future__ import annotations
 
-import os
 
 import pendulum
 from airflow.providers.standard.operators.python import PythonOperator
@@ -45,10 +44,10 @@ def spark_submission(cfg: PipelineConfig, kind: str) -> dict:
     integration tests submit their jobs with it too, so they run the JVM the DAG runs."""
     from tideline import targets
     target = targets.spec(cfg.target.kind)   # read without importing the target's client
-    jars = ",".join(filter(None, [os.environ.get("TIDELINE_SPARK_JARS", ""), *target.spark_jars()]))
+    jars, packages = target.spark_jars_and_packages()   # jar files a host names, else Maven coordinates
     return dict(conn_id=cfg.spark.conn_id, pipeline_conn_ids=cfg.job_conn_ids,
                 conf=cfg.job_conf(kind, writes_in_jvm=target.capabilities.writes_in_jvm),
-                env_vars=cfg.spark.job_env(kind), jars=jars)
+                env_vars=cfg.spark.job_env(kind), jars=jars, packages=packages or None)
 
 
 def _submit_full_load(cfg: PipelineConfig) -> dict:

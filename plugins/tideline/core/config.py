@@ -5,6 +5,7 @@ the YAML without reading code. Credentials never live here: only Airflow connect
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import yaml
@@ -247,6 +248,26 @@ def parse_pipeline(data: object, source: str, line_of=None) -> PipelineConfig:
         raise ConfigError(source, problems) from None
 
 
+DURABILITY_ENV = "TIDELINE_KAFKA_DURABILITY"
+# what a deployment's profile gives every pipeline that does not state the field itself
+KAFKA_PROFILES = {"local": {}, "production": {"replication_factor": 3, "durability": "production"}}
+
+
+def with_deployment_defaults(data: object, profile: str | None, source: str) -> object:
+    """`data` with the deployment's Kafka profile under what the file states: a production
+    deployment (TIDELINE_KAFKA_DURABILITY=production, as docker/docker-compose.yml sets) gives a
+    pipeline that does not say otherwise replication 3 and the production durability checks, so
+    a YAML written for a laptop does not land on a 3-broker cluster with one replica."""
+    if not profile:
+        return data
+    if profile not in KAFKA_PROFILES:
+        raise ConfigError(source, [(f"${DURABILITY_ENV}", f"{profile!r} is not a Kafka profile: "
+                                                          f"{' or '.join(KAFKA_PROFILES)}")])
+    if not isinstance(data, dict) or not isinstance(data.get("kafka"), dict):
+        return data
+    return {**data, "kafka": {**KAFKA_PROFILES[profile], **data["kafka"]}}
+
+
 def load_pipeline(path: str | Path) -> PipelineConfig:
     path = Path(path)
     if not path.is_file():
@@ -258,6 +279,7 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(str(path), [("(yaml)", str(exc).replace("\n", " "))]) from None
+    data = with_deployment_defaults(data, os.environ.get(DURABILITY_ENV), str(path))
     config = parse_pipeline(data, str(path), _line_finder(text))
     if config.name != path.stem:
         raise ConfigError(str(path), [("name", f"{config.name!r} must equal the file name {path.stem!r}")])

@@ -62,11 +62,17 @@ class TargetSpec:
     implementation: str
     description: str = ""
     jars_env: str = ""   # the environment variable listing the jars its Spark jobs need (comma-separated)
+    packages: tuple[str, ...] = ()   # the same jars as Maven coordinates, where the variable is unset
 
     def spark_jars(self) -> list[str]:
         """Jars a Spark job writing into this kind of target needs beyond the stack's own."""
         import os
         return [j for j in os.environ.get(self.jars_env, "").split(",") if j] if self.jars_env else []
+
+    def spark_jars_and_packages(self, environ=None) -> tuple[str, str]:
+        """(--jars, --packages) of a job writing into this kind of target (tideline.spark_packages)."""
+        from tideline.spark_packages import jars_and_packages
+        return jars_and_packages(self.jars_env, self.packages, environ)
 
 
 @dataclass

@@ -20,4 +20,5 @@ TARGET = TargetSpec(
                               history=True, loads_from_csv=True),
     implementation="tideline.targets.iceberg.target:IcebergTarget",
     description="Iceberg tables of a JDBC catalog: one commit per snapshot and per batch, offsets in its summary",
-    jars_env="TIDELINE_ICEBERG_JARS")   # Iceberg's Spark runtime, fetched by `make setup`
+    jars_env="TIDELINE_ICEBERG_JARS",   # Iceberg's Spark runtime, fetched by `make setup`
+    packages=("org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.11.0",))
