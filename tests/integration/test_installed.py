@@ -102,6 +102,7 @@ def test_an_installed_tideline_runs_a_pipeline_to_streaming_and_verifies_it_equa
         verified = subprocess.run([str(venv / "bin" / "tideline"), "verify", "--pipeline", cfg.name],
                                   capture_output=True, text=True, env=env, cwd=base, timeout=600)
         assert verified.returncode == 0, verified.stderr[-3000:]
+        assert f"{t}: source 1,950 rows, target 1,950 rows; equal" in verified.stdout, verified.stdout   # said, not only exited 0
         status = subprocess.run([str(venv / "bin" / "tideline"), "status", "--json", "--pipeline", cfg.name],
                                 capture_output=True, text=True, env=env, cwd=base, timeout=300)
         [found] = json.loads(status.stdout)

@@ -39,4 +39,6 @@ def main(argv: list[str] | None = None) -> int:
     except TidelineError as exc:
         log.error("%s", exc)
         return 2
+    for report in reports:   # the answer on stdout: Airflow's logging, once configured, keeps INFO from a terminal
+        print("\n".join([report.summary(), *report.sample_lines()]))
     return 0 if all(r.equal for r in reports) else 1
