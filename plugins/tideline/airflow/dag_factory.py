@@ -21,7 +21,6 @@ target by key-range bisection; differences alert, and are repaired when verify.r
 """
 from __future__ import annotations
 
-
 import pendulum
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param

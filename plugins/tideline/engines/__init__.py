@@ -17,7 +17,6 @@ new package here and its lines in core.support; nothing else changes.
 """
 from __future__ import annotations
 
-
 from tideline.core.connections import Conn, check_kind
 from tideline.core.errors import ConfigError, SourceError
 from tideline.kinds import KindRegistry

@@ -15,7 +15,6 @@ Adding a target is a new package here and its rows in core.support; nothing else
 """
 from __future__ import annotations
 
-
 from tideline.core.connections import Conn, check_kind
 from tideline.core.errors import ConfigError
 from tideline.kinds import KindRegistry, unkept_promises
