@@ -35,7 +35,7 @@ from services.airflow import (AIRFLOW_PARTS, airflow_api, airflow_healthy, exec_
                               up_airflow, watch_airflow_liveness)
 from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, DATABASES, DEBEZIUM_CLASS, HOST, KAFKA_PASS,
                            KAFKA_USER, LOGS, MARIADB_ADMIN, MARIADB_ADMIN_PASS,
-                           MARIADB_DATABASE, MARIADB_PASS, MARIADB_USER, PG_CDC_PASS, PG_CDC_USER, PG_PASS,
+                           MARIADB_DATABASE, MARIADB_PASS, MARIADB_USER, PG_CDC_PASS, PG_CDC_USER, PG_PASS, S3_SECRET_KEY,
                            PG_SUPERPASS, PG_SUPERUSER, PG_SYNC_PASS, PG_SYNC_USER,
                            PG_USER, PORTS, ROOT, SECURE_TEST_PORTS, SIDE_CONNECT_OFFSET, SIDE_KAFKA_OFFSET,
                            SPARK_CLUSTER, SPARK_WORKERS, STACK, VAR, VENV_BIN, StackError,
@@ -43,6 +43,7 @@ from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, DAT
 from services.connect import connect_healthy, connect_url, start_connect_worker, up_connect
 from services.env import environment, full_env
 from services.kafka import KAFKA_PARTS, KafkaCluster, kafka_bootstrap, kafka_healthy, up_kafka
+from services.lake import lake_catalog_url, lake_healthy, s3_url, up_lake
 from services.mariadb import mariadb_connect, mariadb_healthy, up_mariadb
 from services.ports import reserve_ports
 from services.postgres import down_postgres, pg_connect, postgres_healthy, postgres_pid, up_postgres
@@ -76,6 +77,7 @@ __all__ = [
     "PG_CDC_PASS",
     "PG_CDC_USER",
     "PG_PASS",
+    "S3_SECRET_KEY",
     "PG_SYNC_PASS",
     "PG_SYNC_USER",
     "PG_SUPERPASS",
@@ -109,6 +111,9 @@ __all__ = [
     "http_json",
     "kafka_bootstrap",
     "kafka_healthy",
+    "lake_catalog_url",
+    "lake_healthy",
+    "s3_url",
     "kill_all",
     "log_file",
     "mariadb_connect",
@@ -159,6 +164,7 @@ class Part:
 PARTS = [
     Part("postgres", up_postgres, postgres_healthy, lambda: f"{HOST}:{PORTS['postgres']}"),
     Part("mariadb", up_mariadb, mariadb_healthy, lambda: f"{HOST}:{PORTS['mariadb']}"),
+    Part("lake", up_lake, lake_healthy, lambda: f"S3 {s3_url()}, Iceberg REST catalog {lake_catalog_url()}"),
     Part("kafka", up_kafka, kafka_healthy, kafka_bootstrap),
     Part("connect", up_connect, connect_healthy, connect_url),
     Part("airflow", up_airflow, airflow_healthy, airflow_url),
@@ -244,17 +250,19 @@ def cmd_status() -> int:
         if state != "healthy":
             bad += 1
         pids = {"postgres": [postgres_pid()], "mariadb": [supervised_pid("mariadb")], "kafka": [supervised_pid(p) for p in KAFKA_PARTS],
-                "connect": [supervised_pid("connect")],
+                "connect": [supervised_pid("connect")], "lake": [supervised_pid("s3"), supervised_pid("lake-catalog")],
                 "airflow": [supervised_pid(p) for p in AIRFLOW_PARTS],
                 "spark": [supervised_pid(p) for p in SPARK_PARTS] if SPARK_CLUSTER else []}.get(part.name, [])
         mb = sum(_memory_mb(p) for p in pids if p)
         total_mb += mb
         mem = f"{mb:7.0f} MB" if pids else "      - "
         where = {"airflow": log_file("airflow-scheduler"), "kafka": log_file(KAFKA_PARTS[0]),
+                 "lake": log_file("lake-catalog"),
                  "spark": log_file("spark-master") if SPARK_CLUSTER else "the Airflow task logs"}.get(part.name,
                                                                                                   log_file(part.name))
         print(f"{part.name:9s} {state:9s} {mem}  {detail}   log: {where}")
-        for sp in {"airflow": (*AIRFLOW_PARTS, "airflow-liveness"), "spark": SPARK_PARTS, "kafka": KAFKA_PARTS}.get(part.name, (part.name,)):
+        for sp in {"airflow": (*AIRFLOW_PARTS, "airflow-liveness"), "spark": SPARK_PARTS, "kafka": KAFKA_PARTS,
+                   "lake": ("s3", "lake-catalog")}.get(part.name, (part.name,)):
             if sp in SUPERVISED:
                 line = _supervision_line(sp)
                 if line:

@@ -191,9 +191,10 @@ def master_url(master: str | None = None) -> str:
 
 
 def get_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None,
-                extra_jars: list[str] | tuple = ()) -> SparkSession:
-    """`extra_jars`: what the job's target needs (targets.Target.spark_jars); under spark-submit
-    the submitter gave them already."""
+                extra_jars: list[str] | tuple = (), packages: str = "") -> SparkSession:
+    """`extra_jars`: what the job's target needs (targets.Target.spark_jars); `packages`: the
+    Maven coordinates of what no jar file names (tideline.spark_packages), which Spark resolves at
+    the session's start. Under spark-submit the submitter gave them already."""
     builder = SparkSession.builder.appName(app_name)
     under_submit = bool(os.environ.get("SPARK_ENV_LOADED"))  # set by spark-submit's launcher
     if master or not under_submit:
@@ -201,6 +202,8 @@ def get_session(app_name: str, master: str | None = None, conf: dict[str, str] |
     jars = ",".join(filter(None, [os.environ.get("TIDELINE_SPARK_JARS", ""), *extra_jars]))
     if jars and not under_submit:
         builder = builder.config("spark.jars", jars)
+    if packages and not under_submit:
+        builder = builder.config("spark.jars.packages", packages)
     defaults = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "4",

@@ -40,6 +40,8 @@ PORTS = {
     "spark_master": int(os.environ.get("TIDELINE_SPARK_MASTER_PORT", "57077")),
     "spark_master_ui": int(os.environ.get("TIDELINE_SPARK_MASTER_UI_PORT", "58180")),
     "spark_worker_ui": int(os.environ.get("TIDELINE_SPARK_WORKER_UI_PORT", "58181")),   # +1 per worker
+    "s3": int(os.environ.get("TIDELINE_S3_PORT", "59333")),                     # the object store (services.lake)
+    "lake_catalog": int(os.environ.get("TIDELINE_LAKE_CATALOG_PORT", "58282")),  # the Iceberg REST catalog
 }
 # The stack's Spark: local mode inside each job (default), or a standalone cluster of a master and
 # SPARK_WORKERS workers (one core each) that every job is submitted to: TIDELINE_SPARK_CLUSTER=1.
@@ -86,7 +88,8 @@ PG_USER, PG_PASS = "tideline", "tl-pg-pw-8d2f"
 PG_CDC_USER, PG_CDC_PASS = "tideline_cdc", "tl-cdc-pw-31a9"
 PG_SYNC_USER, PG_SYNC_PASS = "tideline_sync", "tl-sync-pw-7e60"
 DATABASES = {"source": "tideline_source", "target": "tideline_target", "airflow": "airflow",
-             "lake": "tideline_lake"}   # the Iceberg JDBC catalog (and an Iceberg pipeline's state)
+             "lake": "tideline_lake",   # the Iceberg JDBC catalog (and an Iceberg pipeline's state)
+             "lake_catalog": "tideline_lake_catalog"}   # the REST catalog server's own (services.lake)
 AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS = "admin", "admin"
 # a user of each of Airflow's roles besides admin (simple auth manager): username -> (role, password)
 AIRFLOW_USERS = {AIRFLOW_ADMIN: ("admin", AIRFLOW_ADMIN_PASS), "viewer": ("viewer", "viewer"), "operator": ("op", "op")}
@@ -97,6 +100,9 @@ DEBEZIUM_MARIADB_CLASS = "io.debezium.connector.mariadb.MariaDbConnector"
 MARIADB_DATABASE = "shop"
 MARIADB_USER, MARIADB_PASS = "tideline", "tl-maria-pw-5b7a"
 MARIADB_ADMIN, MARIADB_ADMIN_PASS = "admin", "admin"
+# The object store's access key and secret (services.lake), what an Airflow `aws` connection holds
+S3_ACCESS_KEY, S3_SECRET_KEY = "tideline-s3", "tl-s3-secret-2c9e"
+S3_BUCKET, S3_REGION = "lake", "us-east-1"
 
 
 class StackError(RuntimeError):

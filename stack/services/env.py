@@ -10,7 +10,7 @@ import sys
 from services.addresses import (CLASS_ARCHIVE, airflow_url, driver_classpath, iceberg_jars, kafka_bootstrap,
                                 kafka_client_security, mariadb_url, pg_url, spark_jars, spark_master_url)
 from services.base import (AIRFLOW_USERS, DATABASES, HOST, LOGS, PG_CDC_PASS, PG_CDC_USER, PG_SYNC_PASS, PG_SYNC_USER,
-                           PORTS, ROOT, SPARK_CLUSTER, VAR,
+                           PORTS, ROOT, S3_ACCESS_KEY, S3_BUCKET, S3_REGION, S3_SECRET_KEY, SPARK_CLUSTER, VAR,
                            VENV_BIN)
 from services.tls import client_tls
 
@@ -55,6 +55,21 @@ def environment() -> dict[str, str]:
             {"conn_type": "iceberg", "host": HOST, "port": PORTS["postgres"], "login": PG_SYNC_USER,
              "password": PG_SYNC_PASS, "schema": DATABASES["lake"],
              "extra": {"warehouse": (VAR / "lake").as_uri(), **client_tls()}}),
+        # the lake as teams run it (services.lake): Iceberg tables on the object store's bucket behind
+        # the REST catalog, the store's keys in an Airflow `aws` connection (its conventions: login and
+        # password the access key and secret, the endpoint and region in extra, botocore's config_kwargs
+        # for path-style addressing and the checksums this store takes), Tideline's state in the
+        # PostgreSQL database `state.conn_id` names (tideline_lake: the JDBC catalog's, beside its own)
+        "AIRFLOW_CONN_TIDELINE_LAKE_REST": json.dumps(
+            {"conn_type": "iceberg", "host": f"http://{HOST}:{PORTS['lake_catalog']}",
+             "extra": {"catalog_type": "rest", "warehouse": f"s3://{S3_BUCKET}/", "aws_conn_id": "tideline_s3"}}),
+        "AIRFLOW_CONN_TIDELINE_S3": json.dumps(
+            {"conn_type": "aws", "login": S3_ACCESS_KEY, "password": S3_SECRET_KEY,
+             "extra": {"endpoint_url": f"http://{HOST}:{PORTS['s3']}", "region_name": S3_REGION,
+                       "config_kwargs": {"s3": {"addressing_style": "path"},
+                                         "request_checksum_calculation": "when_required",
+                                         "response_checksum_validation": "when_required"}}}),
+        "AIRFLOW_CONN_TIDELINE_STATE": pg_url(DATABASES["lake"], PG_SYNC_USER, PG_SYNC_PASS),
         # secure mode: SASL_SSL with the stack's SCRAM user and CA (services.kafka)
         "AIRFLOW_CONN_TIDELINE_KAFKA": json.dumps(
             {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap(), **kafka_client_security()}}),

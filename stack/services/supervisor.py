@@ -15,7 +15,7 @@ from services.base import (KAFKA_BROKERS, LOGS, ROOT, RUN, SPARK_WORKERS, STACKC
 
 SPARK_PARTS = ("spark-master", *(f"spark-worker-{i}" for i in range(1, SPARK_WORKERS + 1)))
 KAFKA_PARTS = ("kafka",) if KAFKA_BROKERS == 1 else tuple(f"kafka-{i}" for i in range(1, KAFKA_BROKERS + 1))
-SUPERVISED = ("postgres", "mariadb", *KAFKA_PARTS, "connect", *SPARK_PARTS, "airflow-api-server", "airflow-scheduler",
+SUPERVISED = ("postgres", "mariadb", "s3", "lake-catalog", *KAFKA_PARTS, "connect", *SPARK_PARTS, "airflow-api-server", "airflow-scheduler",
               "airflow-dag-processor", "airflow-triggerer", "airflow-liveness")
 SUP_DIR = VAR / "supervisor"
 SUP_SOCK = RUN / "supervisor.sock"

@@ -6,7 +6,10 @@ instead, the change stream's rate, and a day of commits before and after mainten
                                             [--commits 240] [--skip-load] [--skip-stream]
                                             [--stage-on driver|executors]
 
-1. Full load: spark-submit of spark_jobs/full_load.py into catalog tideline_lake (Spark start-up
+   --catalog tideline_lake_rest (default: the stack's REST catalog, its warehouse on the S3 store, the
+   state in tideline_state) or tideline_lake (the JDBC catalog on a file warehouse).
+
+1. Full load: spark-submit of spark_jobs/full_load.py into the catalog (Spark start-up
    included), vs spark-submit of a plain PySpark job on the same table with the same parallelism:
    `spark.read.jdbc` partitioned on the key -> `writeTo(...).create()` (what the Iceberg docs
    show). Both results are checked: row count, sum of total, count of note, sum of customer_id.
@@ -78,8 +81,20 @@ def log(msg: str) -> None:
     print(f"[bench] {time.strftime('%H:%M:%S')} {msg}", flush=True)
 
 
+CATALOG = {"conn_id": "tideline_lake_rest"}   # --catalog
+STATES = {"tideline_lake_rest": "tideline_state"}   # a catalog whose state lives apart: its database
+
+
 def lake():
-    return for_connection(get_connection("tideline_lake"))
+    state = STATES.get(CATALOG["conn_id"])
+    return for_connection(get_connection(CATALOG["conn_id"]), get_connection(state) if state else None)
+
+
+def lake_settings() -> dict:
+    """A bench pipeline's target (and state) in the catalog --catalog names."""
+    state = STATES.get(CATALOG["conn_id"])
+    return {"target": {"kind": "iceberg", "catalog": CATALOG["conn_id"], "namespace": NAMESPACE},
+            **({"state": {"conn_id": state}} if state else {})}
 
 
 def drop_namespace(store) -> None:
@@ -145,8 +160,7 @@ def bench_load(args, env: dict, store) -> tuple[float, float, float, float, floa
     drop_namespace(store)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / f"{LOAD_PIPELINE}.yaml").write_text(yaml.safe_dump({
-            "name": LOAD_PIPELINE, "source": {"conn_id": "tideline_source"},
-            "target": {"kind": "iceberg", "catalog": "tideline_lake", "namespace": NAMESPACE},
+            "name": LOAD_PIPELINE, "source": {"conn_id": "tideline_source"}, **lake_settings(),
             "kafka": {"topic_prefix": "benchlake"},
             "spark": {"parallelism": args.parallelism, "conf": dict(args.load_conf)},
             "tables": [{"name": TABLE}]}))
@@ -164,11 +178,14 @@ def bench_load(args, env: dict, store) -> tuple[float, float, float, float, floa
         job.write_text(PLAIN_JOB)
         src = get_connection("tideline_source")
         conf = [x for k, v in store.spark_conf().items() for x in ("--conf", f"{k}={v}")]
+        if store.settings.store is not None:   # the object store's checksum settings, as Tideline's jobs get them
+            conf += ["--conf", "spark.driver.extraJavaOptions=" + " ".join(
+                f"-D{k}={v}" for k, v in store.settings.store.jvm_properties().items())]
         checkpoint()
         log(f"plain Spark job: spark.read.jdbc partitioned on id ({args.parallelism}) -> writeTo().create()")
         with CpuMeter("the plain Spark job", args.rows) as plain_cpu:
             plain, _, _ = submit([*conf, str(job), src.jdbc_url(), src.login, src.password, TABLE,
-                                  f"tideline_lake.{NAMESPACE}.plain_{TABLE}", str(args.parallelism), str(lo), str(hi)],
+                                  f"{store.catalog}.{NAMESPACE}.plain_{TABLE}", str(args.parallelism), str(lo), str(hi)],
                                  env, store)
         got = aggregates(store.pyiceberg_catalog().load_table((NAMESPACE, f"plain_{TABLE}")).scan(
             selected_fields=("total", "note", "customer_id")).to_arrow())
@@ -204,8 +221,7 @@ def stream_pipeline(folder: Path, max_events: int | None = None, commit_s: float
     if commit_s:
         stream["trigger_interval_s"] = commit_s
     (folder / f"{STREAM_PIPELINE}.yaml").write_text(yaml.safe_dump({
-        "name": STREAM_PIPELINE, "source": {"conn_id": "tideline_source"},
-        "target": {"kind": "iceberg", "catalog": "tideline_lake", "namespace": NAMESPACE},
+        "name": STREAM_PIPELINE, "source": {"conn_id": "tideline_source"}, **lake_settings(),
         "kafka": {"topic_prefix": "benchlakes", "partitions": 2},
         "stream": stream,
         "maintenance": {"snapshot_retention_hours": 0, "orphan_age_hours": 1},
@@ -410,9 +426,12 @@ def main() -> int:
     ap.add_argument("--load-conf", action="append", default=[], metavar="KEY=VALUE", type=setting,
                     help="a Spark setting of Tideline's load job (the pipeline's spark.conf): to try a tuning")
     ap.add_argument("--skip-stream", action="store_true", help="only the full load against the plain job")
+    ap.add_argument("--catalog", choices=("tideline_lake_rest", "tideline_lake"), default="tideline_lake_rest",
+                    help="the REST catalog on the S3 store (default), or the JDBC catalog on a file warehouse")
     ap.add_argument("--stage-on", choices=("driver", "executors"), default=None,
                     help="stream.stage_on of the streams (default: what auto picks: driver on local[2])")
     args = ap.parse_args()
+    CATALOG["conn_id"] = args.catalog
     if args.stage_on:
         STAGE_ON["stage_on"] = args.stage_on
     env = stackctl.full_env()
@@ -425,7 +444,7 @@ def main() -> int:
     if not args.skip_stream:
         rate, steady, peak, stream_cpu, files_before, files_after, scan_before, scan_after, fresh = \
             bench_stream(args, env, store)
-    print(f"RESULT full_load_rows_per_s={ours:.0f} plain_spark_rows_per_s={plain:.0f} "
+    print(f"RESULT catalog={args.catalog} full_load_rows_per_s={ours:.0f} plain_spark_rows_per_s={plain:.0f} "
           f"ratio={ours / plain if plain else 0:.2f} load_peak_rss_mb={peak_load:.0f} cpu_per_m={cpu:.2f} "
           f"plain_cpu_per_m={plain_cpu:.2f} plain_cpu_ratio={plain_cpu / cpu if cpu else 0:.2f} "
           f"stream_events_per_s={rate:.0f} "

@@ -21,7 +21,7 @@ logging.getLogger("py4j.clientserver").setLevel(logging.WARNING)
 @pytest.fixture(scope="session")
 def databases():
     """PostgreSQL up (and Spark's jars checked), the stack's connections in the environment."""
-    res = subprocess.run([sys.executable, str(stackctl.STACK / "stackctl.py"), "up", "postgres", "spark"],
+    res = subprocess.run([sys.executable, str(stackctl.STACK / "stackctl.py"), "up", "postgres", "lake", "spark"],
                          capture_output=True, text=True, timeout=600)
     if res.returncode != 0:
         pytest.fail(f"PostgreSQL did not come up:\n{res.stdout}\n{res.stderr}", pytrace=False)

@@ -1,8 +1,9 @@
 """The target contract: what every registered target must do for Tideline's guarantees, run
-against each real one (the stack's PostgreSQL; Iceberg tables of the JDBC catalog, written by a
-local Spark session) — without Kafka, Connect or Airflow, so a change to the seam is checked in
-minutes. A new target joins by being registered (targets.kinds()) and naming its test connection
-in CONNECTIONS.
+against each real one in each configuration a team runs it in (the stack's PostgreSQL; Iceberg
+tables of the JDBC catalog on a file warehouse, and of the REST catalog on the S3 store with the
+state in a database of its own, written by a local Spark session) — without Kafka, Connect or
+Airflow, so a change to the seam is checked in minutes. A new target joins by being registered
+(targets.kinds()) and naming its test configuration in CONFIGURATIONS.
 
 The load runs through FullLoad.load_table with the handover position given (what Kafka's end
 offsets would be); a stream batch is raw change records, decoded, split and committed by the real
@@ -29,30 +30,40 @@ from tideline.stream.commit import BatchCommitter, StreamTable
 
 pytestmark = pytest.mark.integration
 
-# the connection each kind of target is tested with (the stack's)
-CONNECTIONS = {"postgres": "tideline_target", "iceberg": "tideline_lake"}
+# the configurations each kind of target is tested in (the stack's connections): name -> (kind, the
+# target's connection, the state's where it lives apart). Iceberg twice: its JDBC catalog in
+# PostgreSQL with a file warehouse (the state in the catalog's database), and the REST catalog with
+# its warehouse on the S3 store (services.lake), the state in a PostgreSQL database of its own.
+CONFIGURATIONS = {"postgres": ("postgres", "tideline_target", None),
+                  "iceberg": ("iceberg", "tideline_lake", None),
+                  "iceberg-rest-s3": ("iceberg", "tideline_lake_rest", "tideline_state")}
 TOPIC_ID = "contract-topic"
 NOW = datetime.now(timezone.utc)
 
 
 def _kinds(capability: str | None = None) -> list[str]:
-    return [k for k in targets.kinds() if capability is None or getattr(targets.capabilities(k), capability)]
+    """The configurations whose kind of target has `capability` (every registered kind has one)."""
+    unnamed = set(targets.kinds()) - {kind for kind, _c, _s in CONFIGURATIONS.values()}
+    assert not unnamed, f"target kinds {unnamed} are registered: name a test configuration in CONFIGURATIONS"
+    return [name for name, (kind, _c, _s) in CONFIGURATIONS.items()
+            if capability is None or getattr(targets.capabilities(kind), capability)]
 
 
 class Contract:
     """One kind of target under test: a pipeline of one source table into it, its rows read back
     in one form whatever the target, and everything it made removed afterwards."""
 
-    def __init__(self, kind: str, name: str, spark, source_db, table: dict | None = None):
-        assert kind in CONNECTIONS, f"target kind {kind!r} is registered: name its test connection in CONNECTIONS"
+    def __init__(self, configuration: str, name: str, spark, source_db, table: dict | None = None):
+        kind, conn_id, state_conn_id = CONFIGURATIONS[configuration]
         self.kind, self.name, self.spark, self.source_db = kind, name, spark, source_db
         self.table = f"{name}_t"
         self.cfg = parse_pipeline({
             "name": name, "source": {"conn_id": "tideline_source", "schema": "public"},
-            "target": {"kind": kind, "conn_id": CONNECTIONS[kind], "schema": name},
+            "target": {"kind": kind, "conn_id": conn_id, "schema": name},
+            **({"state": {"conn_id": state_conn_id}} if state_conn_id else {}),
             "kafka": {"topic_prefix": f"contract.{name}", "partitions": 1},
             "spark": {"parallelism": 1}, "tables": [{"name": self.table, **(table or {})}]}, f"{name}.yaml")
-        self.conn = get_connection(CONNECTIONS[kind])
+        self.conn = get_connection(conn_id)
         self.store = targets.for_pipeline(self.cfg, self.conn)
         self.store.use(spark)
         self.state = self.store.connect()
@@ -374,7 +385,7 @@ def test_a_table_named_otherwise_in_the_target_loads_streams_and_verifies_under_
             assert c.target_rows() == c.source_rows()
         finally:
             committer.close()
-        if targets.capabilities(kind).verifies:
+        if targets.capabilities(c.kind).verifies:
             from tideline.verify.compare import verify
             [report] = verify(c.cfg, get_connection("tideline_source"), c.conn, [c.table])
             assert report.equal and report.target_rows == 4

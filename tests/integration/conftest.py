@@ -238,11 +238,11 @@ def webhook(monkeypatch):
 
 @pytest.fixture
 def lake(stack, pipelines, unique_name):
-    """An Iceberg pipeline's target (catalog tideline_lake, namespace = the test's name); its
-    tables, namespace and state rows are removed afterwards."""
-    from tideline.core.connections import get_connection
+    """An Iceberg pipeline's target (the test lake: helpers.LAKE_CATALOG and its state database,
+    namespace = the test's name); its tables, namespace and state rows are removed afterwards."""
+    from helpers import lake_connections
     from tideline.targets import for_connection
-    store = for_connection(get_connection("tideline_lake"))
+    store = for_connection(*lake_connections())
     yield store
     catalog = store.pyiceberg_catalog()
     if (unique_name,) in catalog.list_namespaces():

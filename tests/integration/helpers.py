@@ -18,6 +18,27 @@ from tideline.kafka_offsets import earliest_offsets
 
 SOURCE_URL = stackctl.pg_url(stackctl.DATABASES["source"])
 
+# The lake every Iceberg integration test writes into, as teams run it: the stack's REST catalog
+# over its S3 object store (services.lake), Tideline's state in a PostgreSQL database of its own.
+# (The JDBC catalog on a file warehouse, tideline_lake, is the contract suite's other configuration.)
+LAKE_CATALOG, LAKE_STATE = "tideline_lake_rest", "tideline_state"
+
+
+def lake_target(namespace: str) -> dict:
+    """A pipeline's `target` into the test lake, in `namespace`; with lake_settings()."""
+    return {"kind": "iceberg", "catalog": LAKE_CATALOG, "namespace": namespace}
+
+
+def lake_settings(namespace: str) -> dict:
+    """The pipeline settings of an Iceberg pipeline into the test lake (target and state)."""
+    return {"target": lake_target(namespace), "state": {"conn_id": LAKE_STATE}}
+
+
+def lake_connections():
+    """(the test lake's catalog connection, its state's)."""
+    from tideline.core.connections import get_connection
+    return get_connection(LAKE_CATALOG), get_connection(LAKE_STATE)
+
 
 def wait_until(check: Callable[[], object], timeout: float, what: str, every: float = 0.5,
                passing: tuple[type[BaseException], ...] = (), proc=None):

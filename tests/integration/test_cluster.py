@@ -28,7 +28,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import stackctl
-from helpers import Writer, catching_up, drop_source, table_digest
+from helpers import Writer, catching_up, drop_source, lake_connections, table_digest
 from test_batch import make_events
 from test_incremental import assert_batches_contiguous, batches, make_items, spark_submit, sync_until_equal
 from tideline import state
@@ -255,7 +255,6 @@ def test_an_iceberg_load_on_the_cluster_writes_its_data_files_on_both_workers(
     import hashlib
 
     from test_iceberg import iceberg_pipeline
-    from tideline.core.connections import get_connection
     from tideline.targets import for_connection
     t = f"{unique_name}_lakecluster"
     make_items(source_db, t, 250_000)
@@ -265,7 +264,7 @@ def test_an_iceberg_load_on_the_cluster_writes_its_data_files_on_both_workers(
         [app] = app_ids(f"tideline-full-load-{cfg.name}")
         _assert_shipped_library_on_both_workers(app)
         assert any("COPY CSV -> Arrow -> Parquet" in text for _, text in executor_logs(app))
-        lake = for_connection(get_connection("tideline_lake"))
+        lake = for_connection(*lake_connections())
         table = lake.pyiceberg_catalog().load_table((unique_name, t))
         assert len(table.snapshots()) == 1
         rows = table.scan().to_arrow().sort_by("id").to_pylist()

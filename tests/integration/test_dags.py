@@ -12,7 +12,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 import stackctl
-from helpers import drop_source, full_loads, let_retention_delete, run_demo_dag, seed_demo, table_digest
+from helpers import drop_source, full_loads, lake_settings, let_retention_delete, run_demo_dag, seed_demo, table_digest
 from tideline import state
 
 pytestmark = pytest.mark.integration
@@ -250,8 +250,7 @@ def test_bad_params_are_rejected_before_any_work(airflow_env, source_db, pipelin
 def test_a_lake_pipelines_stream_is_submitted_with_the_jvms_optimizing_compiler(airflow_env, pipelines, unique_name):
     """Its MERGEs run in the stream's JVM (a PostgreSQL target's stream JVM only reads Kafka, and
     compiles with C1 alone): the DAG asks the target's capabilities, not its kind."""
-    pipelines.make([{"name": "orders"}], create_topics=False,
-                   target={"kind": "iceberg", "catalog": "tideline_lake", "namespace": unique_name})
+    pipelines.make([{"name": "orders"}], create_topics=False, **lake_settings(unique_name))
     stream = load_dag(f"sync_{unique_name}").get_task("incremental")
     options = stream.conf["spark.driver.extraJavaOptions"]
     assert "-XX:+UseSerialGC" in options and "TieredStopAtLevel" not in options, options

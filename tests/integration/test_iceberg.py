@@ -11,7 +11,7 @@ import pytest
 from pyiceberg import types as it
 
 import stackctl
-from helpers import catching_up, drop_source, rows_as_text, stream_until
+from helpers import catching_up, drop_source, lake_settings, rows_as_text, stream_until
 from test_dags import airflow_env  # noqa: F401 — fixture
 from tideline import state
 from tideline.core.errors import HaltedError
@@ -21,8 +21,7 @@ pytestmark = pytest.mark.integration
 
 
 def iceberg_pipeline(pipelines, unique_name, tables, **settings):
-    return pipelines.make(tables, target={"kind": "iceberg", "catalog": "tideline_lake", "namespace": unique_name},
-                          **settings)
+    return pipelines.make(tables, **{**lake_settings(unique_name), **settings})
 
 
 def back_in_postgres(source_db, source_table: str, lake_table, schema: str = "public") -> list[str]:
@@ -284,8 +283,7 @@ def test_a_mariadb_table_of_every_type_lands_in_iceberg_as_it_lands_in_postgresq
     try:
         into_pg = mariadb_pipeline(pipelines, [{"name": t}])
         FullLoad(into_pg, spark).run([t])
-        into_lake = mariadb_pipeline(pipelines, [{"name": t}], create_topics=False,
-                                     target={"kind": "iceberg", "catalog": "tideline_lake", "namespace": unique_name})
+        into_lake = mariadb_pipeline(pipelines, [{"name": t}], create_topics=False, **lake_settings(unique_name))
         [loaded] = FullLoad(into_lake, spark).run([t])
         assert loaded.rows == len(TYPES_ROWS)
         table = lake.pyiceberg_catalog().load_table((unique_name, t))
@@ -308,13 +306,13 @@ def stream_until_equal(cfg, spark, source_db, lake, tables: list[str], timeout: 
 
 
 def stamped_commits(lake, schema: str, table: str) -> list[dict]:
-    """The table's snapshots, oldest first, as (operation, offsets, epoch)."""
+    """The table's snapshots, oldest first, as (operation, offsets, epoch, snapshot id)."""
     t = lake.pyiceberg_catalog().load_table((schema, table))
     out = []
     for snap in sorted(t.snapshots(), key=lambda s: s.sequence_number):
         summary = dict(snap.summary.additional_properties)
         out.append({"operation": snap.summary.operation.value, "offsets": json.loads(summary["tideline.offsets"]),
-                    "epoch": int(summary["tideline.epoch"])})
+                    "epoch": int(summary["tideline.epoch"]), "snapshot": snap.snapshot_id})
     return out
 
 

@@ -1,6 +1,7 @@
 """An Iceberg table through the failures around it: its change topic deleted and created again
-while the stream was stopped (the new topic's offsets pass the old ones, so they look valid), and
-the catalog's PostgreSQL restarting under a running stream. Each ends with the table equal to the
+while the stream was stopped (the new topic's offsets pass the old ones, so they look valid), the
+PostgreSQL of the state (and of the REST catalog's backend, and the source) restarting under a
+running stream, and the object store and REST catalog away for two minutes. Each ends with the table equal to the
 source row for row, with no person acting beyond what the DAG does by itself (a reload)."""
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 import stackctl
-from helpers import catching_up, drop_source, wait_until
+from helpers import catching_up, drop_source, full_loads, wait_until
 from test_iceberg import iceberg_pipeline, stamped_commits, stream_until_equal
 from test_incremental import make_items, spark_submit
 from tideline import kafka_offsets, state
@@ -77,7 +78,7 @@ def test_a_change_topic_created_again_past_the_old_offsets_reloads_the_table(sta
         drop_source(source_db, t)
 
 
-def test_the_catalog_database_restarting_under_a_running_stream_loses_and_duplicates_nothing(
+def test_the_state_and_catalog_database_restarting_under_a_running_stream_loses_and_duplicates_nothing(
         stack, spark, source_db, pipelines, unique_name, lake):
     t = f"{unique_name}_pgr"
     make_items(source_db, t, 2_000)
@@ -121,6 +122,56 @@ def test_the_catalog_database_restarting_under_a_running_stream_loses_and_duplic
         if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         drop_source(fresh, t)
+
+
+def test_the_object_store_and_the_rest_catalog_away_two_minutes_under_a_writer_lose_and_duplicate_nothing(
+        stack, spark, source_db, pipelines, unique_name, lake):
+    """The lake's S3 store and its REST catalog stopped together for two minutes while the source
+    is written and the stream runs (a store's maintenance window, a network partition): the stream
+    rides it out or ends and its next run resumes from the table's snapshot; no commit is applied
+    twice or skipped, and the table ends equal to the source, not reloaded."""
+    t = f"{unique_name}_s3away"
+    make_items(source_db, t, 2_000)
+    writer = ResilientInserts(t, 2_001)
+    proc = None
+    try:
+        cfg = iceberg_pipeline(pipelines, unique_name, [{"name": t}], capture=True,
+                               stream={"max_offsets_per_trigger": 200, "trigger_interval_s": 0.5})
+        FullLoad(cfg, spark).run([t])
+        writer.start()
+        proc = spark_submit("incremental.py", cfg, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
+        wait_until(lambda: len(stamped_commits(lake, unique_name, t)) >= 3 or proc.poll() is not None, 180,
+                   "the stream's first commits")
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        for part in ("lake-catalog", "s3"):
+            stackctl.supervisorctl("stop", part, check=True)
+        time.sleep(120)
+        for part in ("s3", "lake-catalog"):
+            stackctl.supervisorctl("start", part, check=True)
+        wait_until(stackctl.lake_healthy, 120, "the object store and the REST catalog to answer again")
+        writer.stop()
+        assert writer.count > 0
+        print(f"[measure] Iceberg stream after the lake was away 2 min: "
+              f"{'still running' if proc.poll() is None else f'exited with status {proc.returncode}'}")
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(60)
+        stream_until_equal(catching_up(cfg), spark, source_db, lake, [t])
+        state_db = lake.connect()
+        try:
+            assert full_loads(state_db, cfg.name) == 1, "the table was reloaded"
+        finally:
+            state_db.close()
+        stamped = stamped_commits(lake, unique_name, t)
+        for before, after in zip(stamped, stamped[1:]):   # no batch applied twice, none skipped
+            assert all(after["offsets"][p] >= o for p, o in before["offsets"].items())
+    finally:
+        writer.stop()
+        for part in ("s3", "lake-catalog"):   # whatever happened, the lake is left running
+            stackctl.supervisorctl("start", part)
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        drop_source(source_db, t)
 
 
 def _source():

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from helpers import drop_source
+from helpers import LAKE_CATALOG, drop_source
 from test_iceberg import iceberg_pipeline, lake_rows_equal, stream_until_equal
 from tideline import state
 from tideline.core.connections import get_connection
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 
 def conns():
-    return get_connection("tideline_source"), get_connection("tideline_lake")
+    return get_connection("tideline_source"), get_connection(LAKE_CATALOG)
 
 
 def found(report):

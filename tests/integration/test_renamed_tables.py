@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import drop_source, stream_until
+from helpers import drop_source, lake_settings, stream_until
 from test_mariadb import maria  # noqa: F401  (the MariaDB source fixture)
 from tideline import state
 from tideline.core.connections import get_connection
@@ -120,8 +120,7 @@ def test_a_renamed_mariadb_table_lands_under_its_names_in_postgresql_and_in_iceb
     try:
         into_pg = mariadb_pipeline(pipelines, tables, capture=True)
         into_lake = mariadb_pipeline(pipelines, [{**tables[0], "partition_by": ["bucket(4, id)"]}],
-                                     create_topics=False, target={"kind": "iceberg", "catalog": "tideline_lake",
-                                                                  "namespace": unique_name})
+                                     create_topics=False, **lake_settings(unique_name))
         schema = into_pg.target_schema(t)
         pg_rows = f"SELECT order_id, remark, amount::text FROM {schema}.{t}_orders ORDER BY 1"
 

@@ -19,8 +19,12 @@ def spark_env(conn_ids: list[str]) -> dict[str, str]:
     """The connections a Spark job needs, handed over as AIRFLOW_CONN_* (JSON form) in its
     environment — so connections kept in Airflow's database reach the job too."""
     env = {}
-    for conn_id in conn_ids:
+    wanted = list(conn_ids)
+    for conn_id in wanted:
         c = get(conn_id)
+        referenced = (c.extra or {}).get("aws_conn_id")   # an Iceberg catalog's object store (its keys)
+        if referenced and referenced not in wanted:
+            wanted.append(referenced)
         env[env_var_name(conn_id)] = json.dumps({
             "conn_type": c.conn_type, "host": c.host, "port": c.port, "login": c.login,
             "password": c.password, "schema": c.schema, "extra": c.extra})

@@ -51,14 +51,10 @@ def ensure_topics(cfg: PipelineConfig, kafka: KafkaAccess | str, extra: dict[str
            for t in wanted if t not in existing]
     new += [NewTopic(t, 1, cfg.kafka.replication_factor, config={**topic_config, **overrides})
             for t, overrides in (extra or {}).items() if t not in existing]
-    for topic, fut in (admin.create_topics(new).items() if new else []):
-        try:
-            fut.result(30)
-            log.info("created topic %s (%d partitions, replication %d, retention %d ms)", topic,
-                     cfg.kafka.partitions, cfg.kafka.replication_factor, cfg.kafka.retention_ms)
-        except Exception as exc:
-            if "already exists" not in str(exc):
-                raise SourceError(f"creating Kafka topic {topic!r} failed: {exc}") from None
+    for spec in new:
+        create_topic(admin, spec)
+        log.info("created topic %s (%d partitions, replication %d, retention %d ms)", spec.topic,
+                 spec.num_partitions, spec.replication_factor, cfg.kafka.retention_ms)
     raise_message_limit(admin, [t for t in [*wanted, *(extra or {})] if t in existing], cfg.kafka.max_message_bytes)
     for t in wanted:
         if t in existing and len(existing[t].partitions) != cfg.kafka.partitions:
@@ -66,6 +62,48 @@ def ensure_topics(cfg: PipelineConfig, kafka: KafkaAccess | str, extra: dict[str
                         "counts (it would break per-key order)", t, len(existing[t].partitions),
                         cfg.kafka.partitions)
     return wanted
+
+
+TOPIC_CREATE_PATIENCE_S = 120   # a busy or electing cluster's time-outs are waited out this long
+
+
+def _kafka_busy(exc: BaseException) -> bool:
+    """A failure the cluster's own state explains and time heals (a time-out, no controller or
+    broker yet, too few replicas up): not a refusal of the topic."""
+    from confluent_kafka import KafkaError
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    return err is not None and (err.retriable() or err.code() in (
+        KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.NOT_CONTROLLER, KafkaError.BROKER_NOT_AVAILABLE, KafkaError.INVALID_REPLICATION_FACTOR))
+
+
+def create_topic(admin, spec: NewTopic) -> None:
+    """Creates one topic, waiting out a busy cluster (its time-outs, an election: _kafka_busy) for
+    TOPIC_CREATE_PATIENCE_S with backoff; a try that timed out may have created it, which the
+    next finds as "already exists". A refusal (a config the broker rejects) is the SourceError
+    that names it; a cluster still busy after that is a TransientError (the task is retried)."""
+    from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
+    def once() -> None:
+        try:
+            admin.create_topics([spec])[spec.topic].result(30)
+        except Exception as exc:   # noqa: BLE001 — classified below
+            if "already exists" in str(exc):
+                return
+            if _kafka_busy(exc):
+                log.warning("creating Kafka topic %s: %s; trying again", spec.topic, exc)
+                raise
+            raise SourceError(f"creating Kafka topic {spec.topic!r} failed: {exc}") from None
+    try:
+        for attempt in Retrying(retry=retry_if_exception(_kafka_busy), stop=stop_after_delay(TOPIC_CREATE_PATIENCE_S),
+                                wait=wait_exponential(multiplier=1, max=15), reraise=True):
+            with attempt:
+                once()
+    except SourceError:
+        raise
+    except Exception as exc:   # noqa: BLE001 — still busy after the patience
+        raise TransientError(f"creating Kafka topic {spec.topic!r}: the cluster did not answer for "
+                             f"{TOPIC_CREATE_PATIENCE_S} s ({exc}); the task is retried") from None
 
 
 def raise_message_limit(admin, topics: list[str], limit: int) -> None:

@@ -16,7 +16,7 @@ from tideline.core.errors import ConfigError
 from tideline.core.names import PIPELINE_NAME, topic_name
 from tideline.core.settings import schedule as settings_schedule
 from tideline.core.settings import (AlertSettings, ConnectSettings, HashSalt, KafkaSettings, MaintenanceSettings,
-                                    SourceEndpoint, SparkSettings,
+                                    SourceEndpoint, SparkSettings, StateEndpoint,
                                     StreamSettings, TargetEndpoint, VerifyConfig, _Model)
 from tideline.core.table_config import TableConfig
 
@@ -28,6 +28,8 @@ class PipelineConfig(_Model):
     _loaded_from: Path | None = PrivateAttr(default=None)
     source: SourceEndpoint = Field(description="the database the tables are read from")
     target: TargetEndpoint
+    state: StateEndpoint | None = Field(default=None, description="a PostgreSQL database for Tideline's state "
+                                                                  "(default: the target's, or its JDBC catalog's)")
     kafka: KafkaSettings = Field(description="where the changes travel: the change topics")
     connect: ConnectSettings = Field(default_factory=ConnectSettings, description="Kafka Connect, which runs the "
                                                                                "pipeline's Debezium connector")
@@ -177,8 +179,15 @@ class PipelineConfig(_Model):
     def job_conn_ids(self) -> list[str]:
         """The connections its jobs use: the databases, Kafka, Connect (a stream says when capture
         failed), the alert webhook (a halt alerts) and the salt of hashed columns."""
-        return [self.source.conn_id, self.target.conn_id, self.kafka.conn_id, self.connect.conn_id] + \
-            [c for c in (self.alerts.webhook_conn_id, self.hash_salt and self.hash_salt.conn_id) if c]
+        return list(dict.fromkeys([self.source.conn_id, self.target.conn_id, self.state_conn_id, self.kafka.conn_id,
+                                   self.connect.conn_id] +
+                                  [c for c in (self.alerts.webhook_conn_id, self.hash_salt and self.hash_salt.conn_id)
+                                   if c]))
+
+    @property
+    def state_conn_id(self) -> str:
+        """The connection of the database that holds the pipeline's state (state.of_pipeline)."""
+        return self.state.conn_id if self.state else self.target.conn_id
 
     @property
     def slot_name(self) -> str:

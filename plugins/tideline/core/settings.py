@@ -297,6 +297,14 @@ def next_run(value: str | None, after):
     return croniter(cron, after).get_next(type(after))
 
 
+class StateEndpoint(_Model):
+    """Where Tideline's state lives (schema `tideline`: phases, fencing epochs, offsets, runs, chunks,
+    the stream's decode stage): a PostgreSQL database of its own. By default the target's database
+    (a PostgreSQL target: rows and state commit together) or a JDBC catalog's; required for an
+    Iceberg catalog of another type (REST, Glue, ...), which has no database to hold it."""
+    conn_id: str = Field(description="Airflow connection id of a PostgreSQL database for Tideline's state")
+
+
 class HashSalt(_Model):
     conn_id: str = Field(description="the Airflow connection whose password is the salt of the hash_columns "
                                      "(core.column_hash); changing it changes every hash: re-snapshot after")

@@ -74,13 +74,29 @@ class LakeFiles:
     """Picklable: `copier(where)` is the per-partition function of pipes' pipe_partitions, over
     (partition, COPY statement) items; each yields the partition's figures with its files
     ([path, rows, bytes]). `source` is a pipes.copy_pipe.PostgresPipeSource; `data_dir` the
-    table's data location (a file: or object store URI); `parquet`: the writer's compression and
-    level."""
+    table's data location (a file: or object store URI), `store` the object store it is on
+    (targets.iceberg.catalog.ObjectStore: endpoint, region, keys; None: a file system, or S3 as the
+    environment configures it); `parquet`: the writer's compression and level."""
 
     def __init__(self, source, label: str, table: str, columns: list[FileColumn], keys: list[str],
-                 data_dir: str, load_id: str, parquet: dict):
+                 data_dir: str, load_id: str, parquet: dict, store=None):
         self.source, self.label, self.table, self.columns, self.keys = source, label, table, columns, keys
-        self.data_dir, self.load_id, self.parquet = data_dir.rstrip("/"), load_id, parquet
+        self.data_dir, self.load_id, self.parquet, self.store = data_dir.rstrip("/"), load_id, parquet, store
+
+    def filesystem(self):
+        """(pyarrow file system, path) of the data location: S3 with the store's settings (and the
+        checksum settings its SDK reads from the environment), else what the URI names."""
+        import os
+        from urllib.parse import urlsplit
+
+        from pyarrow import fs
+        parts = urlsplit(self.data_dir)
+        if parts.scheme in ("s3", "s3a", "s3n"):
+            opts = self.store.arrow_options() if self.store is not None else {}
+            if self.store is not None:
+                os.environ.update(self.store.environment())
+            return fs.S3FileSystem(**opts), f"{parts.netloc}{parts.path}"
+        return fs.FileSystem.from_uri(self.data_dir)
 
     def read_names(self) -> list[str]:
         """The read's columns in order: each column's flag (if any) just before it."""
@@ -118,7 +134,7 @@ class LakeFiles:
         """Removes every data file this load wrote (a load that fails commits none of them: the
         partitions that did succeed leave theirs too); the files removed."""
         from pyarrow import fs
-        files, where = fs.FileSystem.from_uri(self.data_dir)
+        files, where = self.filesystem()
         try:
             found = files.get_file_info(fs.FileSelector(where, allow_not_found=True))
         except OSError:
@@ -199,9 +215,8 @@ class _PartitionFiles:
     """A partition's data files: written one after another, each rolled over past FILE_BYTES."""
 
     def __init__(self, lake: LakeFiles, part: int):
-        from pyarrow import fs
         self.lake, self.part = lake, part
-        self.fs, self.dir = fs.FileSystem.from_uri(lake.data_dir)
+        self.fs, self.dir = lake.filesystem()
         self.files: list[list] = []   # [uri, rows, bytes]
         self.rows = 0
         self._writer = self._stream = None

@@ -44,9 +44,10 @@ def given(*conns, fallback=None):
 
 def of_pipeline(cfg, resolve, connect_timeout: int | None = None):
     """A connection to a pipeline's state, its connections resolved by `resolve` (conn id -> Conn):
-    the one place that says which database holds a pipeline's state — today the one its target
-    connection names (connect). Callers that have a pipeline come here, not to connect(...)."""
-    return connect(resolve(cfg.target.conn_id), connect_timeout)
+    the one place that says which database holds a pipeline's state: the one its `state.conn_id`
+    names, else its target connection's (connect). Callers that have a pipeline come here, not to
+    connect(...)."""
+    return connect(resolve(cfg.state_conn_id), connect_timeout)
 
 
 def migrate(conn) -> int:

@@ -86,15 +86,27 @@ def kind_of_connection(conn: Conn) -> str:
     return _KINDS.kind_of_connection(conn)
 
 
-def for_pipeline(cfg, target: Conn) -> Target:
-    """The pipeline's target: the kind its config says (target.kind), the connection checked to be one."""
+def for_pipeline(cfg, target: Conn, state: Conn | None = None) -> Target:
+    """The pipeline's target: the kind its config says (target.kind), the connection checked to be
+    one, its state in the database `state.conn_id` names (resolved here unless given), else the
+    target's own — refused, naming the fix, where that cannot hold it."""
     check_kind(cfg.name, "target", cfg.target.kind, target, kind_of_connection(target))
-    return target_class(cfg.target.kind)(target)
+    if state is None and cfg.state is not None:
+        from tideline.core.connections import get_connection
+        state = get_connection(cfg.state.conn_id)
+    store = target_class(cfg.target.kind)(target, state)
+    if state is None:
+        lacks = store.lacks_state_database()
+        if lacks:
+            raise ConfigError(f"pipeline {cfg.name}", [("state", f"is missing: {lacks}. Name a PostgreSQL database "
+                                                                 f"for Tideline's state: `state: {{conn_id: ...}}`")])
+    return store
 
 
-def for_connection(target: Conn) -> Target:
-    """A target known only by its connection (a CLI or test given a connection id, no pipeline)."""
-    return target_class(kind_of_connection(target))(target)
+def for_connection(target: Conn, state: Conn | None = None) -> Target:
+    """A target known only by its connection (a CLI or test given a connection id, no pipeline),
+    its state in `state`'s database where given."""
+    return target_class(kind_of_connection(target))(target, state)
 
 
 __all__ = ["ApplyRefused", "Capabilities", "CommitStamp", "KeepsChangeLog", "Maintains", "MergesBatches",

@@ -139,10 +139,15 @@ class Target(ABC):
     errors: tuple[type[BaseException], ...] = StateDatabase.errors   # the driver's error classes (the target said no)
     spec: TargetSpec | None = None   # its package's declaration, set when the registry loads the class
 
-    def __init__(self, conn: Conn):
+    def __init__(self, conn: Conn, state: Conn | None = None):
         self.conn = conn
-        self.state_db = StateDatabase(conn)
+        self.state_db = StateDatabase(state or conn)   # the pipeline's state.conn_id, else the target's own
         self.staging = ChangeStaging()
+
+    def lacks_state_database(self) -> str | None:
+        """Why its own connection cannot hold Tideline's state (a pipeline must name state.conn_id);
+        None: it can."""
+        return None
 
     @classmethod
     def spark_jars(cls) -> list[str]:

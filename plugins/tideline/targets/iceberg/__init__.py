@@ -21,4 +21,5 @@ TARGET = TargetSpec(
     implementation="tideline.targets.iceberg.target:IcebergTarget",
     description="Iceberg tables of a JDBC catalog: one commit per snapshot and per batch, offsets in its summary",
     jars_env="TIDELINE_ICEBERG_JARS",   # Iceberg's Spark runtime, fetched by `make setup`
-    packages=("org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.11.0",))
+    packages=("org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.11.0",
+              "org.apache.iceberg:iceberg-aws-bundle:1.11.0"))   # S3FileIO: warehouses on S3

@@ -69,6 +69,27 @@ def schema_json(columns: list[lake_types.LakeColumn], ids: dict[str, int]) -> st
         {"id": ids[c.name], "name": c.name, "required": False, "type": c.iceberg.replace(",", ", ")} for c in columns]})
 
 
+def new_table_location(store, schema: str, table: str) -> str:
+    """Where a table the load creates keeps its files: its namespace's location, else the
+    warehouse's (a location, not a REST catalog's warehouse name) — as Iceberg's catalogs place a
+    new table by default."""
+    location = None
+    try:
+        location = store.pyiceberg_catalog().load_namespace_properties((schema,)).get("location")
+    except Exception:   # noqa: BLE001 — a namespace the load's commit creates: the warehouse's place
+        log.debug("no location for namespace %s", schema, exc_info=True)
+    if location:
+        return f"{location.rstrip('/')}/{table}"
+    warehouse = store.warehouse or ""
+    if "://" not in warehouse:
+        from tideline.core.errors import TargetError
+        raise TargetError(f"catalog {store.catalog}: namespace {schema} has no location and the warehouse "
+                          f"{warehouse or '(none)'} is not one, so the load cannot place table {table}'s files. "
+                          f"Give the namespace a location in the catalog (CREATE NAMESPACE … LOCATION), or "
+                          f"name the warehouse's location in the connection's extra.warehouse")
+    return f"{warehouse.rstrip('/')}/{schema}/{table}"
+
+
 def parquet_options(properties: dict[str, str]) -> dict:
     """The Parquet writer's compression as the table's properties ask (Iceberg's defaults: zstd,
     at parquet-java's default level 3)."""
@@ -95,13 +116,13 @@ class FileLoad:
         if current is not None and table == shape.name:
             data = current.properties.get("write.data.path") or f"{current.location().rstrip('/')}/data"
         else:
-            data = f"{store.warehouse.rstrip('/')}/{schema}/{table}/data"
+            data = f"{new_table_location(store, schema, table)}/data"
         self.files = LakeFiles(
             engine.csv_reader(session_init), label, shape.name,
             [FileColumn(c.name, c.iceberg, self.ids[c.name], bool(c.refuse),
                         lake_types.refused_value_message(label, c, "\x00") if c.refuse else None) for c in self.columns],
             list(shape.primary_key), data, uuid.uuid4().hex[:12],
-            parquet_options(current.properties if current is not None else {}))
+            parquet_options(current.properties if current is not None else {}), store.settings.store)
 
     def reads(self, predicates: list[str]) -> list[str]:
         q, names = self.engine.quote, self.files.read_names()

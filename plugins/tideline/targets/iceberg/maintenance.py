@@ -48,7 +48,10 @@ def maintain_table(store, spark, schema: str, table: str, settings, fence) -> di
         cutoff = min(cutoff, stamped.timestamp_ms)
     ice = store.java_table(spark, schema, table)
     actions.expireSnapshots(ice).expireOlderThan(cutoff).retainLast(1).execute()
-    orphans = actions.deleteOrphanFiles(ice).olderThan(now_ms - int(settings.orphan_age_hours * 3600 * 1000)).execute()
+    orphan_files = actions.deleteOrphanFiles(ice).olderThan(now_ms - int(settings.orphan_age_hours * 3600 * 1000))
+    if store.settings.store is not None:   # object storage: listed by the table's FileIO (S3FileIO), not Hadoop's
+        orphan_files = orphan_files.usePrefixListing(True)
+    orphans = orphan_files.execute()
     removed = sum(1 for _ in orphans.orphanFileLocations())
     after = store.table_facts(schema, table)
     kept = newest_stamped_snapshot(store.iceberg_table(schema, table))

@@ -1,13 +1,15 @@
 """Apache Iceberg tables as a target (README: "Targets", "Iceberg").
 
-The rows live in Iceberg tables of a catalog, written by Spark; the catalog is Iceberg's JDBC
-catalog in a PostgreSQL database (the Airflow connection's host/port/login/password/schema) with
-the warehouse its `extra.warehouse` names (a file: path or an object store URI). A snapshot goes
-live in one Iceberg commit whose summary carries the Kafka offsets the stream resumes from and the
-run's fencing epoch, so the truth about a table's position is in the table itself.
+The rows live in Iceberg tables of a catalog, written by Spark (and by Tideline's own Parquet
+writer); the catalog is the one the Airflow connection names (targets.iceberg.catalog): Iceberg's
+JDBC catalog in a PostgreSQL database, a REST catalog, or another type Iceberg knows, with its
+warehouse on a file system or object storage (S3). A snapshot goes live in one Iceberg commit whose
+summary carries the Kafka offsets the stream resumes from and the run's fencing epoch, so the truth
+about a table's position is in the table itself.
 
 Tideline's bookkeeping (phases, runs, halts) cannot live in a lake table: it goes to schema
-`tideline` of the catalog's own PostgreSQL database (`connect`), beside the catalog's tables.
+`tideline` of a PostgreSQL database — the one the pipeline's `state.conn_id` names, else the JDBC
+catalog's own (`connect`), beside the catalog's tables.
 """
 from __future__ import annotations
 
@@ -48,8 +50,8 @@ class IcebergTarget(Target, StreamsChanges, KeepsChangeLog, Verifies, Maintains)
     """Its state_db is the catalog's PostgreSQL database (errors: that database's, the state's)."""
     kind = "iceberg"
 
-    def __init__(self, conn):
-        super().__init__(conn)
+    def __init__(self, conn, state=None):
+        super().__init__(conn, state)
         self.spark = None   # the session the stream's commits run in (use)
         self.seen: dict[tuple[str, str], int | None] = {}   # each table's snapshot a batch was cut against
 
@@ -58,35 +60,58 @@ class IcebergTarget(Target, StreamsChanges, KeepsChangeLog, Verifies, Maintains)
         """The catalog's name in Spark SQL: the connection id."""
         return self.conn.conn_id
 
+    @functools.cached_property
+    def settings(self):
+        """Which catalog the connection names, and how its warehouse is reached (targets.iceberg.catalog)."""
+        from tideline.targets.iceberg.catalog import catalog_settings
+        return catalog_settings(self.conn)
+
     @property
-    def warehouse(self) -> str:
-        where = (self.conn.extra or {}).get("warehouse")
-        if not where:
-            raise ConfigError(f"connection {self.conn.conn_id}", [(
-                "extra.warehouse", "is missing: where the Iceberg tables' files go (file:///… or s3://…)")])
-        return where
+    def warehouse(self) -> str | None:
+        """The warehouse the connection names: a location (file:///…, s3://…), or for a REST catalog
+        the name it serves the warehouse by (None: its default)."""
+        return self.settings.warehouse
 
     # ---------------------------------------------------------------- Spark
     def spark_conf(self) -> dict[str, str]:
         """The session settings that make the catalog a Spark SQL catalog (read when it is first
-        named, so they can be set on a running session). Spark redacts the password in its UI and
-        logs (spark.redaction.regex)."""
-        c, k = self.conn, f"spark.sql.catalog.{self.catalog}"
-        return {k: "org.apache.iceberg.spark.SparkCatalog", f"{k}.type": "jdbc", f"{k}.uri": c.jdbc_url(),
-                f"{k}.jdbc.user": c.login or "", f"{k}.jdbc.password": c.password or "",
-                f"{k}.warehouse": self.warehouse, f"{k}.jdbc.schema-version": "V1",
+        named, so they can be set on a running session). Spark redacts the password, secret and
+        token in its UI and logs (spark.redaction.regex)."""
+        k = f"spark.sql.catalog.{self.catalog}"
+        return {k: "org.apache.iceberg.spark.SparkCatalog",
+                **{f"{k}.{key}": value for key, value in self.settings.iceberg_properties().items()},
                 # every statement sees the table's newest metadata: the stream's commits check what
                 # landed before them (and a schema change, committed through Iceberg's API)
-                f"{k}.cache-enabled": "false",
-                # a pooled connection the catalog database ended (a restart: admin/crash shutdown) is
-                # replaced and the call retried; Iceberg retries only the 08xxx states by itself
-                f"{k}.retryable_status_codes": "57P01,57P02,57P03"}
+                f"{k}.cache-enabled": "false"}
+
+    def lacks_state_database(self) -> str | None:
+        from tideline.targets.iceberg.catalog import catalog_type
+        kind = catalog_type(self.conn)
+        if kind == "jdbc":
+            return None
+        return (f"the Iceberg connection {self.conn.conn_id} names a {kind} catalog, which has no "
+                f"database to hold Tideline's state (only a JDBC catalog in PostgreSQL has)")
+
+    def _object_store_jvm(self, jvm) -> None:
+        """The object store's checksum settings as the JVM's system properties (the Java SDK's S3
+        clients read them when they are built)."""
+        if self.settings.store is not None:
+            for key, value in self.settings.store.jvm_properties().items():
+                jvm.java.lang.System.setProperty(key, value)
+
+    def object_store_environment(self) -> None:
+        """The object store's checksum settings in this process's environment (pyarrow's and
+        PyIceberg's S3 clients read them when they are made)."""
+        import os
+        if self.settings.store is not None:
+            os.environ.update(self.settings.store.environment())
 
     def use(self, spark) -> None:
         """Registers the catalog in a running Spark session; says so when the session lacks the jar."""
         self.spark = spark
         for key, value in self.spark_conf().items():
             spark.conf.set(key, value)
+        self._object_store_jvm(spark.sparkContext._jvm)
         try:
             spark.sparkContext._jvm.java.lang.Class.forName("org.apache.iceberg.spark.SparkCatalog", True,
                                                             spark.sparkContext._jvm.Thread.currentThread()
@@ -101,12 +126,14 @@ class IcebergTarget(Target, StreamsChanges, KeepsChangeLog, Verifies, Maintains)
         cluster TIDELINE_SPARK_MASTER names."""
         if self.spark is None:
             from tideline.spark_session import get_session
-            self.use(get_session(f"tideline-{self.catalog}", extra_jars=self.spark_jars()))
+            _jars, packages = self._spec().spark_jars_and_packages()   # coordinates of what no jar file names
+            self.use(get_session(f"tideline-{self.catalog}", extra_jars=self.spark_jars(), packages=packages))
         return self.spark
 
     def java_catalog(self, jvm, hadoop_conf):
         """The catalog through Iceberg's Java API alone, without a Spark session (the same
         settings the session's catalog gets: spark_conf); the caller closes it."""
+        self._object_store_jvm(jvm)
         prefix, props = f"spark.sql.catalog.{self.catalog}.", jvm.java.util.HashMap()
         for key, value in self.spark_conf().items():
             if key.startswith(prefix):
@@ -127,7 +154,11 @@ class IcebergTarget(Target, StreamsChanges, KeepsChangeLog, Verifies, Maintains)
         """Namespaces are made by the Spark write (write_snapshot): nothing to do in the catalog's database."""
 
     def can_create(self, conn, schema: str) -> bool:
-        """The role may write the catalog's tables (or create them, on a new catalog database)."""
+        """The role may write the catalog's tables (or create them, on a new catalog database); a
+        catalog of another type is asked for its namespaces (it says no by raising)."""
+        if self.settings.type != "jdbc":
+            self.pyiceberg_catalog().list_namespaces()
+            return True
         with conn.cursor() as cur:
             cur.execute("SELECT CASE WHEN to_regclass('iceberg_tables') IS NULL THEN has_database_privilege("
                         "current_database(), 'CREATE') ELSE has_table_privilege('iceberg_tables', "
@@ -285,14 +316,9 @@ class IcebergTarget(Target, StreamsChanges, KeepsChangeLog, Verifies, Maintains)
         return self._pyiceberg
 
     def _open_pyiceberg(self):
-        from urllib.parse import quote, urlencode
-
-        from pyiceberg.catalog.sql import SqlCatalog
-        c = self.conn
-        uri = (f"postgresql+psycopg2://{quote(c.login or '', safe='')}:{quote(c.password or '', safe='')}@"
-               f"{c.host or 'localhost'}:{c.port or 5432}/{c.schema}" + (f"?{urlencode(c.tls)}" if c.tls else ""))
-        # pool_pre_ping: a pooled connection the catalog database dropped (a restart) is replaced, not used
-        return SqlCatalog(self.catalog, uri=uri, warehouse=self.warehouse, pool_pre_ping="true")
+        from pyiceberg.catalog import load_catalog
+        self.object_store_environment()
+        return load_catalog(self.catalog, **self.settings.pyiceberg_properties())
 
     def load_leftover(self, table: str) -> str | None:
         from tideline.targets.iceberg.load import staging_name
