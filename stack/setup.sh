@@ -76,10 +76,10 @@ if [ "$(cat stack/lib/.poms 2>/dev/null)" != "$POM_HASH" ]; then
     say "the JVM dependencies changed but the stack is running on the old jars: run 'make down', then this again"
     exit 1
   fi
-  say "fetching Kafka, Connect, Debezium and Spark connector jars with Maven (and building the text converter)"
+  say "fetching Kafka, Connect, Debezium, Spark connector and Iceberg jars, S3Proxy and Iceberg's REST catalog with Maven (and building the stack's own classes)"
   rm -rf stack/lib
   find "${HOME}/.m2/repository" -name '*.lastUpdated' -delete 2>/dev/null || true
   mvn -q -B -f stack/jvm/pom.xml package
   echo "$POM_HASH" > stack/lib/.poms
 fi
-say "ready: $(ls stack/lib/kafka | wc -l) Kafka/Connect jars, $(ls stack/lib/connect-plugins/debezium-connector-postgres | wc -l)+$(ls stack/lib/connect-plugins/debezium-connector-mariadb | wc -l) Debezium jars (PostgreSQL+MariaDB), $(ls stack/lib/connect-plugins/debezium-connector-jdbc | wc -l) JDBC sink jars, $(ls stack/lib/spark | wc -l) Spark jars"
+say "ready: $(ls stack/lib/kafka | wc -l) Kafka/Connect jars, $(ls stack/lib/connect-plugins/debezium-connector-postgres | wc -l)+$(ls stack/lib/connect-plugins/debezium-connector-mariadb | wc -l) Debezium jars (PostgreSQL+MariaDB), $(ls stack/lib/connect-plugins/debezium-connector-jdbc | wc -l) JDBC sink jars, $(ls stack/lib/spark | wc -l) Spark jars, $(ls stack/lib/iceberg | wc -l) Iceberg jars, the lake's S3 store ($(ls stack/lib/s3proxy | wc -l) jars) and REST catalog ($(ls stack/lib/iceberg-rest | wc -l) jars)"

@@ -47,6 +47,9 @@ def test_a_rest_catalog_on_s3_takes_its_store_from_the_aws_connection():
                                        "secret_key": "s3cret"}
     assert s.store.environment() == {"AWS_REQUEST_CHECKSUM_CALCULATION": "WHEN_REQUIRED"}
     assert s.store.jvm_properties() == {"aws.requestChecksumCalculation": "WHEN_REQUIRED"}
+    # what a waiting stream looks at besides the state database (IcebergTarget.probe)
+    assert s.endpoints() == [("the REST catalog", "https://polaris.example/api/catalog"),
+                             ("the object store", "http://127.0.0.1:9000")]
 
 
 def test_a_bearer_token_and_no_aws_connection_leave_the_keys_to_the_environment():

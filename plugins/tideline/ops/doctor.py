@@ -164,7 +164,7 @@ def unanswered(cfg: PipelineConfig, resolve: Callable[[str], Conn] = get_connect
             out.append(f"{part} ({conn_id}): {text}")
 
     def target(conn: Conn) -> None:
-        targets.for_pipeline(cfg, conn).connect(connect_timeout=timeout_s).close()   # its state database
+        targets.for_pipeline(cfg, conn).probe(timeout_s)   # its state database, and what its catalog calls
 
     def source(conn: Conn) -> None:
         engines.for_pipeline(cfg, conn).connect(autocommit=True, connect_timeout=timeout_s).close()

@@ -179,6 +179,11 @@ class Target(ABC):
         """A DB-API connection to Tideline's state (the target itself, when it holds_state)."""
         return self.state_db.connect(autocommit, connect_timeout)
 
+    def probe(self, timeout_s: float) -> None:
+        """Raises, saying which, when a part this target needs does not answer (its state
+        database here): what a waiting stream looks at before it submits again (core.keep_alive)."""
+        self.connect(connect_timeout=max(1, int(timeout_s))).close()
+
     def lost_connection(self, exc: BaseException) -> bool:
         """A failure of the connection or the server's availability (not of the data): worth
         waiting out and running the batch again."""

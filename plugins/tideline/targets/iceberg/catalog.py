@@ -162,6 +162,14 @@ class CatalogSettings:
         props.update(dict(self.passthrough))
         return props
 
+    def endpoints(self) -> list[tuple[str, str]]:
+        """(what, URL) of the services the catalog's clients call besides its database: a REST
+        catalog's URI, an object store's endpoint."""
+        out = [("the REST catalog", rest_uri(self.conn))] if self.type == "rest" else []
+        if self.store is not None and self.store.endpoint:
+            out.append(("the object store", self.store.endpoint))
+        return out
+
     def pyiceberg_properties(self) -> dict[str, str]:
         """PyIceberg's load_catalog properties for the same catalog."""
         c = self.conn

@@ -84,6 +84,20 @@ class IcebergTarget(Target, StreamsChanges, KeepsChangeLog, Verifies, Maintains)
                 # landed before them (and a schema change, committed through Iceberg's API)
                 f"{k}.cache-enabled": "false"}
 
+    def probe(self, timeout_s: float) -> None:
+        """The state database, and the REST catalog and object store the catalog's clients call
+        (a TCP connect each: a stream waits while one is away, core.keep_alive)."""
+        import socket
+        from urllib.parse import urlsplit
+        super().probe(timeout_s)
+        for what, url in self.settings.endpoints():
+            parts = urlsplit(url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            try:
+                socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
+            except OSError as exc:
+                raise TargetError(f"{what} at {url} does not answer ({exc.strerror or exc})") from None
+
     def lacks_state_database(self) -> str | None:
         from tideline.targets.iceberg.catalog import catalog_type
         kind = catalog_type(self.conn)
