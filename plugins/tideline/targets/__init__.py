@@ -94,13 +94,11 @@ def for_pipeline(cfg, target: Conn, state: Conn | None = None) -> Target:
     if state is None and cfg.state is not None:
         from tideline.core.connections import get_connection
         state = get_connection(cfg.state.conn_id)
-    store = target_class(cfg.target.kind)(target, state)
-    if state is None:
-        lacks = store.lacks_state_database()
-        if lacks:
-            raise ConfigError(f"pipeline {cfg.name}", [("state", f"is missing: {lacks}. Name a PostgreSQL database "
-                                                                 f"for Tideline's state: `state: {{conn_id: ...}}`")])
-    return store
+    lacks = spec(cfg.target.kind).refuses_state(target) if state is None else None
+    if lacks:
+        raise ConfigError(f"pipeline {cfg.name}", [("state", f"is missing: {lacks}. Name a PostgreSQL database "
+                                                             f"for Tideline's state: `state: {{conn_id: ...}}`")])
+    return target_class(cfg.target.kind)(target, state)
 
 
 def for_connection(target: Conn, state: Conn | None = None) -> Target:

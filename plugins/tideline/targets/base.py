@@ -63,6 +63,17 @@ class TargetSpec:
     description: str = ""
     jars_env: str = ""   # the environment variable listing the jars its Spark jobs need (comma-separated)
     packages: tuple[str, ...] = ()   # the same jars as Maven coordinates, where the variable is unset
+    # "module:function" of (connection) -> why that connection cannot hold Tideline's state, or None;
+    # "" = it always can. A pipeline whose target connection cannot must name state.conn_id.
+    state_refusal: str = ""
+
+    def refuses_state(self, conn) -> str | None:
+        """Why the target connection `conn` cannot hold Tideline's state (None: it can)."""
+        if not self.state_refusal:
+            return None
+        import importlib
+        module, _, name = self.state_refusal.partition(":")
+        return getattr(importlib.import_module(module), name)(conn)
 
     def spark_jars(self) -> list[str]:
         """Jars a Spark job writing into this kind of target needs beyond the stack's own."""
@@ -144,10 +155,6 @@ class Target(ABC):
         self.state_db = StateDatabase(state or conn)   # the pipeline's state.conn_id, else the target's own
         self.staging = ChangeStaging()
 
-    def lacks_state_database(self) -> str | None:
-        """Why its own connection cannot hold Tideline's state (a pipeline must name state.conn_id);
-        None: it can."""
-        return None
 
     @classmethod
     def spark_jars(cls) -> list[str]:

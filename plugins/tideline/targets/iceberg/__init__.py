@@ -1,6 +1,7 @@
-"""Apache Iceberg tables as a target (`target.IcebergTarget`): rows written by Spark into a JDBC
-catalog's tables, a snapshot live in one commit whose summary carries the offsets and epoch, a
-MERGE commit per stream batch; Tideline's state in the catalog's PostgreSQL database.
+"""Apache Iceberg tables as a target (`target.IcebergTarget`): rows written by Spark (and Tideline's
+own Parquet writer) into the tables of a JDBC or REST catalog (`catalog`), on a file system or S3, a
+snapshot live in one commit whose summary carries the offsets and epoch, a MERGE commit per stream
+batch; Tideline's state in the database `state.conn_id` names, else the JDBC catalog's.
 
 Declared here without importing Spark or PyIceberg: the DAG parser and the config read it.
 """
@@ -19,7 +20,9 @@ TARGET = TargetSpec(
                               chunked_loads=True, table_extras=True, partitioning=True,
                               history=True, loads_from_csv=True),
     implementation="tideline.targets.iceberg.target:IcebergTarget",
-    description="Iceberg tables of a JDBC catalog: one commit per snapshot and per batch, offsets in its summary",
+    description="Iceberg tables of a JDBC or REST catalog, on files or S3: one commit per snapshot and per batch, "
+                "offsets in its summary",
     jars_env="TIDELINE_ICEBERG_JARS",   # Iceberg's Spark runtime, fetched by `make setup`
+    state_refusal="tideline.targets.iceberg.catalog:state_refusal",   # a catalog of another type than JDBC
     packages=("org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.11.0",
               "org.apache.iceberg:iceberg-aws-bundle:1.11.0"))   # S3FileIO: warehouses on S3

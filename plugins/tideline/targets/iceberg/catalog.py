@@ -1,7 +1,7 @@
 """Which Iceberg catalog an Airflow connection names, and how each reader and writer reaches it and
 its warehouse: Spark's catalog properties, PyIceberg's, pyarrow's file system for the data files
-Tideline writes itself, and the AWS SDKs' checksum settings. Pure: it reads connections, it opens
-nothing.
+Tideline writes itself, and the AWS SDKs' checksum settings. It reads connections and opens nothing,
+but probe_endpoints, which connects.
 
 The `iceberg` connection (docs/iceberg.md):
 - **jdbc** (the default): Iceberg's JDBC catalog in a PostgreSQL database — host, port, login,
@@ -218,10 +218,35 @@ def rest_auth(c) -> dict[str, str]:
     return {}
 
 
+def probe_endpoints(settings: CatalogSettings, timeout_s: float) -> None:
+    """A TCP connect to each of the catalog's endpoints; a TargetError names the one that does not
+    answer (the only function here that opens anything)."""
+    import socket
+
+    from tideline.core.errors import TargetError
+    for what, url in settings.endpoints():
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
+        except OSError as exc:
+            raise TargetError(f"{what} at {url} does not answer ({exc.strerror or exc})") from None
+
+
 def catalog_type(conn) -> str:
     """The type of catalog a connection names, as written (catalog_settings checks it)."""
     extra = conn.extra or {}
     return "custom" if extra.get("catalog_impl") else str(extra.get("catalog_type") or "jdbc").lower()
+
+
+def state_refusal(conn) -> str | None:
+    """Why an Iceberg connection cannot hold Tideline's state (TargetSpec.state_refusal): only a
+    JDBC catalog has a PostgreSQL database to hold it."""
+    kind = catalog_type(conn)
+    if kind == "jdbc":
+        return None
+    return (f"the Iceberg connection {conn.conn_id} names a {kind} catalog, which has no database to hold "
+            f"Tideline's state (only a JDBC catalog in PostgreSQL has)")
 
 
 def catalog_settings(conn, resolve=None) -> CatalogSettings:

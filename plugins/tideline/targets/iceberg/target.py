@@ -85,33 +85,10 @@ class IcebergTarget(Target, StreamsChanges, KeepsChangeLog, Verifies, Maintains)
                 f"{k}.cache-enabled": "false"}
 
     def probe(self, timeout_s: float) -> None:
-        """The state database, and the REST catalog and object store the catalog's clients call
-        (a TCP connect each: a stream waits while one is away, core.keep_alive)."""
-        import socket
-        from urllib.parse import urlsplit
+        """The state database, and the REST catalog and object store (a stream waits for them)."""
+        from tideline.targets.iceberg.catalog import probe_endpoints
         super().probe(timeout_s)
-        for what, url in self.settings.endpoints():
-            parts = urlsplit(url)
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            try:
-                socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
-            except OSError as exc:
-                raise TargetError(f"{what} at {url} does not answer ({exc.strerror or exc})") from None
-
-    def lacks_state_database(self) -> str | None:
-        from tideline.targets.iceberg.catalog import catalog_type
-        kind = catalog_type(self.conn)
-        if kind == "jdbc":
-            return None
-        return (f"the Iceberg connection {self.conn.conn_id} names a {kind} catalog, which has no "
-                f"database to hold Tideline's state (only a JDBC catalog in PostgreSQL has)")
-
-    def _object_store_jvm(self, jvm) -> None:
-        """The object store's checksum settings as the JVM's system properties (the Java SDK's S3
-        clients read them when they are built)."""
-        if self.settings.store is not None:
-            for key, value in self.settings.store.jvm_properties().items():
-                jvm.java.lang.System.setProperty(key, value)
+        probe_endpoints(self.settings, timeout_s)
 
     def object_store_environment(self) -> None:
         """The object store's checksum settings in this process's environment (pyarrow's and
