@@ -35,7 +35,7 @@ from services.airflow import (AIRFLOW_PARTS, airflow_api, airflow_healthy, exec_
                               up_airflow, watch_airflow_liveness)
 from services.base import (AIRFLOW_ADMIN, AIRFLOW_ADMIN_PASS, AIRFLOW_USERS, DATABASES, DEBEZIUM_CLASS, HOST, KAFKA_PASS,
                            KAFKA_USER, LOGS, MARIADB_ADMIN, MARIADB_ADMIN_PASS,
-                           MARIADB_DATABASE, MARIADB_PASS, MARIADB_USER, PG_CDC_PASS, PG_CDC_USER, PG_PASS, S3_SECRET_KEY,
+                           MARIADB_DATABASE, MARIADB_PASS, MARIADB_USER, PG_CDC_PASS, PG_CDC_USER, PG_PASS, S3_SECRET_KEY, LAKE_CLIENT_SECRET,
                            PG_SUPERPASS, PG_SUPERUSER, PG_SYNC_PASS, PG_SYNC_USER,
                            PG_USER, PORTS, ROOT, SECURE_TEST_PORTS, SIDE_CONNECT_OFFSET, SIDE_KAFKA_OFFSET,
                            SPARK_CLUSTER, SPARK_WORKERS, STACK, VAR, VENV_BIN, StackError,
@@ -78,6 +78,7 @@ __all__ = [
     "PG_CDC_USER",
     "PG_PASS",
     "S3_SECRET_KEY",
+    "LAKE_CLIENT_SECRET",
     "PG_SYNC_PASS",
     "PG_SYNC_USER",
     "PG_SUPERPASS",

@@ -33,6 +33,12 @@ def driver_java_options(*first: str, environ=None) -> str:
 NIO_LOCAL_FILE_SYSTEM = "dev.tideline.hadoop.NioLocalFileSystem"
 
 
+# Spark's default redaction ((?i)secret|password|token|access[.]?key) and a REST catalog's OAuth2
+# `credential` (client id:secret): set on every job and session, so its UI, event log and
+# environment listing never show one (targets.iceberg.catalog hands them over at run time)
+REDACTION = {"spark.redaction.regex": "(?i)secret|password|token|access[.]?key|credential"}
+
+
 def driver_conf(conf: dict[str, str], environ=None) -> dict[str, str]:
     """`conf` (a job kind's, from SparkSettings.job_conf) with what the driver's host adds: its JVM
     options (driver_java_options) and, when the host has Tideline's driver jar
@@ -42,7 +48,7 @@ def driver_conf(conf: dict[str, str], environ=None) -> dict[str, str]:
     per batch). On the driver's class path, not --jars: Hadoop loads the file system before
     Spark adds the jars."""
     environ = os.environ if environ is None else environ
-    out = dict(conf)
+    out = {**REDACTION, **conf}
     out["spark.driver.extraJavaOptions"] = driver_java_options(conf.get("spark.driver.extraJavaOptions", ""),
                                                                environ=environ)
     jars = [j for j in environ.get("TIDELINE_SPARK_DRIVER_CLASSPATH", "").split(":") if j and os.path.isfile(j)]
@@ -212,6 +218,7 @@ def get_session(app_name: str, master: str | None = None, conf: dict[str, str] |
         "spark.driver.memory": "2g",
         "spark.sql.ansi.enabled": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
+        **REDACTION,
     }
     for key, value in {**defaults, **(conf or {})}.items():
         if under_submit and key.startswith("spark.driver.") and key not in DRIVER_ADDRESS_KEYS:

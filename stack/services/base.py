@@ -103,6 +103,8 @@ MARIADB_ADMIN, MARIADB_ADMIN_PASS = "admin", "admin"
 # The object store's access key and secret (services.lake), what an Airflow `aws` connection holds
 S3_ACCESS_KEY, S3_SECRET_KEY = "tideline-s3", "tl-s3-secret-2c9e"
 S3_BUCKET, S3_REGION = "lake", "us-east-1"
+# The REST catalog's one OAuth2 client (services.lake): Tideline's catalog connection logs in with it
+LAKE_CLIENT_ID, LAKE_CLIENT_SECRET = "tideline-lake", "tl-lake-secret-5f1a"
 
 
 class StackError(RuntimeError):

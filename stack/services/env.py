@@ -10,7 +10,8 @@ import sys
 from services.addresses import (CLASS_ARCHIVE, airflow_url, driver_classpath, iceberg_jars, kafka_bootstrap,
                                 kafka_client_security, mariadb_url, pg_url, spark_jars, spark_master_url)
 from services.base import (AIRFLOW_USERS, DATABASES, HOST, LOGS, PG_CDC_PASS, PG_CDC_USER, PG_SYNC_PASS, PG_SYNC_USER,
-                           PORTS, ROOT, S3_ACCESS_KEY, S3_BUCKET, S3_REGION, S3_SECRET_KEY, SPARK_CLUSTER, VAR,
+                           LAKE_CLIENT_ID, LAKE_CLIENT_SECRET, PORTS, ROOT, S3_ACCESS_KEY, S3_BUCKET, S3_REGION,
+                           S3_SECRET_KEY, SPARK_CLUSTER, VAR,
                            VENV_BIN)
 from services.tls import client_tls
 
@@ -62,7 +63,8 @@ def environment() -> dict[str, str]:
         # PostgreSQL database `state.conn_id` names (tideline_lake: the JDBC catalog's, beside its own)
         "AIRFLOW_CONN_TIDELINE_LAKE_REST": json.dumps(
             {"conn_type": "iceberg", "host": f"http://{HOST}:{PORTS['lake_catalog']}",
-             "extra": {"catalog_type": "rest", "warehouse": f"s3://{S3_BUCKET}/", "aws_conn_id": "tideline_s3"}}),
+             "login": LAKE_CLIENT_ID, "password": LAKE_CLIENT_SECRET,   # OAuth2 client credentials
+             "extra": {"catalog_type": "rest", "scope": "catalog", "warehouse": f"s3://{S3_BUCKET}/", "aws_conn_id": "tideline_s3"}}),
         "AIRFLOW_CONN_TIDELINE_S3": json.dumps(
             {"conn_type": "aws", "login": S3_ACCESS_KEY, "password": S3_SECRET_KEY,
              "extra": {"endpoint_url": f"http://{HOST}:{PORTS['s3']}", "region_name": S3_REGION,

@@ -9,7 +9,8 @@ whose warehouse is a bucket of it (docs/iceberg.md, "S3 and a REST catalog").
   request_checksum_calculation, the AWS SDKs' own setting).
 - `lake-catalog`: the Iceberg project's REST catalog servlet over a JDBC catalog in the stack's
   PostgreSQL (DATABASES["lake_catalog"]), writing metadata with S3FileIO to the bucket
-  (stack/jvm/iceberg-rest). Its S3 credentials come from the environment, never its arguments.
+  (stack/jvm/iceberg-rest), behind OAuth2 client credentials (one client: LAKE_CLIENT_ID). Its
+  S3 credentials come from the environment, never its arguments.
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import shlex
 import urllib.error
 import urllib.request
 
-from services.base import (DATABASES, HOST, LIB, PG_PASS, PG_USER, PORTS, S3_ACCESS_KEY, S3_BUCKET, S3_REGION,
-                           S3_SECRET_KEY, VAR, StackError, http_json, java, wait_until)
+from services.base import (DATABASES, HOST, LAKE_CLIENT_ID, LAKE_CLIENT_SECRET, LIB, PG_PASS, PG_USER, PORTS,
+                           S3_ACCESS_KEY, S3_BUCKET, S3_REGION, S3_SECRET_KEY, VAR, StackError, java, wait_until)
 from services.supervisor import supervise, supervised_command, supervised_state
 
 S3_HOME = VAR / "s3"
@@ -43,8 +44,19 @@ def s3_answers() -> bool:
     return True
 
 
+def catalog_answers() -> bool:
+    """The REST catalog answers its OAuth2 token endpoint: the stack's client gets a token."""
+    import json
+    from urllib.parse import urlencode
+    body = urlencode({"grant_type": "client_credentials", "client_id": LAKE_CLIENT_ID,
+                      "client_secret": LAKE_CLIENT_SECRET, "scope": "catalog"}).encode()
+    with urllib.request.urlopen(urllib.request.Request(f"{lake_catalog_url()}/v1/oauth/tokens", data=body),
+                                timeout=10) as resp:
+        return bool(json.loads(resp.read()).get("access_token"))
+
+
 def lake_healthy() -> bool:
-    return s3_answers() and "defaults" in http_json(f"{lake_catalog_url()}/v1/config", timeout=10)
+    return s3_answers() and catalog_answers()
 
 
 def _classpath(folder: str) -> str:
@@ -87,6 +99,7 @@ jclouds.filesystem.basedir={S3_HOME / 'data'}
 
 def up_lake_catalog() -> None:
     env = {"LAKE_CATALOG_HOST": HOST, "LAKE_CATALOG_PORT": str(PORTS["lake_catalog"]),
+           "LAKE_CATALOG_CLIENT_ID": LAKE_CLIENT_ID, "LAKE_CATALOG_CLIENT_SECRET": LAKE_CLIENT_SECRET,
            "CATALOG_URI": f"jdbc:postgresql://{HOST}:{PORTS['postgres']}/{DATABASES['lake_catalog']}",
            "CATALOG_JDBC_USER": PG_USER, "CATALOG_JDBC_PASSWORD": PG_PASS,
            "CATALOG_JDBC_SCHEMA__VERSION": "V1",
@@ -98,7 +111,7 @@ def up_lake_catalog() -> None:
     command = shlex.join([*_jvm("384m"), "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                           "-Dorg.slf4j.simpleLogger.showDateTime=true", "-cp", _classpath("iceberg-rest"),
                           "dev.tideline.stack.LakeCatalogServer"])
-    _supervise("lake-catalog", command, env, lake_healthy, f"GET {lake_catalog_url()}/v1/config")
+    _supervise("lake-catalog", command, env, catalog_answers, f"POST {lake_catalog_url()}/v1/oauth/tokens")
 
 
 def _supervise(part: str, command: str, env: dict[str, str], healthy, what: str) -> None:

@@ -394,3 +394,16 @@ def test_a_table_named_otherwise_in_the_target_loads_streams_and_verifies_under_
             assert not report.equal and [(s.kind, s.key) for s in report.samples] == [("different", ("4",))]
     finally:
         c.close()
+
+
+def test_the_rest_catalog_asks_for_its_oauth2_client_and_a_wrong_secret_is_refused_in_its_words(databases):
+    """The stack's REST catalog, as a team's does, issues tokens only to its client: the catalog
+    connection's login and password (Iceberg's `credential`) get one, another secret is refused."""
+    from dataclasses import replace
+    _kind, conn_id, state_conn_id = CONFIGURATIONS["iceberg-rest-s3"]
+    conn, state_conn = get_connection(conn_id), get_connection(state_conn_id)
+    assert conn.login and conn.password, "the stack's REST catalog connection carries its OAuth2 client"
+    assert isinstance(targets.for_connection(conn, state_conn).pyiceberg_catalog().list_namespaces(), list)
+    wrong = targets.for_connection(replace(conn, password="not-the-secret"), state_conn)
+    with pytest.raises(Exception, match="invalid_client"):
+        wrong.pyiceberg_catalog().list_namespaces()

@@ -34,7 +34,8 @@ def test_no_log_of_the_whole_run_prints_a_password(stack):
     secrets = {"the PostgreSQL password of Tideline's role": stackctl.PG_PASS,
                "the MariaDB password of Tideline's user": stackctl.MARIADB_PASS,
                "the Kafka SCRAM password (secure stack)": stackctl.KAFKA_PASS,
-               "the object store's secret key": stackctl.S3_SECRET_KEY}
+               "the object store's secret key": stackctl.S3_SECRET_KEY,
+               "the REST catalog's OAuth2 client secret": stackctl.LAKE_CLIENT_SECRET}
     logs = [stackctl.LOGS, stackctl.VAR / "secure" / "log"]
     assert stackctl.LOGS.is_dir() and any(stackctl.LOGS.rglob("*.log")), "no logs to search: the stack never ran"
     leaks = [leak for root in logs if root.is_dir() for leak in _leaks(root, secrets)]

@@ -92,3 +92,13 @@ def test_a_rest_catalog_without_a_state_database_is_refused_naming_the_fix(monke
     state = Conn("lake_state", "postgres", "db", 5432, "u", "p", "state")
     store = targets.for_pipeline(_pipeline(state={"conn_id": "lake_state"}), conn, state)
     assert store.state_db.conn is state and "dbname='state'" in store.dsn()
+
+
+def test_every_job_redacts_a_rest_catalogs_credential_beside_spark_s_own_words():
+    import re
+
+    from tideline.spark_session import driver_conf
+    regex = re.compile(driver_conf({}, environ={})["spark.redaction.regex"])
+    for key in ("spark.sql.catalog.lake.credential", "spark.sql.catalog.lake.token",
+                "spark.sql.catalog.lake.s3.secret-access-key", "spark.sql.catalog.lake.jdbc.password"):
+        assert regex.search(key), key

@@ -75,8 +75,8 @@ class IcebergTarget(Target, StreamsChanges, KeepsChangeLog, Verifies, Maintains)
     # ---------------------------------------------------------------- Spark
     def spark_conf(self) -> dict[str, str]:
         """The session settings that make the catalog a Spark SQL catalog (read when it is first
-        named, so they can be set on a running session). Spark redacts the password, secret and
-        token in its UI and logs (spark.redaction.regex)."""
+        named, so they can be set on a running session). Spark redacts the password, secret,
+        token and credential in its UI and logs (spark_session.REDACTION)."""
         k = f"spark.sql.catalog.{self.catalog}"
         return {k: "org.apache.iceberg.spark.SparkCatalog",
                 **{f"{k}.{key}": value for key, value in self.settings.iceberg_properties().items()},
@@ -89,6 +89,12 @@ class IcebergTarget(Target, StreamsChanges, KeepsChangeLog, Verifies, Maintains)
         from tideline.targets.iceberg.catalog import probe_endpoints
         super().probe(timeout_s)
         probe_endpoints(self.settings, timeout_s)
+
+    def _object_store_jvm(self, jvm) -> None:
+        """The object store's checksum settings as JVM system properties (the Java SDK reads them)."""
+        if self.settings.store is not None:
+            for key, value in self.settings.store.jvm_properties().items():
+                jvm.java.lang.System.setProperty(key, value)
 
     def object_store_environment(self) -> None:
         """The object store's checksum settings in this process's environment (pyarrow's and

@@ -1,5 +1,6 @@
 package dev.tideline.stack;
 
+import java.util.EnumSet;
 import java.util.HashMap;
 import java.util.Locale;
 import java.util.Map;
@@ -9,10 +10,13 @@ import org.apache.iceberg.CatalogUtil;
 import org.apache.iceberg.catalog.Catalog;
 import org.apache.iceberg.rest.RESTCatalogAdapter;
 import org.apache.iceberg.rest.RESTCatalogServlet;
+import org.eclipse.jetty.ee10.servlet.FilterHolder;
 import org.eclipse.jetty.ee10.servlet.ServletContextHandler;
 import org.eclipse.jetty.ee10.servlet.ServletHolder;
 import org.eclipse.jetty.server.Server;
 import org.eclipse.jetty.server.ServerConnector;
+
+import jakarta.servlet.DispatcherType;
 
 /**
  * The local stack's Iceberg REST catalog: the Iceberg project's own REST catalog servlet and adapter
@@ -23,7 +27,9 @@ import org.eclipse.jetty.server.ServerConnector;
  * <p>Settings: {@code LAKE_CATALOG_HOST}, {@code LAKE_CATALOG_PORT}, and the backend catalog's
  * properties as {@code CATALOG_<NAME>} variables, the reference server's convention: "__" is a
  * "-", "_" a "." ({@code CATALOG_S3_PATH__STYLE__ACCESS=true} is {@code s3.path-style-access}).
- * Credentials come from the environment (the AWS SDK's), so none is printed.
+ * Credentials come from the environment (the AWS SDK's), so none is printed. With
+ * {@code LAKE_CATALOG_CLIENT_ID} and {@code LAKE_CATALOG_CLIENT_SECRET} set, every request needs an
+ * OAuth2 bearer token issued for that client (ClientCredentials).
  */
 public final class LakeCatalogServer {
   private LakeCatalogServer() {}
@@ -38,6 +44,7 @@ public final class LakeCatalogServer {
       }
     }
     props.putIfAbsent(CatalogUtil.ICEBERG_CATALOG_TYPE, CatalogUtil.ICEBERG_CATALOG_TYPE_JDBC);
+    props.putIfAbsent("jdbc.schema-version", "V1");   // views too, as the reference server's JDBC backend
     return props;
   }
 
@@ -48,6 +55,11 @@ public final class LakeCatalogServer {
     ServletContextHandler context = new ServletContextHandler();
     context.setContextPath("/");
     context.addServlet(new ServletHolder(new RESTCatalogServlet(new RESTCatalogAdapter(backend))), "/*");
+    String clientId = env.get("LAKE_CATALOG_CLIENT_ID");
+    if (clientId != null && !clientId.isEmpty()) {
+      context.addFilter(new FilterHolder(new ClientCredentials(clientId, env.getOrDefault("LAKE_CATALOG_CLIENT_SECRET", ""))),
+          "/*", EnumSet.of(DispatcherType.REQUEST));
+    }
     Server server = new Server();
     ServerConnector connector = new ServerConnector(server);
     connector.setHost(env.getOrDefault("LAKE_CATALOG_HOST", "127.0.0.1"));
@@ -55,8 +67,9 @@ public final class LakeCatalogServer {
     server.addConnector(connector);
     server.setHandler(context);
     server.start();
-    System.out.printf("Iceberg REST catalog on http://%s:%d/ over %s, warehouse %s%n", connector.getHost(),
-        connector.getPort(), backend.getClass().getSimpleName(), props.get("warehouse"));
+    System.out.printf("Iceberg REST catalog on http://%s:%d/ over %s, warehouse %s, %s%n", connector.getHost(),
+        connector.getPort(), backend.getClass().getSimpleName(), props.get("warehouse"),
+        clientId == null || clientId.isEmpty() ? "no authentication" : "OAuth2 client credentials of " + clientId);
     server.join();
   }
 }
