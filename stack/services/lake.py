@@ -20,7 +20,7 @@ import urllib.request
 
 from services.base import (DATABASES, HOST, LAKE_CLIENT_ID, LAKE_CLIENT_SECRET, LIB, PG_PASS, PG_USER, PORTS,
                            S3_ACCESS_KEY, S3_BUCKET, S3_REGION, S3_SECRET_KEY, VAR, StackError, java, wait_until)
-from services.supervisor import supervise, supervised_command, supervised_state
+from services.supervisor import supervise
 
 S3_HOME = VAR / "s3"
 # what an S3 client of this store needs besides its endpoint and keys (the AWS SDKs' variables)
@@ -115,8 +115,7 @@ def up_lake_catalog() -> None:
 
 
 def _supervise(part: str, command: str, env: dict[str, str], healthy, what: str) -> None:
-    if supervised_state(part) == "RUNNING" and supervised_command(part) == command:
-        wait_until(part, healthy, 60, what)
-        return
+    """Registered every time: supervisord restarts it when its command or environment changed (a
+    new setting), and leaves it running when neither did."""
     supervise(part, command, stopwait=20, environment=env)
     wait_until(part, healthy, 120, what)
