@@ -4,7 +4,8 @@ Images built with podman from the mmdebstrap base (docker/images.sh); the compos
 docker/up.sh with the trial databases; a PostgreSQL -> PostgreSQL and a PostgreSQL -> Iceberg
 pipeline triggered through Airflow's REST API with a writer running in the source. Then, each
 time with the writer running and checked equal after it stops:
-  (a) `down` and `up`: every container recreated, the streams resume with no reload;
+  (a) `down` and `up`: every container recreated, the streams resume with no reload (the lake
+      verified after (b), no table reloaded between);
   (b) kill -9 of a broker's process, then of the scheduler's, under one writer: it heals by itself;
   (c) decommission with the pipelines folder mounted read-only refuses before touching anything;
       then decommission for real leaves no connector, slot, topic (the heartbeat's too) or state;
@@ -135,11 +136,13 @@ def pg_equal(d: Deployment) -> bool:
                for q in DIGESTS.values())
 
 
-def assert_equal_everywhere(d: Deployment, streaming: dict, what: str) -> None:
-    """Writer stopped: the PostgreSQL target row for row equal to the source, and `tideline verify`
-    of both pipelines equal; every table still streaming from the snapshot it was loaded from."""
+def assert_equal_everywhere(d: Deployment, streaming: dict, what: str, verify: bool = True) -> None:
+    """Writer stopped: the PostgreSQL target row for row equal to the source, and (verify) `tideline
+    verify` of both pipelines equal; every table still streaming from the snapshot it was loaded
+    from. Without verify (a phase between two that verify), the lake is checked by the next: no
+    table reloaded meanwhile (its snapshot id the same), so what it lost would still be missing."""
     wait_until(lambda: pg_equal(d), 600, f"pg_to_pg to catch up ({what})")
-    for pipeline in ("pg_to_pg", "pg_to_lake"):
+    for pipeline in ("pg_to_pg", "pg_to_lake") if verify else ():
         wait_until(lambda: d.tideline("verify", "--pipeline", pipeline, check=False).returncode == 0, 600,
                    f"{pipeline} to verify equal ({what})", every=10)
     assert phases(d) == streaming, f"a table was reloaded or left streaming ({what})"
@@ -178,8 +181,8 @@ def test_the_deployment_builds_runs_heals_and_retires(deployment):
     after = d.containers("Id")
     assert set(after) == set(before) and not set(before.values()) & set(after.values()), "a container was kept"
     with Writer(d):
-        time.sleep(30)
-    assert_equal_everywhere(d, streaming, "after every container was recreated")
+        time.sleep(20)
+    assert_equal_everywhere(d, streaming, "after every container was recreated", verify=False)
     results["recreated"] = "equal"
 
     # (b) kill -9 of a broker, then of the scheduler (the Spark drivers run in its container), under
@@ -191,7 +194,7 @@ def test_the_deployment_builds_runs_heals_and_retires(deployment):
         scheduler = d.kill9("airflow-scheduler")
         wait_until(lambda: d.pid("airflow-scheduler") not in (0, scheduler), 120,
                    "the scheduler to be restarted by its policy")
-        time.sleep(45)
+        time.sleep(30)
     assert_equal_everywhere(d, streaming, "after kill -9 of a broker and then of the scheduler")
     results["broker_kill"] = results["scheduler_kill"] = "equal"
 

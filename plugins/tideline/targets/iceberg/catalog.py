@@ -219,18 +219,21 @@ def rest_auth(c) -> dict[str, str]:
 
 
 def probe_endpoints(settings: CatalogSettings, timeout_s: float) -> None:
-    """A TCP connect to each of the catalog's endpoints; a TargetError names the one that does not
+    """A TCP connect to each of the catalog's endpoints; a TargetError names every one that does not
     answer (the only function here that opens anything)."""
     import socket
 
     from tideline.core.errors import TargetError
+    away = []
     for what, url in settings.endpoints():
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
             socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
         except OSError as exc:
-            raise TargetError(f"{what} at {url} does not answer ({exc.strerror or exc})") from None
+            away.append(f"{what} at {url} does not answer ({exc.strerror or exc})")
+    if away:
+        raise TargetError("; ".join(away))
 
 
 def catalog_type(conn) -> str:

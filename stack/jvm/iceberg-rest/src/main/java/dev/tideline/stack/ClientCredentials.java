@@ -3,13 +3,14 @@ package dev.tideline.stack;
 import java.io.IOException;
 import java.net.URLDecoder;
 import java.nio.charset.StandardCharsets;
+import java.security.GeneralSecurityException;
 import java.security.MessageDigest;
-import java.security.SecureRandom;
 import java.util.Base64;
 import java.util.HashMap;
 import java.util.Map;
-import java.util.Set;
-import java.util.concurrent.ConcurrentHashMap;
+
+import javax.crypto.Mac;
+import javax.crypto.spec.SecretKeySpec;
 
 import jakarta.servlet.Filter;
 import jakarta.servlet.FilterChain;
@@ -25,14 +26,14 @@ import jakarta.servlet.http.HttpServletResponse;
  * is given issues a bearer token (and exchanges a valid one for a fresh one: Iceberg's clients
  * refresh theirs); every other request needs a token it issued, else 401 in the REST spec's error
  * form. The reference adapter behind it accepts any client; this is what makes a wrong secret fail.
+ * A token is its expiry signed with the client's secret (HMAC-SHA256), as a catalog's JWTs are
+ * signed: it holds across a restart of the catalog, which a client's cached token must survive.
  */
 final class ClientCredentials implements Filter {
   private static final String TOKENS = "/v1/oauth/tokens";
   private static final long LIFETIME_S = 3600;
   private final String clientId;
   private final byte[] secret;
-  private final Set<String> issued = ConcurrentHashMap.newKeySet();
-  private final SecureRandom random = new SecureRandom();
 
   ClientCredentials(String clientId, String secret) {
     this.clientId = clientId;
@@ -50,7 +51,7 @@ final class ClientCredentials implements Filter {
       return;
     }
     String auth = request.getHeader("Authorization");
-    if (auth == null || !auth.startsWith("Bearer ") || !issued.contains(auth.substring("Bearer ".length()))) {
+    if (auth == null || !auth.startsWith("Bearer ") || !valid(auth.substring("Bearer ".length()))) {
       refuse(response, 401, "NotAuthorizedException", "a bearer token issued by " + TOKENS + " is required");
       return;
     }
@@ -66,8 +67,8 @@ final class ClientCredentials implements Filter {
           && MessageDigest.isEqual(secret, form.getOrDefault("client_secret", "").getBytes(StandardCharsets.UTF_8));
     } else if ("urn:ietf:params:oauth:grant-type:token-exchange".equals(grant)) {
       String auth = request.getHeader("Authorization");
-      ok = issued.contains(form.getOrDefault("subject_token", ""))
-          || (auth != null && auth.startsWith("Bearer ") && issued.contains(auth.substring("Bearer ".length())));
+      ok = valid(form.getOrDefault("subject_token", ""))
+          || (auth != null && auth.startsWith("Bearer ") && valid(auth.substring("Bearer ".length())));
     } else {
       ok = false;
     }
@@ -77,14 +78,41 @@ final class ClientCredentials implements Filter {
       response.getWriter().write("{\"error\": \"invalid_client\", \"error_description\": \"unknown client or secret\"}");
       return;
     }
-    byte[] bytes = new byte[24];
-    random.nextBytes(bytes);
-    String token = Base64.getUrlEncoder().withoutPadding().encodeToString(bytes);
-    issued.add(token);
+    String expires = Long.toString(System.currentTimeMillis() / 1000 + LIFETIME_S);
+    String token = expires + "." + sign(expires);
     response.setStatus(200);
     response.setContentType("application/json");
     response.getWriter().write("{\"access_token\": \"" + token + "\", \"token_type\": \"bearer\", \"expires_in\": "
         + LIFETIME_S + ", \"issued_token_type\": \"urn:ietf:params:oauth:token-type:access_token\"}");
+  }
+
+  private String sign(String expires) {
+    try {
+      Mac mac = Mac.getInstance("HmacSHA256");
+      mac.init(new SecretKeySpec(secret, "HmacSHA256"));
+      byte[] sig = mac.doFinal((clientId + ":" + expires).getBytes(StandardCharsets.UTF_8));
+      return Base64.getUrlEncoder().withoutPadding().encodeToString(sig);
+    } catch (GeneralSecurityException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  /** Signed by this client's secret and not expired. */
+  private boolean valid(String token) {
+    int dot = token.indexOf('.');
+    if (dot <= 0) {
+      return false;
+    }
+    String expires = token.substring(0, dot);
+    try {
+      if (Long.parseLong(expires) < System.currentTimeMillis() / 1000) {
+        return false;
+      }
+    } catch (NumberFormatException e) {
+      return false;
+    }
+    return MessageDigest.isEqual(sign(expires).getBytes(StandardCharsets.UTF_8),
+        token.substring(dot + 1).getBytes(StandardCharsets.UTF_8));
   }
 
   private static Map<String, String> form(String body) {
