@@ -36,6 +36,8 @@ def test_a_rest_catalog_on_s3_takes_its_store_from_the_aws_connection():
     props = s.iceberg_properties()
     assert props["type"] == "rest" and props["uri"] == "https://polaris.example/api/catalog"
     assert props["credential"] == "client:secret" and props["scope"] == "PRINCIPAL_ROLE:ALL"
+    assert props["oauth2-server-uri"] == "https://polaris.example/api/catalog/v1/oauth/tokens"
+    assert props["rest.auth.type"] == "oauth2"
     assert props["io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
     assert props["s3.endpoint"] == "http://127.0.0.1:9000" and props["s3.path-style-access"] == "true"
     assert props["s3.access-key-id"] == "AKIA-test" and props["client.region"] == "eu-west-1"

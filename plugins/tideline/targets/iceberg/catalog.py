@@ -147,6 +147,8 @@ class CatalogSettings:
                      "retryable_status_codes": "57P01,57P02,57P03"}
         elif self.type == "rest":
             props = {"type": "rest", "uri": rest_uri(c), **rest_auth(c)}
+            if "credential" in props:   # said, not inferred (Iceberg's Java client warns it will stop inferring)
+                props["rest.auth.type"] = "oauth2"
         elif self.type == "custom":
             props = {"catalog-impl": c.extra["catalog_impl"]}
             if c.host:
@@ -212,8 +214,9 @@ def rest_auth(c) -> dict[str, str]:
         auth = {"credential": f"{c.login}:{c.password or ''}"}
         if extra.get("scope"):
             auth["scope"] = str(extra["scope"])
-        if extra.get("oauth2_server_uri"):
-            auth["oauth2-server-uri"] = str(extra["oauth2_server_uri"])
+        # the token endpoint: the connection's, else the REST spec's own under the catalog's URI (where
+        # Iceberg's clients look today, a fallback they will drop: apache/iceberg#10537)
+        auth["oauth2-server-uri"] = str(extra.get("oauth2_server_uri") or f"{rest_uri(c)}/v1/oauth/tokens")
         return auth
     return {}
 
