@@ -306,14 +306,25 @@ def stream_until_equal(cfg, spark, source_db, lake, tables: list[str], timeout: 
 
 
 def stamped_commits(lake, schema: str, table: str) -> list[dict]:
-    """The table's snapshots, oldest first, as (operation, offsets, epoch, snapshot id)."""
+    """The table's snapshots Tideline committed (its offsets in the summary; another writer's are
+    left out), oldest first, as (operation, offsets, epoch, snapshot id)."""
     t = lake.pyiceberg_catalog().load_table((schema, table))
     out = []
     for snap in sorted(t.snapshots(), key=lambda s: s.sequence_number):
         summary = dict(snap.summary.additional_properties)
+        if "tideline.offsets" not in summary:
+            continue
         out.append({"operation": snap.summary.operation.value, "offsets": json.loads(summary["tideline.offsets"]),
                     "epoch": int(summary["tideline.epoch"]), "snapshot": snap.snapshot_id})
     return out
+
+
+def assert_offsets_only_move_forward(commits: list[dict]) -> None:
+    """Each commit's offsets at or past the one before's on every partition: no batch applied
+    twice (a replay would go back), and none of an older run after a newer one's (its epoch)."""
+    for before, after in zip(commits, commits[1:]):
+        assert all(after["offsets"][p] >= o for p, o in before["offsets"].items()), (before, after)
+        assert after["epoch"] >= before["epoch"], (before, after)
 
 
 def test_the_stream_commits_each_batch_once_with_its_offsets_and_equals_the_source(
@@ -356,8 +367,7 @@ def test_the_stream_commits_each_batch_once_with_its_offsets_and_equals_the_sour
         assert {str(p): o for p, o in st.resume_offsets.items()} == commits[-1]["offsets"]
         epochs = [c["epoch"] for c in commits]
         assert epochs == sorted(epochs) and epochs[-1] <= st.epoch   # each run a newer epoch
-        for before, after in zip(commits, commits[1:]):   # each commit moves every partition forward
-            assert all(after["offsets"][p] >= o for p, o in before["offsets"].items())
+        assert_offsets_only_move_forward(commits)
         assert lake.row_count(None, unique_name, t) == 2000 + 2 - 50 + 1 + 30000
         # any engine reads it: DuckDB over PyIceberg's scan agrees with the source
         duck = lake.pyiceberg_catalog().load_table((unique_name, t)).scan().to_duckdb("orders")
@@ -612,10 +622,7 @@ def test_kill_9_and_a_second_run_at_once_lose_and_duplicate_nothing_in_iceberg(s
         writer.stop()
         # what the killed run left behind, caught up in the target's own batch size (not 300 a commit)
         stream_until_equal(catching_up(cfg), spark, source_db, lake, [t])
-        commits = stamped_commits(lake, unique_name, t)
-        for before, after in zip(commits, commits[1:]):
-            assert all(after["offsets"][p] >= o for p, o in before["offsets"].items())
-            assert after["epoch"] >= before["epoch"]   # no commit of an older run after a newer one's
+        assert_offsets_only_move_forward(stamped_commits(lake, unique_name, t))
         # the batches the killed runs staged and never committed: dropped by the runs after them
         with lake.connect() as conn, conn.cursor() as cur:
             cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'tideline' AND tablename LIKE 'stage\\_%'")
@@ -649,7 +656,7 @@ def test_another_writer_committing_beside_the_stream_costs_a_retry_at_most_and_n
         FullLoad(cfg, spark).run([t])
         writer.start()
         proc = spark_submit("incremental.py", cfg, env_extra={"TIDELINE_PIPELINES": str(pipelines.dir)})
-        wait_until(lambda: len(_tideline_commits(lake, unique_name, t)) >= 3 or proc.poll() is not None, 180,
+        wait_until(lambda: len(stamped_commits(lake, unique_name, t)) >= 3 or proc.poll() is not None, 180,
                    "the stream's first commits")
         assert proc.poll() is None, proc.stdout.read()[-3000:]
         lake.use(spark)
@@ -670,9 +677,7 @@ def test_another_writer_committing_beside_the_stream_costs_a_retry_at_most_and_n
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(60)
         stream_until_equal(catching_up(cfg), spark, source_db, lake, [t])
-        commits = _tideline_commits(lake, unique_name, t)
-        for before, after in zip(commits, commits[1:]):   # no batch applied twice, none skipped
-            assert all(after["offsets"][p] >= o for p, o in before["offsets"].items())
+        assert_offsets_only_move_forward(stamped_commits(lake, unique_name, t))
         with lake.connect() as conn:
             assert full_loads(conn, cfg.name) == 1 and state.get(conn, cfg.name, t).phase == "streaming"
     finally:
@@ -680,17 +685,6 @@ def test_another_writer_committing_beside_the_stream_costs_a_retry_at_most_and_n
         if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         drop_source(source_db, t)
-
-
-def _tideline_commits(lake, schema: str, table: str) -> list[dict]:
-    """The table's snapshots that Tideline committed (offsets in the summary), oldest first."""
-    t = lake.pyiceberg_catalog().load_table((schema, table))
-    out = []
-    for snap in sorted(t.snapshots(), key=lambda s: s.sequence_number):
-        summary = dict(snap.summary.additional_properties)
-        if "tideline.offsets" in summary:
-            out.append({"offsets": json.loads(summary["tideline.offsets"]), "epoch": int(summary["tideline.epoch"])})
-    return out
 
 
 def test_maintenance_compacts_a_streamed_table_keeps_its_resume_offsets_and_the_stream_goes_on(
