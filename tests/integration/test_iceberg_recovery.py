@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 
@@ -159,7 +160,12 @@ def test_the_object_store_and_the_rest_catalog_away_two_minutes_under_a_writer_l
               f"{'still running' if proc.poll() is None else f'exited with status {proc.returncode}'}")
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(60)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:   # seen once: still in the store's retries; what it committed stays
+                print("[measure] the stream did not end within 60 s of SIGTERM after the outage: killed")
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
         stream_until_equal(catching_up(cfg), spark, source_db, lake, [t])
         state_db = lake.connect()
         try:
